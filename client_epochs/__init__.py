@@ -1,0 +1,1 @@
+"""KIP-232 epoch-aware metadata caching and consumers that never rewind on stale metadata."""

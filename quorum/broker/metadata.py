@@ -1,0 +1,65 @@
+"""Answer Metadata requests from a metadata image, at whatever version the client asked.
+
+Pure function of (image, request): no I/O, so the same code serves the network shell, the
+simulator and the benchmarks. Each topic carries the KIP-232 topic_epoch tag from v9 on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from quorum.image.image import MetadataImage, TopicInfo
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS
+
+METADATA = APIS[3]
+_Response = METADATA.response
+_Broker = _Response.MetadataResponseBroker
+_Topic = _Response.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def requested_topics(image: MetadataImage, request: Any, version: int) -> list[TopicInfo | tuple[str | None, Any]]:
+    """The topics a request names, found or not; None (or [] at v0) asks for all of them."""
+    wanted = request.topics
+    if wanted is None or (version == 0 and not wanted):
+        return list(image.topics.values())
+    found: list[TopicInfo | tuple[str | None, Any]] = []
+    for entry in wanted:
+        topic_id = getattr(entry, "topic_id", None) if version >= 10 else None
+        topic = None
+        if entry.name is not None:
+            topic = image.topics.get(entry.name)
+        elif topic_id is not None and topic_id != _ZERO_UUID:
+            topic = image.topic_by_id(topic_id)
+        found.append(topic if topic is not None else (entry.name, topic_id))
+    return found
+
+
+def _topic_entry(topic: TopicInfo) -> Any:
+    partitions = [
+        _Partition(error_code=ErrorCode.NONE, partition_index=p.partition, leader_id=p.leader,
+                   leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+                   offline_replicas=list(p.offline_replicas))
+        for p in topic.partitions
+    ]
+    return _Topic(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
+                  is_internal=topic.is_internal, partitions=partitions, topic_epoch=topic.topic_epoch)
+
+
+def _unknown_topic_entry(name: str | None, topic_id: Any) -> Any:
+    code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return _Topic(error_code=code, name=name, topic_id=topic_id or _ZERO_UUID, is_internal=False, partitions=[])
+
+
+def metadata_response(image: MetadataImage, request: Any, version: int) -> Any:
+    """The MetadataResponse body for `request` (already decoded at `version`)."""
+    topics = [
+        _topic_entry(item) if isinstance(item, TopicInfo) else _unknown_topic_entry(*item)
+        for item in requested_topics(image, request, version)
+    ]
+    brokers = [_Broker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in image.brokers.values()]
+    return _Response(throttle_time_ms=0, brokers=brokers, cluster_id=image.cluster_id,
+                     controller_id=image.controller_id, topics=topics, error_code=ErrorCode.NONE)

@@ -1,0 +1,51 @@
+"""Route decoded requests to the handlers a node's roles register, and answer ApiVersions.
+
+What a node advertises in ApiVersions is exactly what it has handlers for, as in Kafka, where
+each listener advertises the APIs its role serves; the codec table knows many more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.wire.api_versions import api_versions_response
+from quorum.wire.protocol import API_VERSIONS_KEY, APIS, Api, Request
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A response body and the version to encode it at (usually the request's)."""
+
+    body: Any
+    version: int
+
+
+Handler = Callable[[Request], Awaitable[Reply | None]]
+"""A handler answers a request, or returns None when the protocol sends no reply (acks=0 Produce)."""
+
+
+class Dispatcher:
+    def __init__(self) -> None:
+        self._handlers: dict[int, Handler] = {API_VERSIONS_KEY: self._api_versions}
+        self._served: dict[int, Api] = {API_VERSIONS_KEY: APIS[API_VERSIONS_KEY]}
+
+    def register(self, api_key: int, handler: Handler, max_version: int | None = None) -> None:
+        """Serve `api_key` with `handler`, optionally capping the advertised version."""
+        api = APIS[api_key]
+        if max_version is not None and max_version < api.max_version:
+            api = Api(api.key, api.name, api.request, api.response, api.min_version, max_version)
+        self._handlers[api_key] = handler
+        self._served = dict(sorted({**self._served, api_key: api}.items()))
+
+    @property
+    def served(self) -> dict[int, Api]:
+        return self._served
+
+    async def dispatch(self, request: Request) -> Reply | None:
+        return await self._handlers[request.api.key](request)
+
+    async def _api_versions(self, request: Request) -> Reply:
+        body, version = api_versions_response(request, self._served)
+        return Reply(body, version)

@@ -1,0 +1,170 @@
+"""The API table: which request and response schema each API key uses, and request/response codecs.
+
+Server-side classes are built from the raw Kafka schemas that kafka-python ships (not from
+kafka-python's client classes, which rename some fields), plus the project's own schemas for
+the KRaft RPCs. MetadataResponse carries the KIP-232 topic_epoch as a tagged field of each topic,
+so clients that do not know the tag skip it and this SDK reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas import BaseField
+
+from quorum.wire.errors import MalformedRequestError, UnsupportedApiError
+from quorum.wire.framing import (
+    RequestHeader,
+    encode_request_header,
+    frame,
+    parse_request_header,
+    peek_api,
+    response_header,
+    skip_tagged_fields,
+)
+from quorum.wire.kraft_messages import KRAFT_APIS
+from quorum.wire.schema import KAFKA_PYTHON_SCHEMAS, define_message
+
+TOPIC_EPOCH_TAG = 10232
+"""Tag number of the KIP-232 topic_epoch in MetadataResponse topics and in TopicRecord."""
+
+API_VERSIONS_KEY = 18
+
+
+def _add_topic_epoch_tag(json: dict[str, Any]) -> dict[str, Any]:
+    topics = next(field for field in json["fields"] if field["name"] == "Topics")
+    topics["fields"].append({
+        "name": "TopicEpoch", "type": "int32", "versions": "9+", "taggedVersions": "9+",
+        "tag": TOPIC_EPOCH_TAG, "default": "-1", "ignorable": True,
+        "about": "KIP-232: the cluster-wide topic epoch when the topic was created or last changed.",
+    })
+    return json
+
+
+# API keys served from kafka-python's bundled schemas, by schema base name.
+_KAFKA_SCHEMA_APIS = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
+    21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs",
+    37: "CreatePartitions", 44: "IncrementalAlterConfigs", 55: "DescribeQuorum", 60: "DescribeCluster",
+}
+_SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag}
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One Kafka API: its schemas and the version range this project encodes and decodes."""
+
+    key: int
+    name: str
+    request: type[ApiMessage]
+    response: type[ApiMessage]
+    min_version: int
+    max_version: int
+
+    def is_flexible(self, version: int) -> bool:
+        return bool(self.request.flexible_version_q(version))
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+def _api_from_classes(key: int, request: type[ApiMessage], response: type[ApiMessage]) -> Api:
+    low, high = BaseField.parse_versions(request.json["validVersions"])
+    return Api(key, request.json["name"].removesuffix("Request"), request, response, low, high)
+
+
+def _build_api_table() -> dict[int, Api]:
+    table: dict[int, Api] = {}
+    for key, base in _KAFKA_SCHEMA_APIS.items():
+        request = define_message(f"{base}Request", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Request"))
+        response = define_message(f"{base}Response", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Response"))
+        table[key] = _api_from_classes(key, request, response)
+    for key, (request, response) in KRAFT_APIS.items():
+        table[key] = _api_from_classes(key, request, response)
+    return dict(sorted(table.items()))
+
+
+APIS: dict[int, Api] = _build_api_table()
+APIS_BY_NAME: dict[str, Api] = {api.name: api for api in APIS.values()}
+
+
+@dataclass(slots=True)
+class Request:
+    """A decoded request. `body` is None only for an ApiVersions request of a version we do not know."""
+
+    header: RequestHeader
+    api: Api
+    body: Any
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+def decode_request(payload: bytes | memoryview, served: dict[int, Api] = APIS) -> Request:
+    """Header and body of one request frame (without its size prefix).
+
+    Trailing bytes after the body are tolerated, as Kafka does: librdkafka pads an "all topics"
+    Metadata request. An ApiVersions request of a version newer than ours is still answered
+    (with UNSUPPORTED_VERSION and our ranges), so its body is not decoded.
+    """
+    api_key, api_version, correlation_id = peek_api(payload)
+    api = served.get(api_key)
+    if api is None:
+        raise UnsupportedApiError(f"API key {api_key} (correlation id {correlation_id}) is not served here")
+    if not api.supports(api_version):
+        if api_key == API_VERSIONS_KEY and api_version > api.max_version:
+            header, _ = parse_request_header(payload, flexible=True)
+            return Request(header, api, None)
+        raise UnsupportedApiError(
+            f"{api.name} v{api_version} is outside the served range v{api.min_version}-v{api.max_version}")
+    header, pos = parse_request_header(payload, api.is_flexible(api_version))
+    body = decode_body(api.request, payload, pos, api_version)
+    return Request(header, api, body)
+
+
+def decode_body(schema: type[ApiMessage], payload: bytes | memoryview, pos: int, version: int) -> Any:
+    """One message body at `pos`; any failure of the schema engine becomes a MalformedRequestError."""
+    view = memoryview(payload)[pos:]
+    try:
+        flexible = schema.flexible_version_q(version)
+        decoder = schema._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
+                                                       data_class=schema[None])
+        body, end = decoder(view, 0)
+    except Exception as exc:  # the engine raises struct.error, IndexError, UnicodeDecodeError, ...: no common base
+        raise MalformedRequestError(f"{schema.json['name']} v{version} body does not parse: {exc!r}") from None
+    if end > len(view):
+        raise MalformedRequestError(
+            f"{schema.json['name']} v{version} body needs {end} bytes but the frame holds {len(view)}")
+    body._version = version
+    return body
+
+
+def encode_response(request: Request, response: Any, version: int | None = None) -> bytes:
+    """A framed response to `request`: header v0/v1 by the API's flexibility (v0 always for ApiVersions)."""
+    version = request.version if version is None else version
+    flexible = request.api.is_flexible(version) and request.api.key != API_VERSIONS_KEY
+    body = response.encode(version=version)
+    return frame(response_header(request.header.correlation_id, flexible) + body)
+
+
+def encode_request(api: Api, header: RequestHeader, body: Any) -> bytes:
+    """A framed request, for the node's own RPCs to its peers and for tests."""
+    body_bytes = body.encode(version=header.api_version)
+    return frame(encode_request_header(header, api.is_flexible(header.api_version)) + body_bytes)
+
+
+def decode_response(api: Api, version: int, payload: bytes | memoryview) -> tuple[int, Any]:
+    """Correlation id and body of a response frame (without its size prefix)."""
+    flexible = api.is_flexible(version) and api.key != API_VERSIONS_KEY
+    if len(payload) < 4:
+        raise MalformedRequestError("response shorter than its correlation id")
+    correlation_id = int.from_bytes(payload[:4], "big", signed=True)
+    pos = 4
+    if flexible:
+        pos = skip_tagged_fields(payload, pos)
+    return correlation_id, decode_body(api.response, payload, pos, version)
