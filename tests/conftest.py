@@ -3,7 +3,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.processes import RunningNode, start_standalone
+from quorum.launcher import RunningNode, start_standalone
 
 DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 

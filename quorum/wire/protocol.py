@@ -99,6 +99,7 @@ class Request:
     header: RequestHeader
     api: Api
     body: Any
+    body_offset: int = 0
 
     @property
     def version(self) -> int:
@@ -124,7 +125,7 @@ def decode_request(payload: bytes | memoryview, served: dict[int, Api] = APIS) -
             f"{api.name} v{api_version} is outside the served range v{api.min_version}-v{api.max_version}")
     header, pos = parse_request_header(payload, api.is_flexible(api_version))
     body = decode_body(api.request, payload, pos, api_version)
-    return Request(header, api, body)
+    return Request(header, api, body, pos)
 
 
 def decode_body(schema: type[ApiMessage], payload: bytes | memoryview, pos: int, version: int) -> Any:
@@ -140,7 +141,9 @@ def decode_body(schema: type[ApiMessage], payload: bytes | memoryview, pos: int,
     if end > len(view):
         raise MalformedRequestError(
             f"{schema.json['name']} v{version} body needs {end} bytes but the frame holds {len(view)}")
+    # The compiled decoder skips ApiMessage.__init__: give the instance the state encode() expects.
     body._version = version
+    body._header = body._min_version = body._max_version = None
     return body
 
 

@@ -1,4 +1,7 @@
-"""Start the project's own commands as real processes, the way a user runs them."""
+"""Start nodes as real processes on 127.0.0.1, the way a user runs them: shared by tests and demos.
+
+`quorum local-cluster` grows out of this as the quorum lands; today it starts the standalone node.
+"""
 
 from __future__ import annotations
 
