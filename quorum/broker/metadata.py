@@ -11,6 +11,7 @@ from typing import Any
 
 from quorum.image.image import MetadataImage, TopicInfo
 from quorum.wire.errors import ErrorCode
+from quorum.wire.metadata_response import encode_topic, splice_topics
 from quorum.wire.protocol import APIS
 
 METADATA = APIS[3]
@@ -54,12 +55,34 @@ def _unknown_topic_entry(name: str | None, topic_id: Any) -> Any:
     return _Topic(error_code=code, name=name, topic_id=topic_id or _ZERO_UUID, is_internal=False, partitions=[])
 
 
+def encoded_metadata_response(image: MetadataImage, request: Any, version: int) -> bytes:
+    """The encoded MetadataResponse body, reusing the image's memo of encoded topics.
+
+    Same bytes as encoding metadata_response(); what a node sends on the wire.
+    """
+    entries = []
+    for item in requested_topics(image, request, version):
+        if isinstance(item, TopicInfo):
+            key = (item.name, version)
+            encoded = image.encoded.get(key)
+            if encoded is None:
+                encoded = image.encoded[key] = encode_topic(_Response, _topic_entry(item), version)
+            entries.append(encoded)
+        else:
+            entries.append(encode_topic(_Response, _unknown_topic_entry(*item), version))
+    return splice_topics(_Response, _response_shell(image, []), version, entries)
+
+
+def _response_shell(image: MetadataImage, topics: list[Any]) -> Any:
+    brokers = [_Broker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in image.brokers.values()]
+    return _Response(throttle_time_ms=0, brokers=brokers, cluster_id=image.cluster_id,
+                     controller_id=image.controller_id, topics=topics, error_code=ErrorCode.NONE)
+
+
 def metadata_response(image: MetadataImage, request: Any, version: int) -> Any:
     """The MetadataResponse body for `request` (already decoded at `version`)."""
     topics = [
         _topic_entry(item) if isinstance(item, TopicInfo) else _unknown_topic_entry(*item)
         for item in requested_topics(image, request, version)
     ]
-    brokers = [_Broker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in image.brokers.values()]
-    return _Response(throttle_time_ms=0, brokers=brokers, cluster_id=image.cluster_id,
-                     controller_id=image.controller_id, topics=topics, error_code=ErrorCode.NONE)
+    return _response_shell(image, topics)

@@ -45,6 +45,8 @@ class MetadataImage:
     controller_id: int
     brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+    encoded: dict[tuple[str, int], bytes] = field(default_factory=dict, compare=False, repr=False)
+    """Memo of wire encodings of this image's topics, by (topic name, Metadata version): see broker.metadata."""
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return next((topic for topic in self.topics.values() if topic.topic_id == topic_id), None)

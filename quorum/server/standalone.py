@@ -10,7 +10,7 @@ import asyncio
 import signal
 from collections.abc import Mapping
 
-from quorum.broker.metadata import metadata_response
+from quorum.broker.metadata import encoded_metadata_response
 from quorum.image.image import MetadataImage, single_node_image
 from quorum.server.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
@@ -25,7 +25,7 @@ def metadata_dispatcher(image_source: MetadataImage | None = None) -> tuple[Disp
     dispatcher = Dispatcher()
 
     async def handle_metadata(request: Request) -> Reply:
-        return Reply(metadata_response(holder[0], request.body, request.version), request.version)
+        return Reply(encoded_metadata_response(holder[0], request.body, request.version), request.version)
 
     dispatcher.register(METADATA_KEY, handle_metadata)
     return dispatcher, holder

@@ -148,10 +148,13 @@ def decode_body(schema: type[ApiMessage], payload: bytes | memoryview, pos: int,
 
 
 def encode_response(request: Request, response: Any, version: int | None = None) -> bytes:
-    """A framed response to `request`: header v0/v1 by the API's flexibility (v0 always for ApiVersions)."""
+    """A framed response to `request`: header v0/v1 by the API's flexibility (v0 always for ApiVersions).
+
+    `response` is a message object, or its body already encoded (bytes) by a handler that caches.
+    """
     version = request.version if version is None else version
     flexible = request.api.is_flexible(version) and request.api.key != API_VERSIONS_KEY
-    body = response.encode(version=version)
+    body = response if isinstance(response, bytes) else response.encode(version=version)
     return frame(response_header(request.header.correlation_id, flexible) + body)
 
 

@@ -1,0 +1,43 @@
+"""Timing and table printing shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+
+def rate(fn: Callable[[], object], min_seconds: float = 1.0, min_runs: int = 3) -> float:
+    """Calls per second of `fn`, timed over at least `min_seconds` and `min_runs` calls after a warm-up."""
+    fn()
+    runs = 0
+    start = time.perf_counter()
+    elapsed = 0.0
+    while elapsed < min_seconds or runs < min_runs:
+        fn()
+        runs += 1
+        elapsed = time.perf_counter() - start
+    return runs / elapsed
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A plain aligned table: first column left-aligned, figures right-aligned."""
+    cells = [[str(h) for h in header]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    print(f"\n{title}")
+    for number, row in enumerate(cells):
+        line = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        print("  ".join(line))
+        if number == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def progress(message: str) -> None:
+    print(f"... {message}", flush=True)

@@ -1,0 +1,56 @@
+"""Assemble a MetadataResponse from topic entries encoded once and reused.
+
+A metadata image is immutable, so the bytes of each topic at each response version never change
+while that image is served. Encoding them once and splicing them into the response turns the
+cost of a Metadata request from "encode every partition" into "join some byte strings", which is
+what a node serving 10,000 partitions to many clients needs.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+
+_INT32 = struct.Struct(">i")
+
+
+def _array_length(count: int, flexible: bool) -> bytes:
+    """Array length prefix: compact (unsigned varint of count+1) in flexible versions, else int32."""
+    if not flexible:
+        return _INT32.pack(count)
+    value = count + 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _fields_after_topics(version: int) -> int:
+    """Bytes after the Topics array: ClusterAuthorizedOperations (v8-10), ErrorCode (v13+), tag section."""
+    return (4 if 8 <= version <= 10 else 0) + (2 if version >= 13 else 0) + (1 if version >= 9 else 0)
+
+
+def encode_topic(schema: type[ApiMessage], topic: Any, version: int) -> bytes:
+    """One MetadataResponseTopic entry exactly as it appears inside the response's Topics array."""
+    flexible = schema.flexible_version_q(version)
+    element = schema._struct.fields["topics"].array_of
+    return element.encode(topic, version=version, compact=flexible, tagged=flexible)
+
+
+def splice_topics(schema: type[ApiMessage], response: Any, version: int, topics: Sequence[bytes]) -> bytes:
+    """The response body with `topics` (pre-encoded entries) as its Topics array.
+
+    `response` must have an empty Topics list; everything else in it is encoded normally.
+    """
+    flexible = schema.flexible_version_q(version)
+    shell = response.encode(version=version)
+    empty = _array_length(0, flexible)
+    split = len(shell) - _fields_after_topics(version) - len(empty)
+    if shell[split:split + len(empty)] != empty:
+        raise AssertionError(f"MetadataResponse v{version} layout is not the one this splice expects")
+    return b"".join((shell[:split], _array_length(len(topics), flexible), *topics, shell[split + len(empty):]))
