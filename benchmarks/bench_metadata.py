@@ -1,6 +1,6 @@
 """MetadataResponse with 10,000 partitions: encodes and decodes per second, ours beside kafka-python's.
 
-Run: `./run bench` (all benchmarks) or `.venv/bin/python benchmarks/bench_metadata.py`.
+Run: `./run bench` (all benchmarks) or `.venv/bin/python -m benchmarks.bench_metadata`.
 "server, first request" builds the response from a fresh metadata image and encodes it; "server,
 cached" is every later request to the same image, which reuses each topic's encoded bytes. The
 quorum.wire and kafka-python columns encode or decode the same response object.
@@ -8,19 +8,15 @@ quorum.wire and kafka-python columns encode or decode the same response object.
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kafka.protocol.metadata.metadata import MetadataRequest as KpRequest
+from kafka.protocol.metadata.metadata import MetadataResponse as KpResponse
 
-from kafka.protocol.metadata.metadata import MetadataRequest as KpRequest  # noqa: E402
-from kafka.protocol.metadata.metadata import MetadataResponse as KpResponse  # noqa: E402
-
-from benchmarks.table import print_table, progress, rate  # noqa: E402
-from quorum.broker.metadata import METADATA, encoded_metadata_response, metadata_response  # noqa: E402
-from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo  # noqa: E402
-from quorum.wire.protocol import decode_body  # noqa: E402
+from benchmarks.table import print_table, progress, rate
+from quorum.broker.metadata import METADATA, encoded_metadata_response, metadata_response
+from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from quorum.wire.protocol import decode_body
 
 TOPICS = 1_000
 PARTITIONS_PER_TOPIC = 10
@@ -52,32 +48,35 @@ def kafka_python_object(ours, version: int):
                 for t in ours.topics])
 
 
+def measure(image: MetadataImage, version: int) -> list[tuple[str, ...]]:
+    """Two table rows (encode, decode) for one Metadata version."""
+    request = KpRequest(topics=None, version=version)
+    ours = metadata_response(image, request, version)
+    encoded = ours.encode(version=version)
+    assert encoded_metadata_response(image, request, version) == encoded
+    theirs = kafka_python_object(ours, version)
+    progress(f"v{version}: {len(encoded):,} bytes per response")
+
+    def first_request() -> bytes:
+        fresh = MetadataImage(image.cluster_id, image.controller_id, image.brokers, image.topics)
+        return encoded_metadata_response(fresh, request, version)
+
+    cold = rate(first_request)
+    cached = rate(lambda: encoded_metadata_response(image, request, version))
+    our_encode = rate(lambda: ours.encode(version=version))
+    their_encode = rate(lambda: theirs.encode(version=version))
+    our_decode = rate(lambda: decode_body(METADATA.response, encoded, 0, version))
+    their_decode = rate(lambda: KpResponse.decode(encoded, version=version))
+    return [
+        (f"v{version} encode", f"{cold:.1f}", f"{cached:.1f}", f"{our_encode:.1f}", f"{their_encode:.1f}",
+         f"{cached / their_encode:.1f}x"),
+        (f"v{version} decode", "", "", f"{our_decode:.1f}", f"{their_decode:.1f}", f"{our_decode / their_decode:.2f}x"),
+    ]
+
+
 def main() -> None:
     image = build_image()
-    rows = []
-    for version in VERSIONS:
-        request = KpRequest(topics=None, version=version)
-        ours = metadata_response(image, request, version)
-        encoded = ours.encode(version=version)
-        assert encoded_metadata_response(image, request, version) == encoded
-        theirs = kafka_python_object(ours, version)
-        progress(f"v{version}: {len(encoded):,} bytes per response")
-        def cold(version: int = version, request=request) -> bytes:
-            return encoded_metadata_response(MetadataImage(image.cluster_id, image.controller_id, image.brokers,
-                                                           image.topics), request, version)
-
-        cold_rate = rate(cold)
-        cached_rate = rate(lambda: encoded_metadata_response(image, request, version))
-        our_encode = rate(lambda: ours.encode(version=version))
-        their_encode = rate(lambda: theirs.encode(version=version))
-        our_decode = rate(lambda: decode_body(METADATA.response, encoded, 0, version))
-        their_decode = rate(lambda: KpResponse.decode(encoded, version=version))
-        rows += [
-            (f"v{version} encode", f"{cold_rate:.1f}", f"{cached_rate:.1f}", f"{our_encode:.1f}",
-             f"{their_encode:.1f}", f"{cached_rate / their_encode:.1f}x"),
-            (f"v{version} decode", "", "", f"{our_decode:.1f}", f"{their_decode:.1f}",
-             f"{our_decode / their_decode:.2f}x"),
-        ]
+    rows = [row for version in VERSIONS for row in measure(image, version)]
     print_table(
         f"MetadataResponse, {TOPICS:,} topics x {PARTITIONS_PER_TOPIC} partitions = "
         f"{TOPICS * PARTITIONS_PER_TOPIC:,} partitions (responses per second)",
