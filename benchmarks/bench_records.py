@@ -1,0 +1,102 @@
+"""Record batch v2: build and parse throughput (records per second), ours beside kafka-python's.
+
+Run: `./run bench` (all benchmarks), `.venv/bin/python -m benchmarks.bench_records`, or
+`.venv/bin/python benchmarks/bench_records.py`.
+
+"build" encodes a batch from records already in memory: `build_batch` against kafka-python's
+DefaultRecordBatchBuilder (append per record, then build). "parse" checks the CRC and decodes
+every record: `RecordBatch.validate()` plus its records against DefaultRecordBatch.validate_crc()
+plus iteration. Both sides parse the same bytes and compress with the same kafka.codec function,
+so a compressed row shows how much the codec itself weighs next to the record framing.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder  # noqa: E402
+
+from benchmarks.table import print_table, progress, rate  # noqa: E402
+from quorum.wire.records import Compression, Record, RecordBatch, build_batch  # noqa: E402
+
+#: (records per batch, value bytes): a typical producer batch first, then small and large records.
+SHAPES = ((1_000, 100), (100, 100), (1_000, 10), (10, 10_000))
+CODECS = (Compression.NONE, Compression.LZ4)
+SECONDS_PER_MEASUREMENT = 0.4
+BASE_TIMESTAMP = 1_763_700_000_000
+
+
+def make_records(count: int, value_size: int) -> list[Record]:
+    """Keyed records with JSON-ish values that compress about as well as real payloads do."""
+    rng = random.Random(count * 7 + value_size)
+    records = []
+    for i in range(count):
+        text = b"".join(
+            b'{"id":%d,"user":"u%d","amount":%d},' % (i, rng.randrange(5000), rng.randrange(10**6))
+            for _ in range(value_size // 30 + 1)
+        )
+        records.append(Record(i, BASE_TIMESTAMP + i // 10, b"key-%d" % rng.randrange(10_000), text[:value_size]))
+    return records
+
+
+def kafka_python_build(rows: list[tuple], compression: Compression) -> bytearray:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=compression, is_transactional=False,
+        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30,
+    )  # fmt: skip
+    append = builder.append
+    for offset, timestamp, key, value, headers in rows:
+        append(offset, timestamp, key, value, headers)
+    return builder.build()
+
+
+def kafka_python_parse(data: bytes) -> list:
+    batch = DefaultRecordBatch(data)
+    if not batch.validate_crc():
+        raise AssertionError("kafka-python found a bad CRC")
+    return list(batch)
+
+
+def our_parse(data: bytes) -> list[Record]:
+    batch = RecordBatch(data)
+    batch.validate()
+    return batch.records()
+
+
+def measure(count: int, value_size: int, compression: Compression) -> list[tuple[object, ...]]:
+    """Two table rows (build, parse) for one batch shape and codec."""
+    records = make_records(count, value_size)
+    rows = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+    data = build_batch(records, compression=compression)
+    theirs = bytes(kafka_python_build(rows, compression))
+    assert our_parse(theirs) == records and len(kafka_python_parse(data)) == count
+    shape = f"{count:,} x {value_size:,} B"
+    progress(f"{shape}, {compression.name.lower()}: {len(data):,} bytes per batch")
+
+    build_ours = rate(lambda: build_batch(records, compression=compression), SECONDS_PER_MEASUREMENT) * count
+    build_theirs = rate(lambda: kafka_python_build(rows, compression), SECONDS_PER_MEASUREMENT) * count
+    parse_ours = rate(lambda: our_parse(data), SECONDS_PER_MEASUREMENT) * count
+    parse_theirs = rate(lambda: kafka_python_parse(data), SECONDS_PER_MEASUREMENT) * count
+    codec = compression.name.lower()
+    return [
+        (shape, codec, "build", build_ours, build_theirs, f"{build_ours / build_theirs:.1f}x"),
+        (shape, codec, "parse + CRC", parse_ours, parse_theirs, f"{parse_ours / parse_theirs:.1f}x"),
+    ]
+
+
+def main() -> None:
+    rows = [row for count, size in SHAPES for codec in CODECS for row in measure(count, size, codec)]
+    print_table(
+        "Record batch v2 (records per second; one batch per call)",
+        ["batch", "codec", "operation", "quorum.wire", "kafka-python", "ours / kafka-python"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()

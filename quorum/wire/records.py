@@ -1,0 +1,936 @@
+"""Kafka record batch v2 (magic 2): the bytes producers send, logs store and fetches return.
+
+A batch is a 61-byte header followed by the records, which are compressed as one block when
+the attributes name a codec::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32
+    | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
+    | producerId int64 | producerEpoch int16 | baseSequence int32 | recordsCount int32 | records
+
+The CRC-32C covers attributes to the end, so a broker can stamp baseOffset and
+partitionLeaderEpoch on an incoming batch without touching the records or the CRC: that is what
+`patch_base_offset` and `patch_partition_leader_epoch` are for.
+
+Each record is ``length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+keyLength varint | key | valueLength varint | value | headerCount varint | headers``, all varints
+zigzag-encoded. Parsing is strict: anything that does not decode exactly raises
+`CorruptRecordError` with the byte position, because a broker must refuse what it cannot
+store faithfully rather than guess.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import lz4.frame
+import zstandard
+from crc32c import crc32c
+from kafka import codec as kafka_codec
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "BatchIterator",
+    "Compression",
+    "CorruptRecordError",
+    "Record",
+    "RecordBatch",
+    "TimestampType",
+    "TruncatedBatch",
+    "build_batch",
+    "build_control_batch",
+    "iter_batches",
+    "patch_base_offset",
+    "patch_partition_leader_epoch",
+]
+
+MAGIC = 2
+#: baseOffset and batchLength: the part of every batch that batchLength does not count.
+LOG_OVERHEAD = 12
+BATCH_HEADER_SIZE = 61
+
+_PARTITION_LEADER_EPOCH_POS = 12
+_MAGIC_POS = 16
+_CRC_POS = 17
+_ATTRIBUTES_POS = 21
+_COUNT_POS = 57
+#: The smallest legal batchLength: a header with no records.
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
+#: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount.
+_MIN_RECORD_SIZE = 7
+
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+_INT32_MAX = 2**31 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+_HEAD = struct.Struct(">qiibI")  # baseOffset .. crc: the part outside the CRC (plus magic)
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the start of the CRC'd part
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_I8 = struct.Struct(">b")
+
+#: Kafka's default gzip level (java.util.zip's DEFAULT_COMPRESSION, librdkafka's default too);
+#: kafka.codec would otherwise use 9, slower for a few percent of size.
+GZIP_LEVEL = 6
+
+
+class CorruptRecordError(ValueError):
+    """Bytes that are not a well-formed v2 record batch; `position` is where it went wrong.
+
+    The position is an absolute byte offset in the buffer the caller handed over (for
+    `iter_batches`, the whole concatenation), so a log reader can truncate a torn tail there
+    and a broker can log exactly which byte of a Produce request was bad.
+    """
+
+    def __init__(self, reason: str, position: int | None = None) -> None:
+        self.reason = reason
+        self.position = position
+        where = "" if position is None else f" at byte {position}"
+        super().__init__(f"{reason}{where}")
+
+
+class Compression(IntEnum):
+    """The codec in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(IntEnum):
+    """Attribute bit 3: whether timestamps are the producer's or the broker's append time."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+@dataclass(slots=True)
+class Record:
+    """One record with its absolute offset, as a log or consumer sees it."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Varints
+
+
+def _encode_varint(value: int) -> bytes:
+    """Zigzag varint of any int64, computed; `_varint` looks small ones up instead."""
+    zigzag = (value << 1) ^ (value >> 63)
+    if 0 <= zigzag < 0x200000:  # up to three bytes: lengths of big values, millisecond deltas
+        if zigzag < 0x80:
+            return bytes((zigzag,))
+        if zigzag < 0x4000:
+            return bytes((zigzag & 0x7F | 0x80, zigzag >> 7))
+        return bytes((zigzag & 0x7F | 0x80, (zigzag >> 7) & 0x7F | 0x80, zigzag >> 14))
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{value} does not fit a 64-bit varint")
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+#: Encoded varints of 0..8191 (two bytes at most). Lengths and deltas of ordinary records land
+#: here, so the hot loop indexes a list instead of running the byte loop above.
+_VARINT_TABLE_SIZE = 8192
+_VARINTS: list[bytes] = [_encode_varint(n) for n in range(_VARINT_TABLE_SIZE)]
+_NULL_LENGTH = _encode_varint(-1)
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < _VARINT_TABLE_SIZE:
+        return _VARINTS[value]
+    return _encode_varint(value)
+
+
+#: Zigzag decoding of one-byte varints, the common case when parsing.
+_ZIGZAG_BYTE: tuple[int, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+
+
+class _VarintTooLong(Exception):
+    """A varint that never ends within its width; turned into CorruptRecordError by callers."""
+
+
+def _read_varint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    """The multi-byte path; callers decode one-byte varints inline because most are."""
+    zigzag = 0
+    shift = 0
+    for _ in range(max_bytes):
+        byte = buf[pos]
+        pos += 1
+        zigzag |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (zigzag >> 1) ^ -(zigzag & 1), pos
+        shift += 7
+    raise _VarintTooLong
+
+
+# ---------------------------------------------------------------------------------------------
+# Compression
+
+
+def _lz4_decompress(data: memoryview) -> bytes:
+    """One LZ4 frame, as Kafka writes it; lz4.frame is used directly rather than kafka.codec's
+    lz4_decode because that silently ignores bytes after the frame, dropping data unnoticed."""
+    out, used = lz4.frame.decompress(data, return_bytes_read=True)
+    if used != len(data):
+        raise ValueError(f"{len(data) - used} bytes after the LZ4 frame")
+    return out
+
+
+_zstd_per_thread = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """One per thread: a decompressor's context is not safe to share, and a new one costs ~10 us."""
+    try:
+        return _zstd_per_thread.decompressor
+    except AttributeError:
+        _zstd_per_thread.decompressor = zstandard.ZstdDecompressor()
+        return _zstd_per_thread.decompressor
+
+
+def _zstd_decompress(data: memoryview) -> bytes:
+    """All zstd frames in the body, refusing a truncated one.
+
+    kafka.codec's zstd_decode returns b"" for a truncated frame, and the one-shot
+    ZstdDecompressor.decompress cannot read the size-less frames Java's ZstdOutputStream writes;
+    a decompressobj per frame handles both.
+    """
+    decompressor = _zstd_decompressor()
+    parts = []
+    remaining: bytes | memoryview = data
+    while True:
+        frame = decompressor.decompressobj()
+        parts.append(frame.decompress(remaining))
+        if not frame.eof:
+            raise ValueError("zstd frame is truncated")
+        remaining = frame.unused_data
+        if not remaining:
+            return b"".join(parts)
+
+
+def _gzip_compress(data: memoryview) -> bytes:
+    return kafka_codec.gzip_encode(data, compresslevel=GZIP_LEVEL)
+
+
+def _gzip_decompress(data: memoryview) -> bytes:
+    return kafka_codec.gzip_decode(data)
+
+
+_XERIAL_HEADER = kafka_codec.snappy_encode(b"")
+
+
+def _snappy_decompress(data: memoryview) -> bytes:
+    """Xerial-framed (Java) or raw (librdkafka) snappy; kafka.codec detects which.
+
+    Its detection needs at least one block after the 16-byte xerial header, so a header-only
+    stream (nothing compressed) is answered here.
+    """
+    payload = bytes(data)
+    if payload == _XERIAL_HEADER:
+        return b""
+    return kafka_codec.snappy_decode(payload)
+
+
+_COMPRESSORS = {
+    Compression.GZIP: _gzip_compress,
+    Compression.SNAPPY: kafka_codec.snappy_encode,  # xerial framing, 32 KiB blocks, as Java writes
+    Compression.LZ4: kafka_codec.lz4_encode,  # LZ4 frame with independent blocks, as Kafka needs
+    Compression.ZSTD: kafka_codec.zstd_encode,
+}
+
+_DECOMPRESSORS = {
+    Compression.GZIP: _gzip_decompress,
+    Compression.SNAPPY: _snappy_decompress,
+    Compression.LZ4: _lz4_decompress,
+    Compression.ZSTD: _zstd_decompress,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+
+def _nullable(data: bytes | None) -> tuple[bytes, ...]:
+    if data is None:
+        return (_NULL_LENGTH,)
+    return _varint(len(data)), data
+
+
+def _header_parts(headers: Sequence[tuple[str, bytes | None]]) -> list[bytes]:
+    parts = [_varint(len(headers))]
+    for name, value in headers:
+        if not isinstance(name, str):
+            raise TypeError(f"header key must be str, not {type(name).__name__}")
+        encoded = name.encode("utf-8")
+        parts += (_varint(len(encoded)), encoded, *_nullable(value))
+    return parts
+
+
+def _record_parts(
+    offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None, headers: list
+) -> tuple[bytes, ...]:
+    """Any record, length prefix first: the slow path behind the loop in `_encode_records`.
+
+    The value stays a separate part, so a big one is copied once, by the batch's final join.
+    """
+    head = b"\x00" + _varint(timestamp_delta) + _varint(offset_delta)
+    head += _NULL_LENGTH if key is None else _varint(len(key)) + key
+    if value is None:
+        head += _NULL_LENGTH
+        value = b""
+    else:
+        head += _varint(len(value))
+    tail = b"".join(_header_parts(headers)) if headers else b"\x00"
+    return _varint(len(head) + len(value) + len(tail)), head, value, tail
+
+
+def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> tuple[bytes, int, int]:
+    """The records body, uncompressed; returns (body, maxTimestamp, last offset).
+
+    This loop is the cost of producing, so it is written for speed: records with a value, no
+    headers and small lengths and deltas are joined from table-encoded varints in one call,
+    and anything else (nulls, headers, large or negative numbers) goes through the general
+    encoder. Pieces are collected in a list and joined once at the end, because growing a
+    bytearray by big values reallocates (and copies) it at every record. Offsets must strictly
+    increase, as Kafka requires inside a batch.
+    """
+    varints = _VARINTS
+    join = b"".join
+    parts: list[bytes] = []
+    append = parts.append
+    previous_offset = base_offset - 1
+    max_timestamp = base_timestamp
+    for record in records:
+        offset = record.offset
+        timestamp = record.timestamp
+        key = record.key
+        value = record.value
+        if offset <= previous_offset:
+            raise ValueError(f"record offsets must increase within a batch: {offset} after {previous_offset}")
+        previous_offset = offset
+        if timestamp > max_timestamp:
+            max_timestamp = timestamp
+        if value is not None and timestamp >= base_timestamp and not record.headers:
+            try:
+                if key is None:
+                    body = join((
+                        b"\x00", varints[timestamp - base_timestamp], varints[offset - base_offset],
+                        b"\x01", varints[len(value)], value, b"\x00",
+                    ))  # fmt: skip
+                else:
+                    body = join((
+                        b"\x00", varints[timestamp - base_timestamp], varints[offset - base_offset],
+                        varints[len(key)], key, varints[len(value)], value, b"\x00",
+                    ))  # fmt: skip
+                append(varints[len(body)])
+            except IndexError:
+                pass  # a number beyond the table
+            else:
+                append(body)
+                continue
+        parts += _record_parts(offset - base_offset, timestamp - base_timestamp, key, value, record.headers)
+    return join(parts), max_timestamp, previous_offset
+
+
+def _attributes(compression: Compression, timestamp_type: int, is_transactional: bool, is_control: bool) -> int:
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 (create time) or 1 (log append time), not {timestamp_type}")
+    attributes = compression | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    if is_transactional:
+        attributes |= _TRANSACTIONAL_BIT
+    if is_control:
+        attributes |= _CONTROL_BIT
+    return attributes
+
+
+def build_batch(
+    records: Iterable[Record],
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    compression: Compression | int = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = TimestampType.CREATE_TIME,
+) -> bytes:
+    """Encode one v2 batch.
+
+    Offsets in the batch are each record's offset minus `base_offset` (so a compacted batch
+    keeps its gaps); baseTimestamp is the first record's timestamp, as Java's builder does.
+    The requested codec is always used, even when it does not shrink the records (kafka-python
+    and librdkafka fall back to none), so the batch's attributes say what the caller asked for.
+    An empty batch (Kafka's log cleaner keeps some to retain producer state) gets timestamps -1
+    and, like Kafka's, no codec.
+    """
+    codec = Compression(compression)
+    if not isinstance(records, Sequence):
+        records = list(records)
+    if not records:
+        # As Kafka's writeEmptyHeader does: a compressed stream of nothing is a body, and
+        # kafka-python fails to decompress an empty snappy or lz4 one.
+        codec = Compression.NONE
+    attributes = _attributes(codec, timestamp_type, is_transactional, is_control)
+    if records:
+        base_timestamp = records[0].timestamp
+        body, max_timestamp, last_offset = _encode_records(records, base_offset, base_timestamp)
+        last_offset_delta = last_offset - base_offset
+        if last_offset_delta > _INT32_MAX:
+            raise ValueError(f"offset delta {last_offset_delta} does not fit in int32")
+        if codec is not Compression.NONE:
+            body = _COMPRESSORS[codec](body)
+    else:
+        base_timestamp = max_timestamp = -1
+        last_offset_delta = 0
+        body = b""
+    try:
+        tail = _TAIL.pack(
+            attributes, last_offset_delta, base_timestamp, max_timestamp,
+            producer_id, producer_epoch, base_sequence, len(records),
+        )  # fmt: skip
+        crc = crc32c(body, crc32c(tail))
+        head = _HEAD.pack(base_offset, _MIN_BATCH_LENGTH + len(body), partition_leader_epoch, MAGIC, crc)
+    except struct.error as exc:
+        raise ValueError(f"batch header field out of range: {exc}") from None
+    return b"".join((head, tail, body))
+
+
+def build_control_batch(
+    key: bytes,
+    value: bytes,
+    base_offset: int,
+    partition_leader_epoch: int,
+    timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+) -> bytes:
+    """A control batch holding one control record (already-encoded key and value).
+
+    With a producer id it is a transaction marker, which Kafka marks transactional; without
+    one it is a KRaft control record (LeaderChange, snapshot header/footer), which it does not.
+    """
+    return build_batch(
+        [Record(base_offset, timestamp, key, value, [])],
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=producer_id != -1,
+        is_control=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Patching
+
+
+def _check_patchable(buf: bytearray | memoryview, offset: int) -> None:
+    if offset < 0 or len(buf) - offset < BATCH_HEADER_SIZE:
+        raise CorruptRecordError(
+            f"no batch header at this offset: {max(len(buf) - offset, 0)} of {BATCH_HEADER_SIZE} bytes",
+            offset,
+        )
+    magic = buf[offset + _MAGIC_POS]
+    if magic != MAGIC:
+        # In magic 0/1 these bytes are the message CRC; writing there would corrupt it.
+        raise CorruptRecordError(f"cannot patch a magic {magic} batch", offset + _MAGIC_POS)
+
+
+def patch_base_offset(buf: bytearray | memoryview, offset: int, base_offset: int) -> None:
+    """Rewrite baseOffset of the batch at `offset` in place; outside the CRC, so it stays valid."""
+    _check_patchable(buf, offset)
+    _I64.pack_into(buf, offset, base_offset)
+
+
+def patch_partition_leader_epoch(buf: bytearray | memoryview, offset: int, epoch: int) -> None:
+    """Rewrite partitionLeaderEpoch of the batch at `offset` in place; outside the CRC as well."""
+    _check_patchable(buf, offset)
+    _I32.pack_into(buf, offset + _PARTITION_LEADER_EPOCH_POS, epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _byte_view(data: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+class RecordBatch:
+    """A read-only view of one batch in a buffer; decodes records only when asked.
+
+    Header properties read the buffer each time, so they see a patched baseOffset or
+    partitionLeaderEpoch. Decoded records are cached by the first `validate()` or iteration,
+    because decoding is what costs; patch the buffer before decoding, not after.
+    """
+
+    __slots__ = ("_buf", "_position", "_records")
+
+    def __init__(self, data: bytes | bytearray | memoryview, position: int = 0) -> None:
+        """`data` holds exactly one batch; `position` is where it sits in a larger buffer, so
+        errors name absolute byte positions."""
+        buf = _byte_view(data)
+        if len(buf) < BATCH_HEADER_SIZE:
+            raise CorruptRecordError(f"batch header truncated: {len(buf)} of {BATCH_HEADER_SIZE} bytes", position)
+        self._buf = buf
+        self._position = position
+        self._records: list[Record] | None = None
+
+    # -- header fields -----------------------------------------------------------------------
+
+    @property
+    def base_offset(self) -> int:
+        return _I64.unpack_from(self._buf, 0)[0]
+
+    @property
+    def batch_length(self) -> int:
+        """batchLength as stored: the bytes after the length field."""
+        return _I32.unpack_from(self._buf, 8)[0]
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The whole batch on the wire, i.e. where the next batch starts."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return _I32.unpack_from(self._buf, _PARTITION_LEADER_EPOCH_POS)[0]
+
+    @property
+    def magic(self) -> int:
+        return _I8.unpack_from(self._buf, _MAGIC_POS)[0]
+
+    @property
+    def crc(self) -> int:
+        return _U32.unpack_from(self._buf, _CRC_POS)[0]
+
+    @property
+    def attributes(self) -> int:
+        return _I16.unpack_from(self._buf, _ATTRIBUTES_POS)[0]
+
+    @property
+    def compression(self) -> Compression:
+        code = self.attributes & _COMPRESSION_MASK
+        try:
+            return Compression(code)
+        except ValueError:
+            raise CorruptRecordError(f"unknown compression codec {code}", self._position + _ATTRIBUTES_POS) from None
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.attributes & _TIMESTAMP_TYPE_BIT:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def last_offset_delta(self) -> int:
+        return _I32.unpack_from(self._buf, 23)[0]
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def base_timestamp(self) -> int:
+        return _I64.unpack_from(self._buf, 27)[0]
+
+    @property
+    def max_timestamp(self) -> int:
+        return _I64.unpack_from(self._buf, 35)[0]
+
+    @property
+    def producer_id(self) -> int:
+        return _I64.unpack_from(self._buf, 43)[0]
+
+    @property
+    def producer_epoch(self) -> int:
+        return _I16.unpack_from(self._buf, 51)[0]
+
+    @property
+    def base_sequence(self) -> int:
+        return _I32.unpack_from(self._buf, 53)[0]
+
+    @property
+    def records_count(self) -> int:
+        return _I32.unpack_from(self._buf, _COUNT_POS)[0]
+
+    @property
+    def position(self) -> int:
+        """Where this batch starts in the buffer it was found in."""
+        return self._position
+
+    @property
+    def raw(self) -> memoryview:
+        """The batch's bytes, to store or forward without re-encoding."""
+        return self._buf
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def compute_crc(self) -> int:
+        """CRC-32C of attributes..end, to compare with `crc`."""
+        return crc32c(self._buf[_ATTRIBUTES_POS:])
+
+    def _check_frame(self) -> None:
+        """What must hold before the body can be read at all: v2 and the right length."""
+        magic = self.magic
+        if magic != MAGIC:
+            raise CorruptRecordError(f"unsupported magic {magic} (only v2 batches)", self._position + _MAGIC_POS)
+        length = self.batch_length
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch length {length} is below the minimum {_MIN_BATCH_LENGTH}", self._position + 8
+            )
+        size = length + LOG_OVERHEAD
+        available = len(self._buf)
+        if size > available:
+            raise CorruptRecordError(
+                f"batch length {length} extends beyond the buffer ({size} bytes needed, {available} available)",
+                self._position + 8,
+            )
+        if size < available:
+            raise CorruptRecordError(f"{available - size} trailing bytes after the batch", self._position + size)
+
+    def validate(self) -> None:
+        """Check everything a broker must before accepting the batch; raises CorruptRecordError.
+
+        Magic, batchLength against the buffer, the CRC, the codec, and that the (decompressed)
+        body holds exactly recordsCount well-formed records. The decoded records are kept, so
+        iterating afterwards costs nothing more.
+        """
+        self._check_frame()
+        stored, actual = self.crc, self.compute_crc()
+        if stored != actual:
+            raise CorruptRecordError(
+                f"CRC mismatch: batch says 0x{stored:08x}, bytes give 0x{actual:08x}",
+                self._position + _CRC_POS,
+            )
+        self.records()
+
+    # -- records -----------------------------------------------------------------------------
+
+    def records(self) -> list[Record]:
+        """All records, decoded once and cached. Does not check the CRC; `validate()` does."""
+        if self._records is None:
+            self._records = self._decode()
+        return self._records
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def _body(self) -> bytes:
+        codec = self.compression
+        data = self._buf[BATCH_HEADER_SIZE:]
+        if codec is Compression.NONE:
+            return bytes(data)
+        if not data:
+            return b""
+        try:
+            return _DECOMPRESSORS[codec](data)
+        except Exception as exc:  # codec libraries raise a zoo of types on bad input
+            raise CorruptRecordError(
+                f"{codec.name.lower()} body does not decompress: {type(exc).__name__}: {exc}",
+                self._position + BATCH_HEADER_SIZE,
+            ) from None
+
+    def _decode(self) -> list[Record]:
+        self._check_frame()
+        body = self._body()
+        count = self.records_count
+        start = self._position + BATCH_HEADER_SIZE
+        where = start if self.compression is Compression.NONE else None
+        if count < 0 or count * _MIN_RECORD_SIZE > len(body):
+            raise CorruptRecordError(
+                f"records count {count} cannot fit in a {len(body)}-byte records body",
+                self._position + _COUNT_POS,
+            )
+        records = _decode_records(body, count, self.base_offset, self.base_timestamp, where, start)
+        if self.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            # The broker's append time lives only in maxTimestamp; the deltas are the producer's.
+            append_time = self.max_timestamp
+            for record in records:
+                record.timestamp = append_time
+        return records
+
+    def __repr__(self) -> str:
+        # Only raw header fields: a repr must work on the corrupt batch an error is about.
+        return (
+            f"RecordBatch(base_offset={self.base_offset}, last_offset_delta={self.last_offset_delta}, "
+            f"records_count={self.records_count}, partition_leader_epoch={self.partition_leader_epoch}, "
+            f"compression={self.attributes & _COMPRESSION_MASK}, is_control={self.is_control}, "
+            f"is_transactional={self.is_transactional}, producer_id={self.producer_id}, "
+            f"size_in_bytes={self.size_in_bytes})"
+        )
+
+
+def _decode_headers(body: bytes, pos: int, end: int) -> tuple[list[tuple[str, bytes | None]], int]:
+    count, pos = _read_varint(body, pos, 5)
+    if count < 0 or count * 2 > end - pos:
+        raise _BadRecord(f"header count {count} does not fit the record", pos)
+    headers = []
+    for _ in range(count):
+        name_length, pos = _read_varint(body, pos, 5)
+        if name_length < 0:
+            raise _BadRecord(f"header key length {name_length} is negative", pos)
+        name = body[pos : pos + name_length].decode("utf-8")
+        pos += name_length
+        value_length, pos = _read_varint(body, pos, 5)
+        if value_length < 0:
+            value = None
+        else:
+            value = body[pos : pos + value_length]
+            pos += value_length
+        headers.append((name, value))
+    return headers, pos
+
+
+class _BadRecord(Exception):
+    """A structural fault inside one record, with its position in the records body."""
+
+    def __init__(self, reason: str, pos: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.pos = pos
+
+
+def _decode_records(
+    body: bytes, count: int, base_offset: int, base_timestamp: int, where: int | None, body_start: int
+) -> list[Record]:
+    """Decode exactly `count` records that fill `body` exactly.
+
+    The hot loop of every fetch and every produce validation, hence the repetition: one- and
+    two-byte varints (lengths and deltas of ordinary records) are decoded inline, because a
+    function call per varint doubled the cost; longer ones and headers go through helpers.
+    Running off the end shows up as IndexError and is reported with the record it happened in.
+    A negative key or value length other than -1 reads as null, as Java's reader does.
+    """
+    records: list[Record] = []
+    append = records.append
+    zigzag = _ZIGZAG_BYTE
+    read = _read_varint
+    pos = 0
+    record_start = 0
+    try:
+        for _ in range(count):
+            record_start = pos
+            byte = body[pos]
+            if byte < 0x80:
+                length = zigzag[byte]
+                pos += 1
+            else:
+                second = body[pos + 1]
+                if second < 0x80:
+                    varint = (second << 7) | (byte & 0x7F)
+                    length = (varint >> 1) ^ -(varint & 1)
+                    pos += 2
+                else:
+                    length, pos = read(body, pos, 5)
+            end = pos + length
+            # pos + 1: skip the record attributes byte, which Kafka leaves unused
+            byte = body[pos + 1]
+            if byte < 0x80:
+                timestamp_delta = zigzag[byte]
+                pos += 2
+            else:
+                second = body[pos + 2]
+                if second < 0x80:
+                    varint = (second << 7) | (byte & 0x7F)
+                    timestamp_delta = (varint >> 1) ^ -(varint & 1)
+                    pos += 3
+                else:
+                    timestamp_delta, pos = read(body, pos + 1, 10)
+            byte = body[pos]
+            if byte < 0x80:
+                offset_delta = zigzag[byte]
+                pos += 1
+            else:
+                second = body[pos + 1]
+                if second < 0x80:
+                    varint = (second << 7) | (byte & 0x7F)
+                    offset_delta = (varint >> 1) ^ -(varint & 1)
+                    pos += 2
+                else:
+                    offset_delta, pos = read(body, pos, 5)
+            byte = body[pos]
+            if byte < 0x80:
+                key_length = zigzag[byte]
+                pos += 1
+            else:
+                second = body[pos + 1]
+                if second < 0x80:
+                    varint = (second << 7) | (byte & 0x7F)
+                    key_length = (varint >> 1) ^ -(varint & 1)
+                    pos += 2
+                else:
+                    key_length, pos = read(body, pos, 5)
+            if key_length < 0:
+                key = None
+            else:
+                key = body[pos : pos + key_length]
+                pos += key_length
+            byte = body[pos]
+            if byte < 0x80:
+                value_length = zigzag[byte]
+                pos += 1
+            else:
+                second = body[pos + 1]
+                if second < 0x80:
+                    varint = (second << 7) | (byte & 0x7F)
+                    value_length = (varint >> 1) ^ -(varint & 1)
+                    pos += 2
+                else:
+                    value_length, pos = read(body, pos, 5)
+            if value_length < 0:
+                value = None
+            else:
+                value = body[pos : pos + value_length]
+                pos += value_length
+            if body[pos] == 0:
+                headers = []
+                pos += 1
+            else:
+                headers, pos = _decode_headers(body, pos, end)
+            if pos != end:
+                raise _BadRecord(f"record length {length} but its fields take {pos - end + length}", end)
+            append(Record(base_offset + offset_delta, base_timestamp + timestamp_delta, key, value, headers))
+    except IndexError:
+        index = len(records)
+        if record_start >= len(body):
+            reason = f"records count {count} but the body holds only {index} records"
+        else:
+            reason = f"record {index} runs past the end of the records body"
+        raise _corrupt(reason, record_start, where, body_start) from None
+    except _VarintTooLong:
+        raise _corrupt(f"record {len(records)} has an over-long varint", record_start, where, body_start) from None
+    except UnicodeDecodeError:
+        raise _corrupt(
+            f"record {len(records)} has a header key that is not UTF-8", record_start, where, body_start
+        ) from None
+    except _BadRecord as exc:
+        raise _corrupt(f"record {len(records)}: {exc.reason}", exc.pos, where, body_start) from None
+    if pos != len(body):
+        if pos < len(body):
+            reason = f"{len(body) - pos} bytes after the last of {count} records"
+        else:
+            reason = f"records overrun the body by {pos - len(body)} bytes"
+        raise _corrupt(reason, min(pos, len(body)), where, body_start)
+    return records
+
+
+def _corrupt(reason: str, pos: int, where: int | None, body_start: int) -> CorruptRecordError:
+    """An error at `pos` in the records body: absolute when the body is the buffer itself,
+    otherwise named inside the decompressed body and pinned to where the compressed body starts."""
+    if where is not None:
+        return CorruptRecordError(reason, where + pos)
+    return CorruptRecordError(f"{reason} (byte {pos} of the decompressed records)", body_start)
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking concatenated batches
+
+
+@dataclass(frozen=True, slots=True)
+class TruncatedBatch:
+    """A batch cut off at the end of the buffer, as a Fetch response may end with.
+
+    `needed` is the batch's full size, or None when even its length field is cut off.
+    """
+
+    position: int
+    available: int
+    needed: int | None
+
+
+class BatchIterator(Iterator[RecordBatch]):
+    """Yields the complete batches of a concatenation; a cut-off last batch ends the walk.
+
+    After the walk, `truncated` says whether (and where) the buffer ended inside a batch, so a
+    consumer can ask again from there, while a Produce handler uses strict mode and refuses it.
+    """
+
+    def __init__(self, data: bytes | bytearray | memoryview, strict: bool = False) -> None:
+        self._buf = _byte_view(data)
+        self._pos = 0
+        self._strict = strict
+        self.truncated: TruncatedBatch | None = None
+
+    @property
+    def position(self) -> int:
+        """Bytes in complete batches so far: where the next (or the truncated) batch starts."""
+        return self._pos
+
+    def __iter__(self) -> BatchIterator:
+        return self
+
+    def __next__(self) -> RecordBatch:
+        buf = self._buf
+        pos = self._pos
+        available = len(buf) - pos
+        if available == 0:
+            raise StopIteration
+        if available < LOG_OVERHEAD:
+            self._stop(TruncatedBatch(pos, available, None))
+        length = _I32.unpack_from(buf, pos + 8)[0]
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"batch length {length} is below the minimum {_MIN_BATCH_LENGTH}", pos + 8)
+        size = length + LOG_OVERHEAD
+        if size > available:
+            self._stop(TruncatedBatch(pos, available, size))
+        self._pos = pos + size
+        return RecordBatch(buf[pos : pos + size], pos)
+
+    def _stop(self, tail: TruncatedBatch) -> None:
+        if self._strict:
+            needed = "its length field" if tail.needed is None else f"{tail.needed} bytes"
+            raise CorruptRecordError(f"truncated batch: {tail.available} bytes of {needed}", tail.position)
+        self.truncated = tail
+        raise StopIteration
+
+
+def iter_batches(data: bytes | bytearray | memoryview, *, strict: bool = False) -> BatchIterator:
+    """Walk the batches of a Fetch or Produce records field (or a log segment).
+
+    Batches are only framed here; call `validate()` on each to check CRC and records. By default
+    a partial last batch ends the walk and is reported in `.truncated` (Kafka brokers cut fetch
+    responses at the size limit); with `strict=True` it raises CorruptRecordError instead.
+    """
+    return BatchIterator(data, strict)
