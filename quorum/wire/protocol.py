@@ -25,10 +25,8 @@ from quorum.wire.framing import (
     skip_tagged_fields,
 )
 from quorum.wire.kraft_messages import KRAFT_APIS
+from quorum.wire.metadata_records import TOPIC_EPOCH_TAG
 from quorum.wire.schema import KAFKA_PYTHON_SCHEMAS, define_message
-
-TOPIC_EPOCH_TAG = 10232
-"""Tag number of the KIP-232 topic_epoch in MetadataResponse topics and in TopicRecord."""
 
 API_VERSIONS_KEY = 18
 
