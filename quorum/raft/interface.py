@@ -1,0 +1,232 @@
+"""The contract between the sans-IO Raft core and its drivers (the node shell, the simulator).
+
+Modelled on etcd-io/raft's Ready/Advance: the driver feeds events into `RaftCore` methods, each
+of which returns a list of actions. The driver carries the actions out *in order*: an action that
+persists state (PersistState, AppendBatches, Truncate) must be durable before any later Send in the
+same list leaves the node, which is how a vote or an acknowledgement never outruns the disk.
+
+Messages between nodes are the dataclasses below, not wire objects: the shell translates them to
+and from Kafka RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, with the KIP-595 fields) in
+`quorum/server`, and the simulator passes them as they are. The log is read through `RaftLog`;
+the core never writes it, it asks the driver to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# ---------------------------------------------------------------------------------------------
+# The log as the core sees it: read-only.
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndEpoch:
+    offset: int
+    epoch: int
+
+
+class RaftLog(Protocol):
+    """What the core may read. Offsets are Kafka offsets: `end_offset` is the next offset to write."""
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
+
+    @property
+    def flushed_offset(self) -> int:
+        """End offset of what is durable on disk: only this counts toward the high watermark."""
+        ...
+
+    def last_fetched_epoch(self) -> int:
+        """Epoch of the last batch in the log (or of the snapshot the log starts from); 0 when empty."""
+        ...
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """The largest epoch <= `epoch` in the log and the end offset of that epoch (KIP-595, OffsetForLeaderEpoch).
+
+        Returns (end_offset, last_epoch) when `epoch` is at or above the last epoch; (-1, -1) when
+        `epoch` is below every epoch in the log.
+        """
+        ...
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole record batches from `offset` (which is a batch boundary), at least one batch if any."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages between nodes.
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    cluster_id: str | None
+    candidate_epoch: int
+    candidate_id: int
+    last_epoch: int
+    last_offset: int  # the candidate's log end offset
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    error: int  # ErrorCode: NONE, INCONSISTENT_CLUSTER_ID, ...
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochRequest:
+    cluster_id: str | None
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochResponse:
+    error: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochRequest:
+    cluster_id: str | None
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochResponse:
+    error: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    cluster_id: str | None
+    replica_id: int  # voters and observers give their node id
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    max_bytes: int = 1 << 20
+    max_wait_ms: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    error: int
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes = b""
+    diverging_epoch: OffsetAndEpoch | None = None  # truncate to this end offset of this epoch
+    snapshot_id: OffsetAndEpoch | None = None  # reserved for KIP-630
+
+
+Message = (VoteRequest | VoteResponse | BeginQuorumEpochRequest | BeginQuorumEpochResponse
+           | EndQuorumEpochRequest | EndQuorumEpochResponse | FetchRequest | FetchResponse)
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions: what the driver must do, in order.
+
+
+@dataclass(frozen=True, slots=True)
+class PersistState:
+    """Write `quorum-state` durably (epoch, vote, leader) before anything after it."""
+
+    epoch: int
+    voted_id: int  # -1 for none
+    leader_id: int  # -1 for none
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatches:
+    """Append these record batches (already carrying their base offsets and epochs) and fsync them.
+
+    When the data is durable the driver calls `RaftCore.on_flushed(end_offset)`.
+    """
+
+    batches: bytes
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """Remove everything at and after `offset` (a divergence found by Fetch)."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    destination: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer the request identified by `request_id` (the driver's handle from `on_request`)."""
+
+    request_id: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class HighWatermarkAdvanced:
+    """Records below `high_watermark` are committed: the state machine may apply them."""
+
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterIdCommitted:
+    """The cluster id is known to be committed: write it to `meta.properties`."""
+
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fatal:
+    """A condition the spec names as fatal (INCONSISTENT_CLUSTER_ID from an elected leader): stop the node."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChanged:
+    """For observers of the core (metrics, the controller): who leads which epoch now."""
+
+    leader_id: int
+    epoch: int
+
+
+Action = (PersistState | AppendBatches | Truncate | Send | Reply | HighWatermarkAdvanced | ClusterIdCommitted
+          | Fatal | LeaderChanged)
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumConfig:
+    """Kafka's quorum.* settings, with Kafka's defaults (milliseconds)."""
+
+    node_id: int
+    voters: tuple[int, ...]
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    fetch_max_bytes: int = 1 << 20
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters

@@ -1,0 +1,170 @@
+"""Node configuration from a Kafka-style properties file, with Kafka's names and defaults.
+
+Only settings this project acts on are typed; every other key is kept in `extra` so that a
+properties file written for Apache Kafka loads unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quorum.raft.interface import QuorumConfig
+
+_VOTER = re.compile(r"^(?P<id>\d+)@(?P<host>[^:]+|\[[^\]]+\]):(?P<port>\d+)$")
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>[^:]*|\[[^\]]+\]):(?P<port>\d+)$")
+
+DEFAULTS = {
+    "quorum.election.timeout.ms": "1000",
+    "quorum.fetch.timeout.ms": "2000",
+    "quorum.election.backoff.max.ms": "1000",
+    "quorum.request.timeout.ms": "2000",
+    "controller.listener.names": "CONTROLLER",
+    "socket.request.max.bytes": str(100 * 1024 * 1024),
+}
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the key and what was expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: int
+    roles: frozenset[str]
+    voters: tuple[Voter, ...]
+    listeners: tuple[Endpoint, ...]
+    log_dirs: tuple[Path, ...]
+    controller_listener_names: tuple[str, ...]
+    election_timeout_ms: int
+    fetch_timeout_ms: int
+    election_backoff_max_ms: int
+    request_timeout_ms: int
+    max_frame_bytes: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        """Where the `__cluster_metadata-0` partition lives: the first log dir, as Kafka's default."""
+        return self.log_dirs[0] / "__cluster_metadata-0"
+
+    def controller_endpoint(self) -> Endpoint | None:
+        return next((e for e in self.listeners if e.name in self.controller_listener_names), None)
+
+    def client_endpoint(self) -> Endpoint | None:
+        return next((e for e in self.listeners if e.name not in self.controller_listener_names), None)
+
+    def quorum(self) -> QuorumConfig:
+        return QuorumConfig(
+            node_id=self.node_id, voters=tuple(v.node_id for v in self.voters),
+            election_timeout_ms=self.election_timeout_ms, fetch_timeout_ms=self.fetch_timeout_ms,
+            election_backoff_max_ms=self.election_backoff_max_ms, request_timeout_ms=self.request_timeout_ms)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties subset Kafka files use: `key=value` or `key: value`, `#`/`!` comments."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
+        if match is None:
+            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
+        props[match[1]] = match[2].strip()
+    return props
+
+
+def _int(props: dict[str, str], key: str) -> int:
+    value = props.get(key, DEFAULTS.get(key))
+    if value is None:
+        raise ConfigError(f"{key} is required")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer, got {value!r}") from None
+
+
+def parse_voters(text: str) -> tuple[Voter, ...]:
+    voters = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _VOTER.match(item)
+        if match is None:
+            raise ConfigError(f"controller.quorum.voters: expected id@host:port, got {item!r}")
+        voters.append(Voter(int(match["id"]), match["host"].strip("[]"), int(match["port"])))
+    return tuple(voters)
+
+
+def parse_listeners(text: str) -> tuple[Endpoint, ...]:
+    endpoints = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ConfigError(f"listeners: expected NAME://host:port, got {item!r}")
+        endpoints.append(Endpoint(match["name"], match["host"].strip("[]") or "0.0.0.0", int(match["port"])))
+    return tuple(endpoints)
+
+
+def node_config(props: dict[str, str]) -> NodeConfig:
+    """Validate the settings a node needs; unknown keys are kept, not refused."""
+    roles = frozenset(r.strip() for r in props.get("process.roles", "").split(",") if r.strip())
+    if not roles or not roles <= {"broker", "controller"}:
+        raise ConfigError(f"process.roles must be broker, controller or both, got {props.get('process.roles')!r}")
+    voters = parse_voters(props.get("controller.quorum.voters", ""))
+    if not voters:
+        raise ConfigError("controller.quorum.voters is required (id@host:port,...)")
+    listeners = parse_listeners(props.get("listeners", ""))
+    if not listeners:
+        raise ConfigError("listeners is required (NAME://host:port,...)")
+    log_dirs = tuple(Path(d.strip()) for d in props.get("log.dirs", props.get("log.dir", "")).split(",") if d.strip())
+    if not log_dirs:
+        raise ConfigError("log.dirs is required")
+    controller_names = tuple(n.strip() for n in props.get(
+        "controller.listener.names", DEFAULTS["controller.listener.names"]).split(",") if n.strip())
+    config = NodeConfig(
+        node_id=_int(props, "node.id"), roles=roles, voters=voters, listeners=listeners, log_dirs=log_dirs,
+        controller_listener_names=controller_names,
+        election_timeout_ms=_int(props, "quorum.election.timeout.ms"),
+        fetch_timeout_ms=_int(props, "quorum.fetch.timeout.ms"),
+        election_backoff_max_ms=_int(props, "quorum.election.backoff.max.ms"),
+        request_timeout_ms=_int(props, "quorum.request.timeout.ms"),
+        max_frame_bytes=_int(props, "socket.request.max.bytes"),
+        extra={k: v for k, v in props.items()},
+    )
+    if config.is_controller and config.node_id not in {v.node_id for v in voters}:
+        raise ConfigError(f"node.id {config.node_id} has the controller role but is not in controller.quorum.voters")
+    if config.is_controller and config.controller_endpoint() is None:
+        raise ConfigError(f"listeners has no listener named in controller.listener.names {controller_names}")
+    return config
+
+
+def load_config(path: str | Path, overrides: dict[str, str] | None = None) -> NodeConfig:
+    props = parse_properties(Path(path).read_text(encoding="utf-8"))
+    props.update(overrides or {})
+    return node_config(props)

@@ -1,0 +1,103 @@
+"""Outbound Kafka RPCs to one peer: one connection, requests pipelined, responses matched in order.
+
+Kafka brokers answer the requests of one connection in order, so a FIFO of pending futures is
+enough to pair responses with requests; the correlation id is still checked, and a mismatch is
+treated as a broken connection rather than trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from typing import Any
+
+from quorum.wire.errors import WireError
+from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader, check_frame_size
+from quorum.wire.protocol import Api, decode_response, encode_request
+
+log = logging.getLogger(__name__)
+
+
+class PeerUnavailable(ConnectionError):
+    """The peer could not be reached or did not answer within the request timeout."""
+
+
+class PeerClient:
+    def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.host = host
+        self.port = port
+        self._client_id = client_id
+        self._timeout = request_timeout_ms / 1000
+        self._max_frame_bytes = max_frame_bytes
+        self._correlation = itertools.count(1)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: deque[tuple[int, Api, int, asyncio.Future[Any]]] = deque()
+        self._connecting: asyncio.Lock = asyncio.Lock()
+
+    async def request(self, api: Api, version: int, body: Any) -> Any:
+        """Send one request and wait for its response body; PeerUnavailable on any failure or timeout."""
+        try:
+            return await asyncio.wait_for(self._request(api, version, body), self._timeout)
+        except (TimeoutError, OSError, WireError, asyncio.IncompleteReadError) as exc:
+            self._reset(f"{api.name} failed: {exc!r}")
+            raise PeerUnavailable(f"{self.host}:{self.port}: {api.name} v{version}: {exc!r}") from None
+
+    async def _request(self, api: Api, version: int, body: Any) -> Any:
+        writer = await self._connection()
+        correlation_id = next(self._correlation)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((correlation_id, api, version, future))
+        writer.write(encode_request(api, RequestHeader(api.key, version, correlation_id, self._client_id), body))
+        await writer.drain()
+        return await future
+
+    async def _connection(self) -> asyncio.StreamWriter:
+        async with self._connecting:
+            if self._writer is None or self._writer.is_closing():
+                reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._reader_task = asyncio.create_task(self._read_responses(reader))
+            return self._writer
+
+    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
+                payload = await reader.readexactly(size)
+                if not self._pending:
+                    raise WireError("response with no request outstanding")
+                expected, api, version, future = self._pending.popleft()
+                correlation_id, body = decode_response(api, version, payload)
+                if correlation_id != expected:
+                    raise WireError(f"correlation id {correlation_id} where {expected} was expected")
+                if not future.done():
+                    future.set_result(body)
+        except (asyncio.IncompleteReadError, OSError, WireError) as exc:
+            self._fail_pending(exc)
+        finally:
+            self._close_writer()
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        while self._pending:
+            _, api, _, future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(PeerUnavailable(f"{self.host}:{self.port}: {api.name}: {exc!r}"))
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _reset(self, reason: str) -> None:
+        log.debug("resetting connection to %s:%s: %s", self.host, self.port, reason)
+        self._fail_pending(ConnectionError(reason))
+        self._close_writer()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            self._reader_task = None
+
+    async def close(self) -> None:
+        self._reset("closing")
