@@ -39,7 +39,43 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--topic", type=_topic_spec, action="append", default=[],
                             help="NAME[:PARTITIONS] to serve; repeat for more topics")
     standalone.add_argument("--cluster-id", default=None, help="cluster id (default: a new random one)")
+
+    storage = commands.add_parser("storage", help="prepare a node's log directories")
+    storage_commands = storage.add_subparsers(dest="storage_command", required=True)
+    fmt = storage_commands.add_parser("format", help="format the log dirs of the node a config file describes")
+    fmt.add_argument("--config", "-c", required=True, help="the node's properties file")
+    fmt.add_argument("--cluster-id", "-t", default=None,
+                     help="cluster id; by default the first elected leader generates it (KIP-595)")
+    fmt.add_argument("--ignore-formatted", "-g", action="store_true", help="skip dirs already formatted")
+
+    start = commands.add_parser("start", help="run a node from its properties file until Ctrl-C or SIGTERM")
+    start.add_argument("config", help="the node's properties file (node.id, process.roles, ...)")
+    start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a setting of the file")
+
+    describe = commands.add_parser("describe", help="describe the metadata quorum (as kafka-metadata-quorum.sh)")
+    describe.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT",
+                          help="any controller of the quorum")
+    what = describe.add_mutually_exclusive_group(required=True)
+    what.add_argument("--status", action="store_true", help="leader, epoch, high watermark, voters, observers")
+    what.add_argument("--replication", action="store_true", help="one row per replica with its lag")
+
+    local = commands.add_parser("local-cluster", help="start controllers as real processes on 127.0.0.1")
+    local.add_argument("--controllers", type=int, default=3, help="number of controllers (default 3)")
+    local.add_argument("--brokers", type=int, default=0, help="number of brokers (only 0 until brokers land)")
+    local.add_argument("--dir", required=True, help="directory for the nodes' configs, logs and data")
+    local.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting for every node")
     return parser
+
+
+def _key_values(items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,6 +87,72 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         host, port = args.listen
         asyncio.run(serve_standalone(host, port, args.node_id, dict(args.topic), args.cluster_id))
+        return 0
+    if args.command == "storage":
+        return _storage(args)
+    if args.command == "start":
+        from quorum.server.config import load_config
+        from quorum.server.node import run_node
+
+        return run_node(load_config(args.config, _key_values(args.override)))
+    if args.command == "describe":
+        return _describe(args)
+    if args.command == "local-cluster":
+        return _local_cluster(args)
+    return 2
+
+
+def _storage(args: argparse.Namespace) -> int:
+    from quorum.server.config import load_config
+    from quorum.server.storage import StorageError, format_storage
+
+    try:
+        for line in format_storage(load_config(args.config), args.cluster_id, args.ignore_formatted):
+            print(line)
+    except StorageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    from quorum.admin import QuorumToolError, describe_quorum, format_replication, format_status
+    from quorum.server.peer_client import PeerUnavailable
+
+    try:
+        status = asyncio.run(describe_quorum(args.bootstrap_controller))
+    except (QuorumToolError, PeerUnavailable, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(format_status(status) if args.status else format_replication(status))
+    return 0
+
+
+def _local_cluster(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from quorum.launcher import LocalCluster
+
+    if args.brokers != 0:
+        print("error: --brokers 0 is the only value until the broker role lands", file=sys.stderr)
+        return 2
+    cluster = LocalCluster(args.dir, args.controllers, args.brokers, _key_values(args.set))
+    cluster.format_storage()
+    cluster.start()
+    for line in cluster.describe_lines():
+        print(line, flush=True)
+    print("press Ctrl-C to stop", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    reported: set[int] = set()
+    while not stop.wait(1.0):
+        for node_id in set(cluster.specs) - set(cluster.alive()) - reported:
+            reported.add(node_id)
+            print(f"node {node_id} exited (see {cluster.specs[node_id].log_path})", flush=True)
+    cluster.stop()
+    print("all nodes stopped", flush=True)
     return 0
 
 

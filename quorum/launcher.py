@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 LISTENING = re.compile(r"listening on (?P<host>[\d.]+):(?P<port>\d+)")
 
@@ -75,3 +76,151 @@ def _drain(process: subprocess.Popen[str], output: list[str]) -> None:
     assert process.stdout is not None
     for line in process.stdout:
         output.append(line)
+
+
+# ---------------------------------------------------------------------------------------------
+# A local cluster of controller (and later broker) processes: `quorum local-cluster`.
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class NodeSpec:
+    node_id: int
+    role: str  # "controller" or "broker"
+    port: int
+    directory: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "node.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class LocalCluster:
+    """Controllers (node ids 1..N) and brokers (ids 101..) as real `quorum start` processes on 127.0.0.1.
+
+    The directory keeps each node's configuration and data, so a cluster stopped with `stop()`
+    (or Ctrl-C on `quorum local-cluster`) starts again from its logs with the same ports.
+    """
+
+    def __init__(self, directory: str | Path, controllers: int, brokers: int = 0,
+                 settings: dict[str, str] | None = None) -> None:
+        if controllers < 1:
+            raise ValueError("a cluster needs at least one controller")
+        self.directory = Path(directory).resolve()
+        self.settings = dict(settings or {})
+        self.specs = self._load_or_plan(controllers, brokers)
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def _load_or_plan(self, controllers: int, brokers: int) -> dict[int, NodeSpec]:
+        specs: dict[int, NodeSpec] = {}
+        ids = [(n, "controller") for n in range(1, controllers + 1)]
+        ids += [(100 + n, "broker") for n in range(1, brokers + 1)]
+        for node_id, role in ids:
+            directory = self.directory / f"node-{node_id}"
+            port = _configured_port(directory / "server.properties") or free_port()
+            specs[node_id] = NodeSpec(node_id, role, port, directory)
+        return specs
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{s.node_id}@{s.address}" for s in self.specs.values() if s.role == "controller")
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(s.address for s in self.specs.values() if s.role == "controller")
+
+    def properties(self, spec: NodeSpec) -> dict[str, str]:
+        listener = "CONTROLLER" if spec.role == "controller" else "PLAINTEXT"
+        props = {
+            "node.id": str(spec.node_id),
+            "process.roles": spec.role,
+            "controller.quorum.voters": self.voters,
+            "listeners": f"{listener}://{spec.address}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(spec.directory / "data"),
+        }
+        props.update(self.settings)
+        return props
+
+    def write_configs(self) -> None:
+        for spec in self.specs.values():
+            spec.directory.mkdir(parents=True, exist_ok=True)
+            text = "".join(f"{k}={v}\n" for k, v in self.properties(spec).items())
+            spec.config_path.write_text(text, encoding="utf-8")
+
+    def format_storage(self, cluster_id: str | None = None) -> None:
+        """Format every node's log dirs once; a directory formatted before is left as it is."""
+        from quorum.server.config import node_config
+        from quorum.server.storage import format_storage
+
+        self.write_configs()
+        for spec in self.specs.values():
+            format_storage(node_config(self.properties(spec)), cluster_id, ignore_formatted=True)
+
+    def start(self) -> None:
+        self.write_configs()
+        for node_id in self.specs:
+            self.start_node(node_id)
+
+    def start_node(self, node_id: int) -> None:
+        spec = self.specs[node_id]
+        if node_id in self.processes and self.processes[node_id].poll() is None:
+            return
+        with open(spec.log_path, "ab") as out:
+            self.processes[node_id] = subprocess.Popen(
+                [sys.executable, "-m", "quorum.cli", "start", str(spec.config_path)],
+                stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        process = self.processes.get(node_id)
+        if process is not None and process.poll() is None:
+            process.send_signal(sig)
+            process.wait(30)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def alive(self) -> list[int]:
+        return [node_id for node_id, p in self.processes.items() if p.poll() is None]
+
+    def describe_lines(self) -> list[str]:
+        lines = [f"{s.role:<10} node {s.node_id:<4} {s.address}   config {s.config_path}   log {s.log_path}"
+                 for s in self.specs.values()]
+        lines.append(f"bootstrap controllers: {self.bootstrap_controllers}")
+        brokers = ",".join(s.address for s in self.specs.values() if s.role == "broker")
+        if brokers:
+            lines.append(f"bootstrap servers: {brokers}")
+        return lines
+
+
+def _configured_port(path: Path) -> int | None:
+    """The port a node was given before, so a restarted local cluster keeps its addresses."""
+    if not path.exists():
+        return None
+    match = re.search(r"^listeners=\w+://[^:]+:(\d+)", path.read_text(encoding="utf-8"), re.MULTILINE)
+    return int(match[1]) if match else None

@@ -1,0 +1,210 @@
+"""The node process: a Raft core driven by asyncio, a durable log, listeners and peer connections.
+
+This is the "shell" of the sans-IO design: it owns every clock, socket, thread and file, feeds
+the core events, and carries out the actions the core returns strictly in order, so that a
+state or log write is durable before any message the core emitted after it is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import signal
+import time
+
+from quorum.log.log import Log
+from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
+from quorum.raft import interface as raft
+from quorum.raft.core import RaftCore
+from quorum.server import raft_rpc
+from quorum.server.config import NodeConfig
+from quorum.server.dispatch import Dispatcher, Reply
+from quorum.server.listener import KafkaListener
+from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
+from quorum.server.storage import check_storage, record_cluster_id
+from quorum.wire.protocol import Request
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.01
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RaftNode:
+    """One KRaft node: a voter when it has the controller role, an observer otherwise."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        cluster_id = check_storage(config)
+        self.log = Log(config.metadata_log_dir)
+        self._state_path = config.metadata_log_dir / QUORUM_STATE_NAME
+        stored = read_quorum_state(self._state_path)
+        persisted = raft.PersistState(stored.leader_epoch, stored.voted_id, stored.leader_id) if stored else None
+        self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms())
+        self.peers = {
+            v.node_id: PeerClient(v.host, v.port, f"raft-node-{config.node_id}", config.request_timeout_ms,
+                                  config.max_frame_bytes)
+            for v in config.voters if v.node_id != config.node_id
+        }
+        self.dispatcher = Dispatcher()
+        self._request_ids = itertools.count(1)
+        self._replies: dict[int, asyncio.Future[raft.Message]] = {}
+        self._actions: asyncio.Queue[list[raft.Action]] = asyncio.Queue()
+        self._stopped = asyncio.Event()
+        self._fatal: str | None = None
+        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.listener = self._build_listener()
+        if config.is_controller:
+            for key in raft_rpc.RAFT_API_KEYS:
+                self.dispatcher.register(key, self._handle_raft_request)
+            register_quorum_admin(self)
+            register_metadata_writes(self)
+
+    def _build_listener(self) -> KafkaListener:
+        endpoint = self.config.controller_endpoint() if self.config.is_controller else self.config.client_endpoint()
+        if endpoint is None:
+            raise ValueError("no listener to serve on")
+        return KafkaListener(self.dispatcher, endpoint.host, endpoint.port, self.config.max_frame_bytes)
+
+    # -- driving the core ----------------------------------------------------------------------
+
+    def feed(self, actions: list[raft.Action]) -> None:
+        """Queue the actions of one core call; the executor runs them in order."""
+        if actions:
+            self._actions.put_nowait(actions)
+
+    async def _execute_forever(self) -> None:
+        while True:
+            for action in await self._actions.get():
+                await self._execute(action)
+
+    async def _execute(self, action: raft.Action) -> None:
+        if isinstance(action, raft.PersistState):
+            state = QuorumState(action.epoch, action.leader_id, action.voted_id,
+                                current_voters=tuple(v.node_id for v in self.config.voters))
+            await asyncio.to_thread(write_quorum_state, self._state_path, state)
+        elif isinstance(action, raft.AppendBatches):
+            await asyncio.to_thread(self._append_and_flush, action.batches)
+            self.feed(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+        elif isinstance(action, raft.Truncate):
+            await asyncio.to_thread(self.log.truncate_to, action.offset)
+        elif isinstance(action, raft.Send):
+            asyncio.create_task(self._send(action.destination, action.message))
+        elif isinstance(action, raft.Reply):
+            future = self._replies.pop(action.request_id, None)
+            if future is not None and not future.done():
+                future.set_result(action.message)
+        elif isinstance(action, raft.HighWatermarkAdvanced):
+            self._release_hw_waiters(action.high_watermark)
+        elif isinstance(action, raft.ClusterIdCommitted):
+            await asyncio.to_thread(record_cluster_id, self.config, action.cluster_id)
+            log.info("cluster id %s is committed; recorded in meta.properties", action.cluster_id)
+        elif isinstance(action, raft.LeaderChanged):
+            log.info("leader of epoch %d is node %d", action.epoch, action.leader_id)
+        elif isinstance(action, raft.Fatal):
+            log.critical("fatal: %s", action.reason)
+            self._fatal = action.reason
+            self._stopped.set()
+
+    def _append_and_flush(self, batches: bytes) -> None:
+        self.log.append(batches)
+        self.log.flush()
+
+    async def _send(self, destination: int, message: raft.Message) -> None:
+        peer = self.peers.get(destination)
+        if peer is None:
+            self.feed(self.core.on_send_failed(destination, message, wall_clock_ms()))
+            return
+        api, version = raft_rpc.request_api(message)
+        try:
+            body = await peer.request(api, version, raft_rpc.encode_request(message))
+        except PeerUnavailable as exc:
+            log.debug("%s to node %d failed: %s", api.name, destination, exc)
+            self.feed(self.core.on_send_failed(destination, message, wall_clock_ms()))
+            return
+        self.feed(self.core.on_response(destination, raft_rpc.decode_response(api.key, body, message), wall_clock_ms()))
+
+    async def _handle_raft_request(self, request: Request) -> Reply:
+        sender, message = raft_rpc.decode_request(request.api.key, request.body)
+        request_id = next(self._request_ids)
+        future: asyncio.Future[raft.Message] = asyncio.get_running_loop().create_future()
+        self._replies[request_id] = future
+        self.feed(self.core.on_request(request_id, sender, message, wall_clock_ms()))
+        answer = await future
+        return Reply(raft_rpc.encode_response(request.api.key, answer), request.version)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self.feed(self.core.tick(wall_clock_ms()))
+
+    # -- committing through the quorum (the write path controllers and tests use) --------------
+
+    async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
+        """Wait until every record below `offset` is committed."""
+        if self.core.high_watermark >= offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hw_waiters.append((offset, future))
+        await asyncio.wait_for(future, timeout_s)
+
+    def _release_hw_waiters(self, high_watermark: int) -> None:
+        waiting = []
+        for offset, future in self._hw_waiters:
+            if high_watermark >= offset:
+                if not future.done():
+                    future.set_result(None)
+            elif not future.done():
+                waiting.append((offset, future))
+        self._hw_waiters = waiting
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (exit 0) or a fatal condition (exit 1)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stopped.set)
+        await self.listener.start()
+        role = "controller" if self.config.is_controller else "broker (observer)"
+        print(f"node {self.config.node_id} ({role}) listening on {self.listener._host}:{self.listener.port}",
+              flush=True)
+        self.feed(self.core.start(wall_clock_ms()))
+        tasks = [asyncio.create_task(self._execute_forever()), asyncio.create_task(self._tick_forever())]
+        await self._stopped.wait()
+        if self._fatal is None and self.config.is_controller:
+            await self._resign_gracefully()
+        for task in tasks:
+            task.cancel()
+        await self.listener.close()
+        for peer in self.peers.values():
+            await peer.close()
+        await asyncio.to_thread(self.log.close)
+        print(f"node {self.config.node_id} stopped" + (f": {self._fatal}" if self._fatal else ""), flush=True)
+        return 1 if self._fatal else 0
+
+    async def _resign_gracefully(self) -> None:
+        """A leader told to stop hands over at once (EndQuorumEpoch) instead of letting followers time out."""
+        actions = self.core.resign(wall_clock_ms())
+        if not actions:
+            return
+        self.feed(actions)
+        deadline = time.monotonic() + 1.0
+        while not self._actions.empty() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+
+
+def run_node(config: NodeConfig) -> int:
+    async def main() -> int:
+        return await RaftNode(config).run()
+
+    return asyncio.run(main())
+
+

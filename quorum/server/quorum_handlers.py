@@ -1,0 +1,128 @@
+"""Requests a controller answers about the quorum itself: DescribeQuorum, DescribeCluster, and
+Produce to `__cluster_metadata`, the write path into the Raft log until the controller owns it.
+
+Produce to the metadata partition is this project's way for tests, benchmarks and tools to commit
+records through the quorum with an unchanged Kafka client: the response is sent once the batch
+is committed (below the high watermark), like acks=all; a node that does not lead answers
+NOT_LEADER_OR_FOLLOWER. Apache Kafka refuses such writes; nothing else here depends on them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from quorum.server.dispatch import Reply
+from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
+from quorum.wire.errors import ErrorCode, error_name
+from quorum.wire.protocol import APIS, Request
+from quorum.wire.records import CorruptRecordError, iter_batches
+
+if TYPE_CHECKING:
+    from quorum.server.node import RaftNode
+
+PRODUCE, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 0, 55, 60
+METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's fixed id of __cluster_metadata
+_NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def register_quorum_admin(node: RaftNode) -> None:
+    async def describe_quorum(request: Request) -> Reply:
+        return Reply(describe_quorum_response(node, request.version), request.version)
+
+    async def describe_cluster(request: Request) -> Reply:
+        schema = APIS[DESCRIBE_CLUSTER].response
+        brokers = [schema.DescribeClusterBroker(broker_id=v.node_id, host=v.host, port=v.port, rack=None)
+                   for v in node.config.voters]
+        body = schema(throttle_time_ms=0, error_code=0, error_message=None, cluster_id=node.core.cluster_id,
+                      controller_id=node.core.leader_id, brokers=brokers, endpoint_type=2)
+        return Reply(body, request.version)
+
+    node.dispatcher.register(DESCRIBE_QUORUM, describe_quorum)
+    node.dispatcher.register(DESCRIBE_CLUSTER, describe_cluster)
+
+
+def describe_quorum_response(node: RaftNode, version: int) -> Any:
+    schema = APIS[DESCRIBE_QUORUM].response
+    topic, partition_schema = schema.TopicData, schema.TopicData.PartitionData
+    replica = partition_schema.ReplicaState
+    nodes = [schema.Node(node_id=v.node_id, listeners=[schema.Node.Listener(name="CONTROLLER", host=v.host,
+                                                                          port=v.port)])
+             for v in node.config.voters]
+    core = node.core
+    if core.leader_id != node.config.node_id:
+        partition = partition_schema(partition_index=METADATA_PARTITION, error_code=_NOT_LEADER,
+                                     error_message=f"node {node.config.node_id} is not the leader",
+                                     leader_id=core.leader_id, leader_epoch=core.epoch, high_watermark=-1,
+                                     current_voters=[], observers=[])
+    else:
+        described = core.describe(_now_ms())
+
+        def state(r: Any) -> Any:
+            return replica(replica_id=r.node_id, replica_directory_id=None, log_end_offset=r.log_end_offset,
+                           last_fetch_timestamp=r.last_fetch_timestamp,
+                           last_caught_up_timestamp=r.last_caught_up_timestamp)
+
+        partition = partition_schema(partition_index=METADATA_PARTITION, error_code=0, error_message=None,
+                                     leader_id=described.leader_id, leader_epoch=described.epoch,
+                                     high_watermark=described.high_watermark,
+                                     current_voters=[state(r) for r in described.voters],
+                                     observers=[state(r) for r in described.observers])
+    return schema(error_code=0, error_message=None, nodes=nodes,
+                  topics=[topic(topic_name=METADATA_TOPIC, partitions=[partition])])
+
+
+def register_metadata_writes(node: RaftNode) -> None:
+    async def produce(request: Request) -> Reply | None:
+        body = request.body
+        responses = []
+        for topic in body.topic_data:
+            is_metadata = topic.name == METADATA_TOPIC or getattr(topic, "topic_id", None) == METADATA_TOPIC_ID
+            partitions = []
+            for part in topic.partition_data:
+                if is_metadata and part.index == METADATA_PARTITION:
+                    code, base_offset, message = await _commit(node, part.records, body.timeout_ms)
+                else:
+                    code, base_offset, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, "controllers serve only " \
+                        f"{METADATA_TOPIC}-{METADATA_PARTITION}"
+                partitions.append(_partition_response(request, part.index, code, base_offset, message))
+            responses.append(APIS[PRODUCE].response.TopicProduceResponse(
+                name=topic.name, topic_id=getattr(topic, "topic_id", None), partition_responses=partitions))
+        if body.acks == 0:
+            return None
+        return Reply(APIS[PRODUCE].response(responses=responses, throttle_time_ms=0), request.version)
+
+    node.dispatcher.register(PRODUCE, produce)
+
+
+async def _commit(node: RaftNode, records: bytes | None, timeout_ms: int) -> tuple[int, int, str | None]:
+    """Propose the values of `records` as one batch; wait until it is committed."""
+    try:
+        values = [r.value or b"" for batch in iter_batches(records or b"", strict=True) for r in batch]
+    except CorruptRecordError as exc:
+        return ErrorCode.CORRUPT_MESSAGE, -1, str(exc)
+    if not values:
+        return ErrorCode.INVALID_RECORD, -1, "no records"
+    base_offset, actions = node.core.propose(values, _now_ms())
+    if base_offset is None:
+        return _NOT_LEADER, -1, f"node {node.config.node_id} is not the leader (leader: {node.core.leader_id})"
+    node.feed(actions)
+    try:
+        await node.wait_for_high_watermark(base_offset + len(values), max(timeout_ms, 1) / 1000)
+    except TimeoutError:
+        return ErrorCode.REQUEST_TIMED_OUT, -1, f"not committed within {timeout_ms} ms ({error_name(7)})"
+    return ErrorCode.NONE, base_offset, None
+
+
+def _partition_response(request: Request, index: int, code: int, base_offset: int, message: str | None) -> Any:
+    schema = APIS[PRODUCE].response.TopicProduceResponse.PartitionProduceResponse
+    return schema(index=index, error_code=code, base_offset=base_offset, log_append_time_ms=-1, log_start_offset=0,
+                  record_errors=[], error_message=message)
+
+
+__all__ = ["describe_quorum_response", "register_metadata_writes", "register_quorum_admin"]
