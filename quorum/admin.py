@@ -6,13 +6,15 @@ the leader's id and the voters' endpoints (the Nodes field of v2), and the tool 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
-from quorum.server.peer_client import PeerClient
+from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
+from quorum.wire.records import Record, build_batch
 
 DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 55, 60
 DESCRIBE_QUORUM_VERSION, DESCRIBE_CLUSTER_VERSION = 2, 0
@@ -139,3 +141,54 @@ def format_replication(status: QuorumStatus) -> str:
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Committing records through the quorum (tests, benchmarks, tools)
+
+PRODUCE, PRODUCE_VERSION = 0, 9
+
+
+class QuorumWriter:
+    """Commits batches of values to `__cluster_metadata` through whichever controller leads.
+
+    Each call returns once the batch is committed (the leader answers only then); on
+    NOT_LEADER_OR_FOLLOWER or an unreachable node it tries the next controller.
+    """
+
+    def __init__(self, controllers: list[str], timeout_ms: int = 10_000) -> None:
+        self._clients = [PeerClient(h, int(p), "quorum-writer", timeout_ms)
+                         for h, _, p in (c.rpartition(":") for c in controllers)]
+        self._preferred = 0
+        self._timeout_ms = timeout_ms
+
+    async def commit(self, values: list[bytes], attempts: int = 40, backoff_s: float = 0.25) -> int:
+        """The base offset of the committed batch."""
+        api = APIS[PRODUCE]
+        now = int(time.time() * 1000)
+        records = build_batch([Record(offset=i, timestamp=now, value=v) for i, v in enumerate(values)])
+        data = api.request.TopicProduceData
+        body = api.request(transactional_id=None, acks=-1, timeout_ms=self._timeout_ms, topic_data=[data(
+            name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION,
+                                                                          records=records)])])
+        last_error = "no attempt"
+        for attempt in range(attempts):
+            client = self._clients[(self._preferred + attempt) % len(self._clients)]
+            try:
+                response = await client.request(api, PRODUCE_VERSION, body)
+            except PeerUnavailable as exc:
+                last_error = str(exc)
+                continue
+            partition = response.responses[0].partition_responses[0]
+            if partition.error_code == ErrorCode.NONE:
+                self._preferred = self._clients.index(client)
+                return partition.base_offset
+            last_error = f"{error_name(partition.error_code)}: {partition.error_message}"
+            tried_everyone = attempt % len(self._clients) == len(self._clients) - 1
+            if partition.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or tried_everyone:
+                await asyncio.sleep(backoff_s)
+        raise QuorumToolError(f"could not commit after {attempts} attempts: {last_error}")
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await client.close()
