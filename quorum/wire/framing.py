@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from quorum.wire.errors import FrameTooLargeError, MalformedRequestError
+from quorum.wire.varint import MAX_VARINT_BYTES, TruncatedVarintError, VarintTooLongError, decode_uvarint
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 
@@ -43,16 +44,14 @@ def frame(payload: bytes | bytearray | memoryview) -> bytes:
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint at `pos` and the position after it; at most 5 bytes, as Kafka's int32 ones."""
-    value = 0
-    for shift in range(0, 35, 7):
-        if pos >= len(buf):
-            raise MalformedRequestError(f"varint runs past the end of the frame at byte {pos}")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-    raise MalformedRequestError(f"varint longer than 5 bytes ending at byte {pos}")
+    try:
+        return decode_uvarint(buf, pos, MAX_VARINT_BYTES)
+    except TruncatedVarintError as exc:
+        raise MalformedRequestError(f"varint runs past the end of the frame at byte {exc.position}") from None
+    except VarintTooLongError as exc:
+        raise MalformedRequestError(
+            f"varint longer than {MAX_VARINT_BYTES} bytes ending at byte {exc.position}"
+        ) from None
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:

@@ -14,6 +14,8 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
+from quorum.wire.varint import encode_uvarint
+
 _INT32 = struct.Struct(">i")
 
 
@@ -21,13 +23,7 @@ def _array_length(count: int, flexible: bool) -> bytes:
     """Array length prefix: compact (unsigned varint of count+1) in flexible versions, else int32."""
     if not flexible:
         return _INT32.pack(count)
-    value = count + 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_uvarint(count + 1)
 
 
 def _fields_after_topics(version: int) -> int:

@@ -16,20 +16,30 @@ keyLength varint | key | valueLength varint | value | headerCount varint | heade
 zigzag-encoded. Parsing is strict: anything that does not decode exactly raises
 `CorruptRecordError` with the byte position, because a broker must refuse what it cannot
 store faithfully rather than guess.
+
+The varints themselves are `quorum.wire.varint`'s and the codecs `quorum.wire.compression`'s
+(`Compression` is importable from here too); this module is the batch and record layout.
 """
 
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-import lz4.frame
-import zstandard
 from crc32c import crc32c
-from kafka import codec as kafka_codec
+
+from quorum.wire.compression import Compression, CompressionError, compress, decompress
+from quorum.wire.varint import (
+    ZIGZAG_BYTE,
+    ZIGZAG_NULL,
+    ZIGZAG_TABLE,
+    TruncatedVarintError,
+    VarintTooLongError,
+    decode_zigzag,
+    encode_zigzag,
+)
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -70,8 +80,6 @@ _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
 
 _INT32_MAX = 2**31 - 1
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 _HEAD = struct.Struct(">qiibI")  # baseOffset .. crc: the part outside the CRC (plus magic)
 _TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the start of the CRC'd part
@@ -80,10 +88,6 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _I8 = struct.Struct(">b")
-
-#: Kafka's default gzip level (java.util.zip's DEFAULT_COMPRESSION, librdkafka's default too);
-#: kafka.codec would otherwise use 9, slower for a few percent of size.
-GZIP_LEVEL = 6
 
 
 class CorruptRecordError(ValueError):
@@ -99,16 +103,6 @@ class CorruptRecordError(ValueError):
         self.position = position
         where = "" if position is None else f" at byte {position}"
         super().__init__(f"{reason}{where}")
-
-
-class Compression(IntEnum):
-    """The codec in attribute bits 0-2."""
-
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
 
 
 class TimestampType(IntEnum):
@@ -130,163 +124,22 @@ class Record:
 
 
 # ---------------------------------------------------------------------------------------------
-# Varints
-
-
-def _encode_varint(value: int) -> bytes:
-    """Zigzag varint of any int64, computed; `_varint` looks small ones up instead."""
-    zigzag = (value << 1) ^ (value >> 63)
-    if 0 <= zigzag < 0x200000:  # up to three bytes: lengths of big values, millisecond deltas
-        if zigzag < 0x80:
-            return bytes((zigzag,))
-        if zigzag < 0x4000:
-            return bytes((zigzag & 0x7F | 0x80, zigzag >> 7))
-        return bytes((zigzag & 0x7F | 0x80, (zigzag >> 7) & 0x7F | 0x80, zigzag >> 14))
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"{value} does not fit a 64-bit varint")
-    out = bytearray()
-    while zigzag >= 0x80:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
-
-
-#: Encoded varints of 0..8191 (two bytes at most). Lengths and deltas of ordinary records land
-#: here, so the hot loop indexes a list instead of running the byte loop above.
-_VARINT_TABLE_SIZE = 8192
-_VARINTS: list[bytes] = [_encode_varint(n) for n in range(_VARINT_TABLE_SIZE)]
-_NULL_LENGTH = _encode_varint(-1)
-
-
-def _varint(value: int) -> bytes:
-    if 0 <= value < _VARINT_TABLE_SIZE:
-        return _VARINTS[value]
-    return _encode_varint(value)
-
-
-#: Zigzag decoding of one-byte varints, the common case when parsing.
-_ZIGZAG_BYTE: tuple[int, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
-
-
-class _VarintTooLong(Exception):
-    """A varint that never ends within its width; turned into CorruptRecordError by callers."""
-
-
-def _read_varint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """The multi-byte path; callers decode one-byte varints inline because most are."""
-    zigzag = 0
-    shift = 0
-    for _ in range(max_bytes):
-        byte = buf[pos]
-        pos += 1
-        zigzag |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (zigzag >> 1) ^ -(zigzag & 1), pos
-        shift += 7
-    raise _VarintTooLong
-
-
-# ---------------------------------------------------------------------------------------------
-# Compression
-
-
-def _lz4_decompress(data: memoryview) -> bytes:
-    """One LZ4 frame, as Kafka writes it; lz4.frame is used directly rather than kafka.codec's
-    lz4_decode because that silently ignores bytes after the frame, dropping data unnoticed."""
-    out, used = lz4.frame.decompress(data, return_bytes_read=True)
-    if used != len(data):
-        raise ValueError(f"{len(data) - used} bytes after the LZ4 frame")
-    return out
-
-
-_zstd_per_thread = threading.local()
-
-
-def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    """One per thread: a decompressor's context is not safe to share, and a new one costs ~10 us."""
-    try:
-        return _zstd_per_thread.decompressor
-    except AttributeError:
-        _zstd_per_thread.decompressor = zstandard.ZstdDecompressor()
-        return _zstd_per_thread.decompressor
-
-
-def _zstd_decompress(data: memoryview) -> bytes:
-    """All zstd frames in the body, refusing a truncated one.
-
-    kafka.codec's zstd_decode returns b"" for a truncated frame, and the one-shot
-    ZstdDecompressor.decompress cannot read the size-less frames Java's ZstdOutputStream writes;
-    a decompressobj per frame handles both.
-    """
-    decompressor = _zstd_decompressor()
-    parts = []
-    remaining: bytes | memoryview = data
-    while True:
-        frame = decompressor.decompressobj()
-        parts.append(frame.decompress(remaining))
-        if not frame.eof:
-            raise ValueError("zstd frame is truncated")
-        remaining = frame.unused_data
-        if not remaining:
-            return b"".join(parts)
-
-
-def _gzip_compress(data: memoryview) -> bytes:
-    return kafka_codec.gzip_encode(data, compresslevel=GZIP_LEVEL)
-
-
-def _gzip_decompress(data: memoryview) -> bytes:
-    return kafka_codec.gzip_decode(data)
-
-
-_XERIAL_HEADER = kafka_codec.snappy_encode(b"")
-
-
-def _snappy_decompress(data: memoryview) -> bytes:
-    """Xerial-framed (Java) or raw (librdkafka) snappy; kafka.codec detects which.
-
-    Its detection needs at least one block after the 16-byte xerial header, so a header-only
-    stream (nothing compressed) is answered here.
-    """
-    payload = bytes(data)
-    if payload == _XERIAL_HEADER:
-        return b""
-    return kafka_codec.snappy_decode(payload)
-
-
-_COMPRESSORS = {
-    Compression.GZIP: _gzip_compress,
-    Compression.SNAPPY: kafka_codec.snappy_encode,  # xerial framing, 32 KiB blocks, as Java writes
-    Compression.LZ4: kafka_codec.lz4_encode,  # LZ4 frame with independent blocks, as Kafka needs
-    Compression.ZSTD: kafka_codec.zstd_encode,
-}
-
-_DECOMPRESSORS = {
-    Compression.GZIP: _gzip_decompress,
-    Compression.SNAPPY: _snappy_decompress,
-    Compression.LZ4: _lz4_decompress,
-    Compression.ZSTD: _zstd_decompress,
-}
-
-
-# ---------------------------------------------------------------------------------------------
 # Building
 
 
 def _nullable(data: bytes | None) -> tuple[bytes, ...]:
     if data is None:
-        return (_NULL_LENGTH,)
-    return _varint(len(data)), data
+        return (ZIGZAG_NULL,)
+    return encode_zigzag(len(data)), data
 
 
 def _header_parts(headers: Sequence[tuple[str, bytes | None]]) -> list[bytes]:
-    parts = [_varint(len(headers))]
+    parts = [encode_zigzag(len(headers))]
     for name, value in headers:
         if not isinstance(name, str):
             raise TypeError(f"header key must be str, not {type(name).__name__}")
         encoded = name.encode("utf-8")
-        parts += (_varint(len(encoded)), encoded, *_nullable(value))
+        parts += (encode_zigzag(len(encoded)), encoded, *_nullable(value))
     return parts
 
 
@@ -297,15 +150,15 @@ def _record_parts(
 
     The value stays a separate part, so a big one is copied once, by the batch's final join.
     """
-    head = b"\x00" + _varint(timestamp_delta) + _varint(offset_delta)
-    head += _NULL_LENGTH if key is None else _varint(len(key)) + key
+    head = b"\x00" + encode_zigzag(timestamp_delta) + encode_zigzag(offset_delta)
+    head += ZIGZAG_NULL if key is None else encode_zigzag(len(key)) + key
     if value is None:
-        head += _NULL_LENGTH
+        head += ZIGZAG_NULL
         value = b""
     else:
-        head += _varint(len(value))
+        head += encode_zigzag(len(value))
     tail = b"".join(_header_parts(headers)) if headers else b"\x00"
-    return _varint(len(head) + len(value) + len(tail)), head, value, tail
+    return encode_zigzag(len(head) + len(value) + len(tail)), head, value, tail
 
 
 def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> tuple[bytes, int, int]:
@@ -318,7 +171,7 @@ def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp:
     bytearray by big values reallocates (and copies) it at every record. Offsets must strictly
     increase, as Kafka requires inside a batch.
     """
-    varints = _VARINTS
+    varints = ZIGZAG_TABLE
     join = b"".join
     parts: list[bytes] = []
     append = parts.append
@@ -403,7 +256,7 @@ def build_batch(
         if last_offset_delta > _INT32_MAX:
             raise ValueError(f"offset delta {last_offset_delta} does not fit in int32")
         if codec is not Compression.NONE:
-            body = _COMPRESSORS[codec](body)
+            body = compress(codec, body)
     else:
         base_timestamp = max_timestamp = -1
         last_offset_delta = 0
@@ -660,16 +513,13 @@ class RecordBatch:
     def _body(self) -> bytes:
         codec = self.compression
         data = self._buf[BATCH_HEADER_SIZE:]
-        if codec is Compression.NONE:
+        if codec is Compression.NONE or not data:  # no body at all is no records, whatever the codec
             return bytes(data)
-        if not data:
-            return b""
         try:
-            return _DECOMPRESSORS[codec](data)
-        except Exception as exc:  # codec libraries raise a zoo of types on bad input
+            return decompress(codec, data)
+        except CompressionError as exc:
             raise CorruptRecordError(
-                f"{codec.name.lower()} body does not decompress: {type(exc).__name__}: {exc}",
-                self._position + BATCH_HEADER_SIZE,
+                f"{codec.name.lower()} body does not decompress: {exc}", self._position + BATCH_HEADER_SIZE
             ) from None
 
     def _decode(self) -> list[Record]:
@@ -703,17 +553,17 @@ class RecordBatch:
 
 
 def _decode_headers(body: bytes, pos: int, end: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    count, pos = _read_varint(body, pos, 5)
+    count, pos = decode_zigzag(body, pos, 5)
     if count < 0 or count * 2 > end - pos:
         raise _BadRecord(f"header count {count} does not fit the record", pos)
     headers = []
     for _ in range(count):
-        name_length, pos = _read_varint(body, pos, 5)
+        name_length, pos = decode_zigzag(body, pos, 5)
         if name_length < 0:
             raise _BadRecord(f"header key length {name_length} is negative", pos)
         name = body[pos : pos + name_length].decode("utf-8")
         pos += name_length
-        value_length, pos = _read_varint(body, pos, 5)
+        value_length, pos = decode_zigzag(body, pos, 5)
         if value_length < 0:
             value = None
         else:
@@ -739,14 +589,15 @@ def _decode_records(
 
     The hot loop of every fetch and every produce validation, hence the repetition: one- and
     two-byte varints (lengths and deltas of ordinary records) are decoded inline, because a
-    function call per varint doubled the cost; longer ones and headers go through helpers.
+    function call per varint more than halved the records per second (and inlining only the
+    one-byte ones still cost 28-44%); longer ones and headers go through `decode_zigzag`.
     Running off the end shows up as IndexError and is reported with the record it happened in.
     A negative key or value length other than -1 reads as null, as Java's reader does.
     """
     records: list[Record] = []
     append = records.append
-    zigzag = _ZIGZAG_BYTE
-    read = _read_varint
+    zigzag = ZIGZAG_BYTE
+    read = decode_zigzag
     pos = 0
     record_start = 0
     try:
@@ -832,14 +683,14 @@ def _decode_records(
             if pos != end:
                 raise _BadRecord(f"record length {length} but its fields take {pos - end + length}", end)
             append(Record(base_offset + offset_delta, base_timestamp + timestamp_delta, key, value, headers))
-    except IndexError:
+    except (IndexError, TruncatedVarintError):
         index = len(records)
         if record_start >= len(body):
             reason = f"records count {count} but the body holds only {index} records"
         else:
             reason = f"record {index} runs past the end of the records body"
         raise _corrupt(reason, record_start, where, body_start) from None
-    except _VarintTooLong:
+    except VarintTooLongError:
         raise _corrupt(f"record {len(records)} has an over-long varint", record_start, where, body_start) from None
     except UnicodeDecodeError:
         raise _corrupt(

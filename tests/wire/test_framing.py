@@ -100,10 +100,12 @@ def test_flexible_header_tagged_fields_are_skipped():
 
 def test_uvarint_limits():
     assert read_uvarint(b"\xff\xff\xff\xff\x0f", 0) == (0xFFFFFFFF, 5)
-    with pytest.raises(MalformedRequestError):
+    with pytest.raises(MalformedRequestError, match="varint longer than 5 bytes ending at byte 5"):
         read_uvarint(b"\xff\xff\xff\xff\xff\x01", 0)
-    with pytest.raises(MalformedRequestError):
+    with pytest.raises(MalformedRequestError, match="varint runs past the end of the frame at byte 1"):
         read_uvarint(b"\x80", 0)
+    with pytest.raises(MalformedRequestError, match="varint runs past the end of the frame at byte 3"):
+        read_uvarint(memoryview(b"\x00\x80\x80"), 1)
 
 
 def test_every_listed_api_is_in_the_table():
