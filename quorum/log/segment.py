@@ -1,0 +1,304 @@
+"""One log segment: `<20-digit base offset>.log` of concatenated v2 batches, and its `.index`.
+
+The segment is the unit of file I/O: positioned reads and writes on one descriptor (so reads of
+written bytes never wait for an fsync of later ones), truncation at a byte position, the
+recovery scan that finds the last valid batch, and the header walk that turns an offset into a
+byte position. Which segments exist, and what the offsets and epochs mean across them, is the
+business of `quorum.log.log`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quorum.log.atomic import write_all
+from quorum.log.errors import CorruptLogError, InvalidOffsetError
+from quorum.log.index import INDEX_SUFFIX, IndexCorrupt, OffsetIndex
+from quorum.log.validation import batch_fault
+from quorum.wire.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, RecordBatch, iter_batches
+
+LOG_SUFFIX = ".log"
+#: Kafka's `log.segment.bytes` default.
+DEFAULT_SEGMENT_BYTES = 1 << 30
+_NAME = re.compile(r"^(\d{20})\.log$")
+#: Bytes read at a time by the recovery scan: large reads, few system calls.
+_SCAN_CHUNK = 1 << 20
+#: Bytes read at a time by the header walk, which usually starts at most one index interval away.
+_WALK_CHUNK = 16 << 10
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's name for a segment file: the base offset as 20 digits, then the suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_log_name(name: str) -> int | None:
+    """The base offset of a segment's `.log` file name, None for any other name."""
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+class IndexBuilder:
+    """Kafka's rule for when to index: before a batch, once more than `interval` bytes went by.
+
+    Shared by append and recovery, so that a rebuilt index equals the one appends made.
+    """
+
+    __slots__ = ("interval", "bytes_since_entry")
+
+    def __init__(self, interval: int, bytes_since_entry: int = 0) -> None:
+        self.interval = interval
+        self.bytes_since_entry = bytes_since_entry
+
+    def entry_for(self, last_offset: int, position: int, size: int) -> tuple[int, int] | None:
+        """The entry to add before the batch at `position`, if one is due; counts the batch."""
+        entry = None
+        if self.bytes_since_entry > self.interval:
+            entry = (last_offset, position)
+            self.bytes_since_entry = 0
+        self.bytes_since_entry += size
+        return entry
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What the recovery scan of one segment found.
+
+    `valid_size` is where the valid batches end, and `fault` why the scan stopped there (None
+    when the whole file is valid). `epoch_starts` lists (epoch, base offset) of each batch whose
+    epoch is above every one before it, which is what the leader-epoch cache records.
+    """
+
+    valid_size: int
+    next_offset: int
+    last_epoch: int
+    index_entries: list[tuple[int, int]] = field(default_factory=list)
+    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
+    fault: str | None = None
+
+
+class LogSegment:
+    """A `.log` file opened for positioned reads and appends, with its offset index."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        """Opens (creating if needed) the segment's `.log` file; call `attach_index` before use."""
+        self.base_offset = base_offset
+        self.path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.index_path = directory / file_name(base_offset, INDEX_SUFFIX)
+        self._index_interval = index_interval_bytes
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        #: Offset after the last batch; the log sets it once it has recovered the segment.
+        self.next_offset = base_offset
+        self.index: OffsetIndex | None = None
+        self._builder = IndexBuilder(index_interval_bytes)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
+
+    # -- index -------------------------------------------------------------------------------
+
+    def read_index(self) -> list[tuple[int, int]]:
+        """The `.index` file's entries (absolute last offsets, positions) if it passes the sanity
+        checks; raises IndexCorrupt or FileNotFoundError, after which the caller rebuilds it."""
+        entries = OffsetIndex.read(self.index_path, self.size)
+        return [(self.base_offset + relative, position) for relative, position in entries]
+
+    def attach_index(self, entries: list[tuple[int, int]]) -> None:
+        """Use these entries (absolute last offsets), rewriting the `.index` file if it differs."""
+        relative = [(offset - self.base_offset, position) for offset, position in entries]
+        if self.index is not None:
+            self.index.close()
+        self.index = OffsetIndex(self.index_path, self.base_offset, relative)
+        self._builder = IndexBuilder(self._index_interval, self.size - self.index.last_position)
+
+    def index_entries_by_walking(self) -> tuple[list[tuple[int, int]], int, int | None]:
+        """Rebuild the index from batch headers (no CRC checks): (entries, next offset, last epoch).
+
+        Raises CorruptLogError when the batches do not frame the file exactly.
+        """
+        builder = IndexBuilder(self._index_interval)
+        entries = []
+        next_offset = self.base_offset
+        last_epoch = None
+        for position, header in self.iter_headers(0):
+            entry = builder.entry_for(header.last_offset, position, header.size_in_bytes)
+            if entry is not None:
+                entries.append(entry)
+            next_offset = header.next_offset
+            last_epoch = header.partition_leader_epoch
+        return entries, next_offset, last_epoch
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def iter_headers(self, start: int) -> Iterator[tuple[int, RecordBatch]]:
+        """(position, batch) for each batch from byte `start` to the end of the segment.
+
+        Only header fields of the yielded batches may be used: a batch larger than the read
+        chunk comes as its header alone. Raises CorruptLogError where the framing breaks.
+        """
+        end = self.size
+        pos = start
+        while pos < end:
+            chunk = os.pread(self._fd, min(_WALK_CHUNK, end - pos), pos)
+            walker = iter_batches(chunk)
+            try:
+                for batch in walker:
+                    yield pos + batch.position, batch
+            except CorruptRecordError as exc:
+                where = None if exc.position is None else pos + exc.position
+                raise CorruptLogError(self.path, where, exc.reason) from None
+            if walker.truncated is None:
+                pos += walker.position
+                continue
+            at = pos + walker.position
+            header = os.pread(self._fd, BATCH_HEADER_SIZE, at)
+            if len(header) < BATCH_HEADER_SIZE:
+                raise CorruptLogError(self.path, at, f"batch header cut off: {len(header)} bytes before the end")
+            batch = RecordBatch(header, at)
+            size = batch.size_in_bytes
+            if size < BATCH_HEADER_SIZE or at + size > end:
+                raise CorruptLogError(self.path, at, f"batch of {size} bytes does not fit the segment's {end}")
+            yield at, batch
+            pos = at + size
+
+    def find(self, offset: int) -> tuple[int, RecordBatch]:
+        """Position and header of the batch holding `offset`; InvalidOffsetError if none does."""
+        assert self.index is not None
+        for position, header in self.iter_headers(self.index.lookup(offset)):
+            if header.last_offset >= offset:
+                if header.base_offset > offset:
+                    break
+                return position, header
+        raise InvalidOffsetError(f"offset {offset} is not in {self.path.name}")
+
+    def scan(self, previous_epoch: int) -> ScanResult:
+        """Check every batch (CRC, offsets following on from the base offset, epochs not
+        decreasing from `previous_epoch`) and stop at the first that fails."""
+        result = ScanResult(0, self.base_offset, previous_epoch)
+        builder = IndexBuilder(self._index_interval)
+        max_epoch = previous_epoch
+        size = self.size
+        pos = 0
+        chunk_size = _SCAN_CHUNK
+        while pos < size:
+            chunk = os.pread(self._fd, min(chunk_size, size - pos), pos)
+            chunk_size = _SCAN_CHUNK
+            walker = iter_batches(chunk)
+            try:
+                for batch in walker:
+                    position = pos + batch.position
+                    fault = batch_fault(batch, result.next_offset, result.last_epoch)
+                    if fault is not None:
+                        result.fault = fault
+                        return result
+                    entry = builder.entry_for(batch.last_offset, position, batch.size_in_bytes)
+                    if entry is not None:
+                        result.index_entries.append(entry)
+                    epoch = batch.partition_leader_epoch
+                    if epoch > max_epoch:
+                        result.epoch_starts.append((epoch, batch.base_offset))
+                        max_epoch = epoch
+                    result.last_epoch = epoch
+                    result.next_offset = batch.next_offset
+                    result.valid_size = position + batch.size_in_bytes
+            except CorruptRecordError as exc:
+                result.fault = exc.reason
+                return result
+            tail = walker.truncated
+            if tail is None:
+                pos += walker.position
+                continue
+            at = pos + tail.position
+            needed = tail.needed
+            if at + (needed or LOG_OVERHEAD) > size:
+                wanted = needed or f"at least {LOG_OVERHEAD}"
+                result.fault = f"batch cut off at the end of the file ({size - at} of {wanted} bytes)"
+                return result
+            pos = at
+            chunk_size = max(_SCAN_CHUNK, needed or 0)
+        return result
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, data: bytes | memoryview, batches: Sequence[RecordBatch]) -> None:
+        """Write already-validated batches (whose bytes are `data`) at the end, indexing them.
+
+        On a failed write the file is cut back, so a refused append leaves nothing behind.
+        """
+        assert self.index is not None
+        start = self.size
+        position = start
+        builder = IndexBuilder(self._index_interval, self._builder.bytes_since_entry)
+        entries = []
+        for batch in batches:
+            entry = builder.entry_for(batch.last_offset, position, batch.size_in_bytes)
+            if entry is not None:
+                entries.append(entry)
+            position += batch.size_in_bytes
+        try:
+            write_all(self._fd, data, start)
+            for offset, entry_position in entries:
+                self.index.append(offset, entry_position)
+        except BaseException:
+            os.ftruncate(self._fd, start)
+            self.index.truncate_to_position(start)
+            raise
+        self.size = position
+        self.next_offset = batches[-1].next_offset
+        self._builder = builder
+
+    def truncate_to(self, position: int, next_offset: int) -> None:
+        """Cut the file at `position` (a batch boundary), which ends at `next_offset`; fsynced,
+        so the cut data cannot come back after a crash."""
+        os.ftruncate(self._fd, position)
+        os.fsync(self._fd)
+        self.size = position
+        self.next_offset = next_offset
+        if self.index is not None:
+            self.index.truncate_to_position(position)
+            self._builder = IndexBuilder(self._index_interval, position - self.index.last_position)
+
+    def flush(self) -> None:
+        """fsync the data (not the index, which recovery rebuilds for the last segment)."""
+        os.fsync(self._fd)
+
+    def flush_all(self) -> None:
+        """Write out the index and fsync it and the data: at roll and at close."""
+        os.fsync(self._fd)
+        if self.index is not None:
+            self.index.flush()
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove both files (the caller fsyncs the directory)."""
+        self.close()
+        for path in (self.path, self.index_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+__all__ = [
+    "DEFAULT_SEGMENT_BYTES",
+    "LOG_SUFFIX",
+    "IndexBuilder",
+    "IndexCorrupt",
+    "LogSegment",
+    "ScanResult",
+    "file_name",
+    "parse_log_name",
+]
