@@ -13,6 +13,8 @@ import logging
 import random
 import signal
 import time
+from collections import deque
+from collections.abc import Callable
 
 from quorum.log.log import Log
 from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
@@ -55,7 +57,8 @@ class RaftNode:
         self.dispatcher = Dispatcher()
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
-        self._actions: asyncio.Queue[list[raft.Action]] = asyncio.Queue()
+        self._core_lock = asyncio.Lock()
+        self._sends: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
         self._fatal: str | None = None
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -74,28 +77,46 @@ class RaftNode:
 
     # -- driving the core ----------------------------------------------------------------------
 
-    def feed(self, actions: list[raft.Action]) -> None:
-        """Queue the actions of one core call; the executor runs them in order."""
-        if actions:
-            self._actions.put_nowait(actions)
+    async def drive(self, call: Callable[[], list[raft.Action]]) -> None:
+        """Feed the core one event and carry out every action it returns before the next event.
 
-    async def _execute_forever(self) -> None:
-        while True:
-            for action in await self._actions.get():
-                await self._execute(action)
+        The lock is the core's contract (quorum.raft.interface): the log it reads at the start of
+        a call reflects every append and truncation it asked for, and a state or log write is
+        durable before any later Send of the same list leaves the node.
+        """
+        async with self._core_lock:
+            pending = deque(call())
+            while pending:
+                follow_up = await self._execute(pending.popleft())
+                pending.extend(follow_up)
 
-    async def _execute(self, action: raft.Action) -> None:
+    async def propose(self, values: list[bytes]) -> int | None:
+        """Append `values` as one batch through the core (leader only); its base offset, or None."""
+        base_offset: int | None = None
+
+        def call() -> list[raft.Action]:
+            nonlocal base_offset
+            base_offset, actions = self.core.propose(values, wall_clock_ms())
+            return actions
+
+        await self.drive(call)
+        return base_offset
+
+    async def _execute(self, action: raft.Action) -> list[raft.Action]:
+        """Carry out one action; returns what the core says next (only on_flushed does)."""
         if isinstance(action, raft.PersistState):
             state = QuorumState(action.epoch, action.leader_id, action.voted_id,
                                 current_voters=tuple(v.node_id for v in self.config.voters))
             await asyncio.to_thread(write_quorum_state, self._state_path, state)
         elif isinstance(action, raft.AppendBatches):
             await asyncio.to_thread(self._append_and_flush, action.batches)
-            self.feed(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+            return self.core.on_flushed(self.log.flushed_offset, wall_clock_ms())
         elif isinstance(action, raft.Truncate):
             await asyncio.to_thread(self.log.truncate_to, action.offset)
         elif isinstance(action, raft.Send):
-            asyncio.create_task(self._send(action.destination, action.message))
+            task = asyncio.create_task(self._send(action.destination, action.message))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
         elif isinstance(action, raft.Reply):
             future = self._replies.pop(action.request_id, None)
             if future is not None and not future.done():
@@ -111,6 +132,7 @@ class RaftNode:
             log.critical("fatal: %s", action.reason)
             self._fatal = action.reason
             self._stopped.set()
+        return []
 
     def _append_and_flush(self, batches: bytes) -> None:
         self.log.append(batches)
@@ -119,30 +141,31 @@ class RaftNode:
     async def _send(self, destination: int, message: raft.Message) -> None:
         peer = self.peers.get(destination)
         if peer is None:
-            self.feed(self.core.on_send_failed(destination, message, wall_clock_ms()))
+            await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
             return
         api, version = raft_rpc.request_api(message)
         try:
             body = await peer.request(api, version, raft_rpc.encode_request(message))
         except PeerUnavailable as exc:
             log.debug("%s to node %d failed: %s", api.name, destination, exc)
-            self.feed(self.core.on_send_failed(destination, message, wall_clock_ms()))
+            await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
             return
-        self.feed(self.core.on_response(destination, raft_rpc.decode_response(api.key, body, message), wall_clock_ms()))
+        response = raft_rpc.decode_response(api.key, body, message)
+        await self.drive(lambda: self.core.on_response(destination, response, wall_clock_ms(), request=message))
 
     async def _handle_raft_request(self, request: Request) -> Reply:
         sender, message = raft_rpc.decode_request(request.api.key, request.body)
         request_id = next(self._request_ids)
         future: asyncio.Future[raft.Message] = asyncio.get_running_loop().create_future()
         self._replies[request_id] = future
-        self.feed(self.core.on_request(request_id, sender, message, wall_clock_ms()))
+        await self.drive(lambda: self.core.on_request(request_id, sender, message, wall_clock_ms()))
         answer = await future
         return Reply(raft_rpc.encode_response(request.api.key, answer), request.version)
 
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            self.feed(self.core.tick(wall_clock_ms()))
+            await self.drive(lambda: self.core.tick(wall_clock_ms()))
 
     # -- committing through the quorum (the write path controllers and tests use) --------------
 
@@ -175,8 +198,8 @@ class RaftNode:
         role = "controller" if self.config.is_controller else "broker (observer)"
         print(f"node {self.config.node_id} ({role}) listening on {self.listener._host}:{self.listener.port}",
               flush=True)
-        self.feed(self.core.start(wall_clock_ms()))
-        tasks = [asyncio.create_task(self._execute_forever()), asyncio.create_task(self._tick_forever())]
+        await self.drive(lambda: self.core.start(wall_clock_ms()))
+        tasks = [asyncio.create_task(self._tick_forever())]
         await self._stopped.wait()
         if self._fatal is None and self.config.is_controller:
             await self._resign_gracefully()
@@ -191,14 +214,9 @@ class RaftNode:
 
     async def _resign_gracefully(self) -> None:
         """A leader told to stop hands over at once (EndQuorumEpoch) instead of letting followers time out."""
-        actions = self.core.resign(wall_clock_ms())
-        if not actions:
-            return
-        self.feed(actions)
-        deadline = time.monotonic() + 1.0
-        while not self._actions.empty() and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        await self.drive(lambda: self.core.resign(wall_clock_ms()))
+        if self._sends:
+            await asyncio.wait(set(self._sends), timeout=1.0)
 
 
 def run_node(config: NodeConfig) -> int:

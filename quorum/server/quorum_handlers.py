@@ -64,12 +64,12 @@ def describe_quorum_response(node: RaftNode, version: int) -> Any:
         described = core.describe(_now_ms())
 
         def state(r: Any) -> Any:
-            return replica(replica_id=r.node_id, replica_directory_id=None, log_end_offset=r.log_end_offset,
+            return replica(replica_id=r.replica_id, replica_directory_id=None, log_end_offset=r.log_end_offset,
                            last_fetch_timestamp=r.last_fetch_timestamp,
                            last_caught_up_timestamp=r.last_caught_up_timestamp)
 
         partition = partition_schema(partition_index=METADATA_PARTITION, error_code=0, error_message=None,
-                                     leader_id=described.leader_id, leader_epoch=described.epoch,
+                                     leader_id=described.leader_id, leader_epoch=described.leader_epoch,
                                      high_watermark=described.high_watermark,
                                      current_voters=[state(r) for r in described.voters],
                                      observers=[state(r) for r in described.observers])
@@ -108,10 +108,9 @@ async def _commit(node: RaftNode, records: bytes | None, timeout_ms: int) -> tup
         return ErrorCode.CORRUPT_MESSAGE, -1, str(exc)
     if not values:
         return ErrorCode.INVALID_RECORD, -1, "no records"
-    base_offset, actions = node.core.propose(values, _now_ms())
+    base_offset = await node.propose(values)
     if base_offset is None:
         return _NOT_LEADER, -1, f"node {node.config.node_id} is not the leader (leader: {node.core.leader_id})"
-    node.feed(actions)
     try:
         await node.wait_for_high_watermark(base_offset + len(values), max(timeout_ms, 1) / 1000)
     except TimeoutError:
