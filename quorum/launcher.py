@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from quorum.properties import format_properties
+
 LISTENING = re.compile(r"listening on (?P<host>[\d.]+):(?P<port>\d+)")
 
 
@@ -161,7 +163,7 @@ class LocalCluster:
     def write_configs(self) -> None:
         for spec in self.specs.values():
             spec.directory.mkdir(parents=True, exist_ok=True)
-            text = "".join(f"{k}={v}\n" for k, v in self.properties(spec).items())
+            text = format_properties(self.properties(spec), f" node {spec.node_id} of a quorum local-cluster")
             spec.config_path.write_text(text, encoding="utf-8")
 
     def format_storage(self, cluster_id: str | None = None) -> None:

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quorum.properties import PropertiesError, parse_properties
 from quorum.raft.interface import QuorumConfig
 
 _VOTER = re.compile(r"^(?P<id>\d+)@(?P<host>[^:]+|\[[^\]]+\]):(?P<port>\d+)$")
@@ -87,20 +88,6 @@ class NodeConfig:
             election_backoff_max_ms=self.election_backoff_max_ms, request_timeout_ms=self.request_timeout_ms)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties subset Kafka files use: `key=value` or `key: value`, `#`/`!` comments."""
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
-        if match is None:
-            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
-        props[match[1]] = match[2].strip()
-    return props
-
-
 def _int(props: dict[str, str], key: str) -> int:
     value = props.get(key, DEFAULTS.get(key))
     if value is None:
@@ -165,6 +152,9 @@ def node_config(props: dict[str, str]) -> NodeConfig:
 
 
 def load_config(path: str | Path, overrides: dict[str, str] | None = None) -> NodeConfig:
-    props = parse_properties(Path(path).read_text(encoding="utf-8"))
+    try:
+        props = parse_properties(Path(path).read_text(encoding="utf-8"))
+    except PropertiesError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     props.update(overrides or {})
     return node_config(props)

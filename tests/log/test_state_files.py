@@ -22,7 +22,8 @@ from quorum.log import (
     write_meta_properties,
     write_quorum_state,
 )
-from quorum.log.meta_properties import format_properties, is_kafka_uuid, parse_properties
+from quorum.log.meta_properties import is_kafka_uuid
+from quorum.properties import format_properties, parse_properties
 
 # -- atomic_write ------------------------------------------------------------------------------
 
