@@ -9,6 +9,19 @@ Messages between nodes are the dataclasses below, not wire objects: the shell tr
 and from Kafka RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, with the KIP-595 fields) in
 `quorum/server`, and the simulator passes them as they are. The log is read through `RaftLog`;
 the core never writes it, it asks the driver to.
+
+The calls a driver makes (see `quorum.raft.core.RaftCore`): `start`, `tick`, `on_request`,
+`on_response`, `on_send_failed`, `on_flushed`, `propose`, `resign`. Three rules hold them together:
+
+- Before the driver feeds the core another event, it has applied every AppendBatches and Truncate
+  the core returned so far, so the log the core reads at the start of a call is the one it asked
+  for. (The rest of a list may still be pending: reporting `on_flushed` as soon as an append is
+  durable is fine. The core counts an append only once `on_flushed` says so, which lets a driver
+  flush in the background, as long as it flushes before a later Send of the same list leaves.)
+- `on_response` gets back the request object the response answers (the shell keeps it by
+  correlation id, the simulator carries it along). The core matches it by identity, which is how a
+  duplicated, reordered or late response to an abandoned request is told apart from a fresh one.
+- `next_deadline_ms()` says when `tick` has something to do; calling `tick` more often is harmless.
 """
 
 from __future__ import annotations
@@ -225,8 +238,37 @@ class QuorumConfig:
     election_backoff_max_ms: int = 1000
     request_timeout_ms: int = 2000
     fetch_max_bytes: int = 1 << 20
+    fetch_max_wait_ms: int = 500
+    """How long the leader may hold a Fetch that has nothing new to return (Kafka's KRaft uses 500)."""
+    retry_backoff_ms: int = 20
+    """controller.quorum.retry.backoff.ms: pause before retrying a failed request."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
+
+
+# ---------------------------------------------------------------------------------------------
+# What DescribeQuorum (KIP-595) reports.
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDescription:
+    """One replica as the leader sees it; -1 where the leader has not heard from it in this epoch."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int
+    last_caught_up_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumDescription:
+    """The answer to DescribeQuorum: only a leader fills in the replicas' progress."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaDescription, ...]
+    observers: tuple[ReplicaDescription, ...]

@@ -1,0 +1,949 @@
+"""The sans-IO KRaft core (KIP-595, with KIP-996 pre-vote): events in, actions out.
+
+`RaftCore` holds one replica's epoch state and reacts to what its driver feeds it: requests and
+responses from peers, time passing, writes becoming durable, proposals from the state machine.
+It never touches a socket, a clock or a file: it reads the log through `RaftLog` and asks for
+everything else with actions (see `interface.py` for the contract). The same object runs inside
+the asyncio node and inside the deterministic simulator, which is what lets the simulator vouch
+for the node.
+
+Replication is pull-based: followers and observers send Fetch(FetchOffset, LastFetchedEpoch); the
+leader either returns records or a DivergingEpoch, at which the follower truncates (never below
+its high watermark). The high watermark is the offset a majority of voters has durably reached,
+moved only once a record of the leader's own epoch is committed. A follower reports progress only
+for data it has flushed: it sends its next Fetch once its appends are durable, so a leader never
+counts a record toward the high watermark that a crash could still take away.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+from quorum.raft.control import build_leader_change_batch, find_cluster_id, generate_cluster_id, scan_batches
+from quorum.raft.divergence import diverging_epoch, truncation_offset
+from quorum.raft.interface import (
+    Action,
+    AppendBatches,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    ClusterIdCommitted,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Fatal,
+    FetchRequest,
+    FetchResponse,
+    HighWatermarkAdvanced,
+    LeaderChanged,
+    Message,
+    OffsetAndEpoch,
+    PersistState,
+    QuorumConfig,
+    QuorumDescription,
+    RaftLog,
+    ReplicaDescription,
+    Reply,
+    Send,
+    Truncate,
+    VoteRequest,
+    VoteResponse,
+)
+from quorum.raft.leader import LeaderState, ParkedFetch
+from quorum.raft.state import (
+    NO_NODE,
+    Campaign,
+    Candidate,
+    Election,
+    Fetching,
+    Follower,
+    Prospective,
+    Resigned,
+    Role,
+    Unattached,
+)
+from quorum.raft.timing import binary_exponential_backoff, randomized_election_timeout, strict_exponential_backoff
+from quorum.wire.errors import ErrorCode
+from quorum.wire.records import CorruptRecordError, Record, build_batch
+
+State = Unattached | Follower | Prospective | Candidate | LeaderState | Resigned
+
+_MAX_TRANSITIONS_PER_POLL = 16
+
+
+class RaftCore:
+    """One replica of the metadata quorum, voter or observer.
+
+    `persisted` is what `quorum-state` held at start (None for a new node); `cluster_id` is the
+    committed id from meta.properties (None if unknown). `rng` supplies every random choice.
+    """
+
+    def __init__(self, config: QuorumConfig, log: RaftLog, persisted: PersistState | None, cluster_id: str | None,
+                 rng: random.Random, now_ms: int) -> None:
+        self._config = config
+        self._log = log
+        self._rng = rng
+        self._id = config.node_id
+        self._voters = tuple(config.voters)
+        self._is_voter = config.is_voter
+        self._majority = len(self._voters) // 2 + 1
+        self._now = now_ms
+        self._actions: list[Action] = []
+        self._fatal: str | None = None
+        self._committed_cluster_id = cluster_id
+        # (offset, id) of the first LeaderChange in the log that carries a cluster id.
+        self._log_cluster_id = find_cluster_id(log.read, log.start_offset, log.end_offset)
+        self._high_watermark = log.start_offset
+        self._pending_append_end: int | None = None  # asked to append, not yet reported durable
+        self._log_stale = False  # actions of this call change the log: do not read it for a Fetch
+        self._resigned_leader: tuple[int, int] | None = None  # (epoch, leader) known to have stepped down
+        self._announced: tuple[int, int] | None = None
+        election = Election(persisted.epoch, persisted.voted_id, persisted.leader_id) if persisted else Election(0)
+        self._persisted = election
+        self._state: State = self._initial_state(election)
+
+    # -----------------------------------------------------------------------------------------
+    # What the driver and the state machine may read.
+
+    @property
+    def node_id(self) -> int:
+        return self._id
+
+    @property
+    def role(self) -> Role:
+        return self._state.role
+
+    @property
+    def epoch(self) -> int:
+        return self._state.epoch
+
+    @property
+    def leader_id(self) -> int:
+        """The leader this replica knows for its epoch, -1 if none (a resigned leader reports none)."""
+        state = self._state
+        if isinstance(state, LeaderState):
+            return self._id
+        if isinstance(state, Follower):
+            return state.leader_id
+        return NO_NODE
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster id known to be committed (what belongs in meta.properties), or None."""
+        return self._committed_cluster_id
+
+    @property
+    def is_voter(self) -> bool:
+        return self._is_voter
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the core stopped, once it has emitted Fatal; it ignores every event after that."""
+        return self._fatal
+
+    def describe(self, now_ms: int) -> QuorumDescription:
+        """What DescribeQuorum answers; only a leader knows the replicas' progress."""
+        state = self._state
+        if isinstance(state, LeaderState):
+            state.update_local(self._log.flushed_offset, max(self._now, now_ms))
+            voters = tuple(state.voters[v].describe() for v in self._voters)
+            observers = tuple(state.observers[o].describe() for o in sorted(state.observers))
+        else:
+            voters = tuple(ReplicaDescription(v, -1, -1, -1) for v in self._voters)
+            observers = ()
+        return QuorumDescription(self.leader_id, self.epoch, self._high_watermark, voters, observers)
+
+    def next_deadline_ms(self) -> int | None:
+        """When `tick` next has something to do (None: only an event can change anything)."""
+        if self._fatal:
+            return None
+        state = self._state
+        deadlines: list[int | None] = []
+        if isinstance(state, Unattached):
+            deadlines.append(state.election_deadline_ms)
+            if state.fetching is not None:
+                deadlines.append(self._fetch_deadline(state.fetching))
+        elif isinstance(state, Follower):
+            deadlines += [state.fetch_deadline_ms, self._fetch_deadline(state.fetching)]
+        elif isinstance(state, Prospective):
+            deadlines.append(state.deadline_ms if state.started else state.start_ms)
+        elif isinstance(state, Candidate):
+            deadlines.append(state.deadline_ms)
+        elif isinstance(state, LeaderState):
+            deadlines += [state.next_deadline_ms(), self._check_quorum_deadline(state),
+                          *(self._begin_quorum_due(state, v) for v in state.voters if v != self._id)]
+        elif isinstance(state, Resigned):
+            deadlines.append(state.election_deadline_ms)
+            if state.unacked and state.end_sent_ms is not None:
+                deadlines.append(state.end_sent_ms + self._config.request_timeout_ms)
+        return min((d for d in deadlines if d is not None), default=None)
+
+    # -----------------------------------------------------------------------------------------
+    # Events.
+
+    def start(self, now_ms: int) -> list[Action]:
+        """First call after construction: announces the state and starts fetching or campaigning."""
+        self._begin(now_ms)
+        log_id = self._log_cluster_id[1] if self._log_cluster_id else None
+        if self._committed_cluster_id is not None and log_id is not None and log_id != self._committed_cluster_id:
+            self._die(f"the log carries cluster id {log_id}, meta.properties says {self._committed_cluster_id}")
+            return self._take()
+        self._announce()
+        if isinstance(self._state, Resigned):
+            self._send_end_quorum(self._state)
+        if self._is_voter and self._voters == (self._id,) and not isinstance(self._state, LeaderState):
+            self._become_candidate(retries=1)
+        return self._finish()
+
+    def tick(self, now_ms: int) -> list[Action]:
+        """Time has passed: timeouts, retries, long-polled Fetches whose wait is over."""
+        self._begin(now_ms)
+        return self._finish()
+
+    def on_request(self, request_id: int, sender_id: int, message: Message, now_ms: int) -> list[Action]:
+        """A request from a peer; the answer is a Reply(request_id, ...), now or (Fetch) later."""
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        if isinstance(message, VoteRequest):
+            self._on_vote_request(request_id, message)
+        elif isinstance(message, BeginQuorumEpochRequest):
+            self._on_begin_quorum_epoch(request_id, message)
+        elif isinstance(message, EndQuorumEpochRequest):
+            self._on_end_quorum_epoch(request_id, message)
+        elif isinstance(message, FetchRequest):
+            self._on_fetch_request(request_id, sender_id, message)
+        else:
+            raise TypeError(f"not a Raft request: {type(message).__name__}")
+        return self._finish()
+
+    def on_response(self, sender_id: int, message: Message, now_ms: int,
+                    request: Message | None = None) -> list[Action]:
+        """A response from `sender_id` to `request` (the object this core sent).
+
+        Without `request` the core assumes the response answers the latest request of its kind
+        to that peer, which is right only when the transport never duplicates or reorders.
+        """
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        if isinstance(message, VoteResponse):
+            self._on_vote_response(sender_id, message, request)
+        elif isinstance(message, FetchResponse):
+            self._on_fetch_response(sender_id, message, request)
+        elif isinstance(message, BeginQuorumEpochResponse):
+            if not self._handle_common_response(message.leader_id, message.leader_epoch):
+                state = self._state
+                if isinstance(state, LeaderState) and message.leader_epoch == state.epoch and sender_id in state.voters:
+                    state.voters[sender_id].acknowledged = True
+        elif isinstance(message, EndQuorumEpochResponse):
+            state = self._state
+            if isinstance(state, Resigned):
+                state.unacked.discard(sender_id)
+            self._handle_common_response(message.leader_id, message.leader_epoch)
+        else:
+            raise TypeError(f"not a Raft response: {type(message).__name__}")
+        return self._finish()
+
+    def on_send_failed(self, destination: int, message: Message, now_ms: int) -> list[Action]:
+        """A request could not be delivered or timed out: retry the Fetch after a backoff.
+
+        Votes, BeginQuorumEpoch and EndQuorumEpoch are not retried here: their rounds and
+        periodic resends cover a lost one.
+        """
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        fetching = self._fetching()
+        if isinstance(message, FetchRequest) and fetching is not None and fetching.outstanding is message:
+            fetching.outstanding = None
+            fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
+            if isinstance(self._state, Unattached):
+                fetching.destination = NO_NODE  # an observer looking for the leader asks someone else
+        return self._finish()
+
+    def on_flushed(self, end_offset: int, now_ms: int) -> list[Action]:
+        """The log is durable up to `end_offset`: progress may be reported and counted now."""
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        flushed = self._log.flushed_offset
+        if self._pending_append_end is not None and flushed >= self._pending_append_end:
+            self._pending_append_end = None
+        state = self._state
+        if isinstance(state, LeaderState):
+            self._maybe_advance_leader_high_watermark(state)
+            end = self._log.end_offset
+            self._answer_parked(state, lambda parked: parked.request.fetch_offset < end)
+        elif isinstance(state, Follower):
+            self._update_follower_high_watermark(state)
+        return self._finish()
+
+    def propose(self, values: Sequence[bytes], now_ms: int) -> tuple[int | None, list[Action]]:
+        """Append `values` as one batch of this leader's epoch; returns its base offset.
+
+        None when this replica is not the leader: the caller must find the leader and ask it.
+        """
+        if not values:
+            raise ValueError("propose needs at least one value")
+        self._begin(now_ms)
+        state = self._state
+        if self._fatal or not isinstance(state, LeaderState):
+            return None, self._finish()
+        base = self._next_offset()
+        records = [Record(base + i, self._now, None, bytes(value), []) for i, value in enumerate(values)]
+        batch = build_batch(records, base_offset=base, partition_leader_epoch=state.epoch)
+        self._append(batch, base + len(records))
+        return base, self._finish()
+
+    def resign(self, now_ms: int) -> list[Action]:
+        """Step down gracefully: EndQuorumEpoch names the successors, most advanced log first."""
+        self._begin(now_ms)
+        state = self._state
+        if not self._fatal and isinstance(state, LeaderState):
+            self._resign(state)
+        return self._finish()
+
+    # -----------------------------------------------------------------------------------------
+    # Plumbing.
+
+    def _begin(self, now_ms: int) -> None:
+        # The driver has carried out the previous actions: the log is current again.
+        self._now = max(self._now, now_ms)
+        self._log_stale = False
+
+    def _finish(self) -> list[Action]:
+        self._poll()
+        return self._take()
+
+    def _take(self) -> list[Action]:
+        actions, self._actions = self._actions, []
+        return actions
+
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+
+    def _send(self, destination: int, message: Message) -> None:
+        self._emit(Send(destination, message))
+
+    def _reply(self, request_id: int, message: Message) -> None:
+        self._emit(Reply(request_id, message))
+
+    def _die(self, reason: str) -> None:
+        if self._fatal is None:
+            self._fatal = reason
+            self._emit(Fatal(reason))
+
+    def _append(self, batches: bytes, end_offset: int) -> None:
+        self._emit(AppendBatches(batches, end_offset))
+        self._pending_append_end = end_offset
+        self._log_stale = True
+
+    def _next_offset(self) -> int:
+        end = self._log.end_offset
+        return end if self._pending_append_end is None else max(end, self._pending_append_end)
+
+    def _fetching(self) -> Fetching | None:
+        state = self._state
+        if isinstance(state, Follower):
+            return state.fetching
+        if isinstance(state, Unattached):
+            return state.fetching
+        return None
+
+    def _known_cluster_id(self) -> str | None:
+        if self._committed_cluster_id is not None:
+            return self._committed_cluster_id
+        return self._log_cluster_id[1] if self._log_cluster_id else None
+
+    @staticmethod
+    def _cluster_ids_conflict(theirs: str | None, ours: str | None) -> bool:
+        """Only two known ids can conflict: a null one is a node that does not know it yet."""
+        return theirs is not None and ours is not None and theirs != ours
+
+    def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
+        """Raft's election restriction: the candidate's log ends at or after ours."""
+        return (last_epoch, last_offset) >= (self._log.last_fetched_epoch(), self._log.end_offset)
+
+    # -----------------------------------------------------------------------------------------
+    # Transitions.
+
+    def _initial_state(self, election: Election) -> State:
+        """Kafka's QuorumState.initialize: a leader comes back resigned, a follower following."""
+        if self._is_voter and election.leader_id == self._id:
+            others = {v for v in self._voters if v != self._id}
+            return Resigned(election.epoch, self._id, (), self._now + self._election_timeout(), others)
+        if election.leader_id not in (NO_NODE, self._id):
+            return Follower(election.epoch, election.leader_id, election.voted_id,
+                            self._now + self._config.fetch_timeout_ms)
+        return self._unattached(election.epoch, election.voted_id if self._is_voter else NO_NODE)
+
+    def _unattached(self, epoch: int, voted_id: int = NO_NODE, deadline_ms: int | None = None) -> Unattached:
+        if not self._is_voter:
+            return Unattached(epoch, fetching=Fetching())
+        if deadline_ms is None:
+            deadline_ms = self._now + self._election_timeout()
+        return Unattached(epoch, voted_id, deadline_ms)
+
+    def _election_timeout(self) -> int:
+        return randomized_election_timeout(self._config, self._rng)
+
+    def _transition(self, new: State) -> None:
+        old = self._state
+        if new.epoch < old.epoch:
+            raise AssertionError(f"epoch would go back from {old.epoch} to {new.epoch}")
+        self._state = new
+        election = new.election()
+        if election != self._persisted:
+            self._persisted = election
+            self._emit(PersistState(election.epoch, election.voted_id, election.leader_id))
+        if isinstance(old, LeaderState) and new is not old:
+            self._answer_parked(old, lambda parked: True)  # they learn of the new state, persisted first
+        self._announce()
+
+    def _announce(self) -> None:
+        current = (self.leader_id, self.epoch)
+        if current != self._announced:
+            self._announced = current
+            self._emit(LeaderChanged(*current))
+
+    def _become_follower(self, epoch: int, leader_id: int) -> None:
+        voted = self._state.election().voted_id if epoch == self.epoch else NO_NODE
+        self._transition(Follower(epoch, leader_id, voted, self._now + self._config.fetch_timeout_ms))
+
+    def _become_prospective(self, retries: int, delay_ms: int = 0) -> None:
+        election = self._state.election()
+        self._transition(Prospective(election.epoch, election.voted_id, election.leader_id, retries,
+                                     start_ms=self._now + delay_ms, deadline_ms=self._now + delay_ms))
+
+    def _become_candidate(self, retries: int) -> None:
+        candidate = Candidate(self.epoch + 1, self._id, retries, self._now + self._election_timeout())
+        self._transition(candidate)
+        candidate.campaign.granted.add(self._id)
+        if len(candidate.campaign.granted) >= self._majority:
+            self._become_leader(candidate)
+            return
+        self._send_votes(candidate.campaign, candidate.epoch, pre_vote=False)
+
+    def _become_leader(self, candidate: Candidate) -> None:
+        start = self._next_offset()
+        leader = LeaderState(self._id, candidate.epoch, self._voters, start, candidate.campaign.granted, self._now)
+        self._transition(leader)
+        cluster_id = self._known_cluster_id()
+        if cluster_id is None:
+            cluster_id = generate_cluster_id(self._rng)
+        if self._log_cluster_id is None:
+            self._log_cluster_id = (start, cluster_id)
+        for voter in self._voters:
+            if voter != self._id:
+                self._send_begin_quorum_epoch(leader, voter)
+        batch = build_leader_change_batch(start, leader.epoch, self._id, self._voters, leader.granting_voters,
+                                          cluster_id, self._now)
+        self._append(batch, start + 1)
+        leader.update_local(self._log.flushed_offset, self._now)
+
+    def _resign(self, leader: LeaderState) -> None:
+        others = {v for v in self._voters if v != self._id}
+        resigned = Resigned(leader.epoch, self._id, leader.preferred_successors(),
+                            self._now + self._election_timeout(), others)
+        self._transition(resigned)
+        self._send_end_quorum(resigned)
+
+    def _send_end_quorum(self, resigned: Resigned) -> None:
+        for voter in sorted(resigned.unacked):
+            self._send(voter, EndQuorumEpochRequest(self._committed_cluster_id, self._id, resigned.epoch,
+                                                    resigned.preferred_successors))
+        resigned.end_sent_ms = self._now
+
+    def _handle_common_response(self, leader_id: int, epoch: int) -> bool:
+        """Learn from any response's (leader, epoch); True when that changed the state.
+
+        A higher epoch always wins; in our own epoch, a leader we did not know about is followed
+        (a candidate that hears of one has lost). A leader known to have resigned is not.
+        """
+        state = self._state
+        known_resigned = (epoch, leader_id) == self._resigned_leader
+        if epoch > state.epoch:
+            if leader_id not in (NO_NODE, self._id) and not known_resigned:
+                self._become_follower(epoch, leader_id)
+            else:
+                self._transition(self._unattached(epoch))
+            return True
+        if (epoch == state.epoch and leader_id not in (NO_NODE, self._id) and self.leader_id == NO_NODE
+                and not isinstance(state, (LeaderState, Resigned)) and not known_resigned):
+            self._become_follower(epoch, leader_id)
+            return True
+        return False
+
+    # -----------------------------------------------------------------------------------------
+    # Time-driven work.
+
+    def _poll(self) -> None:
+        for _ in range(_MAX_TRANSITIONS_PER_POLL):
+            if self._fatal:
+                return
+            before = self._state
+            self._poll_state(before)
+            if self._state is before:
+                return
+
+    def _poll_state(self, state: State) -> None:
+        now = self._now
+        if isinstance(state, Unattached):
+            if state.election_deadline_ms is not None and now >= state.election_deadline_ms:
+                self._become_prospective(retries=1)
+            elif state.fetching is not None:
+                self._poll_fetching(state.fetching, NO_NODE)
+        elif isinstance(state, Follower):
+            if now >= state.fetch_deadline_ms:
+                if self._is_voter:
+                    self._become_prospective(retries=1)
+                else:
+                    self._transition(self._unattached(state.epoch))
+            else:
+                self._poll_fetching(state.fetching, state.leader_id)
+        elif isinstance(state, Prospective):
+            self._poll_prospective(state)
+        elif isinstance(state, Candidate):
+            if now >= state.deadline_ms:
+                self._become_prospective(state.retries + 1, self._backoff(state.retries))
+        elif isinstance(state, LeaderState):
+            self._poll_leader(state)
+        elif isinstance(state, Resigned):
+            if now >= state.election_deadline_ms:
+                self._become_prospective(retries=1)
+            elif (state.unacked and state.end_sent_ms is not None
+                  and now >= state.end_sent_ms + self._config.request_timeout_ms):
+                self._send_end_quorum(state)
+
+    def _backoff(self, retries: int) -> int:
+        return binary_exponential_backoff(self._config, self._rng, retries)
+
+    # -----------------------------------------------------------------------------------------
+    # Elections: pre-vote, vote.
+
+    def _poll_prospective(self, state: Prospective) -> None:
+        now = self._now
+        if not state.started:
+            if now < state.start_ms:
+                return
+            state.started = True
+            state.deadline_ms = now + self._election_timeout()
+            state.campaign.granted.add(self._id)
+            if len(state.campaign.granted) >= self._majority:
+                self._become_candidate(state.retries)
+                return
+            self._send_votes(state.campaign, state.epoch + 1, pre_vote=True)
+        elif now >= state.deadline_ms:
+            self._retry_prospective(state)
+
+    def _retry_prospective(self, state: Prospective) -> None:
+        self._transition(Prospective(state.epoch, state.voted_id, state.leader_id, state.retries + 1,
+                                     start_ms=self._now + self._backoff(state.retries),
+                                     deadline_ms=self._now))
+
+    def _send_votes(self, campaign: Campaign, candidate_epoch: int, pre_vote: bool) -> None:
+        request = VoteRequest(self._committed_cluster_id, candidate_epoch, self._id, self._log.last_fetched_epoch(),
+                              self._log.end_offset, pre_vote)
+        for voter in self._voters:
+            if voter != self._id:
+                campaign.sent[voter] = request
+                self._send(voter, request)
+
+    def _on_vote_request(self, request_id: int, request: VoteRequest) -> None:
+        def answer(granted: bool, error: int = ErrorCode.NONE) -> None:
+            self._reply(request_id, VoteResponse(int(error), self.leader_id, self.epoch, granted, request.pre_vote))
+
+        if self._cluster_ids_conflict(request.cluster_id, self._committed_cluster_id):
+            answer(False, ErrorCode.INCONSISTENT_CLUSTER_ID)  # a vote rejection, never fatal: we may be the odd one
+            return
+        candidate = request.candidate_id
+        if not self._is_voter or candidate not in self._voters or candidate == self._id:
+            answer(False)  # observers never vote, and only voters may lead
+            return
+        if request.candidate_epoch < self.epoch:
+            answer(False)
+            return
+        up_to_date = self._log_up_to_date(request.last_epoch, request.last_offset)
+        if request.pre_vote:
+            # No state change at all: a pre-vote must not bump anyone's epoch.
+            answer(up_to_date and self._grants_pre_vote())
+            return
+        if request.candidate_epoch > self.epoch:
+            self._transition(self._unattached(request.candidate_epoch))
+        state = self._state
+        voted = state.election().voted_id
+        if isinstance(state, LeaderState):
+            granted = False
+        elif voted == candidate:
+            granted = True  # a repeated request: same answer
+        elif voted != NO_NODE or self.leader_id != NO_NODE:
+            granted = False
+        elif isinstance(state, Unattached) or (isinstance(state, Prospective) and state.leader_id == NO_NODE):
+            granted = up_to_date
+        else:
+            granted = False
+        if granted and isinstance(state, (Unattached, Prospective)):
+            # Persisted before the reply leaves (PersistState comes first in the actions).
+            self._transition(self._unattached(state.epoch, candidate))
+        answer(granted)
+
+    def _grants_pre_vote(self) -> bool:
+        """KIP-996: refuse while a leader is known to be alive, so a rejoining node cannot unseat it."""
+        state = self._state
+        if isinstance(state, LeaderState):
+            return False
+        if isinstance(state, Follower):
+            return not state.has_fetched
+        return True
+
+    def _on_vote_response(self, sender_id: int, response: VoteResponse, request: Message | None) -> None:
+        if self._handle_common_response(response.leader_id, response.leader_epoch):
+            return
+        state = self._state
+        if isinstance(state, Prospective) and state.started:
+            campaign, expected_epoch, pre_vote = state.campaign, state.epoch + 1, True
+        elif isinstance(state, Candidate):
+            campaign, expected_epoch, pre_vote = state.campaign, state.epoch, False
+        else:
+            return
+        sent = campaign.sent.get(sender_id)
+        if sent is None or (request is not None and request is not sent):
+            return  # an answer to an earlier round
+        if sent.candidate_epoch != expected_epoch or sent.pre_vote != pre_vote:
+            return
+        if response.error == ErrorCode.NONE and response.vote_granted:
+            campaign.granted.add(sender_id)
+        else:
+            campaign.rejected.add(sender_id)  # INCONSISTENT_CLUSTER_ID included: a rejection, not fatal
+        if len(campaign.granted) >= self._majority:
+            if isinstance(state, Prospective):
+                self._become_candidate(state.retries)
+            else:
+                self._become_leader(state)
+        elif len(campaign.rejected) > len(self._voters) - self._majority:
+            if isinstance(state, Prospective):
+                self._retry_prospective(state)
+            else:
+                self._become_prospective(state.retries + 1, self._backoff(state.retries))
+
+    # -----------------------------------------------------------------------------------------
+    # BeginQuorumEpoch and EndQuorumEpoch.
+
+    def _begin_quorum_interval(self) -> int:
+        return max(self._config.fetch_timeout_ms // 2, 1)
+
+    def _send_begin_quorum_epoch(self, leader: LeaderState, voter: int) -> None:
+        leader.begin_quorum_sent_ms[voter] = self._now
+        self._send(voter, BeginQuorumEpochRequest(self._committed_cluster_id, self._id, leader.epoch))
+
+    def _on_begin_quorum_epoch(self, request_id: int, request: BeginQuorumEpochRequest) -> None:
+        def answer(error: int = ErrorCode.NONE) -> None:
+            self._reply(request_id, BeginQuorumEpochResponse(int(error), self.leader_id, self.epoch))
+
+        if self._cluster_ids_conflict(request.cluster_id, self._committed_cluster_id):
+            answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
+            self._die(f"BeginQuorumEpoch from elected leader {request.leader_id} (epoch {request.leader_epoch}) "
+                      f"carries cluster id {request.cluster_id}, ours is {self._committed_cluster_id}")
+            return
+        if request.leader_epoch < self.epoch:
+            answer(ErrorCode.FENCED_LEADER_EPOCH)
+            return
+        if request.leader_id == self._id or (request.leader_epoch, request.leader_id) == self._resigned_leader:
+            answer()
+            return
+        state = self._state
+        if request.leader_epoch == state.epoch:
+            if isinstance(state, (LeaderState, Resigned)) or self.leader_id not in (NO_NODE, request.leader_id):
+                answer(ErrorCode.INVALID_REQUEST)  # two leaders in one epoch: never follow the second
+                return
+            if isinstance(state, Follower):
+                answer()
+                return
+        self._become_follower(request.leader_epoch, request.leader_id)
+        answer()
+
+    def _on_end_quorum_epoch(self, request_id: int, request: EndQuorumEpochRequest) -> None:
+        def answer(error: int = ErrorCode.NONE) -> None:
+            self._reply(request_id, EndQuorumEpochResponse(int(error), self.leader_id, self.epoch))
+
+        if self._cluster_ids_conflict(request.cluster_id, self._committed_cluster_id):
+            answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
+            return
+        if request.leader_epoch < self.epoch:
+            answer(ErrorCode.FENCED_LEADER_EPOCH)
+            return
+        if request.leader_id == self._id:
+            answer()
+            return
+        state = self._state
+        same_epoch = request.leader_epoch == state.epoch
+        if same_epoch and (isinstance(state, (LeaderState, Resigned, Candidate))
+                           or self.leader_id not in (NO_NODE, request.leader_id)):
+            answer()  # not about a leader we follow
+            return
+        self._resigned_leader = (request.leader_epoch, request.leader_id)
+        voted = state.election().voted_id if same_epoch else NO_NODE
+        successors = request.preferred_successors
+        if not self._is_voter:
+            self._transition(self._unattached(request.leader_epoch))
+        elif self._id in successors and successors.index(self._id) == 0:
+            # The leader's first choice campaigns at once, skipping pre-vote: the leader is gone by
+            # its own word, so nobody has a live leader to protect.
+            self._transition(self._unattached(request.leader_epoch, voted, self._now))
+            answer()
+            self._become_candidate(retries=1)
+            return
+        elif self._id in successors:
+            delay = strict_exponential_backoff(self._config, successors.index(self._id), len(successors))
+            self._transition(self._unattached(request.leader_epoch, voted, self._now + delay))
+        else:
+            self._transition(self._unattached(request.leader_epoch, voted))
+        answer()
+
+    # -----------------------------------------------------------------------------------------
+    # The leader: Fetch, the high watermark, the zombie check.
+
+    def _poll_leader(self, state: LeaderState) -> None:
+        now = self._now
+        if not state.quorum_alive(now, self._config.fetch_timeout_ms):
+            # The zombie leader: nobody has fetched for a fetch timeout, perhaps they elected another.
+            self._resign(state)
+            return
+        if state.parked:
+            self._answer_parked(state, lambda parked: parked.deadline_ms <= now)
+        for voter in state.voters:
+            if voter != self._id and now >= self._begin_quorum_due(state, voter):
+                self._send_begin_quorum_epoch(state, voter)
+
+    def _begin_quorum_due(self, state: LeaderState, voter: int) -> int:
+        """When to repeat BeginQuorumEpoch to `voter`: every fetch timeout / 2 until it fetches,
+        and again once it has not fetched for a fetch timeout (it may be campaigning in vain)."""
+        due = state.begin_quorum_sent_ms.get(voter, self._now) + self._begin_quorum_interval()
+        progress = state.voters[voter]
+        if progress.acknowledged and progress.last_fetch_ms >= 0:
+            due = max(due, progress.last_fetch_ms + self._config.fetch_timeout_ms)
+        return due
+
+    def _check_quorum_deadline(self, state: LeaderState) -> int | None:
+        """The earliest time the zombie check could fail, given the fetches seen so far."""
+        if len(self._voters) == 1:
+            return None
+        timeout = self._config.fetch_timeout_ms
+        needed = state.majority - 1  # besides the leader
+        recent = sorted((p.last_fetch_ms for v, p in state.voters.items() if v != self._id), reverse=True)
+        limit = recent[needed - 1] + timeout + 1 if needed > 0 and recent[needed - 1] >= 0 else self._now
+        return max(limit, state.became_leader_ms + timeout)
+
+    def _on_fetch_request(self, request_id: int, sender_id: int, request: FetchRequest) -> None:
+        state = self._state
+        if not isinstance(state, LeaderState):
+            self._reply(request_id, self._fetch_error(self._epoch_error(request.current_leader_epoch)))
+            return
+        if self._cluster_ids_conflict(request.cluster_id, self._known_cluster_id()):
+            self._reply(request_id, self._fetch_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if request.current_leader_epoch != state.epoch:
+            self._reply(request_id, self._fetch_error(self._epoch_error(request.current_leader_epoch)))
+            return
+        progress = state.progress(request.replica_id)
+        diverging = diverging_epoch(self._log, request.fetch_offset, request.last_fetched_epoch)
+        if diverging is not None:
+            progress.last_fetch_ms = self._now
+            progress.acknowledged = True
+            self._reply(request_id, FetchResponse(ErrorCode.NONE, self._id, state.epoch, self._high_watermark,
+                                                  self._log.start_offset, diverging_epoch=diverging))
+            return
+        progress.record_fetch(request.fetch_offset, self._log.end_offset, self._now)
+        if request.replica_id in state.voters:
+            self._maybe_advance_leader_high_watermark(state)
+        parked = ParkedFetch(request_id, sender_id, request, self._now + max(request.max_wait_ms, 0))
+        if (request.max_wait_ms <= 0 or request.fetch_offset < self._log.end_offset
+                or self._high_watermark > progress.last_sent_high_watermark):
+            self._answer_fetch(state, parked)
+        else:
+            state.parked.append(parked)
+
+    def _epoch_error(self, request_epoch: int) -> ErrorCode:
+        if request_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if request_epoch > self.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def _fetch_error(self, error: int) -> FetchResponse:
+        return FetchResponse(int(error), self.leader_id, self.epoch, self._high_watermark, self._log.start_offset)
+
+    def _answer_fetch(self, state: LeaderState, parked: ParkedFetch) -> None:
+        request = parked.request
+        progress = state.progress(request.replica_id)
+        records = b""
+        if request.fetch_offset < self._log.end_offset:
+            records = self._log.read(request.fetch_offset, min(request.max_bytes, self._config.fetch_max_bytes))
+        progress.last_sent_high_watermark = self._high_watermark
+        self._reply(parked.request_id, FetchResponse(ErrorCode.NONE, self._id, state.epoch, self._high_watermark,
+                                                     self._log.start_offset, records))
+
+    def _answer_parked(self, state: LeaderState, which: Callable[[ParkedFetch], bool]) -> None:
+        """Answer the parked fetches `which` selects: with data if still leading, else with an error."""
+        keep = []
+        for parked in state.parked:
+            if not which(parked):
+                keep.append(parked)
+            elif self._state is state:
+                self._answer_fetch(state, parked)
+            else:
+                error = self._epoch_error(parked.request.current_leader_epoch)
+                self._reply(parked.request_id, self._fetch_error(error))
+        state.parked = keep
+
+    def _maybe_advance_leader_high_watermark(self, state: LeaderState) -> None:
+        state.update_local(self._log.flushed_offset, self._now)
+        new = state.next_high_watermark(self._high_watermark)
+        if new is not None:
+            self._advance_high_watermark(new)
+            if state.parked:
+                self._answer_parked(state, lambda parked: True)
+
+    def _advance_high_watermark(self, new: int) -> None:
+        if new <= self._high_watermark:
+            return
+        self._high_watermark = new
+        self._emit(HighWatermarkAdvanced(new))
+        found = self._log_cluster_id
+        if self._committed_cluster_id is None and found is not None and new > found[0]:
+            self._committed_cluster_id = found[1]
+            self._emit(ClusterIdCommitted(found[1]))
+
+    # -----------------------------------------------------------------------------------------
+    # Followers and observers: fetching, appending, truncating.
+
+    def _fetch_deadline(self, fetching: Fetching) -> int | None:
+        if fetching.outstanding is not None:
+            return fetching.sent_ms + self._config.request_timeout_ms
+        if self._pending_append_end is not None:
+            return None  # on_flushed comes first
+        return fetching.retry_at_ms
+
+    def _poll_fetching(self, fetching: Fetching, leader_id: int) -> None:
+        now = self._now
+        if fetching.outstanding is not None:
+            if now < fetching.sent_ms + self._config.request_timeout_ms:
+                return
+            fetching.outstanding = None  # timed out: whatever answers it later is ignored
+            if leader_id == NO_NODE:
+                fetching.destination = NO_NODE
+        if now < fetching.retry_at_ms or self._log_stale or self._pending_append_end is not None:
+            return
+        if self._log.flushed_offset < self._log.end_offset:
+            return  # progress is reported for durable data only; on_flushed will come
+        destination = leader_id
+        if destination == NO_NODE:
+            destination = fetching.destination
+            if destination == NO_NODE:
+                candidates = [v for v in self._voters if v != self._id]
+                if not candidates:
+                    return
+                destination = self._rng.choice(candidates)
+        request = FetchRequest(self._committed_cluster_id, self._id, self.epoch, self._log.end_offset,
+                               self._log.last_fetched_epoch(), self._config.fetch_max_bytes,
+                               self._config.fetch_max_wait_ms)
+        fetching.outstanding = request
+        fetching.destination = destination
+        fetching.sent_ms = now
+        self._send(destination, request)
+
+    def _on_fetch_response(self, sender_id: int, response: FetchResponse, request: Message | None) -> None:
+        fetching = self._fetching()
+        if fetching is None or fetching.outstanding is None:
+            return
+        if request is None:
+            if sender_id != fetching.destination:
+                return
+            request = fetching.outstanding
+        elif request is not fetching.outstanding:
+            return  # a duplicate, or the answer to a fetch we gave up on
+        assert isinstance(request, FetchRequest)
+        fetching.outstanding = None
+        if response.error == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            self._die(f"Fetch from {sender_id} (epoch {response.leader_epoch}) refused our cluster id "
+                      f"{self._committed_cluster_id}")
+            return
+        if self._handle_common_response(response.leader_id, response.leader_epoch):
+            return
+        state = self._state
+        if response.error != ErrorCode.NONE:
+            fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
+            if isinstance(state, Follower):
+                from_our_leader = sender_id == state.leader_id and response.leader_epoch == state.epoch
+                if from_our_leader and response.leader_id == NO_NODE:
+                    # Our leader says it no longer leads this epoch: it resigned or restarted.
+                    self._resigned_leader = (state.epoch, state.leader_id)
+                    self._transition(self._unattached(state.epoch, state.voted_id))
+            else:
+                fetching.destination = NO_NODE
+            return
+        if not isinstance(state, Follower) or sender_id != state.leader_id or response.leader_epoch != state.epoch:
+            return
+        state.has_fetched = True
+        state.fetch_deadline_ms = self._now + self._config.fetch_timeout_ms
+        if response.diverging_epoch is not None:
+            state.leader_high_watermark = None
+            self._truncate_to_divergence(response.diverging_epoch)
+            fetching.retry_at_ms = self._now
+            return
+        if response.high_watermark >= 0:
+            state.leader_high_watermark = max(response.high_watermark, state.leader_high_watermark or 0)
+        if response.records:
+            self._append_fetched(response.records, request.fetch_offset)
+        self._update_follower_high_watermark(state)
+
+    def _truncate_to_divergence(self, diverging: OffsetAndEpoch) -> None:
+        """Truncate where the leader says our log leaves its own (Kafka's truncateToEndOffset)."""
+        log = self._log
+        offset = truncation_offset(log, diverging)
+        if offset < self._high_watermark:
+            self._die(f"the leader asked to truncate to {offset}, below the high watermark {self._high_watermark}")
+            return
+        if offset >= log.end_offset:
+            return
+        self._emit(Truncate(offset))
+        self._log_stale = True
+        if self._log_cluster_id is not None and self._log_cluster_id[0] >= offset:
+            self._log_cluster_id = None
+
+    def _append_fetched(self, records: bytes, fetch_offset: int) -> None:
+        """Append the whole batches that continue our log exactly where the fetch started."""
+        if fetch_offset != self._log.end_offset:
+            return
+        expected = fetch_offset
+        size = 0
+        try:
+            for info in scan_batches(records):
+                if info.base_offset != expected or info.epoch > self.epoch:
+                    break
+                if info.leader_change is not None and info.leader_change.cluster_id is not None:
+                    self._learn_cluster_id(info.base_offset, info.leader_change.cluster_id)
+                    if self._fatal:
+                        return
+                expected = info.next_offset
+                size += info.size
+        except CorruptRecordError:
+            pass  # keep the good prefix; the rest is fetched again
+        if size:
+            self._append(bytes(records[:size]), expected)
+
+    def _learn_cluster_id(self, offset: int, cluster_id: str) -> None:
+        if self._cluster_ids_conflict(cluster_id, self._committed_cluster_id):
+            self._die(f"the leader's log carries cluster id {cluster_id}, ours is {self._committed_cluster_id}")
+            return
+        if self._log_cluster_id is None or offset < self._log_cluster_id[0]:
+            self._log_cluster_id = (offset, cluster_id)
+
+    def _update_follower_high_watermark(self, state: Follower) -> None:
+        """min(leader's high watermark, what we hold durably): never claim what a crash could lose."""
+        if state.leader_high_watermark is not None:
+            self._advance_high_watermark(min(state.leader_high_watermark, self._log.flushed_offset))

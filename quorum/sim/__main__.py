@@ -1,0 +1,134 @@
+"""Run the quorum simulator from the command line.
+
+    python -m quorum.sim --seeds 1000 --voters 3 --observers 1            # many seeds, a summary
+    python -m quorum.sim --seeds 200 --scenario all                       # every scenario
+    python -m quorum.sim --seed 42 --voters 3 --observers 1 --scenario chaos   # replay one, traced
+
+A failing seed prints its reason and the one-line command that replays it; the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from quorum.sim.cluster import RunStats, SimulationFailure, run_seed
+from quorum.sim.scenarios import SCENARIOS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m quorum.sim", description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--seeds", type=int, default=100, help="how many seeds to run (from --first)")
+    which.add_argument("--seed", type=int, help="replay this one seed with its event trace")
+    parser.add_argument("--first", type=int, default=0, help="first seed of a --seeds run")
+    parser.add_argument("--voters", type=int, default=3)
+    parser.add_argument("--observers", type=int, default=0)
+    parser.add_argument("--scenario", default="chaos", choices=[*SCENARIOS, "all"])
+    parser.add_argument("--duration-ms", type=int, default=None,
+                        help="simulated time with faults (default: the scenario's)")
+    parser.add_argument("--quiet", action="store_true", help="with --seed: no event trace, only the outcome")
+    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing seed")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    if args.seed is not None:
+        return _replay(args, scenarios)
+    return _many(args, scenarios)
+
+
+def _replay(args: argparse.Namespace, scenarios: list[str]) -> int:
+    status = 0
+    for scenario in scenarios:
+        trace = None if args.quiet else print
+        try:
+            stats = run_seed(args.seed, args.voters, args.observers, scenario, args.duration_ms, trace)
+        except SimulationFailure as failure:
+            print(f"FAILED {failure}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"ok: {scenario} seed {args.seed}: {_describe(stats)}")
+    return status
+
+
+def _many(args: argparse.Namespace, scenarios: list[str]) -> int:
+    rows = []
+    failures: list[SimulationFailure] = []
+    total = args.seeds * len(scenarios)
+    done = 0
+    started = time.perf_counter()
+    interactive = sys.stderr.isatty()  # a live progress line on a terminal, a line per 5% in a log
+    for scenario in scenarios:
+        results: list[RunStats] = []
+        scenario_failures = 0
+        scenario_started = time.perf_counter()
+        for seed in range(args.first, args.first + args.seeds):
+            try:
+                results.append(run_seed(seed, args.voters, args.observers, scenario, args.duration_ms))
+            except SimulationFailure as failure:
+                failures.append(failure)
+                scenario_failures += 1
+                print(f"\nFAILED {failure}", file=sys.stderr)
+                if args.fail_fast:
+                    break
+            done += 1
+            if interactive or done % max(total // 20, 1) == 0 or done == total:
+                elapsed = time.perf_counter() - started
+                line = f"[{done}/{total}] {scenario:<16} {done / elapsed:6.1f} seeds/s  failures: {len(failures)}"
+                print(f"\r{line}" if interactive else line, end="" if interactive else "\n", file=sys.stderr,
+                      flush=True)
+        rows.append(_row(scenario, results, scenario_failures, time.perf_counter() - scenario_started))
+        if failures and args.fail_fast:
+            break
+    if interactive:
+        print(file=sys.stderr)
+    _table(rows, args)
+    if failures:
+        print(f"\n{len(failures)} failing seed(s); replay with:")
+        for failure in failures:
+            print(f"  {failure.command}")
+        return 1
+    return 0
+
+
+def _row(scenario: str, results: list[RunStats], failed: int, seconds: float) -> list[str]:
+    runs = len(results) + failed
+
+    def mean(values: list[int]) -> str:
+        return f"{statistics.fmean(values):.1f}" if values else "-"
+
+    return [
+        scenario, str(runs), str(failed), f"{runs / seconds:.1f}" if seconds else "-",
+        mean([r.elections for r in results]), str(max((r.elections for r in results), default=0)),
+        str(max((r.max_epoch for r in results), default=0)),
+        mean([r.committed_offset for r in results]), str(min((r.committed_offset for r in results), default=0)),
+        mean([r.faults for r in results]),
+        mean([r.recovery_ms for r in results]), str(max((r.recovery_ms for r in results), default=0)),
+        mean([r.events for r in results]),
+    ]
+
+
+def _table(rows: list[list[str]], args: argparse.Namespace) -> None:
+    header = ["scenario", "seeds", "failed", "seeds/s", "elections", "max", "max epoch", "committed",
+              "min", "faults", "recovery ms", "max", "events"]
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+    print(f"{args.voters} voter(s), {args.observers} observer(s), seeds {args.first}..{args.first + args.seeds - 1}")
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
+    for row in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+
+
+def _describe(stats: RunStats) -> str:
+    return (f"{stats.elections} election(s), max epoch {stats.max_epoch}, committed offset {stats.committed_offset}, "
+            f"{stats.proposals} proposals, {stats.faults} faults, {stats.events} events, "
+            f"recovered in {stats.recovery_ms} ms")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

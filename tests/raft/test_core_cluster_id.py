@@ -1,0 +1,176 @@
+"""Cluster id bootstrapping as KIP-595's last revision has it.
+
+The first leader generates the id and writes it in its LeaderChangeMessage; later leaders repeat
+it; a node caches it once committed and only then sends it. A mismatch is a vote rejection on
+Vote, and fatal on Fetch or on BeginQuorumEpoch from an elected leader.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import uuid
+
+from quorum.raft.control import generate_cluster_id, scan_batches
+from quorum.raft.interface import (
+    AppendBatches,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    ClusterIdCommitted,
+    Fatal,
+    FetchRequest,
+    FetchResponse,
+    PersistState,
+    VoteRequest,
+    VoteResponse,
+)
+from quorum.raft.state import Role
+from quorum.wire.errors import ErrorCode
+from tests.raft.harness import Node, elect, grant, log_with, of_type, replied, sent
+
+ID = "MkU3OEVBNTcwNTJENDM2Qk"
+OTHER = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def leader_change_cluster_id(actions: list) -> str | None:
+    (append,) = of_type(actions, AppendBatches)
+    (info,) = scan_batches(append.batches)
+    assert info.leader_change is not None
+    return info.leader_change.cluster_id
+
+
+def test_cluster_ids_look_like_kafkas_and_come_from_the_injected_generator() -> None:
+    cluster_id = generate_cluster_id(random.Random(1))
+    assert len(cluster_id) == 22 and not cluster_id.startswith("-")
+    raw = base64.urlsafe_b64decode(cluster_id + "==")
+    assert uuid.UUID(bytes=raw).version == 4
+    assert generate_cluster_id(random.Random(1)) == cluster_id != generate_cluster_id(random.Random(2))
+
+
+def test_the_first_leader_generates_the_id_and_sends_it_only_once_committed() -> None:
+    node = Node(1, log=log_with([]))
+    node.start()
+    actions = elect(node)
+    generated = leader_change_cluster_id(actions)
+    assert generated is not None and len(generated) == 22
+    assert node.core.cluster_id is None
+    assert all(s.message.cluster_id is None for s in sent(actions, BeginQuorumEpochRequest))
+    node.flush()
+    actions = node.request(2, FetchRequest(None, 2, 1, 1, 1, max_wait_ms=0))  # a majority has the LeaderChange
+    assert ClusterIdCommitted(generated) in actions
+    assert node.core.cluster_id == generated
+    node.apply(node.core.resign(node.now))
+    node.tick(node.now + 5000)
+    assert all(s.message.cluster_id == generated for s in sent(node.run_until_campaign(), VoteRequest))
+
+
+def test_a_later_leader_repeats_the_id_found_in_its_log() -> None:
+    first = Node(1, log=log_with([]))
+    first.start()
+    generated = leader_change_cluster_id(elect(first))
+    # Node 2 restarts with that log (no meta.properties yet) and is elected in epoch 2.
+    second = Node(2, log=first.log, persisted=PersistState(1, -1, 1))
+    second.start()
+    actions = elect(second)
+    assert leader_change_cluster_id(actions) == generated
+
+
+def test_a_follower_commits_the_id_once_its_high_watermark_passes_the_leader_change() -> None:
+    leader = Node(1, log=log_with([]))
+    leader.start()
+    elect(leader)
+    leader.flush()
+    follower = Node(2)
+    follower.start()
+    (fetch,) = sent(follower.request(1, BeginQuorumEpochRequest(None, 1, 1)), FetchRequest)
+    (response,) = replied(leader.request(2, fetch.message), FetchResponse)
+    follower.response(1, response, fetch.message)
+    assert follower.core.cluster_id is None
+    (fetch,) = sent(follower.flush(), FetchRequest)
+    (response,) = replied(leader.request(2, fetch.message), FetchResponse)
+    assert response.high_watermark == 1
+    actions = follower.response(1, response, fetch.message)
+    assert ClusterIdCommitted(leader.core.cluster_id) in actions
+
+
+def test_a_vote_with_another_cluster_id_is_a_rejection_not_a_death() -> None:
+    node = Node(2, cluster_id=ID)
+    node.start()
+    (response,) = replied(node.request(3, VoteRequest(OTHER, 1, 3, 0, 0)))
+    assert response.error == ErrorCode.INCONSISTENT_CLUSTER_ID and not response.vote_granted
+    assert node.core.fatal is None
+    # An unknown (null) id is not checked.
+    (response,) = replied(node.request(3, VoteRequest(None, 1, 3, 0, 0)))
+    assert response.error == ErrorCode.NONE and response.vote_granted
+
+
+def test_a_candidate_counts_inconsistent_cluster_id_as_a_rejection() -> None:
+    node = Node(1, cluster_id=ID)
+    node.start()
+    actions = grant(node, node.run_until_campaign())
+    assert node.core.role is Role.CANDIDATE
+    for send in sent(actions, VoteRequest):
+        assert send.message.cluster_id == ID
+        out = node.response(send.destination, VoteResponse(ErrorCode.INCONSISTENT_CLUSTER_ID, -1, 1, False),
+                            send.message)
+        assert of_type(out, Fatal) == []
+    assert node.core.role is Role.PROSPECTIVE and node.core.fatal is None
+
+
+def test_begin_quorum_epoch_from_a_leader_with_another_cluster_id_is_fatal() -> None:
+    node = Node(2, cluster_id=ID)
+    node.start()
+    actions = node.request(1, BeginQuorumEpochRequest(OTHER, 1, 1))
+    (response,) = replied(actions, BeginQuorumEpochResponse)
+    assert response.error == ErrorCode.INCONSISTENT_CLUSTER_ID
+    assert of_type(actions, Fatal) and node.core.fatal is not None
+    assert node.core.tick(node.now + 10_000) == []  # a stopped core does nothing more
+
+
+def test_the_leader_refuses_a_fetch_with_another_cluster_id_and_the_fetcher_dies() -> None:
+    leader = Node(1, log=log_with([]))
+    leader.start()
+    elect(leader)
+    (response,) = replied(leader.request(9, FetchRequest(OTHER, 9, 1, 0, 0)))
+    assert response.error == ErrorCode.INCONSISTENT_CLUSTER_ID
+    assert leader.core.role is Role.LEADER and leader.core.fatal is None
+
+    fetcher = Node(9, cluster_id=OTHER)
+    (fetch,) = sent(fetcher.start(), FetchRequest)
+    assert fetch.message.cluster_id == OTHER
+    actions = fetcher.response(fetch.destination, response, fetch.message)
+    assert of_type(actions, Fatal)
+
+
+def test_a_fetch_with_the_right_or_no_cluster_id_is_served() -> None:
+    leader = Node(1, log=log_with([]), cluster_id=None)
+    leader.start()
+    generated = leader_change_cluster_id(elect(leader))
+    leader.flush()
+    for cluster_id in (None, generated):
+        (response,) = replied(leader.request(2, FetchRequest(cluster_id, 2, 1, 0, 0, max_wait_ms=0)))
+        assert response.error == ErrorCode.NONE
+
+
+def test_a_restarted_node_finds_the_id_in_its_log_and_commits_it() -> None:
+    leader = Node(1, log=log_with([]))
+    leader.start()
+    generated = leader_change_cluster_id(elect(leader))
+    leader.flush()
+    restarted = Node(1, log=leader.log, persisted=leader.persisted)  # crashed before the commit
+    restarted.start()
+    assert restarted.core.cluster_id is None
+    # Re-elected, it repeats the id, and commits it with the next majority.
+    actions = elect(restarted)
+    assert leader_change_cluster_id(actions) == generated
+    restarted.flush()
+    actions = restarted.request(2, FetchRequest(None, 2, 2, 2, 2, max_wait_ms=0))
+    assert ClusterIdCommitted(generated) in actions
+
+
+def test_a_log_that_contradicts_meta_properties_stops_the_node() -> None:
+    leader = Node(1, log=log_with([]))
+    leader.start()
+    elect(leader)
+    node = Node(1, log=leader.log, cluster_id=OTHER)
+    assert of_type(node.start(), Fatal)

@@ -1,0 +1,89 @@
+"""Observers (non-voters): they find the leader, replicate the log, and never vote or campaign."""
+
+from __future__ import annotations
+
+from quorum.raft.interface import (
+    AppendBatches,
+    FetchRequest,
+    FetchResponse,
+    PersistState,
+    VoteRequest,
+)
+from quorum.raft.state import Role
+from quorum.wire.errors import ErrorCode
+from tests.raft.harness import Node, batch, elect, log_with, of_type, replied, sent
+
+
+def observer(**config: int) -> Node:
+    return Node(9, voters=(1, 2, 3), seed=3, **config)
+
+
+def test_an_observer_looks_for_the_leader_by_fetching_from_a_voter() -> None:
+    node = observer()
+    (fetch,) = sent(node.start(), FetchRequest)
+    assert fetch.destination in (1, 2, 3) and fetch.message.replica_id == 9
+    hint = FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 4, 0, 0)
+    actions = node.response(fetch.destination, hint, fetch.message)
+    assert node.core.role is Role.FOLLOWER and node.core.leader_id == 2 and node.core.epoch == 4
+    assert PersistState(4, -1, 2) in actions
+    (to_leader,) = sent(actions, FetchRequest)
+    assert to_leader.destination == 2 and to_leader.message.current_leader_epoch == 4
+    appended = node.response(2, FetchResponse(0, 2, 4, 1, 0, batch(0, 4)), to_leader.message)
+    assert of_type(appended, AppendBatches)
+    node.flush()
+    assert node.core.high_watermark == 1
+
+
+def test_an_observer_asks_another_voter_when_one_does_not_know() -> None:
+    node = observer()
+    destinations = set()
+    actions = node.start()
+    for _ in range(30):
+        (fetch,) = sent(actions, FetchRequest)
+        destinations.add(fetch.destination)
+        node.response(fetch.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, 0, 0, 0), fetch.message)
+        actions = node.tick(node.now + 100)
+    assert destinations == {1, 2, 3}
+    assert node.core.role is Role.UNATTACHED
+
+
+def test_an_observer_never_votes_and_never_campaigns() -> None:
+    node = observer()
+    node.start()
+    (response,) = replied(node.request(1, VoteRequest(None, 5, 1, 9, 9)))
+    assert not response.vote_granted
+    (pre,) = replied(node.request(1, VoteRequest(None, 5, 1, 9, 9, pre_vote=True)))
+    assert not pre.vote_granted
+    for now in range(0, 60_000, 250):
+        actions = node.tick(now)
+        assert sent(actions, VoteRequest) == []
+    assert node.core.role in (Role.UNATTACHED, Role.FOLLOWER)
+
+
+def test_an_observer_that_loses_its_leader_looks_for_the_new_one() -> None:
+    node = observer()
+    (fetch,) = sent(node.start(), FetchRequest)
+    actions = node.response(fetch.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 4, 0, 0),
+                            fetch.message)
+    assert node.core.role is Role.FOLLOWER
+    node.tick(node.now + 2000)
+    assert node.core.role is Role.UNATTACHED and node.core.epoch == 4
+    assert actions  # keeps fetching from voters, never campaigns
+
+
+def test_the_leader_reports_observers_apart_from_voters() -> None:
+    node = Node(1, log=log_with([]))
+    node.start()
+    elect(node)
+    node.flush()
+    node.request(9, FetchRequest(None, 9, 1, 1, 1, max_wait_ms=0))
+    node.request(2, FetchRequest(None, 2, 1, 0, 0, max_wait_ms=0))
+    description = node.core.describe(node.now)
+    assert (description.leader_id, description.leader_epoch) == (1, 1)
+    assert [v.replica_id for v in description.voters] == [1, 2, 3]
+    assert [o.replica_id for o in description.observers] == [9]
+    observer_9 = description.observers[0]
+    assert observer_9.log_end_offset == 1 and observer_9.last_fetch_timestamp == node.now
+    assert observer_9.last_caught_up_timestamp == node.now
+    voter_3 = description.voters[2]
+    assert voter_3.log_end_offset == -1 and voter_3.last_fetch_timestamp == -1

@@ -1,0 +1,138 @@
+"""The simulator, over a bounded set of seeds per scenario (`python -m quorum.sim` runs thousands).
+
+Each run checks the invariants after every event and, once the faults stop, that the quorum
+elects a leader and commits a new record on every node.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quorum.raft.leader import LeaderState
+from quorum.raft.state import Role
+from quorum.sim.__main__ import main
+from quorum.sim.cluster import SimulationFailure, run_seed
+from quorum.sim.invariants import InvariantChecker, InvariantViolation
+from quorum.sim.memory_log import MemoryLog
+from quorum.sim.scenarios import SCENARIOS
+from tests.raft.harness import batch
+
+SEEDS_PER_SCENARIO = 40
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_three_voters_and_an_observer_survive_every_scenario(scenario: str) -> None:
+    runs = [run_seed(seed, voters=3, observers=1, scenario=scenario) for seed in range(SEEDS_PER_SCENARIO)]
+    assert all(r.committed_offset > 0 for r in runs)
+    if SCENARIOS[scenario].faults and scenario not in ("partition",):
+        assert sum(r.elections for r in runs) > len(runs)  # the faults did cost leaders
+
+
+@pytest.mark.parametrize(("voters", "observers", "scenario", "seeds"), [
+    (1, 2, "chaos", 30),
+    (2, 1, "chaos", 30),
+    (4, 0, "chaos", 25),
+    (5, 2, "chaos", 25),
+    (5, 1, "leader-failures", 15),
+    (5, 0, "partition", 15),
+    (5, 0, "isolate-leader", 15),
+])
+def test_quorum_sizes(voters: int, observers: int, scenario: str, seeds: int) -> None:
+    for seed in range(100, 100 + seeds):
+        run_seed(seed, voters=voters, observers=observers, scenario=scenario)
+
+
+def test_a_seed_replays_exactly() -> None:
+    first: list[str] = []
+    second: list[str] = []
+    stats = run_seed(7, 3, 1, "chaos", trace=first.append)
+    assert run_seed(7, 3, 1, "chaos", trace=second.append) == stats
+    assert first == second and len(first) > 100
+
+
+def test_a_failing_run_names_its_seed_and_the_command_that_replays_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # Break the core: the leader counts records it has not flushed toward the high watermark.
+    def count_unflushed(self: LeaderState, flushed_offset: int, now_ms: int) -> None:
+        local = self.voters[self.node_id]
+        local.end_offset = 10**9
+        local.last_fetch_ms = now_ms
+
+    monkeypatch.setattr(LeaderState, "update_local", count_unflushed)
+    failure = None
+    for seed in range(20):
+        try:
+            run_seed(seed, 3, 0, "crash")
+        except SimulationFailure as caught:
+            failure = caught
+            break
+    assert failure is not None, "the simulator missed a broken high watermark"
+    message = str(failure)
+    assert f"seed {failure.seed}:" in message
+    command = f"python -m quorum.sim --seed {failure.seed} --voters 3 --observers 0 --scenario crash"
+    assert message.endswith(f"replay: {command}")
+    assert main(command.split()[3:] + ["--quiet"]) == 1
+    assert f"seed {failure.seed}" in capsys.readouterr().err
+
+
+def test_the_command_line_runs_many_seeds_and_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seeds", "3", "--voters", "3", "--observers", "1", "--scenario", "crash"]) == 0
+    out = capsys.readouterr().out
+    assert "3 voter(s), 1 observer(s), seeds 0..2" in out
+    assert "seeds/s" in out and "crash" in out
+
+
+def test_the_command_line_replays_one_seed_with_its_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seed", "3", "--voters", "3", "--scenario", "resign"]) == 0
+    out = capsys.readouterr().out
+    assert "EndQuorumEpochRequest" in out and "ok: resign seed 3" in out
+
+
+# -- the checker catches what it should ---------------------------------------------------------
+
+
+class View:
+    def __init__(self, node_id: int, log: MemoryLog, epoch: int = 1, role: Role = Role.FOLLOWER, hw: int = 0) -> None:
+        self.node_id, self.log, self.epoch, self.role, self.high_watermark = node_id, log, epoch, role, hw
+        self.incarnation = 0
+        self.meta_cluster_id: str | None = None
+        self.alive = True
+
+
+def logs(*epochs: int) -> MemoryLog:
+    log = MemoryLog()
+    for offset, epoch in enumerate(epochs):
+        log.append(batch(offset, epoch))
+    log.flush()
+    return log
+
+
+def test_the_checker_catches_two_leaders_in_one_epoch() -> None:
+    checker = InvariantChecker((1, 2, 3))
+    checker.check([View(1, logs(), role=Role.LEADER)])
+    with pytest.raises(InvariantViolation, match="two leaders in epoch 1"):
+        checker.check([View(2, logs(), role=Role.LEADER)])
+
+
+def test_the_checker_catches_epochs_and_high_watermarks_going_back() -> None:
+    checker = InvariantChecker((1, 2, 3))
+    checker.check([View(1, logs(1, 1), epoch=3, hw=2), View(2, logs(1, 1), hw=2)])
+    with pytest.raises(InvariantViolation, match="back to 2"):
+        checker.check([View(1, logs(1, 1), epoch=2)])
+    with pytest.raises(InvariantViolation, match="high watermark went back"):
+        checker.check([View(2, logs(1, 1), epoch=3, hw=1)])
+
+
+def test_the_checker_catches_diverging_committed_prefixes_and_lost_majorities() -> None:
+    checker = InvariantChecker((1, 2, 3))
+    checker.check([View(1, logs(1, 1), hw=2), View(2, logs(1, 1)), View(3, logs())])
+    with pytest.raises(InvariantViolation, match="differs from the committed"):
+        checker.check([View(3, logs(1, 2), hw=2)])
+    lost = InvariantChecker((1, 2, 3))
+    with pytest.raises(InvariantViolation, match="not on a majority"):
+        lost.check([View(1, logs(1, 1), hw=2), View(2, logs(1)), View(3, logs())])
+    unflushed = logs(1)
+    unflushed.append(batch(1, 1))
+    with pytest.raises(InvariantViolation, match="beyond its durable log end"):
+        InvariantChecker((1,)).check([View(1, unflushed, hw=2)])
+
