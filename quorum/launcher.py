@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.properties import format_properties
+from quorum.properties import format_properties, parse_properties
 
 LISTENING = re.compile(r"listening on (?P<host>[\d.]+):(?P<port>\d+)")
 
@@ -224,5 +224,6 @@ def _configured_port(path: Path) -> int | None:
     """The port a node was given before, so a restarted local cluster keeps its addresses."""
     if not path.exists():
         return None
-    match = re.search(r"^listeners=\w+://[^:]+:(\d+)", path.read_text(encoding="utf-8"), re.MULTILINE)
+    listeners = parse_properties(path.read_text(encoding="utf-8")).get("listeners", "")
+    match = re.match(r"^\w+://[^:]*:(\d+)", listeners)
     return int(match[1]) if match else None

@@ -22,8 +22,9 @@ from quorum.server.config import node_config
 pytestmark = pytest.mark.timeout(240)
 
 
-def wait_for_leader(cluster: LocalCluster, not_node: int | None = None, timeout: float = 60.0) -> QuorumStatus:
-    """The quorum's status once a leader (other than `not_node`) answers DescribeQuorum."""
+def wait_for_leader(cluster: LocalCluster, not_node: int | None = None, timeout: float = 60.0,
+                    min_high_watermark: int = 0) -> QuorumStatus:
+    """The quorum's status once a leader (other than `not_node`) answers and the cluster id is committed."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -36,7 +37,8 @@ def wait_for_leader(cluster: LocalCluster, not_node: int | None = None, timeout:
             except Exception as exc:  # not up yet, no leader yet: keep asking
                 last_error = exc
                 continue
-            if status.leader_id >= 0 and status.leader_id != not_node:
+            if (status.leader_id >= 0 and status.leader_id != not_node and status.cluster_id
+                    and status.high_watermark >= min_high_watermark):
                 return status
         time.sleep(0.2)
     raise AssertionError(f"no leader within {timeout}s: {last_error!r}")
@@ -112,3 +114,53 @@ def test_three_voters_and_an_observer_survive_kill_of_the_leader(tmp_path):
     expected = before + after
     for node_id in cluster.specs:
         assert committed_values(cluster, node_id, high_watermark) == expected, f"node {node_id} differs"
+
+
+def run_local_cluster(directory) -> tuple[subprocess.Popen[str], list[str]]:
+    process = subprocess.Popen([sys.executable, "-m", "quorum.cli", "local-cluster", "--controllers", "3",
+                                "--dir", str(directory), "--set", "quorum.election.timeout.ms=500"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("press Ctrl-C"):
+            return process, lines
+    raise AssertionError("local-cluster did not start:\n" + "".join(lines))
+
+
+def test_local_cluster_command_starts_describes_and_stops(tmp_path):
+    process, lines = run_local_cluster(tmp_path)
+    try:
+        nodes = [line.split() for line in lines if line.startswith("controller")]
+        assert [(n[0], n[2]) for n in nodes] == [("controller", "1"), ("controller", "2"), ("controller", "3")]
+        bootstrap = next(line for line in lines if line.startswith("bootstrap controllers:")).split()[-1]
+        assert bootstrap == ",".join(n[3] for n in nodes)
+        cluster = LocalCluster(tmp_path, controllers=3)
+        first = wait_for_leader(_Alive(cluster))
+        assert "election.timeout.ms=500" in (tmp_path / "node-1" / "server.properties").read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0 and "all nodes stopped" in out
+
+    # Started again on the same directory: same ports, same cluster id, the log kept.
+    process, lines = run_local_cluster(tmp_path)
+    try:
+        again = wait_for_leader(_Alive(LocalCluster(tmp_path, controllers=3)),
+                                min_high_watermark=first.high_watermark + 1)
+        assert again.cluster_id == first.cluster_id
+        assert again.leader_epoch > first.leader_epoch, "a restarted quorum elects in a new epoch"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+
+
+class _Alive:
+    """A LocalCluster view for nodes started by another process: every controller counts as alive."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.specs = cluster.specs
+
+    def alive(self) -> list[int]:
+        return list(self.specs)

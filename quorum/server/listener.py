@@ -62,6 +62,8 @@ class KafkaListener:
             log.warning("closing connection from %s: %s", peer, exc)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the peer went away between or inside frames: nothing to answer
+        except asyncio.CancelledError:
+            pass  # the listener is closing: end this connection quietly (asyncio logs a cancelled handler)
         except Exception:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
