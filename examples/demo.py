@@ -1,18 +1,24 @@
-"""The embedded demo: start a local node and list its metadata with three real Kafka clients.
+"""The embedded demo: real clients against a local node, then a 3-voter KRaft quorum surviving kill -9.
 
-Run it with `./run demo`. It grows as the project does; today the node is a single standalone
-broker serving a fixed metadata image, and the clients are confluent-kafka (librdkafka),
-kafka-python and Debian's kcat, each unchanged, each pointed at 127.0.0.1.
+Run it with `./run demo`. It grows as the project does. Part 1: a standalone broker serving a
+fixed metadata image, listed by confluent-kafka (librdkafka), kafka-python and Debian's kcat, each
+unchanged. Part 2: `quorum local-cluster` with three controllers elects a leader, commits records,
+loses its leader to SIGKILL, elects another and keeps every committed record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
-from quorum.launcher import start_standalone
+from quorum.admin import QuorumStatus, QuorumWriter, describe_quorum, format_replication, format_status
+from quorum.launcher import LocalCluster, start_standalone
 
 TOPICS = ("orders:3", "payments:2", "audit:1")
 
@@ -58,7 +64,59 @@ def print_table(rows: list[tuple[str, dict[str, int] | str]], topics: list[str])
             print("  ".join("-" * width for width in widths))
 
 
+def leader_status(cluster: LocalCluster, not_node: int | None = None, timeout: float = 30.0) -> QuorumStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node_id in cluster.alive():
+            try:
+                status = asyncio.run(describe_quorum(cluster.specs[node_id].address, timeout_ms=2000))
+            except Exception:  # not up yet or no leader yet: ask again
+                continue
+            if status.leader_id >= 0 and status.leader_id != not_node and status.cluster_id:
+                return status
+        time.sleep(0.2)
+    raise RuntimeError("no leader elected in time")
+
+
+def commit(cluster: LocalCluster, values: list[bytes]) -> int:
+    async def go() -> int:
+        writer = QuorumWriter(cluster.bootstrap_controllers.split(","))
+        try:
+            return await writer.commit(values)
+        finally:
+            await writer.close()
+
+    return asyncio.run(go())
+
+
+def quorum_demo() -> None:
+    print("\n== Part 2: a KRaft quorum of three controllers (quorum local-cluster --controllers 3)")
+    with tempfile.TemporaryDirectory(prefix="quorum-demo-") as directory:
+        cluster = LocalCluster(directory, controllers=3)
+        cluster.format_storage()
+        cluster.start()
+        try:
+            for line in cluster.describe_lines():
+                print(line)
+            first = leader_status(cluster)
+            print(f"... node {first.leader_id} leads epoch {first.leader_epoch}; committing 100 records")
+            for chunk in range(10):
+                commit(cluster, [f"record-{chunk * 10 + i}".encode() for i in range(10)])
+            print(format_status(leader_status(cluster)))
+            print(f"\n... kill -9 of the leader, node {first.leader_id}")
+            started = time.monotonic()
+            cluster.kill(first.leader_id, signal.SIGKILL)
+            commit(cluster, [b"after-failover"])
+            print(f"... a write committed again after {time.monotonic() - started:.2f} s")
+            second = leader_status(cluster, not_node=first.leader_id)
+            print(f"... node {second.leader_id} leads epoch {second.leader_epoch}\n")
+            print(format_replication(second))
+        finally:
+            cluster.stop()
+
+
 def main() -> int:
+    print("== Part 1: real clients list a node's metadata")
     print("Starting a local node: quorum standalone --listen 127.0.0.1:0 " + " ".join(f"--topic {t}" for t in TOPICS))
     node = start_standalone(*TOPICS)
     try:
@@ -80,6 +138,7 @@ def main() -> int:
         node.stop()
     print()
     print("All three clients listed the node's metadata." if not failures else f"{failures} client(s) failed.")
+    quorum_demo()
     return 1 if failures else 0
 
 

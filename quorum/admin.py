@@ -7,6 +7,7 @@ the leader's id and the voters' endpoints (the Nodes field of v2), and the tool 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -162,8 +163,8 @@ class QuorumWriter:
         self._preferred = 0
         self._timeout_ms = timeout_ms
 
-    async def commit(self, values: list[bytes], attempts: int = 40, backoff_s: float = 0.25) -> int:
-        """The base offset of the committed batch."""
+    async def commit(self, values: list[bytes], within_s: float = 30.0, backoff_s: float = 0.1) -> int:
+        """The base offset of the committed batch; retries (across a failover) for up to `within_s`."""
         api = APIS[PRODUCE]
         now = int(time.time() * 1000)
         records = build_batch([Record(offset=i, timestamp=now, value=v) for i, v in enumerate(values)])
@@ -172,7 +173,10 @@ class QuorumWriter:
             name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION,
                                                                           records=records)])])
         last_error = "no attempt"
-        for attempt in range(attempts):
+        deadline = time.monotonic() + within_s
+        for attempt in itertools.count():
+            if time.monotonic() > deadline:
+                break
             client = self._clients[(self._preferred + attempt) % len(self._clients)]
             try:
                 response = await client.request(api, PRODUCE_VERSION, body)
@@ -187,7 +191,7 @@ class QuorumWriter:
             tried_everyone = attempt % len(self._clients) == len(self._clients) - 1
             if partition.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or tried_everyone:
                 await asyncio.sleep(backoff_s)
-        raise QuorumToolError(f"could not commit after {attempts} attempts: {last_error}")
+        raise QuorumToolError(f"could not commit within {within_s} s: {last_error}")
 
     async def close(self) -> None:
         for client in self._clients:
