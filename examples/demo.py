@@ -8,7 +8,6 @@ loses its leader to SIGKILL, elects another and keeps every committed record.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import signal
@@ -17,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from quorum.admin import QuorumStatus, QuorumWriter, describe_quorum, format_replication, format_status
+from quorum.admin import QuorumStatus, commit_values, format_replication, format_status, wait_for_leader
 from quorum.launcher import LocalCluster, start_standalone
 
 TOPICS = ("orders:3", "payments:2", "audit:1")
@@ -64,29 +63,12 @@ def print_table(rows: list[tuple[str, dict[str, int] | str]], topics: list[str])
             print("  ".join("-" * width for width in widths))
 
 
-def leader_status(cluster: LocalCluster, not_node: int | None = None, timeout: float = 30.0) -> QuorumStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for node_id in cluster.alive():
-            try:
-                status = asyncio.run(describe_quorum(cluster.specs[node_id].address, timeout_ms=2000))
-            except Exception:  # not up yet or no leader yet: ask again
-                continue
-            if status.leader_id >= 0 and status.leader_id != not_node and status.cluster_id:
-                return status
-        time.sleep(0.2)
-    raise RuntimeError("no leader elected in time")
+def leader_status(cluster: LocalCluster, not_node: int | None = None) -> QuorumStatus:
+    return wait_for_leader(lambda: [cluster.specs[n].address for n in cluster.alive()], not_node, 30.0)
 
 
 def commit(cluster: LocalCluster, values: list[bytes]) -> int:
-    async def go() -> int:
-        writer = QuorumWriter(cluster.bootstrap_controllers.split(","))
-        try:
-            return await writer.commit(values)
-        finally:
-            await writer.close()
-
-    return asyncio.run(go())
+    return commit_values(cluster.bootstrap_controllers.split(","), values)
 
 
 def quorum_demo() -> None:

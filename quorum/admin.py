@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from quorum.server.peer_client import PeerClient, PeerUnavailable
@@ -196,3 +197,39 @@ class QuorumWriter:
     async def close(self) -> None:
         for client in self._clients:
             await client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocking helpers for scripts, demos and tests
+
+
+def wait_for_leader(addresses: Callable[[], list[str]], not_node: int | None = None, timeout_s: float = 60.0,
+                    min_high_watermark: int = 0) -> QuorumStatus:
+    """Poll the controllers at `addresses()` until one reports a leader (other than `not_node`) whose
+    cluster id is committed and whose high watermark has reached `min_high_watermark`."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        for address in addresses():
+            try:
+                status = asyncio.run(describe_quorum(address, timeout_ms=2000))
+            except (QuorumToolError, PeerUnavailable, OSError) as exc:  # not up, or no leader yet
+                last_error = exc
+                continue
+            if (status.leader_id >= 0 and status.leader_id != not_node and status.cluster_id
+                    and status.high_watermark >= min_high_watermark):
+                return status
+        time.sleep(0.2)
+    raise QuorumToolError(f"no leader within {timeout_s} s: {last_error!r}")
+
+
+def commit_values(controllers: list[str], values: list[bytes], within_s: float = 30.0) -> int:
+    """Commit `values` as one batch through whichever controller leads; its base offset."""
+    async def go() -> int:
+        writer = QuorumWriter(controllers)
+        try:
+            return await writer.commit(values, within_s)
+        finally:
+            await writer.close()
+
+    return asyncio.run(go())

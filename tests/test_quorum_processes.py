@@ -6,7 +6,6 @@ Afterwards every committed record is in every replica's log, in the same order, 
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 import sys
@@ -14,7 +13,8 @@ import time
 
 import pytest
 
-from quorum.admin import QuorumStatus, QuorumWriter, describe_quorum
+from quorum.admin import QuorumStatus, commit_values
+from quorum.admin import wait_for_leader as admin_wait_for_leader
 from quorum.launcher import LocalCluster
 from quorum.log.log import Log
 from quorum.server.config import node_config
@@ -22,37 +22,15 @@ from quorum.server.config import node_config
 pytestmark = pytest.mark.timeout(240)
 
 
-def wait_for_leader(cluster: LocalCluster, not_node: int | None = None, timeout: float = 60.0,
-                    min_high_watermark: int = 0) -> QuorumStatus:
-    """The quorum's status once a leader (other than `not_node`) answers and the cluster id is committed."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        for node_id in cluster.alive():
-            spec = cluster.specs[node_id]
-            if spec.role != "controller":
-                continue
-            try:
-                status = asyncio.run(describe_quorum(spec.address, timeout_ms=2000))
-            except Exception as exc:  # not up yet, no leader yet: keep asking
-                last_error = exc
-                continue
-            if (status.leader_id >= 0 and status.leader_id != not_node and status.cluster_id
-                    and status.high_watermark >= min_high_watermark):
-                return status
-        time.sleep(0.2)
-    raise AssertionError(f"no leader within {timeout}s: {last_error!r}")
+def wait_for_leader(cluster, not_node: int | None = None, min_high_watermark: int = 0) -> QuorumStatus:
+    def addresses() -> list[str]:
+        return [cluster.specs[n].address for n in cluster.alive() if cluster.specs[n].role == "controller"]
+
+    return admin_wait_for_leader(addresses, not_node, 60.0, min_high_watermark)
 
 
 def commit(cluster: LocalCluster, values: list[bytes]) -> int:
-    async def go() -> int:
-        writer = QuorumWriter(cluster.bootstrap_controllers.split(","))
-        try:
-            return await writer.commit(values)
-        finally:
-            await writer.close()
-
-    return asyncio.run(go())
+    return commit_values(cluster.bootstrap_controllers.split(","), values)
 
 
 def committed_values(cluster: LocalCluster, node_id: int, upto: int) -> list[bytes]:

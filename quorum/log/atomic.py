@@ -12,6 +12,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from quorum.log.errors import CorruptFileError
+
 TMP_SUFFIX = ".tmp"
 
 
@@ -53,3 +55,16 @@ def atomic_write(path: Path | str, data: bytes) -> None:
             os.unlink(tmp)
         raise
     fsync_directory(path.parent)
+
+
+def read_text_file(path: Path | str) -> str | None:
+    """A small state file's UTF-8 text; None when it does not exist. Undecodable bytes are refused
+    with the path and the byte, because a state file that half-reads is worse than none."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(path, f"not UTF-8 text (byte {exc.start})") from None

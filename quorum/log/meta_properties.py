@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.log.atomic import atomic_write
+from quorum.log.atomic import atomic_write, read_text_file
 from quorum.log.errors import CorruptFileError
 from quorum.properties import PropertiesError, format_properties, parse_properties
 
@@ -74,14 +74,9 @@ class MetaProperties:
 
 def read_meta_properties(path: Path | str) -> MetaProperties | None:
     """The file's content, None when there is none (a directory not formatted yet)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
+    text = read_text_file(path)
+    if text is None:
         return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptFileError(path, f"not UTF-8 text (byte {exc.start})") from None
     try:
         props = parse_properties(text)
     except PropertiesError as exc:

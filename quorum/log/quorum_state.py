@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.log.atomic import atomic_write
+from quorum.log.atomic import atomic_write, read_text_file
 from quorum.log.errors import CorruptFileError
 
 QUORUM_STATE_NAME = "quorum-state"
@@ -124,14 +124,9 @@ def _not_voter(voter: object, path: Path | str) -> int:
 
 def read_quorum_state(path: Path | str) -> QuorumState | None:
     """The state in `path`, None when the file does not exist (a node that never voted)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
+    text = read_text_file(path)
+    if text is None:
         return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptFileError(path, f"not UTF-8 text (byte {exc.start})") from None
     return QuorumState.from_json(text, path)
 
 
