@@ -11,7 +11,7 @@ from typing import Any
 
 from quorum.image.image import MetadataImage, TopicInfo
 from quorum.wire.errors import ErrorCode
-from quorum.wire.metadata_response import encode_topic, splice_topics
+from quorum.wire.metadata_response import encode_topics, splice_topics
 from quorum.wire.protocol import APIS
 
 METADATA = APIS[3]
@@ -60,16 +60,19 @@ def encoded_metadata_response(image: MetadataImage, request: Any, version: int) 
 
     Same bytes as encoding metadata_response(); what a node sends on the wire.
     """
+    items = requested_topics(image, request, version)
+    missing = [item for item in items if not isinstance(item, TopicInfo) or (item.name, version) not in image.encoded]
+    fresh = iter(encode_topics(_Response, [_topic_entry(item) if isinstance(item, TopicInfo)
+                                           else _unknown_topic_entry(*item) for item in missing], version))
     entries = []
-    for item in requested_topics(image, request, version):
-        if isinstance(item, TopicInfo):
-            key = (item.name, version)
-            encoded = image.encoded.get(key)
-            if encoded is None:
-                encoded = image.encoded[key] = encode_topic(_Response, _topic_entry(item), version)
-            entries.append(encoded)
-        else:
-            entries.append(encode_topic(_Response, _unknown_topic_entry(*item), version))
+    for item in items:
+        if not isinstance(item, TopicInfo):
+            entries.append(next(fresh))
+            continue
+        key = (item.name, version)
+        if key not in image.encoded:
+            image.encoded[key] = next(fresh)
+        entries.append(image.encoded[key])
     return splice_topics(_Response, _response_shell(image, []), version, entries)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs import EncodeBufferPool
 
 from quorum.wire.varint import encode_uvarint
 
@@ -31,11 +32,20 @@ def _fields_after_topics(version: int) -> int:
     return (4 if 8 <= version <= 10 else 0) + (2 if version >= 13 else 0) + (1 if version >= 9 else 0)
 
 
-def encode_topic(schema: type[ApiMessage], topic: Any, version: int) -> bytes:
-    """One MetadataResponseTopic entry exactly as it appears inside the response's Topics array."""
+def encode_topics(schema: type[ApiMessage], topics: Sequence[Any], version: int) -> list[bytes]:
+    """Each MetadataResponseTopic entry's bytes exactly as inside the Topics array, encoded in one
+    pass of the engine's compiled encoder into one buffer."""
     flexible = schema.flexible_version_q(version)
     element = schema._struct.fields["topics"].array_of
-    return element.encode(topic, version=version, compact=flexible, tagged=flexible)
+    encode_into = element.compiled_encode_into(version, compact=flexible, tagged=flexible)
+    with EncodeBufferPool.acquire() as out:
+        bounds = []
+        for topic in topics:
+            start = out.pos
+            encode_into(topic, out)
+            bounds.append((start, out.pos))
+        buffer = out.buf
+        return [bytes(buffer[start:end]) for start, end in bounds]
 
 
 def splice_topics(schema: type[ApiMessage], response: Any, version: int, topics: Sequence[bytes]) -> bytes:
