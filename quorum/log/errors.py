@@ -2,7 +2,9 @@
 
 Principle 5 of the design: a corrupt file is refused with its path and byte position, and a bad
 append is refused with the reason, before anything is written. Callers tell a refusal to load
-(`CorruptLogError`, `CorruptFileError`) from a refused write (`InvalidAppendError`) by type.
+(`CorruptLogError`, `CorruptFileError`, `CorruptSnapshotError`) from a refused write
+(`InvalidAppendError`, `SnapshotChunkError`) by type, and the snapshot errors that FetchSnapshot
+answers with an error code (SNAPSHOT_NOT_FOUND, POSITION_OUT_OF_RANGE) have a type each.
 """
 
 from __future__ import annotations
@@ -43,3 +45,64 @@ class CorruptFileError(LogError):
         self.path = Path(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class OffsetOutOfRangeError(InvalidOffsetError):
+    """A read outside the log: below its start offset (deleted, e.g. after a snapshot) or past its end.
+
+    Carries the figures a Fetch handler needs to answer OFFSET_OUT_OF_RANGE (or, for the Raft log,
+    to point the follower at a snapshot) without parsing the message.
+    """
+
+    def __init__(self, offset: int, start_offset: int, end_offset: int, directory: Path | str) -> None:
+        self.offset = offset
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        if offset < start_offset:
+            reason = (
+                f"offset {offset} is below the log start offset {start_offset} in {directory}: the records "
+                "before the start offset were deleted (a snapshot holds their state)"
+            )
+        else:
+            reason = f"offset {offset} is past the end of the log in {directory}, which ends at offset {end_offset}"
+        super().__init__(reason)
+
+
+class SnapshotError(LogError):
+    """Base of the errors about snapshot files (`quorum.log.snapshot`)."""
+
+
+class CorruptSnapshotError(SnapshotError):
+    """A snapshot file (complete or fetched) that fails validation; nothing of it was loaded.
+
+    `path` and `position` (a byte offset in the file) say where, as for a corrupt log segment.
+    """
+
+    def __init__(self, path: Path | str, position: int | None, reason: str) -> None:
+        self.path = Path(path)
+        self.position = position
+        self.reason = reason
+        where = "" if position is None else f" at byte {position}"
+        super().__init__(f"{self.path}{where}: {reason}")
+
+
+class SnapshotNotFoundError(SnapshotError, FileNotFoundError):
+    """No complete snapshot with that id: what FetchSnapshot answers with SNAPSHOT_NOT_FOUND."""
+
+
+class SnapshotExistsError(SnapshotError, FileExistsError):
+    """A snapshot with that id is already complete (or being written) in the directory."""
+
+
+class PositionOutOfRangeError(SnapshotError, ValueError):
+    """A FetchSnapshot position outside the snapshot: what FetchSnapshot answers with POSITION_OUT_OF_RANGE."""
+
+    def __init__(self, path: Path | str, position: int, size: int) -> None:
+        self.path = Path(path)
+        self.position = position
+        self.size = size
+        super().__init__(f"{self.path}: position {position} is outside the snapshot's {size} bytes (0..{size - 1})")
+
+
+class SnapshotChunkError(SnapshotError, ValueError):
+    """A fetched chunk that does not continue the partial snapshot (wrong position, size or length)."""

@@ -5,6 +5,14 @@ A directory of Kafka-named segments (`00000000000000000000.log` + `.index`, roll
 consults (`quorum.raft.interface.RaftLog`) and the writes its driver performs for
 AppendBatches and Truncate.
 
+Snapshots (KIP-630) let a log start above offset 0. `advance_start_offset` moves the start up to
+a snapshot's end offset (whole segments below it are deleted; the start offset itself is
+written to `log-start-offset`, see `quorum.log.start_offset`), and `truncate_fully_and_start_at`
+replaces the whole log by an empty one starting at a fetched snapshot's end offset. The log is
+told its latest snapshot (`set_snapshot_boundary`, as Kafka's KafkaMetadataLog knows its
+snapshot ids), so that an empty log answers `last_fetched_epoch` and `end_offset_for_epoch`
+with the snapshot's epoch. The snapshot files themselves are `quorum.log.snapshot`'s.
+
 Durability (design principle 4, "acknowledged means durable"):
 
 * `append` writes to the page cache only; `flush` fsyncs and only then advances
@@ -16,7 +24,9 @@ Durability (design principle 4, "acknowledged means durable"):
   segment is CRC-scanned at open; without it the earlier segments only get their framing and
   index checked, which keeps the open of a large partition log fast.
 * `truncate_to` is durable when it returns: the cut is fsynced, removed segments are removed
-  from the directory durably, and the epoch checkpoint is rewritten.
+  from the directory durably, and the epoch checkpoint is rewritten. So are
+  `advance_start_offset` and `truncate_fully_and_start_at`, which record the new start offset
+  before deleting anything, so that recovery can finish what a crash interrupted.
 
 Threads: one writer (append, flush, truncate_to) and any number of readers. Reads of written
 data never wait for an fsync: `flush` holds the state lock only to note what it is about to
@@ -42,9 +52,17 @@ from quorum.log.epoch_cache import (
     read_checkpoint,
     write_checkpoint,
 )
-from quorum.log.errors import CorruptFileError, CorruptLogError, InvalidAppendError, InvalidOffsetError, LogError
+from quorum.log.errors import (
+    CorruptFileError,
+    CorruptLogError,
+    InvalidAppendError,
+    InvalidOffsetError,
+    LogError,
+    OffsetOutOfRangeError,
+)
 from quorum.log.index import DEFAULT_INDEX_INTERVAL_BYTES, INDEX_SUFFIX, IndexCorrupt
 from quorum.log.segment import DEFAULT_SEGMENT_BYTES, LogSegment, ScanResult, parse_log_name
+from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset, write_start_offset
 from quorum.log.validation import batch_fault
 from quorum.raft.interface import OffsetAndEpoch
 from quorum.wire.records import CorruptRecordError, RecordBatch
@@ -55,6 +73,7 @@ logger = logging.getLogger(__name__)
 _INT32_MAX = 2**31 - 1
 #: Bytes read at a time by `Log.iter_batches`.
 _ITER_CHUNK = 1 << 20
+_UNDEFINED = OffsetAndEpoch(-1, -1)
 
 
 class Log:
@@ -84,6 +103,8 @@ class Log:
         self._flush_lock = threading.Lock()  # one flush at a time; truncate_to and close wait for it
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
+        self._start = 0  # the log start offset: at or above the first segment's base offset
+        self._snapshot: OffsetAndEpoch | None = None  # the latest snapshot, as the owner told us
         self._cache = LeaderEpochCache()
         self._checkpointed: tuple[EpochEntry, ...] = ()
         self._last_epoch = -1  # epoch of the last batch, -1 when none
@@ -110,7 +131,9 @@ class Log:
 
     @property
     def start_offset(self) -> int:
-        return self._segments[0].base_offset
+        """The first offset the log serves: the first segment's base offset, or higher after
+        `advance_start_offset` (the segment holding it may still hold records below it)."""
+        return self._start
 
     @property
     def end_offset(self) -> int:
@@ -123,29 +146,49 @@ class Log:
         return self._flushed
 
     def last_fetched_epoch(self) -> int:
-        """Epoch of the last batch; 0 when the log has no batch stamped with an epoch."""
-        return max(self._cache.latest_epoch, 0)
+        """Epoch of the last batch; when the log is empty above the latest snapshot, the
+        snapshot's epoch (KIP-630); otherwise 0 when no batch is stamped with an epoch."""
+        with self._lock:
+            latest = self._cache.latest_epoch
+            if latest >= 0:
+                return latest
+            snapshot = self._snapshot
+            if snapshot is not None and snapshot.offset == self.end_offset:
+                return snapshot.epoch
+            return 0
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        """The largest epoch <= `epoch` and its end offset; (-1, -1) below every epoch."""
+        """The largest epoch <= `epoch` and its end offset; (-1, -1) below every epoch.
+
+        The latest snapshot counts as the log's first epoch when the log holds no earlier one:
+        its epoch ends at its end offset (Kafka's KafkaMetadataLog answers the same), and an
+        empty log above it ends there in the snapshot's epoch.
+        """
         with self._lock:
-            return self._cache.end_offset_for(epoch, self.end_offset)
+            end = self.end_offset
+            snapshot = self._snapshot
+            if not len(self._cache):
+                if snapshot is None:
+                    return self._cache.end_offset_for(epoch, end)
+                return OffsetAndEpoch(end, snapshot.epoch) if epoch >= snapshot.epoch >= 0 else _UNDEFINED
+            found = self._cache.end_offset_for(epoch, end)
+            if found == _UNDEFINED and snapshot is not None and 0 <= snapshot.epoch <= epoch:
+                return snapshot
+            return found
 
     def read(self, offset: int, max_bytes: int, upto: int | None = None) -> bytes:
         """Whole batches from the one holding `offset`, within one segment as Kafka reads.
 
         At most `max_bytes`, but always the first batch whole however large (as Kafka's fetch
         does, so a consumer is never stuck behind a big batch). With `upto`, only batches that
-        start below it (a high watermark). b"" at the end of the log; InvalidOffsetError
-        outside it.
+        start below it (a high watermark). b"" at the end of the log; OffsetOutOfRangeError
+        (an InvalidOffsetError) outside it, naming the start offset for a read below it.
         """
         with self._lock:
             self._check_open()
             end = self.end_offset
-            if not self.start_offset <= offset <= end:
-                raise InvalidOffsetError(
-                    f"offset {offset} is outside the log [{self.start_offset}, {end}] in {self.directory}"
-                )
+            if not self._start <= offset <= end:
+                raise OffsetOutOfRangeError(offset, self._start, end, self.directory)
             if offset == end or (upto is not None and offset >= upto):
                 return b""
             segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
@@ -254,6 +297,11 @@ class Log:
                 raise InvalidOffsetError(
                     f"cannot truncate to {offset}: outside the log [{self.start_offset}, {end}] in {self.directory}"
                 )
+            if self._snapshot is not None and offset < self._snapshot.offset:
+                raise InvalidOffsetError(
+                    f"cannot truncate to {offset}: below the end offset of the latest snapshot "
+                    f"{self._snapshot}, which holds committed records, in {self.directory}"
+                )
             number = bisect.bisect_right(self._bases, offset) - 1
             segment = self._segments[number]
             position = 0
@@ -283,6 +331,140 @@ class Log:
             self._last_epoch = self._cache.epoch_for_offset(offset - 1)
             self._flushed = min(self._flushed, offset)
             logger.info("%s: truncated to offset %d (was %d)", self.directory, offset, end)
+
+    # -- the log start offset and snapshots (KIP-630) ------------------------------------------
+
+    @property
+    def snapshot_boundary(self) -> OffsetAndEpoch | None:
+        """The latest snapshot's id as last given to `set_snapshot_boundary`, None before."""
+        return self._snapshot
+
+    def set_snapshot_boundary(self, snapshot_id: OffsetAndEpoch) -> bool:
+        """Tell the log its latest snapshot (at start-up, and after each snapshot is frozen or
+        fetched). Returns True when that snapshot is ahead of the log, in which case the log was
+        truncated fully to start at the snapshot's end offset, durably.
+
+        "Ahead" is Kafka's rule (KafkaMetadataLog.truncateToLatestSnapshot): the snapshot's epoch
+        is above the log's last epoch, or the same epoch with an end offset past the log's end.
+        A log that still holds older epochs than the snapshot beyond its end offset has diverged
+        from the leader that made the snapshot, so it goes too; a log that is already empty at
+        the snapshot's end offset stays. This is also how start-up finishes for a follower that
+        crashed between fetching a snapshot and truncating its log.
+
+        Raises InvalidOffsetError when the snapshot ends below the log start offset: the records
+        between them are in neither, so the log cannot be made whole from it.
+        """
+        if snapshot_id.offset < 0 or snapshot_id.epoch < 0:
+            raise ValueError(f"invalid snapshot id {snapshot_id}")
+        with self._lock:
+            self._check_open()
+            if snapshot_id.offset < self._start:
+                raise InvalidOffsetError(
+                    f"the latest snapshot {snapshot_id} ends below the log start offset {self._start} in "
+                    f"{self.directory}: the records in between are lost"
+                )
+            self._snapshot = snapshot_id
+            latest = max(self._cache.latest_epoch, 0)
+            empty_there = self._start == self.end_offset == snapshot_id.offset  # e.g. truncated fully before
+            ahead = not empty_there and (
+                snapshot_id.epoch > latest or (snapshot_id.epoch == latest and snapshot_id.offset > self.end_offset)
+            )
+            log_end = OffsetAndEpoch(self.end_offset, latest)
+        if not ahead:
+            return False
+        self.truncate_fully_and_start_at(snapshot_id.offset, snapshot_id.epoch)
+        logger.info("%s: the log (end %s) was behind snapshot %s: it now starts at %d",
+                    self.directory, log_end, snapshot_id, snapshot_id.offset)  # fmt: skip
+        return True
+
+    def advance_start_offset(self, offset: int) -> bool:
+        """Make `offset` the log start offset, deleting the segments wholly below it; durable on
+        return. Returns False when the log already starts at or above `offset`.
+
+        For the Raft log `offset` is a snapshot's end offset (KIP-630 never lets the start pass
+        the latest snapshot); the log does not check that, so that partition logs can use it
+        for retention too. Unflushed records below `offset` are flushed first: a start offset
+        must never be durable ahead of the records it follows. The segment holding `offset`
+        stays, so reads from the start offset return that segment's batch holding it whole,
+        as Kafka's do.
+
+        The leader-epoch cache forgets epochs that end below `offset` and moves the start of the
+        one spanning it up to `offset`, as Kafka's does; unlike Kafka's, it keeps no entry when
+        no record is left at or above `offset` (start == end), because such an entry would
+        describe records the log no longer serves, and recovery, which rebuilds the cache from
+        the records, could not agree with it. An empty log above a snapshot gets its epoch from
+        the snapshot boundary instead (`last_fetched_epoch`), as KIP-630 specifies.
+        """
+        if offset > self.flushed_offset:
+            self.flush()
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            if offset <= self._start:
+                return False
+            end = self.end_offset
+            if offset > end:
+                raise InvalidOffsetError(
+                    f"cannot start the log at {offset}: past its end offset {end} in {self.directory} "
+                    "(truncate_fully_and_start_at replaces the log)"
+                )
+            if offset > self._flushed:
+                raise LogError(f"records below {offset} were appended during the flush that preceded advancing to it")
+            keep = bisect.bisect_right(self._bases, offset) - 1
+            try:
+                write_start_offset(self.directory / START_OFFSET_NAME, offset)
+                self._start = offset
+                removed = self._segments[:keep]
+                for segment in removed:
+                    segment.delete()
+                del self._segments[:keep]
+                del self._bases[:keep]
+                if removed:
+                    fsync_directory(self.directory)
+                moved = self._cache.truncate_from_start(offset)
+                if self._cache.truncate_from_end(end) or moved:
+                    write_checkpoint(self.directory / CHECKPOINT_NAME, self._cache.entries)
+                    self._checkpointed = self._cache.entries
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            logger.info("%s: log start offset advanced to %d, %d segment(s) deleted", self.directory, offset, keep)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:
+        """Replace the whole log by an empty one starting at `offset`; durable on return.
+
+        For a follower that fetched a snapshot `(offset, epoch)` beyond its log (KIP-630: "the
+        replica must set the LogStartOffset and LEO to O1"): every segment is deleted, the epoch
+        cache is emptied, and the snapshot becomes the boundary, so that `last_fetched_epoch`
+        answers `epoch` until records arrive. The start offset is recorded first, so a crash
+        part-way leaves a log that recovery opens at `offset`, and the snapshot (renamed before
+        this is called) makes `set_snapshot_boundary` at start-up finish the job.
+        """
+        if offset < 0 or epoch < 0:
+            raise ValueError(f"invalid start ({offset}, {epoch})")
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            old_end = self.end_offset
+            try:
+                write_start_offset(self.directory / START_OFFSET_NAME, offset)
+                for segment in reversed(self._segments):  # last first: a crash leaves a prefix
+                    segment.delete()
+                self._segments.clear()
+                self._bases.clear()
+                fsync_directory(self.directory)
+                self._start_empty_segment(offset)
+                self._cache = LeaderEpochCache()
+                write_checkpoint(self.directory / CHECKPOINT_NAME, ())
+                self._checkpointed = ()
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            self._start = offset
+            self._last_epoch = -1
+            self._flushed = offset
+            self._snapshot = OffsetAndEpoch(offset, epoch)
+            logger.info("%s: truncated fully (the log ended at %d); it now starts at %d in epoch %d",
+                        self.directory, old_end, offset, epoch)  # fmt: skip
 
     def close(self) -> None:
         """Flush and close; a closed log refuses everything."""
@@ -346,6 +528,16 @@ class Log:
                 f"({self._failed!r}); reopen it to recover from what is on disk"
             )
 
+    def _start_empty_segment(self, base_offset: int) -> None:
+        """The only segment of a log emptied at `base_offset`, durably created."""
+        segment = LogSegment(self.directory, base_offset, self.index_interval_bytes)
+        segment.attach_index([])
+        segment.next_offset = base_offset
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        fsync_directory(self.directory)
+        self._rolls_synced = self._rolls
+
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new segment at `base_offset`, after making the current one durable."""
         self._segments[-1].flush_all()
@@ -370,12 +562,17 @@ class Log:
             fsync_directory(self.directory.parent)
         names = os.listdir(self.directory)
         bases = sorted(base for name in names if (base := parse_log_name(name)) is not None)
+        kept = self._load_start_offset(bases)
+        if kept != bases:
+            names, bases = os.listdir(self.directory), kept
         self._remove_orphan_indexes(names, set(bases))
         try:
-            for base in bases or [0]:
+            for base in bases or [self._start]:
                 self._segments.append(LogSegment(self.directory, base, self.index_interval_bytes))
             self._bases = [segment.base_offset for segment in self._segments]
             self._recover()
+            if self.end_offset < self._start:
+                self._empty_at_start()
             # What recovery kept may still be only in the page cache (the process died, the
             # machine did not): make it durable before calling it flushed.
             self._segments[-1].flush_all()
@@ -385,6 +582,53 @@ class Log:
                 segment.close()
             raise
         self._flushed = self.end_offset
+
+    def _load_start_offset(self, bases: list[int]) -> list[int]:
+        """Set the log start offset from `log-start-offset` (or the first segment), delete the
+        segments wholly below it (an `advance_start_offset` or `truncate_fully_and_start_at` that
+        a crash interrupted), and return the bases of the segments left."""
+        path = self.directory / START_OFFSET_NAME
+        try:
+            recorded = read_start_offset(path)
+        except CorruptFileError as exc:
+            # Written atomically, so only damage gets here. The segments' own start is the safe
+            # guess: it may serve records below the lost start again, never lose any.
+            logger.warning("%s; the log starts at its first segment", exc)
+            recorded = None
+        if recorded is None:
+            self._start = bases[0] if bases else 0
+            return bases
+        self._start = recorded
+        keep = max(bisect.bisect_right(bases, recorded) - 1, 0)
+        for base in bases[:keep]:
+            for suffix in (".log", INDEX_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.directory / f"{base:020d}{suffix}")
+            logger.warning("%s: segment %020d.log is below the log start offset %d, deleted",
+                           self.directory, base, recorded)  # fmt: skip
+        if bases and bases[keep] > recorded:
+            raise CorruptLogError(
+                self.directory / f"{bases[keep]:020d}.log", None,
+                f"the log starts at offset {recorded} ({START_OFFSET_NAME}) but its first segment at "
+                f"{bases[keep]}: the records in between are missing",
+            )  # fmt: skip
+        return bases[keep:]
+
+    def _empty_at_start(self) -> None:
+        """Recovery found the log ending below its recorded start offset (a crash inside
+        `truncate_fully_and_start_at`): what is left is below the start, so the log is empty."""
+        logger.warning("%s: the log ends at %d, below its start offset %d: emptied to start there",
+                       self.directory, self.end_offset, self._start)  # fmt: skip
+        for segment in reversed(self._segments):
+            segment.delete()
+        self._segments.clear()
+        self._bases.clear()
+        fsync_directory(self.directory)
+        self._start_empty_segment(self._start)
+        self._cache = LeaderEpochCache()
+        self._last_epoch = -1
+        write_checkpoint(self.directory / CHECKPOINT_NAME, ())
+        self._checkpointed = ()
 
     def _remove_orphan_indexes(self, names: list[str], bases: set[int]) -> None:
         """Delete `.index` files without their `.log` (left by a crash during a truncation)."""
@@ -483,7 +727,7 @@ class Log:
             logger.warning("%s; rebuilding it from the log", exc)
             stored = None
         prefix: list[EpochEntry] | None = []
-        if scan_start > self.start_offset:
+        if scan_start > self._segments[0].base_offset:
             prefix = None
             if stored is not None:
                 candidate = [entry for entry in stored if entry.start_offset < scan_start]
@@ -496,6 +740,8 @@ class Log:
             cache.assign(entry.epoch, entry.start_offset)
         for epoch, start in scanned:
             cache.assign(epoch, start)
+        cache.truncate_from_start(self._start)
+        cache.truncate_from_end(self.end_offset)  # see advance_start_offset
         self._cache = cache
         if stored is None or tuple(stored) != cache.entries:
             if stored is not None or self.end_offset > self.start_offset:
@@ -513,7 +759,11 @@ class Log:
         previous = -1
         for entry in entries:
             here = self._header_holding(entry.start_offset)
-            if here is None or here.base_offset != entry.start_offset or here.partition_leader_epoch != entry.epoch:
+            if here is None or here.partition_leader_epoch != entry.epoch:
+                return False
+            # The first entry of a log whose start advanced starts at the start offset, which
+            # may be inside a batch (EpochCache.truncate_from_start moved it up there).
+            if here.base_offset != entry.start_offset and entry.start_offset != self._start:
                 return False
             if entry.start_offset > self.start_offset:
                 before = self._header_holding(entry.start_offset - 1)

@@ -1,5 +1,6 @@
 """The log against an in-memory model: random appends, refused appends, flushes, truncations,
-clean reopens and crashes that tear away unflushed bytes, checked after every step."""
+clean reopens and crashes that tear away unflushed bytes, checked after every step; and, for
+KIP-630, advances of the log start offset, snapshot boundaries and full truncations to a snapshot."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from quorum.log import InvalidAppendError, Log
-from quorum.log.epoch_cache import EpochEntry
+from quorum.log.epoch_cache import EpochEntry, LeaderEpochCache
 from quorum.raft.interface import OffsetAndEpoch
 from quorum.wire.records import iter_batches
 from tests.log.helpers import make_batch
@@ -52,13 +53,32 @@ def model_end_offset_for(batches: list[ModelBatch], epoch: int) -> OffsetAndEpoc
     return OffsetAndEpoch(max(b.next for b in batches if b.epoch == found), found)
 
 
+def model_answer_with_snapshot(
+    entries: list[EpochEntry], end: int, boundary: OffsetAndEpoch | None, epoch: int
+) -> OffsetAndEpoch:
+    """The answer once the log's start moved or a snapshot bounds it: from the epoch entries,
+    with the snapshot standing for the epochs before the first one (see Log.end_offset_for_epoch)."""
+    cache = LeaderEpochCache(entries)
+    undefined = OffsetAndEpoch(-1, -1)
+    if not entries:
+        if boundary is None:
+            return cache.end_offset_for(epoch, end)
+        return OffsetAndEpoch(end, boundary.epoch) if epoch >= boundary.epoch else undefined
+    found = cache.end_offset_for(epoch, end)
+    if found == undefined and boundary is not None and 0 <= boundary.epoch <= epoch:
+        return boundary
+    return found
+
+
 class LogModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="log-model-"))
         self.log = self._open(True)
-        self.batches: list[ModelBatch] = []
+        self.batches: list[ModelBatch] = []  # every batch still on disk, some maybe below the start
         self.flushed = 0
+        self.start = 0
+        self.boundary: OffsetAndEpoch | None = None
 
     def _open(self, verify_all: bool) -> Log:
         return Log(self.directory, segment_bytes=SEGMENT_BYTES, index_interval_bytes=INDEX_INTERVAL,
@@ -66,11 +86,24 @@ class LogModel(RuleBasedStateMachine):
 
     @property
     def end(self) -> int:
-        return self.batches[-1].next if self.batches else 0
+        return self.batches[-1].next if self.batches else self.start
 
     @property
     def last_epoch(self) -> int:
         return self.batches[-1].epoch if self.batches else -1
+
+    @property
+    def epoch_floor(self) -> int:
+        """Epochs only grow, past a snapshot's too."""
+        return max(self.last_epoch, self.boundary.epoch if self.boundary else -1)
+
+    @property
+    def truncation_floor(self) -> int:
+        return max(self.start, self.boundary.offset if self.boundary else 0)
+
+    @property
+    def visible(self) -> list[ModelBatch]:
+        return [b for b in self.batches if b.next > self.start]
 
     def teardown(self) -> None:
         self.log.close()
@@ -84,7 +117,7 @@ class LogModel(RuleBasedStateMachine):
     )
     def append(self, shapes: list[tuple[int, int, int]], unstamped: bool) -> None:
         new = []
-        offset, epoch = self.end, self.last_epoch
+        offset, epoch = self.end, self.epoch_floor
         for count, bump, value_size in shapes:
             epoch = -1 if unstamped and epoch == -1 and bump == 0 else max(epoch, 0) + bump
             new.append(ModelBatch(offset, count, epoch, make_batch(offset, count, epoch, value_size)))
@@ -112,20 +145,78 @@ class LogModel(RuleBasedStateMachine):
         assert self.log.flush() == self.end
         self.flushed = self.end
 
-    @precondition(lambda self: self.batches)
+    @precondition(lambda self: any(b.base >= self.truncation_floor for b in self.batches))
     @rule(data=st.data())
     def truncate(self, data: st.DataObject) -> None:
-        keep = data.draw(st.integers(0, len(self.batches) - 1))
+        first = min(i for i, b in enumerate(self.batches) if b.base >= self.truncation_floor)
+        keep = data.draw(st.integers(first, len(self.batches) - 1))
         offset = self.batches[keep].base
         self.log.truncate_to(offset)
         del self.batches[keep:]
         self.flushed = min(self.flushed, offset)
+
+    @precondition(lambda self: self.end > self.start and (self.boundary is None or self.boundary.offset > self.start))
+    @rule(data=st.data())
+    def advance_start(self, data: st.DataObject) -> None:
+        """To a snapshot's end offset when there is one (never past it), else anywhere in the log."""
+        limit = self.end if self.boundary is None else self.boundary.offset
+        offset = data.draw(st.integers(self.start + 1, limit))
+        if offset > self.log.flushed_offset:
+            self.flushed = self.end  # the log flushes before it records a start offset
+        assert self.log.advance_start_offset(offset)
+        self.start = offset
+        first_base = self.log.segment_base_offsets[0]
+        self.batches = [b for b in self.batches if b.base >= first_base]
+
+    @precondition(lambda self: any(b.next > self.truncation_floor for b in self.batches))
+    @rule(data=st.data())
+    def snapshot_inside_the_log(self, data: st.DataObject) -> None:
+        """The state machine snapshotted at the end of a batch: the log keeps its records."""
+        candidates = [b for b in self.batches if b.next > self.truncation_floor]
+        batch = data.draw(st.sampled_from(candidates))
+        self.boundary = OffsetAndEpoch(batch.next, max(batch.epoch, 0))
+        assert not self.log.set_snapshot_boundary(self.boundary)
+
+    @rule(gap=st.integers(0, 5), bump=st.integers(0, 2), via_boundary=st.booleans())
+    def snapshot_ahead_of_the_log(self, gap: int, bump: int, via_boundary: bool) -> None:
+        """A fetched snapshot beyond the log: the log is replaced by an empty one starting there."""
+        snapshot = OffsetAndEpoch(self.end + gap, max(self.epoch_floor, 0) + bump)
+        if via_boundary:
+            self._tell_boundary(snapshot)
+        else:
+            self.log.truncate_fully_and_start_at(snapshot.offset, snapshot.epoch)
+            self._emptied_at(snapshot)
+
+    def _emptied_at(self, snapshot: OffsetAndEpoch) -> None:
+        self.batches = []
+        self.start = self.flushed = snapshot.offset
+        self.boundary = snapshot
+
+    def _tell_boundary(self, snapshot: OffsetAndEpoch | None = None) -> None:
+        """Give the log its latest snapshot, as the owner does at start-up and after a fetch:
+        the log is emptied at the snapshot when the snapshot is ahead of it (Kafka's rule), which
+        after a crash also happens to a snapshot taken above records that were not flushed."""
+        snapshot = snapshot or self.boundary
+        if snapshot is None:
+            return
+        entries = self.expected_epoch_entries()
+        latest = max(entries[-1].epoch if entries else -1, 0)
+        empty_there = self.start == self.end == snapshot.offset
+        ahead = not empty_there and (
+            snapshot.epoch > latest or (snapshot.epoch == latest and snapshot.offset > self.end)
+        )
+        assert self.log.set_snapshot_boundary(snapshot) == ahead
+        if ahead:
+            self._emptied_at(snapshot)
+        else:
+            self.boundary = snapshot
 
     @rule(verify_all=st.booleans())
     def reopen(self, verify_all: bool) -> None:
         self.log.close()
         self.log = self._open(verify_all)
         self.flushed = self.end
+        self._tell_boundary()
 
     @rule(verify_all=st.booleans(), data=st.data())
     def crash_tearing_unflushed_bytes(self, verify_all: bool, data: st.DataObject) -> None:
@@ -151,35 +242,55 @@ class LogModel(RuleBasedStateMachine):
             kept.append(batch)
         assert len(kept) >= len([b for b in self.batches if b.next <= self.flushed])
         self.batches = kept
+        assert self.end >= self.start, "records below a recorded start offset were not durable"
         self.flushed = self.end
+        self._tell_boundary()
 
     # -- invariants --------------------------------------------------------------------------
 
     @invariant()
     def offsets_agree(self) -> None:
-        assert self.log.start_offset == 0
+        assert self.log.start_offset == self.start
         assert self.log.end_offset == self.end
         assert self.flushed <= self.log.flushed_offset <= self.end
 
     @invariant()
     def content_agrees(self) -> None:
         stored = b"".join(bytes(batch.raw) for batch in self.log.iter_batches())
-        assert stored == b"".join(b.raw for b in self.batches)
-        if self.batches:
-            batch = self.batches[len(self.batches) // 2]
+        assert stored == b"".join(b.raw for b in self.visible)
+        readable = [b for b in self.batches if b.base >= self.start]
+        if readable:
+            batch = readable[len(readable) // 2]
             first = next(iter_batches(self.log.read(batch.base, 1)))
             assert bytes(first.raw) == batch.raw
 
+    def expected_epoch_entries(self) -> list[EpochEntry]:
+        cache = LeaderEpochCache()
+        for batch in self.batches:
+            if batch.epoch >= 0 and (not len(cache) or batch.epoch > cache.latest_epoch):
+                cache.assign(batch.epoch, batch.base)
+        cache.truncate_from_start(self.start)
+        cache.truncate_from_end(self.end)  # no entry for an epoch without a record at or above the start
+        return list(cache.entries)
+
     @invariant()
     def epochs_agree(self) -> None:
-        expected = []
-        for batch in self.batches:
-            if batch.epoch >= 0 and (not expected or batch.epoch > expected[-1].epoch):
-                expected.append(EpochEntry(batch.epoch, batch.base))
+        expected = self.expected_epoch_entries()
         assert list(self.log.epoch_entries) == expected
-        assert self.log.last_fetched_epoch() == max(self.last_epoch, 0)
-        for epoch in range(-1, max(self.last_epoch, 0) + 2):
-            assert self.log.end_offset_for_epoch(epoch) == model_end_offset_for(self.batches, epoch)
+        if expected:
+            assert self.log.last_fetched_epoch() == expected[-1].epoch
+        elif self.boundary is not None and self.boundary.offset == self.end:
+            assert self.log.last_fetched_epoch() == self.boundary.epoch
+        else:
+            assert self.log.last_fetched_epoch() == 0
+        for epoch in range(-1, max(self.epoch_floor, 0) + 2):
+            if self.start == 0 and self.boundary is None:
+                # the plain log: answers derived from the batches themselves
+                assert self.log.end_offset_for_epoch(epoch) == model_end_offset_for(self.batches, epoch)
+            else:
+                assert self.log.end_offset_for_epoch(epoch) == model_answer_with_snapshot(
+                    expected, self.end, self.boundary, epoch
+                )
 
 
 LogModel.TestCase.settings = settings(
