@@ -118,12 +118,17 @@ class RaftCore:
 
     @property
     def leader_id(self) -> int:
-        """The leader this replica knows for its epoch, -1 if none (a resigned leader reports none)."""
+        """The leader this replica knows for its epoch, -1 if none (a resigned leader reports none).
+
+        A prospective replica still knows the leader it lost touch with, as Kafka's ProspectiveState
+        does: it doubts that leader, it has not learnt of another, so a peer naming that same leader
+        in that same epoch tells it nothing new (and must not send it back to following).
+        """
         state = self._state
         if isinstance(state, LeaderState):
             return self._id
-        if isinstance(state, Follower):
-            return state.leader_id
+        if isinstance(state, (Follower, Prospective)) and state.leader_id != self._id:
+            return state.leader_id  # a prospective that was the leader (resigned) knows none
         return NO_NODE
 
     @property
@@ -538,9 +543,20 @@ class RaftCore:
                 return
             self._send_votes(state.campaign, state.epoch + 1, pre_vote=True)
         elif now >= state.deadline_ms:
-            self._retry_prospective(state)
+            self._lose_pre_vote(state)
 
-    def _retry_prospective(self, state: Prospective) -> None:
+    def _lose_pre_vote(self, state: Prospective) -> None:
+        """The pre-vote was refused by too many voters, or timed out (KIP-996).
+
+        With a leader known in this epoch it goes back to following it, as Kafka does: the leader
+        may be alive after all (the voters that refused still hear from it), and if it is not, the
+        fetch timeout brings the replica back here, while as a follower that has not reached its
+        leader it grants other voters' pre-votes meanwhile. With no leader known it tries again
+        after a backoff.
+        """
+        if self.leader_id != NO_NODE:
+            self._become_follower(state.epoch, self.leader_id)
+            return
         self._transition(Prospective(state.epoch, state.voted_id, state.leader_id, state.retries + 1,
                                      start_ms=self._now + self._backoff(state.retries),
                                      deadline_ms=self._now))
@@ -581,8 +597,8 @@ class RaftCore:
         elif voted == candidate:
             granted = True  # a repeated request: same answer
         elif voted != NO_NODE or self.leader_id != NO_NODE:
-            granted = False
-        elif isinstance(state, Unattached) or (isinstance(state, Prospective) and state.leader_id == NO_NODE):
+            granted = False  # a vote in an epoch that has a leader, or already cast
+        elif isinstance(state, (Unattached, Prospective)):
             granted = up_to_date
         else:
             granted = False
@@ -592,12 +608,17 @@ class RaftCore:
         answer(granted)
 
     def _grants_pre_vote(self) -> bool:
-        """KIP-996: refuse while a leader is known to be alive, so a rejoining node cannot unseat it."""
+        """KIP-996: refuse only while a leader is known to be alive, so a rejoining node cannot unseat it.
+
+        Alive means a Fetch from it succeeded within the fetch timeout: a follower whose timeout
+        has run out (whether or not a tick has made it prospective yet) grants, and so does a
+        prospective replica, though it still names the leader it lost touch with.
+        """
         state = self._state
         if isinstance(state, LeaderState):
             return False
         if isinstance(state, Follower):
-            return not state.has_fetched
+            return not (state.has_fetched and self._now < state.fetch_deadline_ms)
         return True
 
     def _on_vote_response(self, sender_id: int, response: VoteResponse, request: Message | None) -> None:
@@ -626,7 +647,7 @@ class RaftCore:
                 self._become_leader(state)
         elif len(campaign.rejected) > len(self._voters) - self._majority:
             if isinstance(state, Prospective):
-                self._retry_prospective(state)
+                self._lose_pre_vote(state)
             else:
                 self._become_prospective(state.retries + 1, self._backoff(state.retries))
 

@@ -6,6 +6,7 @@ deadline am I waiting for", so the rules live in one place.
 
     unattached --(vote granted)--> voted          follower --(fetch timeout)--> prospective
     unattached/voted --(election timeout)--> prospective --(pre-vote majority)--> candidate
+    prospective --(pre-vote refused or timed out)--> follower of the leader it knew, else prospective again
     candidate --(vote majority)--> leader --(resign / zombie)--> resigned --(timeout)--> prospective
     any --(higher epoch seen)--> unattached or follower
 
@@ -103,7 +104,11 @@ class Campaign:
 class Prospective:
     """KIP-996 pre-vote: asks whether it could win `epoch + 1` before bumping any epoch.
 
-    `leader_id` is the leader it lost touch with (kept in quorum-state, not reported to others).
+    `leader_id` is the leader of `epoch` it lost touch with (NO_NODE if none; itself if it resigned).
+    Like Kafka's ProspectiveState it still counts as this epoch's known leader: kept in quorum-state,
+    reported in responses, and a peer naming that same leader tells it nothing new. Only losing the
+    pre-vote sends it back to following that leader; a higher epoch, or BeginQuorumEpoch from that
+    leader, ends it as for any state.
     """
 
     epoch: int

@@ -110,13 +110,14 @@ def _row(scenario: str, results: list[RunStats], failed: int, seconds: float) ->
         mean([r.committed_offset for r in results]), str(min((r.committed_offset for r in results), default=0)),
         mean([r.faults for r in results]),
         mean([r.recovery_ms for r in results]), str(max((r.recovery_ms for r in results), default=0)),
+        str(sum(r.failovers for r in results)), str(max((r.max_failover_ms for r in results), default=0)),
         mean([r.events for r in results]),
     ]
 
 
 def _table(rows: list[list[str]], args: argparse.Namespace) -> None:
     header = ["scenario", "seeds", "failed", "seeds/s", "elections", "max", "max epoch", "committed",
-              "min", "faults", "recovery ms", "max", "events"]
+              "min", "faults", "recovery ms", "max", "failovers", "max ms", "events"]
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
     print(f"{args.voters} voter(s), {args.observers} observer(s), seeds {args.first}..{args.first + args.seeds - 1}")
     print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
@@ -125,9 +126,10 @@ def _table(rows: list[list[str]], args: argparse.Namespace) -> None:
 
 
 def _describe(stats: RunStats) -> str:
+    failovers = (f", {stats.failovers} failover(s) (longest {stats.max_failover_ms} ms)" if stats.failovers else "")
     return (f"{stats.elections} election(s), max epoch {stats.max_epoch}, committed offset {stats.committed_offset}, "
             f"{stats.proposals} proposals, {stats.faults} faults, {stats.events} events, "
-            f"recovered in {stats.recovery_ms} ms")
+            f"recovered in {stats.recovery_ms} ms{failovers}")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ class RunStats:
     events: int = 0
     sim_ms: int = 0
     recovery_ms: int = 0
+    failovers: int = 0  # `failover` faults: leaders killed and replaced within the deadline
+    max_failover_ms: int = 0  # the longest of them, from the kill to a commit by the successor
 
 
 @dataclass
@@ -133,6 +135,8 @@ class Simulation:
         self._event: tuple[int, tuple[object, ...]] = (0, ("start",))
         self._network_fault_until = 0
         self._expected_fatal = False
+        self._failover: tuple[int, int, int] | None = None  # (killed leader's epoch, killed at, deadline)
+        self._failover_down: list[int] = []  # voters the failover fault killed, oldest first
 
     # -----------------------------------------------------------------------------------------
     # Running.
@@ -518,6 +522,50 @@ class Simulation:
                 self._at(10, kill_successor, tries - 1)
 
         self._at(10, kill_successor, 1000)
+
+    def _fault_failover(self) -> None:
+        """kill -9 the leader; the survivors alone must elect a successor that commits by the deadline.
+
+        The victims stay down, as many as the quorum can lose; past that, this fault restarts the
+        one killed earliest instead, and the next one kills the leader again, so that the survivors
+        include a node that restarted, its timers out of step with the others'.
+        """
+        if self._failover is not None:
+            return
+        if len(self._failover_down) >= (len(self.voter_ids) - 1) // 2:
+            if self._failover_down:
+                self._restart(self._failover_down.pop(0))
+            return
+        leaders = self._leaders()
+        if not leaders:
+            return
+        victim = leaders[0]
+        self._log(0, f"failover: killing leader {victim.node_id} of epoch {victim.epoch}")
+        self._failover = (victim.epoch, self.now, self.now + self.scenario.failover_deadline_ms)
+        self._failover_down.append(victim.node_id)
+        self._kill(victim.node_id)
+        self._at(10, self._check_failover)
+
+    def _check_failover(self) -> None:
+        """Liveness: a leader of a later epoch has committed a record of its own epoch by the deadline."""
+        if self._failover is None or not self._faulting:
+            self._failover = None
+            return
+        epoch, killed_at, deadline = self._failover
+        for node in self._leaders():
+            own_epoch_start = node.log.end_offset_for_epoch(node.epoch - 1).offset
+            if node.epoch > epoch and node.high_watermark > own_epoch_start:
+                self._failover = None
+                self.stats.failovers += 1
+                self.stats.max_failover_ms = max(self.stats.max_failover_ms, self.now - killed_at)
+                return
+        if self.now >= deadline:
+            states = ", ".join(f"{n.node_id}:{n.role.value if n.role else 'down'}@{n.epoch}"
+                               for n in self.nodes.values())
+            raise SimulationFailure(self.seed, f"t={self.now}ms: no leader after epoch {epoch} committed within "
+                                               f"{self.scenario.failover_deadline_ms} ms of its leader's kill: "
+                                               f"{states}", self.command)
+        self._at(10, self._check_failover)
 
 
 def _short(message: object) -> str:

@@ -70,11 +70,16 @@ def test_an_isolated_follower_campaigns_in_vain_without_raising_its_epoch_and_re
         node.response(3, VoteResponse(0, -1, 1, False, True), third.message)
         assert node.core.epoch == 1 and node.core.role is Role.PROSPECTIVE
     assert node.persisted == PersistState(1, -1, 1)
-    # Back in touch: an answer naming the leader of epoch 1 makes it a follower again, epoch unchanged.
+    # Back in touch: the leader and node 3 both refuse, naming the leader of epoch 1. The pre-vote
+    # is lost, and it follows that leader again, epoch unchanged.
     actions = node.run_until_campaign()
-    request = sent(actions, VoteRequest)[0]
-    node.response(request.destination, VoteResponse(0, 1, 1, False, True), request.message)
+    requests = sent(actions, VoteRequest)
+    node.response(requests[0].destination, VoteResponse(0, 1, 1, False, True), requests[0].message)
+    assert node.core.role is Role.PROSPECTIVE and node.core.leader_id == 1  # one refusal is not a majority
+    actions = node.response(requests[1].destination, VoteResponse(0, 1, 1, False, True), requests[1].message)
     assert node.core.role is Role.FOLLOWER and node.core.leader_id == 1 and node.core.epoch == 1
+    assert [f.destination for f in sent(actions, FetchRequest)] == [1]
+    assert node.persisted == PersistState(1, -1, 1)
 
 
 def test_a_follower_that_never_reached_its_leader_grants_pre_votes() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from quorum.raft.core import RaftCore
 from quorum.raft.leader import LeaderState
 from quorum.raft.state import Role
 from quorum.sim.__main__ import main
@@ -26,6 +27,8 @@ def test_three_voters_and_an_observer_survive_every_scenario(scenario: str) -> N
     assert all(r.committed_offset > 0 for r in runs)
     if SCENARIOS[scenario].faults and scenario not in ("partition",):
         assert sum(r.elections for r in runs) > len(runs)  # the faults did cost leaders
+    if "failover" in SCENARIOS[scenario].faults:
+        assert all(r.failovers >= 3 for r in runs)  # leaders killed and replaced, each within the deadline
 
 
 @pytest.mark.parametrize(("voters", "observers", "scenario", "seeds"), [
@@ -34,12 +37,25 @@ def test_three_voters_and_an_observer_survive_every_scenario(scenario: str) -> N
     (4, 0, "chaos", 25),
     (5, 2, "chaos", 25),
     (5, 1, "leader-failures", 15),
+    (5, 0, "failover-loopback", 10),
     (5, 0, "partition", 15),
     (5, 0, "isolate-leader", 15),
 ])
 def test_quorum_sizes(voters: int, observers: int, scenario: str, seeds: int) -> None:
     for seed in range(100, 100 + seeds):
         run_seed(seed, voters=voters, observers=observers, scenario=scenario)
+
+
+def test_the_failover_scenario_catches_survivors_that_never_elect(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Break the core as it was: a prospective replica forgets the leader it lost touch with, so a
+    # refusal naming that leader sends it back to following it, and survivors whose fetch timeouts
+    # run out of step take turns at that for ever.
+    monkeypatch.setattr(RaftCore, "leader_id", property(
+        lambda core: core.node_id if core.role is Role.LEADER
+        else core._state.leader_id if core.role is Role.FOLLOWER else -1))
+    with pytest.raises(SimulationFailure, match=r"no leader after epoch \d+ committed within \d+ ms"):
+        for seed in range(10):
+            run_seed(seed, 3, 0, "failover-loopback")
 
 
 def test_a_seed_replays_exactly() -> None:
