@@ -157,7 +157,7 @@ class QuorumSystem:
     async def probe(self, survivors: list[int], number: int) -> None:
         writer = QuorumWriter([self.address(m) for m in survivors], timeout_ms=int(PROBE_TIMEOUT * 1000))
         try:
-            await writer.commit([_value(number)], attempts=len(survivors), backoff_s=0.0)
+            await writer.commit([_value(number)], within_s=PROBE_INTERVAL, backoff_s=0.0)
         finally:
             await writer.close()
 
