@@ -58,6 +58,7 @@ class RaftNode:
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
         self._core_lock = asyncio.Lock()
+        self._proposals: deque[tuple[list[bytes], asyncio.Future[int | None]]] = deque()
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
         self._fatal: str | None = None
@@ -87,30 +88,46 @@ class RaftNode:
         async with self._core_lock:
             pending = deque(call())
             while pending:
-                follow_up = await self._execute(pending.popleft())
-                pending.extend(follow_up)
+                action = pending.popleft()
+                if isinstance(action, raft.AppendBatches):
+                    # Group commit: consecutive appends (proposals gathered in one call) share one fsync.
+                    batches = [action.batches]
+                    while pending and isinstance(pending[0], raft.AppendBatches):
+                        batches.append(pending.popleft().batches)
+                    await asyncio.to_thread(self._append_and_flush, b"".join(batches))
+                    pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+                else:
+                    await self._execute(action)
 
     async def propose(self, values: list[bytes]) -> int | None:
-        """Append `values` as one batch through the core (leader only); its base offset, or None."""
-        base_offset: int | None = None
+        """Append `values` as one batch through the core (leader only); its base offset, or None.
 
-        def call() -> list[raft.Action]:
-            nonlocal base_offset
-            base_offset, actions = self.core.propose(values, wall_clock_ms())
-            return actions
+        Proposals that arrive while the core is busy (an fsync in flight) wait together and go to
+        the core in one call, so their batches share one append and one fsync (group commit).
+        """
+        future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._proposals.append((values, future))
+        if len(self._proposals) == 1:
+            asyncio.create_task(self.drive(self._propose_waiting))
+        return await future
 
-        await self.drive(call)
-        return base_offset
+    def _propose_waiting(self) -> list[raft.Action]:
+        actions: list[raft.Action] = []
+        now = wall_clock_ms()
+        while self._proposals:
+            values, future = self._proposals.popleft()
+            base_offset, more = self.core.propose(values, now)
+            actions.extend(more)
+            if not future.done():
+                future.set_result(base_offset)
+        return actions
 
-    async def _execute(self, action: raft.Action) -> list[raft.Action]:
-        """Carry out one action; returns what the core says next (only on_flushed does)."""
+    async def _execute(self, action: raft.Action) -> None:
+        """Carry out one action other than AppendBatches (which `drive` groups)."""
         if isinstance(action, raft.PersistState):
             state = QuorumState(action.epoch, action.leader_id, action.voted_id,
                                 current_voters=tuple(v.node_id for v in self.config.voters))
             await asyncio.to_thread(write_quorum_state, self._state_path, state)
-        elif isinstance(action, raft.AppendBatches):
-            await asyncio.to_thread(self._append_and_flush, action.batches)
-            return self.core.on_flushed(self.log.flushed_offset, wall_clock_ms())
         elif isinstance(action, raft.Truncate):
             await asyncio.to_thread(self.log.truncate_to, action.offset)
         elif isinstance(action, raft.Send):
@@ -132,7 +149,6 @@ class RaftNode:
             log.critical("fatal: %s", action.reason)
             self._fatal = action.reason
             self._stopped.set()
-        return []
 
     def _append_and_flush(self, batches: bytes) -> None:
         self.log.append(batches)
