@@ -24,11 +24,8 @@ class InvalidOffsetError(LogError, ValueError):
     """An offset outside the log, or not on a batch boundary where one is required."""
 
 
-class CorruptLogError(LogError):
-    """A log segment or index that cannot be loaded without losing committed data.
-
-    `path` and `position` say which file and which byte, so an operator can look at it.
-    """
+class _CorruptAt(LogError):
+    """Damage at a byte of a file: the message names both, so an operator can look at it."""
 
     def __init__(self, path: Path | str, position: int | None, reason: str) -> None:
         self.path = Path(path)
@@ -36,6 +33,13 @@ class CorruptLogError(LogError):
         self.reason = reason
         where = "" if position is None else f" at byte {position}"
         super().__init__(f"{self.path}{where}: {reason}")
+
+
+class CorruptLogError(_CorruptAt):
+    """A log segment or index that cannot be loaded without losing committed data.
+
+    `path` and `position` say which file and which byte, so an operator can look at it.
+    """
 
 
 class CorruptFileError(LogError):
@@ -72,18 +76,11 @@ class SnapshotError(LogError):
     """Base of the errors about snapshot files (`quorum.log.snapshot`)."""
 
 
-class CorruptSnapshotError(SnapshotError):
+class CorruptSnapshotError(_CorruptAt, SnapshotError):
     """A snapshot file (complete or fetched) that fails validation; nothing of it was loaded.
 
     `path` and `position` (a byte offset in the file) say where, as for a corrupt log segment.
     """
-
-    def __init__(self, path: Path | str, position: int | None, reason: str) -> None:
-        self.path = Path(path)
-        self.position = position
-        self.reason = reason
-        where = "" if position is None else f" at byte {position}"
-        super().__init__(f"{self.path}{where}: {reason}")
 
 
 class SnapshotNotFoundError(SnapshotError, FileNotFoundError):
