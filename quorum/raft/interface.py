@@ -11,13 +11,16 @@ and from Kafka RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, with the KIP
 the core never writes it, it asks the driver to.
 
 The calls a driver makes (see `quorum.raft.core.RaftCore`): `start`, `tick`, `on_request`,
-`on_response`, `on_send_failed`, `on_flushed`, `propose`, `resign`. Three rules hold them together:
+`on_response`, `on_send_failed`, `on_flushed`, `propose`, `resign`, and for KIP-630 snapshots
+`on_snapshot_created` (the state machine finished one) and `on_snapshot_fetched` (the last chunk
+of a fetched one was written). Three rules hold them together:
 
-- Before the driver feeds the core another event, it has applied every AppendBatches and Truncate
-  the core returned so far, so the log the core reads at the start of a call is the one it asked
-  for. (The rest of a list may still be pending: reporting `on_flushed` as soon as an append is
-  durable is fine. The core counts an append only once `on_flushed` says so, which lets a driver
-  flush in the background, as long as it flushes before a later Send of the same list leaves.)
+- Before the driver feeds the core another event, it has applied every AppendBatches, Truncate,
+  InstallSnapshot and AdvanceLogStartOffset the core returned so far, so the log the core reads
+  at the start of a call is the one it asked for. (The rest of a list may still be pending:
+  reporting `on_flushed` as soon as an append is durable is fine. The core counts an append only
+  once `on_flushed` says so, which lets a driver flush in the background, as long as it flushes
+  before a later Send of the same list leaves.)
 - `on_response` gets back the request object the response answers (the shell keeps it by
   correlation id, the simulator carries it along). The core matches it by identity, which is how a
   duplicated, reordered or late response to an abandoned request is told apart from a fresh one.
@@ -67,6 +70,30 @@ class RaftLog(Protocol):
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole record batches from `offset` (which is a batch boundary), at least one batch if any."""
+        ...
+
+
+class SnapshotStore(Protocol):
+    """The complete KIP-630 snapshots of this replica, as the core may read them.
+
+    Only complete snapshots count: a `.checkpoint.part` being written or fetched is invisible
+    here until the driver has validated and renamed it.
+    """
+
+    def earliest_snapshot(self) -> OffsetAndEpoch | None:
+        """The oldest complete snapshot (the one at the log start offset once it is above 0)."""
+        ...
+
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        """The newest complete snapshot, by (end offset, epoch)."""
+        ...
+
+    def snapshot_size(self, snapshot_id: OffsetAndEpoch) -> int | None:
+        """The size in bytes of a complete snapshot, None when there is no such snapshot."""
+        ...
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        """Up to `max_bytes` raw bytes of a complete snapshot from `position` (0 <= position < size)."""
         ...
 
 
@@ -142,11 +169,37 @@ class FetchResponse:
     log_start_offset: int
     records: bytes = b""
     diverging_epoch: OffsetAndEpoch | None = None  # truncate to this end offset of this epoch
-    snapshot_id: OffsetAndEpoch | None = None  # reserved for KIP-630
+    snapshot_id: OffsetAndEpoch | None = None  # KIP-630: the offset is below our log start, fetch this snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """KIP-630 FetchSnapshot for `__cluster_metadata-0`: bytes of `snapshot_id` from `position`."""
+
+    cluster_id: str | None
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    position: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    """One chunk of a snapshot: `data` starts at `position`; `size` is the whole file's size."""
+
+    error: int  # NONE, SNAPSHOT_NOT_FOUND, POSITION_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER, epoch errors
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    size: int = -1
+    position: int = -1
+    data: bytes = b""
 
 
 Message = (VoteRequest | VoteResponse | BeginQuorumEpochRequest | BeginQuorumEpochResponse
-           | EndQuorumEpochRequest | EndQuorumEpochResponse | FetchRequest | FetchResponse)
+           | EndQuorumEpochRequest | EndQuorumEpochResponse | FetchRequest | FetchResponse
+           | FetchSnapshotRequest | FetchSnapshotResponse)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,8 +276,49 @@ class LeaderChanged:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class WriteSnapshotChunk:
+    """Write `data` at `position` of the fetched snapshot's `<id>.checkpoint.part`.
+
+    The chunk that reaches `size` completes the file: the driver fsyncs and validates it (the
+    Size and every batch's CRC), renames it to `<id>.checkpoint`, and reports the outcome with
+    `RaftCore.on_snapshot_fetched(snapshot_id, error)`; a file that fails validation is deleted.
+    A chunk that cannot be written is reported the same way, with the error.
+    """
+
+    snapshot_id: OffsetAndEpoch
+    position: int
+    data: bytes
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonSnapshotFetch:
+    """Give up fetching `snapshot_id`: delete its `.checkpoint.part` (a new leader, a refusal)."""
+
+    snapshot_id: OffsetAndEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class InstallSnapshot:
+    """A fetched snapshot is complete: the log now starts at its end offset (everything the log
+    held below it, or diverging from it, goes: `Log.set_snapshot_boundary`), and the state
+    machine loads it and replays the log from there. Durable before anything after it."""
+
+    snapshot_id: OffsetAndEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceLogStartOffset:
+    """Make `offset` (a snapshot's end offset) the log start offset and delete the snapshots
+    below it (KIP-630, "When to Increase the LogStartOffset" and "When to Delete Snapshots")."""
+
+    offset: int
+
+
 Action = (PersistState | AppendBatches | Truncate | Send | Reply | HighWatermarkAdvanced | ClusterIdCommitted
-          | Fatal | LeaderChanged)
+          | Fatal | LeaderChanged | WriteSnapshotChunk | AbandonSnapshotFetch | InstallSnapshot
+          | AdvanceLogStartOffset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +336,11 @@ class QuorumConfig:
     """How long the leader may hold a Fetch that has nothing new to return (Kafka's KRaft uses 500)."""
     retry_backoff_ms: int = 20
     """controller.quorum.retry.backoff.ms: pause before retrying a failed request."""
+    snapshot_fetch_max_bytes: int = 10 * 1024 * 1024
+    """replica.fetch.response.max.bytes: the most snapshot bytes asked for, or sent, in one FetchSnapshot."""
+    start_offset_lag_time_max_ms: int = 7 * 24 * 60 * 60 * 1000
+    """metadata.start.offset.lag.time.max.ms: how long the leader waits for every live replica to
+    reach a snapshot before it moves the log start offset there anyway (KIP-630)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
