@@ -50,12 +50,15 @@ class SnapshotSummary:
     last_contained_log_timestamp: int
     batches: int
     data_records: int
+    cluster_id: str | None = None  # from the header's ClusterId tag (10595), when the writer knew it
 
 
-def header_batch(epoch: int, last_contained_log_timestamp: int, timestamp_ms: int) -> bytes:
+def header_batch(epoch: int, last_contained_log_timestamp: int, timestamp_ms: int,
+                 cluster_id: str | None = None) -> bytes:
     """The first batch of a snapshot: a control batch at offset 0 with the SnapshotHeaderRecord."""
     header = SnapshotHeaderRecord(content_version=SNAPSHOT_HEADER_VERSION,
-                                  last_contained_log_timestamp=last_contained_log_timestamp)  # fmt: skip
+                                  last_contained_log_timestamp=last_contained_log_timestamp,
+                                  cluster_id=cluster_id)  # fmt: skip
     key, value = encode_control_record(header)
     return build_control_batch(key, value, base_offset=0, partition_leader_epoch=epoch, timestamp=timestamp_ms)
 
@@ -165,7 +168,8 @@ def validate_snapshot(fd: int, size: int, path: Path) -> SnapshotSummary:
     assert header is not None  # size > 0 and walk_file refuses a file without a whole batch
     if footer_at is None:
         raise CorruptSnapshotError(path, size, "the file ends without a SnapshotFooterRecord batch: it is incomplete")
-    return SnapshotSummary(size, header.content_version, header.last_contained_log_timestamp, batches, data_records)
+    return SnapshotSummary(size, header.content_version, header.last_contained_log_timestamp, batches, data_records,
+                           header.cluster_id)
 
 
 __all__ = [

@@ -21,9 +21,11 @@ import random
 from collections.abc import Callable, Sequence
 
 from quorum.raft.control import build_leader_change_batch, find_cluster_id, generate_cluster_id, scan_batches
-from quorum.raft.divergence import diverging_epoch, truncation_offset
+from quorum.raft.divergence import check_fetch, truncation_offset
 from quorum.raft.interface import (
+    AbandonSnapshotFetch,
     Action,
+    AdvanceLogStartOffset,
     AppendBatches,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -33,7 +35,10 @@ from quorum.raft.interface import (
     Fatal,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     HighWatermarkAdvanced,
+    InstallSnapshot,
     LeaderChanged,
     Message,
     OffsetAndEpoch,
@@ -44,11 +49,21 @@ from quorum.raft.interface import (
     ReplicaDescription,
     Reply,
     Send,
+    SnapshotStore,
     Truncate,
     VoteRequest,
     VoteResponse,
+    WriteSnapshotChunk,
 )
 from quorum.raft.leader import LeaderState, ParkedFetch
+from quorum.raft.snapshot_bytes import spread_response_bytes
+from quorum.raft.snapshot_rules import (
+    NoSnapshots,
+    SnapshotFetch,
+    follower_log_start_target,
+    leader_log_start_target,
+    log_position,
+)
 from quorum.raft.state import (
     NO_NODE,
     Campaign,
@@ -68,6 +83,9 @@ from quorum.wire.records import CorruptRecordError, Record, build_batch
 State = Unattached | Follower | Prospective | Candidate | LeaderState | Resigned
 
 _MAX_TRANSITIONS_PER_POLL = 16
+# Answers to FetchSnapshot after which the follower goes back to Fetch to learn what to fetch now.
+_SNAPSHOT_REFETCH_ERRORS = frozenset({ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE,
+                                      ErrorCode.NOT_LEADER_OR_FOLLOWER})
 
 
 class RaftCore:
@@ -75,12 +93,20 @@ class RaftCore:
 
     `persisted` is what `quorum-state` held at start (None for a new node); `cluster_id` is the
     committed id from meta.properties (None if unknown). `rng` supplies every random choice.
+    `snapshots` are the complete KIP-630 snapshots (none when omitted); the log already starts
+    at the latest one's end offset if that was ahead of it (the driver's start-up does that).
     """
 
     def __init__(self, config: QuorumConfig, log: RaftLog, persisted: PersistState | None, cluster_id: str | None,
-                 rng: random.Random, now_ms: int) -> None:
+                 rng: random.Random, now_ms: int, snapshots: SnapshotStore | None = None) -> None:
         self._config = config
         self._log = log
+        self._snapshots: SnapshotStore = snapshots if snapshots is not None else NoSnapshots()
+        self._snapshot_fetch: SnapshotFetch | None = None
+        latest = self._snapshots.latest_snapshot()
+        self._snapshot_seen: tuple[OffsetAndEpoch, int] | None = (latest, now_ms) if latest else None
+        self._leader_log_start: int | None = None  # as the leader's last Fetch answer gave it
+        self._log_start_asked = 0  # the last AdvanceLogStartOffset emitted
         self._rng = rng
         self._id = config.node_id
         self._voters = tuple(config.voters)
@@ -92,7 +118,8 @@ class RaftCore:
         self._committed_cluster_id = cluster_id
         # (offset, id) of the first LeaderChange in the log that carries a cluster id.
         self._log_cluster_id = find_cluster_id(log.read, log.start_offset, log.end_offset)
-        self._high_watermark = log.start_offset
+        # What a snapshot holds is committed: the high watermark starts at least there.
+        self._high_watermark = max(log.start_offset, latest.offset if latest else 0)
         self._pending_append_end: int | None = None  # asked to append, not yet reported durable
         self._log_stale = False  # actions of this call change the log: do not read it for a Fetch
         self._resigned_leader: tuple[int, int] | None = None  # (epoch, leader) known to have stepped down
@@ -178,7 +205,7 @@ class RaftCore:
         elif isinstance(state, Candidate):
             deadlines.append(state.deadline_ms)
         elif isinstance(state, LeaderState):
-            deadlines += [state.next_deadline_ms(), self._check_quorum_deadline(state),
+            deadlines += [state.next_deadline_ms(), self._check_quorum_deadline(state), self._log_start_deadline(),
                           *(self._begin_quorum_due(state, v) for v in state.voters if v != self._id)]
         elif isinstance(state, Resigned):
             deadlines.append(state.election_deadline_ms)
@@ -221,6 +248,8 @@ class RaftCore:
             self._on_end_quorum_epoch(request_id, message)
         elif isinstance(message, FetchRequest):
             self._on_fetch_request(request_id, sender_id, message)
+        elif isinstance(message, FetchSnapshotRequest):
+            self._on_fetch_snapshot_request(request_id, message)
         else:
             raise TypeError(f"not a Raft request: {type(message).__name__}")
         return self._finish()
@@ -239,6 +268,8 @@ class RaftCore:
             self._on_vote_response(sender_id, message, request)
         elif isinstance(message, FetchResponse):
             self._on_fetch_response(sender_id, message, request)
+        elif isinstance(message, FetchSnapshotResponse):
+            self._on_fetch_snapshot_response(sender_id, message, request)
         elif isinstance(message, BeginQuorumEpochResponse):
             if not self._handle_common_response(message.leader_id, message.leader_epoch):
                 state = self._state
@@ -263,7 +294,8 @@ class RaftCore:
         if self._fatal:
             return []
         fetching = self._fetching()
-        if isinstance(message, FetchRequest) and fetching is not None and fetching.outstanding is message:
+        if (isinstance(message, (FetchRequest, FetchSnapshotRequest)) and fetching is not None
+                and fetching.outstanding is message):
             fetching.outstanding = None
             fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
             if isinstance(self._state, Unattached):
@@ -285,6 +317,50 @@ class RaftCore:
             self._answer_parked(state, lambda parked: parked.request.fetch_offset < end)
         elif isinstance(state, Follower):
             self._update_follower_high_watermark(state)
+        return self._finish()
+
+    def on_snapshot_created(self, snapshot_id: OffsetAndEpoch, now_ms: int) -> list[Action]:
+        """The state machine finished a snapshot (KIP-630: "notify when snapshot finished").
+
+        It is the latest snapshot now: the log start offset may move up to it, on the leader once
+        the live replicas have it, on a follower as far as the leader's log start offset.
+        """
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        if snapshot_id.offset > self._high_watermark:
+            raise ValueError(f"snapshot {snapshot_id} ends past the high watermark {self._high_watermark}: "
+                             "only committed records may be in a snapshot")
+        self._note_snapshot(snapshot_id)
+        return self._finish()
+
+    def on_snapshot_fetched(self, snapshot_id: OffsetAndEpoch, error: str | None, now_ms: int,
+                            cluster_id: str | None = None) -> list[Action]:
+        """The driver wrote the last chunk of `snapshot_id`: validated and renamed, or refused (`error`).
+
+        A complete snapshot is installed (InstallSnapshot: the log restarts at its end offset and
+        the state machine loads it), unless this replica leads by now: a leader never loads a
+        fetched snapshot, its own log already holds everything committed. `cluster_id` is the one
+        the snapshot's header carries, if any: committed, as everything in a snapshot is.
+        """
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        fetch = self._snapshot_fetch
+        if fetch is None or fetch.snapshot_id != snapshot_id or not fetch.completing:
+            return self._finish()  # abandoned meanwhile: the driver's file is complete or gone, nothing to do
+        self._snapshot_fetch = None
+        fetching = self._fetching()
+        if error is not None:
+            if fetching is not None:
+                fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
+            return self._finish()
+        if cluster_id is not None:
+            self._learn_committed_cluster_id(cluster_id)
+            if self._fatal:
+                return self._take()
+        if not isinstance(self._state, LeaderState):
+            self._install(snapshot_id)
         return self._finish()
 
     def propose(self, values: Sequence[bytes], now_ms: int) -> tuple[int | None, list[Action]]:
@@ -371,7 +447,8 @@ class RaftCore:
 
     def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
         """Raft's election restriction: the candidate's log ends at or after ours."""
-        return (last_epoch, last_offset) >= (self._log.last_fetched_epoch(), self._log.end_offset)
+        ours = log_position(self._log, self._snapshots)
+        return (last_epoch, last_offset) >= (ours.epoch, ours.offset)
 
     # -----------------------------------------------------------------------------------------
     # Transitions.
@@ -407,6 +484,9 @@ class RaftCore:
             self._emit(PersistState(election.epoch, election.voted_id, election.leader_id))
         if isinstance(old, LeaderState) and new is not old:
             self._answer_parked(old, lambda parked: True)  # they learn of the new state, persisted first
+        fetch = self._snapshot_fetch
+        if fetch is not None and (self.leader_id, self.epoch) != (fetch.leader_id, fetch.epoch):
+            self._abandon_snapshot_fetch()  # only from the leader that named it (a completing one stays)
         self._announce()
 
     def _announce(self) -> None:
@@ -562,8 +642,8 @@ class RaftCore:
                                      deadline_ms=self._now))
 
     def _send_votes(self, campaign: Campaign, candidate_epoch: int, pre_vote: bool) -> None:
-        request = VoteRequest(self._committed_cluster_id, candidate_epoch, self._id, self._log.last_fetched_epoch(),
-                              self._log.end_offset, pre_vote)
+        ours = log_position(self._log, self._snapshots)
+        request = VoteRequest(self._committed_cluster_id, candidate_epoch, self._id, ours.epoch, ours.offset, pre_vote)
         for voter in self._voters:
             if voter != self._id:
                 campaign.sent[voter] = request
@@ -736,6 +816,7 @@ class RaftCore:
             return
         if state.parked:
             self._answer_parked(state, lambda parked: parked.deadline_ms <= now)
+        self._maybe_advance_log_start()
         for voter in state.voters:
             if voter != self._id and now >= self._begin_quorum_due(state, voter):
                 self._send_begin_quorum_epoch(state, voter)
@@ -771,16 +852,18 @@ class RaftCore:
             self._reply(request_id, self._fetch_error(self._epoch_error(request.current_leader_epoch)))
             return
         progress = state.progress(request.replica_id)
-        diverging = diverging_epoch(self._log, request.fetch_offset, request.last_fetched_epoch)
-        if diverging is not None:
+        verdict = check_fetch(self._log, self._snapshots, request.fetch_offset, request.last_fetched_epoch)
+        if verdict.diverging is not None or verdict.snapshot is not None:
             progress.last_fetch_ms = self._now
             progress.acknowledged = True
             self._reply(request_id, FetchResponse(ErrorCode.NONE, self._id, state.epoch, self._high_watermark,
-                                                  self._log.start_offset, diverging_epoch=diverging))
+                                                  self._log.start_offset, diverging_epoch=verdict.diverging,
+                                                  snapshot_id=verdict.snapshot))
             return
         progress.record_fetch(request.fetch_offset, self._log.end_offset, self._now)
         if request.replica_id in state.voters:
             self._maybe_advance_leader_high_watermark(state)
+        self._maybe_advance_log_start()
         parked = ParkedFetch(request_id, sender_id, request, self._now + max(request.max_wait_ms, 0))
         if (request.max_wait_ms <= 0 or request.fetch_offset < self._log.end_offset
                 or self._high_watermark > progress.last_sent_high_watermark):
@@ -869,9 +952,17 @@ class RaftCore:
                 if not candidates:
                     return
                 destination = self._rng.choice(candidates)
-        request = FetchRequest(self._committed_cluster_id, self._id, self.epoch, self._log.end_offset,
-                               self._log.last_fetched_epoch(), self._config.fetch_max_bytes,
-                               self._config.fetch_max_wait_ms)
+        request: FetchRequest | FetchSnapshotRequest
+        fetch = self._snapshot_fetch
+        if fetch is not None:
+            if fetch.completing or destination != fetch.leader_id:
+                return  # the driver is finishing the file; or (briefly) the leader changed and it will be abandoned
+            request = FetchSnapshotRequest(self._committed_cluster_id, self._id, self.epoch, fetch.snapshot_id,
+                                           fetch.position, self._config.snapshot_fetch_max_bytes)
+        else:
+            request = FetchRequest(self._committed_cluster_id, self._id, self.epoch, self._log.end_offset,
+                                   self._log.last_fetched_epoch(), self._config.fetch_max_bytes,
+                                   self._config.fetch_max_wait_ms)
         fetching.outstanding = request
         fetching.destination = destination
         fetching.sent_ms = now
@@ -887,30 +978,13 @@ class RaftCore:
             request = fetching.outstanding
         elif request is not fetching.outstanding:
             return  # a duplicate, or the answer to a fetch we gave up on
-        assert isinstance(request, FetchRequest)
+        if not isinstance(request, FetchRequest):
+            return
         fetching.outstanding = None
-        if response.error == ErrorCode.INCONSISTENT_CLUSTER_ID:
-            self._die(f"Fetch from {sender_id} (epoch {response.leader_epoch}) refused our cluster id "
-                      f"{self._committed_cluster_id}")
+        state = self._after_fetch_answer(fetching, sender_id, response.error, response.leader_id,
+                                         response.leader_epoch)
+        if state is None:
             return
-        if self._handle_common_response(response.leader_id, response.leader_epoch):
-            return
-        state = self._state
-        if response.error != ErrorCode.NONE:
-            fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
-            if isinstance(state, Follower):
-                from_our_leader = sender_id == state.leader_id and response.leader_epoch == state.epoch
-                if from_our_leader and response.leader_id == NO_NODE:
-                    # Our leader says it no longer leads this epoch: it resigned or restarted.
-                    self._resigned_leader = (state.epoch, state.leader_id)
-                    self._transition(self._unattached(state.epoch, state.voted_id))
-            else:
-                fetching.destination = NO_NODE
-            return
-        if not isinstance(state, Follower) or sender_id != state.leader_id or response.leader_epoch != state.epoch:
-            return
-        state.has_fetched = True
-        state.fetch_deadline_ms = self._now + self._config.fetch_timeout_ms
         if response.diverging_epoch is not None:
             state.leader_high_watermark = None
             self._truncate_to_divergence(response.diverging_epoch)
@@ -918,9 +992,44 @@ class RaftCore:
             return
         if response.high_watermark >= 0:
             state.leader_high_watermark = max(response.high_watermark, state.leader_high_watermark or 0)
+        if response.snapshot_id is not None:
+            self._start_snapshot_fetch(response.snapshot_id, state)
+            fetching.retry_at_ms = self._now
+            return
+        if response.log_start_offset >= 0:
+            self._leader_log_start = response.log_start_offset
         if response.records:
             self._append_fetched(response.records, request.fetch_offset)
         self._update_follower_high_watermark(state)
+        self._maybe_advance_log_start()
+
+    def _after_fetch_answer(self, fetching: Fetching, sender_id: int, error: int, leader_id: int,
+                            leader_epoch: int) -> Follower | None:
+        """What Fetch and FetchSnapshot answers have in common: the cluster id check, learning the
+        leader and epoch, errors; returns the follower state when the answer is our leader's data."""
+        if error == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            self._die(f"Fetch from {sender_id} (epoch {leader_epoch}) refused our cluster id "
+                      f"{self._committed_cluster_id}")
+            return None
+        if self._handle_common_response(leader_id, leader_epoch):
+            return None
+        state = self._state
+        if error != ErrorCode.NONE:
+            fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
+            if isinstance(state, Follower):
+                from_our_leader = sender_id == state.leader_id and leader_epoch == state.epoch
+                if from_our_leader and leader_id == NO_NODE:
+                    # Our leader says it no longer leads this epoch: it resigned or restarted.
+                    self._resigned_leader = (state.epoch, state.leader_id)
+                    self._transition(self._unattached(state.epoch, state.voted_id))
+            else:
+                fetching.destination = NO_NODE
+            return None
+        if not isinstance(state, Follower) or sender_id != state.leader_id or leader_epoch != state.epoch:
+            return None
+        state.has_fetched = True
+        state.fetch_deadline_ms = self._now + self._config.fetch_timeout_ms
+        return state
 
     def _truncate_to_divergence(self, diverging: OffsetAndEpoch) -> None:
         """Truncate where the leader says our log leaves its own (Kafka's truncateToEndOffset)."""
@@ -963,6 +1072,151 @@ class RaftCore:
             return
         if self._log_cluster_id is None or offset < self._log_cluster_id[0]:
             self._log_cluster_id = (offset, cluster_id)
+
+    # -----------------------------------------------------------------------------------------
+    # KIP-630 snapshots: serving and fetching them, installing, the log start offset.
+
+    def _on_fetch_snapshot_request(self, request_id: int, request: FetchSnapshotRequest) -> None:
+        def answer(error: int, size: int = -1, position: int = -1, data: bytes = b"") -> None:
+            self._reply(request_id, FetchSnapshotResponse(int(error), self.leader_id, self.epoch, request.snapshot_id,
+                                                          size, position, data))
+
+        state = self._state
+        if not isinstance(state, LeaderState):
+            answer(self._epoch_error(request.current_leader_epoch))
+            return
+        if self._cluster_ids_conflict(request.cluster_id, self._known_cluster_id()):
+            answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
+            return
+        if request.current_leader_epoch != state.epoch:
+            answer(self._epoch_error(request.current_leader_epoch))
+            return
+        progress = state.progress(request.replica_id)
+        progress.last_fetch_ms = self._now  # alive (the zombie check), though not at any log offset yet
+        progress.acknowledged = True
+        size = self._snapshots.snapshot_size(request.snapshot_id)
+        if size is None:
+            answer(ErrorCode.SNAPSHOT_NOT_FOUND)
+            return
+        if not 0 <= request.position < size:
+            answer(ErrorCode.POSITION_OUT_OF_RANGE, size)
+            return
+        response_max_bytes = min(max(request.max_bytes, 0), self._config.snapshot_fetch_max_bytes)
+        [length] = spread_response_bytes([size - request.position], response_max_bytes)
+        try:
+            data = self._snapshots.read_snapshot(request.snapshot_id, request.position, length)
+        except (LookupError, OSError):
+            answer(ErrorCode.SNAPSHOT_NOT_FOUND)  # deleted between the two calls: the follower asks again
+            return
+        answer(ErrorCode.NONE, size, request.position, data)
+
+    def _on_fetch_snapshot_response(self, sender_id: int, response: FetchSnapshotResponse,
+                                    request: Message | None) -> None:
+        fetching = self._fetching()
+        if fetching is None or fetching.outstanding is None:
+            return
+        if request is None:
+            if sender_id != fetching.destination:
+                return
+            request = fetching.outstanding
+        elif request is not fetching.outstanding:
+            return
+        if not isinstance(request, FetchSnapshotRequest):
+            return
+        fetching.outstanding = None
+        state = self._after_fetch_answer(fetching, sender_id, response.error, response.leader_id,
+                                         response.leader_epoch)
+        fetch = self._snapshot_fetch
+        if fetch is None or fetch.completing or fetch.snapshot_id != request.snapshot_id:
+            return
+        if state is None:
+            if response.error != ErrorCode.NONE:
+                # SNAPSHOT_NOT_FOUND, POSITION_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER (KIP-630) and the
+                # epoch errors alike: a Fetch finds out what, and from whom, to fetch now.
+                self._abandon_snapshot_fetch()
+            return
+        data = response.data
+        consistent = (response.snapshot_id == fetch.snapshot_id and response.position == fetch.position
+                      and response.size > 0 and fetch.size in (None, response.size)
+                      and 0 < len(data) <= response.size - fetch.position)
+        if not consistent:
+            self._abandon_snapshot_fetch()
+            fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
+            return
+        self._emit(WriteSnapshotChunk(fetch.snapshot_id, fetch.position, bytes(data), response.size))
+        fetch.position += len(data)
+        fetch.size = response.size
+        fetch.completing = fetch.position == fetch.size
+        fetching.retry_at_ms = self._now
+
+    def _start_snapshot_fetch(self, snapshot_id: OffsetAndEpoch, state: Follower) -> None:
+        """The leader answered a Fetch with SnapshotId: fetching the log pauses, the snapshot is pulled."""
+        fetch = self._snapshot_fetch
+        if fetch is not None:
+            if fetch.completing:
+                return  # its outcome comes first
+            if fetch.snapshot_id == snapshot_id and (fetch.leader_id, fetch.epoch) == (state.leader_id, state.epoch):
+                return
+            self._abandon_snapshot_fetch()
+        if self._snapshots.snapshot_size(snapshot_id) is not None:
+            self._install(snapshot_id)  # already here, complete (fetched before a crash, say)
+            return
+        self._snapshot_fetch = SnapshotFetch(snapshot_id, state.leader_id, state.epoch)
+
+    def _abandon_snapshot_fetch(self) -> None:
+        fetch = self._snapshot_fetch
+        if fetch is not None and not fetch.completing:
+            self._snapshot_fetch = None
+            self._emit(AbandonSnapshotFetch(fetch.snapshot_id))
+
+    def _install(self, snapshot_id: OffsetAndEpoch) -> None:
+        """The log restarts at the snapshot (if it was behind it) and the state machine loads it;
+        fetching resumes from its end offset and epoch."""
+        self._emit(InstallSnapshot(snapshot_id))
+        self._log_stale = True
+        self._snapshot_seen = (snapshot_id, self._now)
+        self._advance_high_watermark(snapshot_id.offset)  # a snapshot holds committed records only
+        fetching = self._fetching()
+        if fetching is not None:
+            fetching.retry_at_ms = self._now
+
+    def _learn_committed_cluster_id(self, cluster_id: str) -> None:
+        if self._cluster_ids_conflict(cluster_id, self._committed_cluster_id):
+            self._die(f"the leader's snapshot carries cluster id {cluster_id}, ours is {self._committed_cluster_id}")
+            return
+        if self._committed_cluster_id is None:
+            self._committed_cluster_id = cluster_id
+            self._emit(ClusterIdCommitted(cluster_id))
+
+    def _note_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        if self._snapshot_seen is None or self._snapshot_seen[0] != snapshot_id:
+            self._snapshot_seen = (snapshot_id, self._now)
+        self._maybe_advance_log_start()
+
+    def _maybe_advance_log_start(self) -> None:
+        """KIP-630: the leader moves its log start offset to its latest snapshot once every live
+        replica has it (or it has waited the lag time); the others move as far as the leader's,
+        never past a snapshot of their own."""
+        state = self._state
+        if isinstance(state, LeaderState):
+            others = [p for v, p in state.voters.items() if v != self._id] + list(state.observers.values())
+            seen = self._snapshot_seen[1] if self._snapshot_seen else None
+            target = leader_log_start_target(self._log, self._snapshots, others, seen, self._now,
+                                             self._config.fetch_timeout_ms, self._config.start_offset_lag_time_max_ms)
+        elif self._leader_log_start is not None:
+            target = follower_log_start_target(self._log, self._snapshots, self._leader_log_start)
+        else:
+            return
+        if target is not None and target > max(self._log_start_asked, self._log.start_offset):
+            self._log_start_asked = target
+            self._emit(AdvanceLogStartOffset(target))
+
+    def _log_start_deadline(self) -> int | None:
+        """When the leader's latest snapshot will have waited metadata.start.offset.lag.time.max.ms."""
+        seen = self._snapshot_seen
+        if seen is None or seen[0].offset <= self._log.start_offset:
+            return None
+        return seen[1] + self._config.start_offset_lag_time_max_ms
 
     def _update_follower_high_watermark(self, state: Follower) -> None:
         """min(leader's high watermark, what we hold durably): never claim what a crash could lose."""

@@ -6,7 +6,40 @@ tested) apart from the state machine that uses them.
 
 from __future__ import annotations
 
-from quorum.raft.interface import OffsetAndEpoch, RaftLog
+from dataclasses import dataclass
+
+from quorum.raft.interface import OffsetAndEpoch, RaftLog, SnapshotStore
+
+
+@dataclass(frozen=True, slots=True)
+class FetchCheck:
+    """The leader's verdict on a Fetch position: read the log (both None), truncate to
+    `diverging`, or fetch the snapshot `snapshot` first."""
+
+    diverging: OffsetAndEpoch | None = None
+    snapshot: OffsetAndEpoch | None = None
+
+
+def check_fetch(log: RaftLog, snapshots: SnapshotStore, fetch_offset: int, last_fetched_epoch: int) -> FetchCheck:
+    """KIP-595's Fetch validation extended by KIP-630 (Kafka's validateOffsetAndEpoch).
+
+    The latest snapshot is the answer when the leader holds a snapshot and the position cannot
+    be served from its log: the offset is below the log start offset, or at it with an epoch
+    other than the oldest snapshot's (the replica's history there is not the leader's), or the
+    epoch is older than the oldest snapshot (the log no longer knows where that epoch ended).
+    Otherwise it is KIP-595's DivergingEpoch rule.
+    """
+    if log.start_offset == 0 and fetch_offset == 0:
+        return FetchCheck()
+    earliest = snapshots.earliest_snapshot()
+    if earliest is not None and (
+        fetch_offset < log.start_offset
+        or (fetch_offset == log.start_offset and last_fetched_epoch != earliest.epoch)
+        or last_fetched_epoch < earliest.epoch
+    ):
+        latest = snapshots.latest_snapshot()
+        return FetchCheck(snapshot=latest if latest is not None else earliest)
+    return FetchCheck(diverging=diverging_epoch(log, fetch_offset, last_fetched_epoch))
 
 
 def diverging_epoch(log: RaftLog, fetch_offset: int, last_fetched_epoch: int) -> OffsetAndEpoch | None:

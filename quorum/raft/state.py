@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from quorum.raft.interface import FetchRequest, VoteRequest
+from quorum.raft.interface import FetchRequest, FetchSnapshotRequest, VoteRequest
 
 NO_NODE = -1
 
@@ -50,7 +50,7 @@ class Fetching:
     racing the first would report a position the first may yet change.
     """
 
-    outstanding: FetchRequest | None = None
+    outstanding: FetchRequest | FetchSnapshotRequest | None = None
     destination: int = NO_NODE
     sent_ms: int = 0
     retry_at_ms: int = 0

@@ -12,9 +12,13 @@ from typing import TypeVar
 
 from quorum.raft.core import RaftCore
 from quorum.raft.interface import (
+    AbandonSnapshotFetch,
     Action,
+    AdvanceLogStartOffset,
     AppendBatches,
+    InstallSnapshot,
     Message,
+    OffsetAndEpoch,
     PersistState,
     QuorumConfig,
     Reply,
@@ -22,6 +26,7 @@ from quorum.raft.interface import (
     Truncate,
     VoteRequest,
     VoteResponse,
+    WriteSnapshotChunk,
 )
 from quorum.raft.state import Role
 from quorum.sim.memory_log import MemoryLog
@@ -59,16 +64,49 @@ def replied(actions: Iterable[Action], kind: type | None = None) -> list[Message
     return [a.message for a in of_type(actions, Reply) if kind is None or isinstance(a.message, kind)]
 
 
+class MemorySnapshots:
+    """Complete snapshots as bytes by id, and the ones being fetched: a SnapshotStore for tests."""
+
+    def __init__(self, snapshots: dict[OffsetAndEpoch, bytes] | None = None) -> None:
+        self.complete: dict[OffsetAndEpoch, bytes] = dict(snapshots or {})
+        self.partial: dict[OffsetAndEpoch, bytearray] = {}
+
+    def earliest_snapshot(self) -> OffsetAndEpoch | None:
+        return min(self.complete, key=lambda s: (s.offset, s.epoch), default=None)
+
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        return max(self.complete, key=lambda s: (s.offset, s.epoch), default=None)
+
+    def snapshot_size(self, snapshot_id: OffsetAndEpoch) -> int | None:
+        data = self.complete.get(snapshot_id)
+        return None if data is None else len(data)
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        return self.complete[snapshot_id][position:position + max_bytes]
+
+    def write(self, chunk: WriteSnapshotChunk) -> bool:
+        """Keep a chunk; True when it completes the snapshot (which becomes complete here)."""
+        part = self.partial.setdefault(chunk.snapshot_id, bytearray())
+        assert len(part) == chunk.position
+        part += chunk.data
+        if len(part) < chunk.size:
+            return False
+        self.complete[chunk.snapshot_id] = bytes(self.partial.pop(chunk.snapshot_id))
+        return True
+
+
 class Node:
     """A core plus its log; applies log actions and remembers quorum-state, like a driver."""
 
     def __init__(self, node_id: int = 1, voters: Sequence[int] = VOTERS, log: MemoryLog | None = None,
                  persisted: PersistState | None = None, cluster_id: str | None = None, seed: int = 0,
-                 now: int = 0, **config: int) -> None:
+                 now: int = 0, snapshots: MemorySnapshots | None = None, **config: int) -> None:
         self.log = log if log is not None else MemoryLog()
         self.config = QuorumConfig(node_id=node_id, voters=tuple(voters), **config)
         self.persisted = persisted
-        self.core = RaftCore(self.config, self.log, persisted, cluster_id, random.Random(seed), now)
+        self.snapshots = snapshots if snapshots is not None else MemorySnapshots()
+        self.completed: list[OffsetAndEpoch] = []  # fetched snapshots whose last chunk was written
+        self.core = RaftCore(self.config, self.log, persisted, cluster_id, random.Random(seed), now, self.snapshots)
         self.now = now
         self.request_id = 0
 
@@ -84,6 +122,17 @@ class Node:
                 self.log.truncate(action.offset)
             elif isinstance(action, PersistState):
                 self.persisted = action
+            elif isinstance(action, WriteSnapshotChunk):
+                if self.snapshots.write(action):
+                    self.completed.append(action.snapshot_id)
+            elif isinstance(action, AbandonSnapshotFetch):
+                self.snapshots.partial.pop(action.snapshot_id, None)
+            elif isinstance(action, InstallSnapshot):
+                self.log.set_snapshot_boundary(action.snapshot_id)
+            elif isinstance(action, AdvanceLogStartOffset):
+                self.log.advance_start_offset(action.offset)
+                for old in [s for s in self.snapshots.complete if s.offset < action.offset]:
+                    del self.snapshots.complete[old]
         return actions
 
     def at(self, now: int) -> int:
