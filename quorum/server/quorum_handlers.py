@@ -1,10 +1,15 @@
-"""Requests a controller answers about the quorum itself: DescribeQuorum, DescribeCluster, and
-Produce to `__cluster_metadata`, the write path into the Raft log until the controller owns it.
+"""Requests a controller answers about the quorum itself: DescribeQuorum, DescribeCluster,
+Produce to `__cluster_metadata`, the write path into the Raft log until the controller owns it,
+and DeleteRecords, which it refuses for the metadata log.
 
 Produce to the metadata partition is this project's way for tests, benchmarks and tools to commit
 records through the quorum with an unchanged Kafka client: the response is sent once the batch
 is committed (below the high watermark), like acks=all; a node that does not lead answers
 NOT_LEADER_OR_FOLLOWER. Apache Kafka refuses such writes; nothing else here depends on them.
+
+DeleteRecords on `__cluster_metadata` answers POLICY_VIOLATION (KIP-630, "When to Increase the
+LogStartOffset"): the metadata log's start offset moves only to a snapshot's end offset, when the
+leader decides, so no client may cut the log where the replicas' state would be lost.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from quorum.wire.records import CorruptRecordError, iter_batches
 if TYPE_CHECKING:
     from quorum.server.node import RaftNode
 
-PRODUCE, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 0, 55, 60
+PRODUCE, DELETE_RECORDS, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 0, 21, 55, 60
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's fixed id of __cluster_metadata
 _NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
@@ -98,6 +103,22 @@ def register_metadata_writes(node: RaftNode) -> None:
         return Reply(APIS[PRODUCE].response(responses=responses, throttle_time_ms=0), request.version)
 
     node.dispatcher.register(PRODUCE, produce)
+    node.dispatcher.register(DELETE_RECORDS, delete_records)
+
+
+async def delete_records(request: Request) -> Reply:
+    """Refuse every partition: POLICY_VIOLATION for the metadata log, which a controller keeps
+    whole until a snapshot covers it (KIP-630), and UNKNOWN_TOPIC_OR_PARTITION for anything else,
+    since a controller hosts no other partition. Nothing is deleted, so nothing waits."""
+    schema = APIS[DELETE_RECORDS].response
+    result = schema.DeleteRecordsTopicResult
+    topics = []
+    for topic in request.body.topics:
+        code = ErrorCode.POLICY_VIOLATION if topic.name == METADATA_TOPIC else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        partitions = [result.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
+                                                          error_code=code) for p in topic.partitions]
+        topics.append(result(name=topic.name, partitions=partitions))
+    return Reply(schema(throttle_time_ms=0, topics=topics), request.version)
 
 
 async def _commit(node: RaftNode, records: bytes | None, timeout_ms: int) -> tuple[int, int, str | None]:
@@ -124,4 +145,4 @@ def _partition_response(request: Request, index: int, code: int, base_offset: in
                   record_errors=[], error_message=message)
 
 
-__all__ = ["describe_quorum_response", "register_metadata_writes", "register_quorum_admin"]
+__all__ = ["delete_records", "describe_quorum_response", "register_metadata_writes", "register_quorum_admin"]

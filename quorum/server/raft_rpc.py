@@ -1,8 +1,12 @@
 """Translate between the Raft core's message dataclasses and Kafka's KRaft RPCs on the wire.
 
 The core speaks plain dataclasses (quorum.raft.interface); peers speak Vote v2, BeginQuorumEpoch
-v1, EndQuorumEpoch v1 and Fetch v12 for the `__cluster_metadata-0` partition, as Kafka's
-controllers do. This module is the only place that knows both shapes.
+v1, EndQuorumEpoch v1, Fetch v12 and FetchSnapshot v0 (KIP-630) for the `__cluster_metadata-0`
+partition, as Kafka's controllers do. This module is the only place that knows both shapes.
+
+Optional wire structs map to None in the core: Fetch's tagged DivergingEpoch and SnapshotId
+(KIP-595, KIP-630) are absent when they hold their -1 defaults, and a leader that is not known is
+-1/-1 in the tagged CurrentLeader of Fetch and FetchSnapshot responses.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from quorum.wire.protocol import APIS, Api
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 
-VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH = 52, 53, 54, 1
-WIRE_VERSIONS = {VOTE: 2, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH: 12}
+VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT = 52, 53, 54, 1, 59
+WIRE_VERSIONS = {VOTE: 2, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH: 12, FETCH_SNAPSHOT: 0}
 RAFT_API_KEYS = tuple(WIRE_VERSIONS)
 
 _REQUEST_KEYS = {raft.VoteRequest: VOTE, raft.BeginQuorumEpochRequest: BEGIN_QUORUM_EPOCH,
-                 raft.EndQuorumEpochRequest: END_QUORUM_EPOCH, raft.FetchRequest: FETCH}
+                 raft.EndQuorumEpochRequest: END_QUORUM_EPOCH, raft.FetchRequest: FETCH,
+                 raft.FetchSnapshotRequest: FETCH_SNAPSHOT}
 
 
 def request_api(message: raft.Message) -> tuple[Api, int]:
@@ -30,15 +35,42 @@ def request_api(message: raft.Message) -> tuple[Api, int]:
     return APIS[key], WIRE_VERSIONS[key]
 
 
-def _single_partition(topics: list[Any], what: str) -> Any:
+def _first_attribute(item: Any, names: tuple[str, ...]) -> Any:
+    return next((getattr(item, name) for name in names if hasattr(item, name)), None)
+
+
+# The KRaft schemas do not agree on field names: Vote and its kin say TopicName/PartitionIndex,
+# Fetch says Topic/Partition, FetchSnapshot says Name and Partition (request) or Index (response).
+_TOPIC_NAMES = ("topic_name", "topic", "name")
+_PARTITION_INDEXES = ("partition_index", "partition", "index")
+
+
+def _find_partition(topics: list[Any] | None) -> Any | None:
     for topic in topics or ():
-        name = getattr(topic, "topic_name", None) or getattr(topic, "topic", None)
-        if name == METADATA_TOPIC:
-            for partition in topic.partitions:
-                index = getattr(partition, "partition_index", getattr(partition, "partition", None))
-                if index == METADATA_PARTITION:
+        if _first_attribute(topic, _TOPIC_NAMES) == METADATA_TOPIC:
+            for partition in topic.partitions or ():
+                if _first_attribute(partition, _PARTITION_INDEXES) == METADATA_PARTITION:
                     return partition
-    raise MalformedRequestError(f"{what} does not name {METADATA_TOPIC}-{METADATA_PARTITION}")
+    return None
+
+
+def _single_partition(topics: list[Any] | None, what: str) -> Any:
+    partition = _find_partition(topics)
+    if partition is None:
+        raise MalformedRequestError(f"{what} does not name {METADATA_TOPIC}-{METADATA_PARTITION}")
+    return partition
+
+
+def _offset_and_epoch(wire: Any) -> raft.OffsetAndEpoch | None:
+    """A SnapshotId or EpochEndOffset struct; None when left out or negative (its -1 defaults mean unset)."""
+    if wire is None or wire.epoch < 0 or wire.end_offset < 0:
+        return None
+    return raft.OffsetAndEpoch(wire.end_offset, wire.epoch)
+
+
+def _leader(wire: Any) -> tuple[int, int]:
+    """(leader id, leader epoch) of a tagged CurrentLeader, -1/-1 when it was left out."""
+    return (wire.leader_id, wire.leader_epoch) if wire is not None else (-1, -1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,6 +107,14 @@ def encode_request(message: raft.Message) -> Any:
                       min_bytes=1, max_bytes=message.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
                       topics=[schema.FetchTopic(topic=METADATA_TOPIC, partitions=[part])],
                       forgotten_topics_data=[], rack_id="")
+    if isinstance(message, raft.FetchSnapshotRequest):
+        snapshot = schema.TopicSnapshot.PartitionSnapshot
+        part = snapshot(partition=METADATA_PARTITION, current_leader_epoch=message.current_leader_epoch,
+                        snapshot_id=snapshot.SnapshotId(end_offset=message.snapshot_id.offset,
+                                                        epoch=message.snapshot_id.epoch),
+                        position=message.position)
+        return schema(cluster_id=message.cluster_id, replica_id=message.replica_id, max_bytes=message.max_bytes,
+                      topics=[schema.TopicSnapshot(name=METADATA_TOPIC, partitions=[part])])
     raise TypeError(f"not a Raft request: {message!r}")
 
 
@@ -96,6 +136,11 @@ def decode_request(api_key: int, body: Any) -> tuple[int, raft.Message]:
         return body.replica_id, raft.FetchRequest(body.cluster_id, body.replica_id, p.current_leader_epoch,
                                                   p.fetch_offset, p.last_fetched_epoch, p.partition_max_bytes,
                                                   body.max_wait_ms)
+    if api_key == FETCH_SNAPSHOT:
+        p = _single_partition(body.topics, "FetchSnapshot")
+        snapshot_id = raft.OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        return body.replica_id, raft.FetchSnapshotRequest(body.cluster_id, body.replica_id, p.current_leader_epoch,
+                                                          snapshot_id, p.position, body.max_bytes)
     raise MalformedRequestError(f"API key {api_key} is not a Raft RPC")
 
 
@@ -122,6 +167,17 @@ def encode_response(api_key: int, message: raft.Message) -> Any:
                     records=message.records)
         return schema(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
                       responses=[schema.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[part])])
+    if api_key == FETCH_SNAPSHOT:
+        assert isinstance(message, raft.FetchSnapshotResponse)
+        snapshot = schema.TopicSnapshot.PartitionSnapshot
+        part = snapshot(index=METADATA_PARTITION, error_code=message.error,
+                        snapshot_id=snapshot.SnapshotId(end_offset=message.snapshot_id.offset,
+                                                        epoch=message.snapshot_id.epoch),
+                        current_leader=snapshot.LeaderIdAndEpoch(leader_id=message.leader_id,
+                                                                 leader_epoch=message.leader_epoch),
+                        size=message.size, position=message.position, unaligned_records=message.data)
+        return schema(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                      topics=[schema.TopicSnapshot(name=METADATA_TOPIC, partitions=[part])])
     data = schema.TopicData.PartitionData
     fields = {"partition_index": METADATA_PARTITION, "error_code": message.error, "leader_id": message.leader_id,
               "leader_epoch": message.leader_epoch}
@@ -133,25 +189,50 @@ def encode_response(api_key: int, message: raft.Message) -> Any:
 
 
 def decode_response(api_key: int, body: Any, request: raft.Message) -> raft.Message:
-    """The core response for a wire response to `request`."""
+    """The core response for a wire response to `request`.
+
+    Kafka answers a request it refuses as a whole (INCONSISTENT_CLUSTER_ID, INVALID_REQUEST) with
+    only the top-level error and no partitions; that becomes the core's response with the error
+    and no known leader. A response that has neither an error nor our partition is malformed.
+    """
+    if api_key not in WIRE_VERSIONS:
+        raise MalformedRequestError(f"API key {api_key} is not a Raft RPC")
+    top_error = body.error_code
+    p = _find_partition(body.responses if api_key == FETCH else body.topics)
+    if p is None and not top_error:
+        raise MalformedRequestError(
+            f"{APIS[api_key].name} response does not name {METADATA_TOPIC}-{METADATA_PARTITION}")
+    if p is None:
+        return _refused(api_key, top_error, request)
+    error = top_error or p.error_code
     if api_key == FETCH:
-        top_error = body.error_code
-        p = next(p for t in body.responses if t.topic == METADATA_TOPIC for p in t.partitions)
-        leader = p.current_leader
-        diverging = raft.OffsetAndEpoch(p.diverging_epoch.end_offset, p.diverging_epoch.epoch) \
-            if p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0 else None
-        snapshot = raft.OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch) \
-            if p.snapshot_id is not None and p.snapshot_id.epoch >= 0 else None
-        return raft.FetchResponse(top_error or p.error_code, leader.leader_id if leader else -1,
-                                  leader.leader_epoch if leader else -1, p.high_watermark, p.log_start_offset,
-                                  bytes(p.records or b""), diverging, snapshot)
-    p = _single_partition(body.topics, APIS[api_key].name)
-    error = body.error_code or p.error_code
+        leader_id, leader_epoch = _leader(p.current_leader)
+        return raft.FetchResponse(error, leader_id, leader_epoch, p.high_watermark, p.log_start_offset,
+                                  bytes(p.records or b""), _offset_and_epoch(p.diverging_epoch),
+                                  _offset_and_epoch(p.snapshot_id))
+    if api_key == FETCH_SNAPSHOT:
+        leader_id, leader_epoch = _leader(p.current_leader)
+        return raft.FetchSnapshotResponse(error, leader_id, leader_epoch,
+                                          raft.OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch),
+                                          p.size, p.position, bytes(p.unaligned_records or b""))
     if api_key == VOTE:
         assert isinstance(request, raft.VoteRequest)
         return raft.VoteResponse(error, p.leader_id, p.leader_epoch, bool(p.vote_granted), request.pre_vote)
     if api_key == BEGIN_QUORUM_EPOCH:
         return raft.BeginQuorumEpochResponse(error, p.leader_id, p.leader_epoch)
-    if api_key == END_QUORUM_EPOCH:
-        return raft.EndQuorumEpochResponse(error, p.leader_id, p.leader_epoch)
-    raise MalformedRequestError(f"API key {api_key} is not a Raft RPC")
+    return raft.EndQuorumEpochResponse(error, p.leader_id, p.leader_epoch)
+
+
+def _refused(api_key: int, error: int, request: raft.Message) -> raft.Message:
+    """The core response for a wire response that carries only a top-level error."""
+    if api_key == FETCH:
+        return raft.FetchResponse(error, -1, -1, -1, -1)
+    if api_key == FETCH_SNAPSHOT:
+        assert isinstance(request, raft.FetchSnapshotRequest)
+        return raft.FetchSnapshotResponse(error, -1, -1, request.snapshot_id)
+    if api_key == VOTE:
+        assert isinstance(request, raft.VoteRequest)
+        return raft.VoteResponse(error, -1, -1, False, request.pre_vote)
+    if api_key == BEGIN_QUORUM_EPOCH:
+        return raft.BeginQuorumEpochResponse(error, -1, -1)
+    return raft.EndQuorumEpochResponse(error, -1, -1)
