@@ -35,6 +35,7 @@ from quorum.log.meta_properties import (
 from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
 from quorum.log.segment import DEFAULT_SEGMENT_BYTES
 from quorum.log.snapshot import (
+    SnapshotDirectory,
     SnapshotFetchWriter,
     SnapshotReader,
     SnapshotWriter,
@@ -68,6 +69,7 @@ __all__ = [
     "PositionOutOfRangeError",
     "QuorumState",
     "SnapshotChunkError",
+    "SnapshotDirectory",
     "SnapshotError",
     "SnapshotExistsError",
     "SnapshotFetchWriter",

@@ -21,6 +21,8 @@ The three ways a snapshot comes to be and is used:
   records and serves raw chunks. `read_snapshot_chunk` serves FetchSnapshot without validating,
   because a leader answers many requests per snapshot and its own snapshots were validated when
   they were frozen or fetched.
+* `SnapshotDirectory`: the complete snapshots of a directory as the Raft core reads them
+  (`quorum.raft.interface.SnapshotStore`), listed once and kept in memory until `refresh()`.
 
 Durability is the log's (design principle 4): nothing is called a snapshot until its bytes are
 fsynced and its name is renamed durably, so after `kill -9` a snapshot is either complete or
@@ -520,6 +522,93 @@ class SnapshotReader:
             raise SnapshotError(f"{self.path}: the reader is closed")
 
 
+class SnapshotDirectory:
+    """The complete snapshots of one partition directory: `quorum.raft.interface.SnapshotStore`.
+
+    The Raft core asks for `latest_snapshot` on every Fetch it answers, so the listing is read
+    from the directory once and kept in memory; the driver calls `refresh()` after it creates,
+    fetches or deletes a snapshot (`delete_below` and `clean_partial` refresh by themselves).
+    Only `.checkpoint` files count: a `.part` being written or fetched is never listed. Sizes are
+    cached too, which is safe because a complete snapshot never changes (it is made read-only).
+    """
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self._ids: tuple[OffsetAndEpoch, ...] = ()
+        self._sizes: dict[OffsetAndEpoch, int] = {}
+        self.refresh()
+
+    def __repr__(self) -> str:
+        return f"SnapshotDirectory({str(self.directory)!r}, snapshots={list(self._ids)})"
+
+    def __contains__(self, snapshot_id: object) -> bool:
+        return snapshot_id in self._sizes
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def refresh(self) -> None:
+        """Read the listing again from the directory (after a snapshot was frozen, fetched or deleted)."""
+        sizes: dict[OffsetAndEpoch, int] = {}
+        for snapshot_id in list_snapshots(self.directory):  # oldest first
+            with contextlib.suppress(FileNotFoundError):  # deleted while we listed: not a snapshot any more
+                sizes[snapshot_id] = snapshot_path(self.directory, snapshot_id).stat().st_size
+        self._ids = tuple(sizes)
+        self._sizes = sizes
+
+    @property
+    def snapshots(self) -> tuple[OffsetAndEpoch, ...]:
+        """The complete snapshots' ids, oldest first (Kafka's order: epoch, then end offset)."""
+        return self._ids
+
+    def path(self, snapshot_id: OffsetAndEpoch) -> Path:
+        """Where the complete snapshot `snapshot_id` lives (whether or not it exists)."""
+        return snapshot_path(self.directory, snapshot_id)
+
+    # -- SnapshotStore ---------------------------------------------------------------------------
+
+    def earliest_snapshot(self) -> OffsetAndEpoch | None:
+        """The oldest complete snapshot, None when there is none."""
+        return self._ids[0] if self._ids else None
+
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        """The newest complete snapshot, None when there is none."""
+        return self._ids[-1] if self._ids else None
+
+    def snapshot_size(self, snapshot_id: OffsetAndEpoch) -> int | None:
+        """The size in bytes of a listed snapshot, None for any other id."""
+        return self._sizes.get(snapshot_id)
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        """Up to `max_bytes` of a listed snapshot from `position`: FetchSnapshot's answer.
+
+        Raises SnapshotNotFoundError (SNAPSHOT_NOT_FOUND) for an id that is not listed, or whose
+        file has gone since the last refresh, and PositionOutOfRangeError (POSITION_OUT_OF_RANGE)
+        for a position outside the snapshot.
+        """
+        if snapshot_id not in self._sizes:
+            raise SnapshotNotFoundError(f"{self.directory}: no complete snapshot {snapshot_id}")
+        return read_snapshot_chunk(self.directory, snapshot_id, position, max_bytes)[0]
+
+    # -- what the drivers do to the directory ----------------------------------------------------
+
+    def delete_below(self, offset: int) -> list[OffsetAndEpoch]:
+        """Delete the snapshots whose end offset is below `offset` (the new log start offset,
+        KIP-630 "When to Delete Snapshots"), durably, and refresh; returns the deleted ids."""
+        try:
+            return delete_snapshots_below(self.directory, offset)
+        finally:
+            self.refresh()
+
+    def clean_partial(self) -> list[Path]:
+        """Delete the `.part` (and `.deleted`) files a crash left; returns their paths. Call at
+        start-up, before any snapshot is written or fetched."""
+        try:
+            return clean_partial_snapshots(self.directory)
+        finally:
+            self.refresh()
+
+
 __all__ = [
     "DEFAULT_MAX_BATCH_BYTES",
     "DELETED_SUFFIX",
@@ -528,6 +617,7 @@ __all__ = [
     "CorruptSnapshotError",
     "PositionOutOfRangeError",
     "SnapshotChunkError",
+    "SnapshotDirectory",
     "SnapshotError",
     "SnapshotExistsError",
     "SnapshotFetchWriter",
