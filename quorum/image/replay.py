@@ -84,6 +84,9 @@ class MetadataReplayer:
         self.metrics = metrics
         self.snapshots = snapshots if snapshots is not None else SnapshotDirectory(self.directory)
         self._clock = clock
+        self.cluster_id: str | None = None
+        """Written into each snapshot's header (the driver sets it once the cluster id is committed);
+        `boot` and `install` set it from the snapshot they load when the header has one."""
         self._applied = log.start_offset
         self._epoch: int | None = None  # of the last batch applied (or the snapshot loaded); None: nothing yet
         self._timestamp = _NO_TIMESTAMP  # max timestamp of that batch (or the snapshot's LastContainedLogTimestamp)
@@ -159,6 +162,8 @@ class MetadataReplayer:
             values = list(reader)  # all of it, checked, before anything changes
             timestamp = reader.last_contained_log_timestamp
             size = reader.size
+            if reader.cluster_id is not None:
+                self.cluster_id = reader.cluster_id
         self.log.set_snapshot_boundary(snapshot_id)
         self.state.load(values)
         self._applied = snapshot_id.offset
@@ -233,8 +238,8 @@ class MetadataReplayer:
         assert self._epoch is not None
         snapshot_id = OffsetAndEpoch(self._applied, self._epoch)
         started = self._clock()
-        with SnapshotWriter(self.directory, snapshot_id, self._timestamp,
-                            timestamp_ms=max(self._timestamp, 0)) as writer:  # fmt: skip
+        with SnapshotWriter(self.directory, snapshot_id, self._timestamp, timestamp_ms=max(self._timestamp, 0),
+                            cluster_id=self.cluster_id) as writer:  # fmt: skip
             writer.append(self.state.snapshot_values())
             size = writer.freeze()
         self.snapshots.refresh()

@@ -149,10 +149,12 @@ class SnapshotWriter:
         compression: Compression | int = Compression.NONE,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         timestamp_ms: int | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         """Create `<id>.checkpoint.part` and write the header batch.
 
         `timestamp_ms` stamps every record (default: now), as Kafka stamps them with its clock.
+        `cluster_id` goes into the header's ClusterId tag, for replicas that rejoin by FetchSnapshot.
         Raises SnapshotExistsError when the snapshot, or a part file for it, exists.
         """
         if max_batch_bytes < 1:
@@ -169,7 +171,7 @@ class SnapshotWriter:
         self._pending_bytes = 0
         self._state = "open"
         try:
-            self._write(header_batch(snapshot_id.epoch, last_contained_log_timestamp, self._timestamp))
+            self._write(header_batch(snapshot_id.epoch, last_contained_log_timestamp, self._timestamp, cluster_id))
         except BaseException:
             self.abort()
             raise
@@ -362,6 +364,14 @@ class SnapshotFetchWriter:
         logger.info("%s: snapshot fetched, %d bytes", self.path, size)
         return True
 
+    def close_without_cleanup(self) -> None:
+        """What `kill -9` leaves: the part file stays as it is, to be removed at the next start-up
+        (`clean_partial_snapshots`) and never loaded. For crash tests and the simulator."""
+        if self._state == "open":
+            self._state = "aborted"
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
     def abort(self) -> None:
         """Give up the fetch: close and remove the part file. Harmless once complete or aborted."""
         if self._state in ("complete", "aborted"):
@@ -477,6 +487,11 @@ class SnapshotReader:
     @property
     def header_version(self) -> int:
         return self._summary.header_version
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The committed cluster id the header carries (this project's tag 10595), None if absent."""
+        return self._summary.cluster_id
 
     @property
     def batch_count(self) -> int:

@@ -23,6 +23,10 @@ DEFAULTS = {
     "quorum.request.timeout.ms": "2000",
     "controller.listener.names": "CONTROLLER",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
+    # KIP-630 (the two snapshot conditions are read by quorum.image.snapshot_policy.SnapshotPolicy)
+    "replica.fetch.response.max.bytes": str(10 * 1024 * 1024),
+    "metadata.start.offset.lag.time.max.ms": str(7 * 24 * 60 * 60 * 1000),
+    "metadata.log.segment.bytes": str(1024 * 1024 * 1024),
 }
 
 
@@ -85,7 +89,19 @@ class NodeConfig:
         return QuorumConfig(
             node_id=self.node_id, voters=tuple(v.node_id for v in self.voters),
             election_timeout_ms=self.election_timeout_ms, fetch_timeout_ms=self.fetch_timeout_ms,
-            election_backoff_max_ms=self.election_backoff_max_ms, request_timeout_ms=self.request_timeout_ms)
+            election_backoff_max_ms=self.election_backoff_max_ms, request_timeout_ms=self.request_timeout_ms,
+            snapshot_fetch_max_bytes=_int(self.extra, "replica.fetch.response.max.bytes"),
+            start_offset_lag_time_max_ms=_int(self.extra, "metadata.start.offset.lag.time.max.ms"))
+
+    @property
+    def metadata_log_segment_bytes(self) -> int:
+        return _int(self.extra, "metadata.log.segment.bytes")
+
+    @property
+    def metrics_port(self) -> int | None:
+        """`quorum.metrics.port` (this project's): serve Prometheus metrics on 127.0.0.1 there; 0 picks a port."""
+        value = self.extra.get("quorum.metrics.port")
+        return None if value in (None, "") else _int(self.extra, "quorum.metrics.port")
 
 
 def _int(props: dict[str, str], key: str) -> int:
