@@ -16,8 +16,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from quorum.image.metrics import SnapshotMetrics
+from quorum.image.records_state import MetadataRecordsState
+from quorum.image.replay import MetadataReplayer
+from quorum.image.snapshot_actions import SnapshotActions
+from quorum.image.snapshot_policy import SnapshotPolicy
 from quorum.log.log import Log
 from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
+from quorum.log.snapshot import SnapshotDirectory
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
 from quorum.server import raft_rpc
@@ -27,6 +33,7 @@ from quorum.server.listener import KafkaListener
 from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.storage import check_storage, record_cluster_id
+from quorum.wire.errors import WireError
 from quorum.wire.protocol import Request
 
 log = logging.getLogger(__name__)
@@ -44,11 +51,24 @@ class RaftNode:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         cluster_id = check_storage(config)
-        self.log = Log(config.metadata_log_dir)
-        self._state_path = config.metadata_log_dir / QUORUM_STATE_NAME
+        directory = config.metadata_log_dir
+        self.log = Log(directory, segment_bytes=config.metadata_log_segment_bytes)
+        # KIP-630: load the latest snapshot (refusing a corrupt one), then replay the log from its end.
+        self.snapshots = SnapshotDirectory(directory)
+        self.metrics = SnapshotMetrics()
+        self.replayer = MetadataReplayer(directory, self.log, MetadataRecordsState(),
+                                         SnapshotPolicy.from_config(config.extra), self.metrics, self.snapshots)
+        self.replayer.boot()
+        self.snapshot_actions = SnapshotActions(self.replayer, self.snapshots)
+        if cluster_id is None and self.replayer.cluster_id is not None:
+            cluster_id = self.replayer.cluster_id  # committed, since a snapshot holds committed records only
+            record_cluster_id(config, cluster_id)
+        self.replayer.cluster_id = cluster_id
+        self._state_path = directory / QUORUM_STATE_NAME
         stored = read_quorum_state(self._state_path)
         persisted = raft.PersistState(stored.leader_epoch, stored.voted_id, stored.leader_id) if stored else None
-        self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms())
+        self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms(),
+                             snapshots=self.snapshots)
         self.peers = {
             v.node_id: PeerClient(v.host, v.port, f"raft-node-{config.node_id}", config.request_timeout_ms,
                                   config.max_frame_bytes)
@@ -97,7 +117,7 @@ class RaftNode:
                     await asyncio.to_thread(self._append_and_flush, b"".join(batches))
                     pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
                 else:
-                    await self._execute(action)
+                    pending.extend(await self._execute(action))
 
     async def propose(self, values: list[bytes]) -> int | None:
         """Append `values` as one batch through the core (leader only); its base offset, or None.
@@ -122,8 +142,9 @@ class RaftNode:
                 future.set_result(base_offset)
         return actions
 
-    async def _execute(self, action: raft.Action) -> None:
-        """Carry out one action other than AppendBatches (which `drive` groups)."""
+    async def _execute(self, action: raft.Action) -> list[raft.Action]:
+        """Carry out one action other than AppendBatches (which `drive` groups); returns the
+        actions of the event it causes (a snapshot taken or fetched), to be carried out next."""
         if isinstance(action, raft.PersistState):
             state = QuorumState(action.epoch, action.leader_id, action.voted_id,
                                 current_voters=tuple(v.node_id for v in self.config.voters))
@@ -140,7 +161,22 @@ class RaftNode:
                 future.set_result(action.message)
         elif isinstance(action, raft.HighWatermarkAdvanced):
             self._release_hw_waiters(action.high_watermark)
+            created = await asyncio.to_thread(self.snapshot_actions.committed, action.high_watermark)
+            if created is not None:
+                return self.core.on_snapshot_created(created, wall_clock_ms())
+        elif isinstance(action, raft.WriteSnapshotChunk):
+            fetched = await asyncio.to_thread(self.snapshot_actions.write_chunk, action)
+            if fetched is not None:
+                return self.core.on_snapshot_fetched(fetched.snapshot_id, fetched.error, wall_clock_ms(),
+                                                     fetched.cluster_id)
+        elif isinstance(action, raft.AbandonSnapshotFetch):
+            await asyncio.to_thread(self.snapshot_actions.abandon, action.snapshot_id)
+        elif isinstance(action, raft.InstallSnapshot):
+            await asyncio.to_thread(self.snapshot_actions.install, action.snapshot_id)
+        elif isinstance(action, raft.AdvanceLogStartOffset):
+            await asyncio.to_thread(self.snapshot_actions.advance_log_start, action.offset)
         elif isinstance(action, raft.ClusterIdCommitted):
+            self.replayer.cluster_id = action.cluster_id
             await asyncio.to_thread(record_cluster_id, self.config, action.cluster_id)
             log.info("cluster id %s is committed; recorded in meta.properties", action.cluster_id)
         elif isinstance(action, raft.LeaderChanged):
@@ -149,6 +185,7 @@ class RaftNode:
             log.critical("fatal: %s", action.reason)
             self._fatal = action.reason
             self._stopped.set()
+        return []
 
     def _append_and_flush(self, batches: bytes) -> None:
         self.log.append(batches)
@@ -166,7 +203,12 @@ class RaftNode:
             log.debug("%s to node %d failed: %s", api.name, destination, exc)
             await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
             return
-        response = raft_rpc.decode_response(api.key, body, message)
+        try:
+            response = raft_rpc.decode_response(api.key, body, message)
+        except WireError as exc:
+            log.warning("%s answer from node %d refused: %s", api.name, destination, exc)
+            await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
+            return
         await self.drive(lambda: self.core.on_response(destination, response, wall_clock_ms(), request=message))
 
     async def _handle_raft_request(self, request: Request) -> Reply:
@@ -211,6 +253,9 @@ class RaftNode:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stopped.set)
         await self.listener.start()
+        if self.config.metrics_port is not None:
+            port = self.metrics.serve(self.config.metrics_port)
+            print(f"node {self.config.node_id} metrics on http://127.0.0.1:{port}/metrics", flush=True)
         role = "controller" if self.config.is_controller else "broker (observer)"
         print(f"node {self.config.node_id} ({role}) listening on {self.listener._host}:{self.listener.port}",
               flush=True)
@@ -224,6 +269,8 @@ class RaftNode:
         await self.listener.close()
         for peer in self.peers.values():
             await peer.close()
+        self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
+        self.metrics.close()
         await asyncio.to_thread(self.log.close)
         print(f"node {self.config.node_id} stopped" + (f": {self._fatal}" if self._fatal else ""), flush=True)
         return 1 if self._fatal else 0
