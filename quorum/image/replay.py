@@ -58,6 +58,37 @@ class ReplayLog(Protocol):
     def set_snapshot_boundary(self, snapshot_id: OffsetAndEpoch) -> bool: ...
 
 
+class SnapshotJob:
+    """One snapshot being written: the state captured at `snapshot_id`, written by `write()`,
+    which touches only its own `.part` file and may run on another thread."""
+
+    def __init__(self, directory: Path, snapshot_id: OffsetAndEpoch, last_contained_log_timestamp: int,
+                 cluster_id: str | None, values: list[bytes], clock: Callable[[], float]) -> None:
+        self.directory = directory
+        self.snapshot_id = snapshot_id
+        self.last_contained_log_timestamp = last_contained_log_timestamp
+        self.cluster_id = cluster_id
+        self.values = values
+        self.size = 0
+        self.elapsed_ms = 0.0
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"SnapshotJob({self.snapshot_id}, {len(self.values)} records)"
+
+    def write(self) -> int:
+        """Write, validate and rename the file (SnapshotWriter); returns its size. On failure the
+        part file is removed and the error raised."""
+        started = self._clock()
+        timestamp = self.last_contained_log_timestamp
+        with SnapshotWriter(self.directory, self.snapshot_id, timestamp, timestamp_ms=max(timestamp, 0),
+                            cluster_id=self.cluster_id) as writer:  # fmt: skip
+            writer.append(self.values)
+            self.size = writer.freeze()
+        self.elapsed_ms = (self._clock() - started) * 1000.0
+        return self.size
+
+
 class MetadataReplayer:
     """Replays the committed metadata log into `state`, loading and writing KIP-630 snapshots.
 
@@ -84,6 +115,7 @@ class MetadataReplayer:
         self.metrics = metrics
         self.snapshots = snapshots if snapshots is not None else SnapshotDirectory(self.directory)
         self._clock = clock
+        self._job: SnapshotJob | None = None
         self.cluster_id: str | None = None
         """Written into each snapshot's header (the driver sets it once the cluster id is committed);
         `boot` and `install` set it from the snapshot they load when the header has one."""
@@ -228,30 +260,57 @@ class MetadataReplayer:
         it would not be newer than the latest snapshot (or nothing was applied yet)."""
         return self._write_snapshot() if self._can_snapshot() else None
 
+    def begin_snapshot(self) -> SnapshotJob | None:
+        """`maybe_snapshot` in two steps, for a driver that must not stop while the file is written
+        (a node's core answers heartbeats meanwhile): when the policy says so, capture the state
+        now and return the job; `job.write()` may then run on another thread while replay goes on,
+        and `finish_snapshot(job)` records it. One job at a time."""
+        if not self._can_snapshot() or not self.policy.should_snapshot(
+                self.state.changed_records, self.state.records_in_snapshot, self._bytes_since_snapshot):
+            return None
+        return self._capture()
+
+    def finish_snapshot(self, job: SnapshotJob) -> OffsetAndEpoch:
+        """The job's file is complete: it is the latest snapshot now (listing, log boundary, metrics)."""
+        self._job = None
+        self.snapshots.refresh()
+        if self.snapshots.latest_snapshot() == job.snapshot_id:  # not overtaken by a fetched one meanwhile
+            self.log.set_snapshot_boundary(job.snapshot_id)
+        if self.metrics is not None:
+            self.metrics.observe_gen_latency(job.elapsed_ms)
+            self.metrics.set_snapshot_size(job.size)
+        self._update_lag()
+        logger.info("%s: snapshot %s written, %d records, %d bytes in %.0f ms", self.directory, job.snapshot_id,
+                    len(job.values), job.size, job.elapsed_ms)  # fmt: skip
+        return job.snapshot_id
+
+    def abandon_snapshot(self, job: SnapshotJob) -> None:
+        """The job failed (its writer removed the part file): a later one may try again."""
+        self._job = None
+
     def _can_snapshot(self) -> bool:
-        if self._epoch is None:
+        if self._epoch is None or self._job is not None:
             return False
         latest = self.snapshots.latest_snapshot()
         return self._applied > (latest.offset if latest is not None else 0)
 
-    def _write_snapshot(self) -> OffsetAndEpoch:
+    def _capture(self) -> SnapshotJob:
         assert self._epoch is not None
-        snapshot_id = OffsetAndEpoch(self._applied, self._epoch)
-        started = self._clock()
-        with SnapshotWriter(self.directory, snapshot_id, self._timestamp, timestamp_ms=max(self._timestamp, 0),
-                            cluster_id=self.cluster_id) as writer:  # fmt: skip
-            writer.append(self.state.snapshot_values())
-            size = writer.freeze()
-        self.snapshots.refresh()
-        self.log.set_snapshot_boundary(snapshot_id)
-        self.state.mark_snapshot()
+        job = SnapshotJob(self.directory, OffsetAndEpoch(self._applied, self._epoch), self._timestamp,
+                          self.cluster_id, self.state.snapshot_values(), self._clock)
+        self.state.mark_snapshot()  # what changes from here on counts against the new snapshot
         self._bytes_since_snapshot = 0
-        if self.metrics is not None:
-            self.metrics.observe_gen_latency((self._clock() - started) * 1000.0)
-            self.metrics.set_snapshot_size(size)
-        self._update_lag()
-        logger.info("%s: snapshot %s written, %d records, %d bytes", self.directory, snapshot_id, len(self.state), size)
-        return snapshot_id
+        self._job = job
+        return job
+
+    def _write_snapshot(self) -> OffsetAndEpoch:
+        job = self._capture()
+        try:
+            job.write()
+        except BaseException:
+            self.abandon_snapshot(job)
+            raise
+        return self.finish_snapshot(job)
 
     # -- metrics ---------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from quorum.image.replay import MetadataReplayer
+from quorum.image.replay import MetadataReplayer, SnapshotJob
 from quorum.log.errors import SnapshotError
 from quorum.log.snapshot import SnapshotDirectory, SnapshotFetchWriter, SnapshotReader
 from quorum.raft.interface import OffsetAndEpoch, WriteSnapshotChunk
@@ -95,6 +95,16 @@ class SnapshotActions:
         return deleted
 
     # -- replaying ---------------------------------------------------------------------------------
+
+    def catch_up(self, high_watermark: int) -> SnapshotJob | None:
+        """HighWatermarkAdvanced, for a driver that writes snapshots in the background: apply what
+        is committed; a snapshot job to `write()` off the core's path, then `finish_snapshot`."""
+        self.replayer.catch_up(high_watermark)
+        return self.replayer.begin_snapshot()
+
+    def finish_snapshot(self, job: SnapshotJob) -> OffsetAndEpoch:
+        """The job's file is complete: its id, for `RaftCore.on_snapshot_created`."""
+        return self.replayer.finish_snapshot(job)
 
     def committed(self, high_watermark: int) -> OffsetAndEpoch | None:
         """HighWatermarkAdvanced: apply what is committed; the id of a new snapshot, if one was taken

@@ -1189,8 +1189,9 @@ class RaftCore:
             self._emit(ClusterIdCommitted(cluster_id))
 
     def _note_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
-        if self._snapshot_seen is None or self._snapshot_seen[0] != snapshot_id:
-            self._snapshot_seen = (snapshot_id, self._now)
+        seen = self._snapshot_seen
+        if seen is None or (snapshot_id.offset, snapshot_id.epoch) > (seen[0].offset, seen[0].epoch):
+            self._snapshot_seen = (snapshot_id, self._now)  # an older one (overtaken by a fetch) changes nothing
         self._maybe_advance_log_start()
 
     def _maybe_advance_log_start(self) -> None:

@@ -14,11 +14,12 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from quorum.image.metrics import SnapshotMetrics
 from quorum.image.records_state import MetadataRecordsState
-from quorum.image.replay import MetadataReplayer
+from quorum.image.replay import MetadataReplayer, SnapshotJob
 from quorum.image.snapshot_actions import SnapshotActions
 from quorum.image.snapshot_policy import SnapshotPolicy
 from quorum.log.log import Log
@@ -152,18 +153,16 @@ class RaftNode:
         elif isinstance(action, raft.Truncate):
             await asyncio.to_thread(self.log.truncate_to, action.offset)
         elif isinstance(action, raft.Send):
-            task = asyncio.create_task(self._send(action.destination, action.message))
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
+            self._background(self._send(action.destination, action.message))
         elif isinstance(action, raft.Reply):
             future = self._replies.pop(action.request_id, None)
             if future is not None and not future.done():
                 future.set_result(action.message)
         elif isinstance(action, raft.HighWatermarkAdvanced):
             self._release_hw_waiters(action.high_watermark)
-            created = await asyncio.to_thread(self.snapshot_actions.committed, action.high_watermark)
-            if created is not None:
-                return self.core.on_snapshot_created(created, wall_clock_ms())
+            job = await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
+            if job is not None:
+                self._background(self._write_snapshot(job))
         elif isinstance(action, raft.WriteSnapshotChunk):
             fetched = await asyncio.to_thread(self.snapshot_actions.write_chunk, action)
             if fetched is not None:
@@ -186,6 +185,23 @@ class RaftNode:
             self._fatal = action.reason
             self._stopped.set()
         return []
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _write_snapshot(self, job: SnapshotJob) -> None:
+        """Write a snapshot off the core's path (the core keeps answering fetches and votes while
+        a large state is written), then tell the core it exists (KIP-630 "snapshot finished")."""
+        try:
+            await asyncio.to_thread(job.write)
+        except Exception as exc:  # a full disk, say: the log keeps everything, a later snapshot retries
+            log.error("snapshot %s failed: %s", job.snapshot_id, exc)
+            self.replayer.abandon_snapshot(job)
+            return
+        await self.drive(lambda: self.core.on_snapshot_created(self.snapshot_actions.finish_snapshot(job),
+                                                               wall_clock_ms()))
 
     def _append_and_flush(self, batches: bytes) -> None:
         self.log.append(batches)

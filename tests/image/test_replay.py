@@ -315,3 +315,22 @@ def test_the_simulators_memory_log_replays_the_same(tmp_path: Path) -> None:
     again.catch_up(END)
     assert again.state == full_state()
     assert again.state.keys(EntityKind.BROKER) == [1]
+
+
+def test_a_background_snapshot_holds_the_state_it_captured_while_replay_goes_on(tmp_path: Path) -> None:
+    with log_with_history(tmp_path) as log:
+        replay = replayer(tmp_path, log, policy=ALWAYS)
+        replay.boot()
+        replay.catch_up(BOUNDARIES[5])
+        job = replay.begin_snapshot()
+        assert job is not None and job.snapshot_id == OffsetAndEpoch(BOUNDARIES[5], 2)
+        assert replay.begin_snapshot() is None, "one job at a time"
+        replay.catch_up(END)  # the state moves on while the file is written
+        assert replay.snapshots.latest_snapshot() is None, "not a snapshot before it is complete"
+        job.write()
+        assert replay.finish_snapshot(job) == job.snapshot_id
+        assert replay.snapshots.latest_snapshot() == job.snapshot_id and log.snapshot_boundary == job.snapshot_id
+        with SnapshotReader.open(tmp_path, job.snapshot_id) as reader:
+            assert list(reader) == full_state(BOUNDARIES[5]).snapshot_values()
+        assert replay.state == full_state(END)
+        assert replay.begin_snapshot().snapshot_id == OffsetAndEpoch(END, 3)
