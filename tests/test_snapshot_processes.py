@@ -6,8 +6,10 @@ snapshot plus its log, holds exactly the state of replaying every committed reco
 
 from __future__ import annotations
 
+import re
 import signal
 import time
+import urllib.request
 
 import pytest
 
@@ -28,6 +30,7 @@ SETTINGS = {
     "metadata.log.max.record.bytes.between.snapshots": "2000",
     "metadata.snapshot.min.changed_records.ratio": "0.5",
     "metadata.log.segment.bytes": "4096",
+    "quorum.metrics.port": "0",
 }
 BROKER = 101
 
@@ -61,6 +64,20 @@ def wait_for_everyone(cluster: LocalCluster, replicas: int) -> None:
         return len(status.replicas) == replicas and all(status.lag(r) == 0 for r in status.replicas)
 
     wait_until(f"{replicas} replicas to catch up", caught_up)
+
+
+def scrape(cluster: LocalCluster, node_id: int) -> dict[str, float]:
+    """The node's Prometheus metrics, from the endpoint its log names."""
+    found = re.findall(r"metrics on (http://\S+)", cluster.specs[node_id].log_path.read_text())
+    assert found, f"node {node_id} serves no metrics"
+    with urllib.request.urlopen(found[-1], timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
 
 
 def replayed_state(cluster: LocalCluster, node_id: int) -> tuple[MetadataRecordsState, int]:
@@ -108,6 +125,13 @@ def test_stopped_voter_and_late_observer_rejoin_by_fetch_snapshot(tmp_path):
         commit_many(cluster, tail)
         committed += tail
         wait_for_everyone(cluster, 4)
+        for node_id in (1, 2, 3, BROKER):
+            metrics = scrape(cluster, node_id)
+            assert metrics["kafka_controller_KafkaController_SnapshotSizeBytes"] > 0
+            assert "kafka_controller_KafkaController_SnapshotLag" in metrics
+        assert scrape(cluster, leader)["kafka_controller_KafkaController_GenSnapshotLatencyMs_count"] > 0
+        for node_id in (victim, BROKER):
+            assert scrape(cluster, node_id)["kafka_controller_KafkaController_LoadSnapshotLatencyMs_count"] >= 1
     finally:
         cluster.stop()
 
