@@ -3,7 +3,9 @@
 Run it with `./run demo`. It grows as the project does. Part 1: a standalone broker serving a
 fixed metadata image, listed by confluent-kafka (librdkafka), kafka-python and Debian's kcat, each
 unchanged. Part 2: `quorum local-cluster` with three controllers elects a leader, commits records,
-loses its leader to SIGKILL, elects another and keeps every committed record.
+loses its leader to SIGKILL, elects another and keeps every committed record; then, with the old
+leader still down, the others commit on, snapshot (KIP-630) and drop the log below their
+snapshot, so the old leader, restarted, rejoins by FetchSnapshot.
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ import time
 
 from quorum.admin import QuorumStatus, commit_values, format_replication, format_status, wait_for_leader
 from quorum.launcher import LocalCluster, start_standalone
+from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset
+from quorum.server.config import node_config
+from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
 
 TOPICS = ("orders:3", "payments:2", "audit:1")
+# Small enough that the demo's few hundred records make snapshots (Kafka's defaults: 20 MiB, 0.5).
+SNAPSHOT_SETTINGS = {"metadata.log.max.record.bytes.between.snapshots": "4000",
+                     "metadata.snapshot.min.changed_records.ratio": "0.5", "metadata.log.segment.bytes": "8192"}
 
 
 def confluent_view(bootstrap: str) -> dict[str, int]:
@@ -74,7 +82,7 @@ def commit(cluster: LocalCluster, values: list[bytes]) -> int:
 def quorum_demo() -> None:
     print("\n== Part 2: a KRaft quorum of three controllers (quorum local-cluster --controllers 3)")
     with tempfile.TemporaryDirectory(prefix="quorum-demo-") as directory:
-        cluster = LocalCluster(directory, controllers=3)
+        cluster = LocalCluster(directory, controllers=3, settings=SNAPSHOT_SETTINGS)
         cluster.format_storage()
         cluster.start()
         try:
@@ -93,8 +101,41 @@ def quorum_demo() -> None:
             second = leader_status(cluster, not_node=first.leader_id)
             print(f"... node {second.leader_id} leads epoch {second.leader_epoch}\n")
             print(format_replication(second))
+            snapshot_demo(cluster, first.leader_id)
         finally:
             cluster.stop()
+
+
+def snapshot_demo(cluster: LocalCluster, down: int) -> None:
+    """While `down` stays down, commit config changes until the leader's log starts past where
+    `down`'s log ends; restarted, `down` must fetch a snapshot to catch up."""
+    print(f"\n== Part 3: snapshots (KIP-630); node {down} stays down while the others commit 400 config changes")
+    values = [encode_metadata_record(ConfigRecord(version=0, resource_type=2, resource_name="orders",
+                                                  name=f"retention-{n % 20}", value=str(n))) for n in range(400)]
+    for chunk in range(0, len(values), 20):
+        commit(cluster, values[chunk:chunk + 20])
+    leader = leader_status(cluster)
+    directory = node_config(cluster.properties(cluster.specs[leader.leader_id])).metadata_log_dir
+    for _ in range(50):  # the start offset is recorded first, then the older snapshots go
+        start = read_start_offset(directory / START_OFFSET_NAME) or 0
+        snapshots = sorted(p.name for p in directory.glob("*.checkpoint"))
+        if all(int(name.split("-")[0]) >= start for name in snapshots):
+            break
+        time.sleep(0.1)
+    print(f"... node {leader.leader_id} (leader): log start offset {start}, snapshots {snapshots}")
+    print(f"... restarting node {down}: its log ends below the leader's log start")
+    cluster.start_node(down)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = leader_status(cluster)
+        if all(status.lag(r) == 0 for r in status.replicas):
+            break
+        time.sleep(0.2)
+    for line in cluster.specs[down].log_path.read_text().splitlines():
+        if "snapshot fetched" in line or "installed snapshot" in line:
+            print("   " + line.split(": ", 1)[-1].replace(str(cluster.specs[down].log_path.parent), "node-dir"))
+    print()
+    print(format_replication(leader_status(cluster)))
 
 
 def main() -> int:
