@@ -19,14 +19,16 @@ def rate(fn: Callable[[], object], min_seconds: float = 1.0, min_runs: int = 3) 
     return runs / elapsed
 
 
-def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A plain aligned table: first column left-aligned, figures right-aligned."""
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]], left: Sequence[int] = ()) -> None:
+    """A plain aligned table: first column left-aligned, figures right-aligned; the columns whose
+    indexes are in `left` (text, say) are left-aligned too."""
     cells = [[str(h) for h in header]] + [[_fmt(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lefts = {0, *(i % len(header) for i in left)}
     print(f"\n{title}")
     for number, row in enumerate(cells):
-        line = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        print("  ".join(line))
+        line = [c.ljust(w) if i in lefts else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        print("  ".join(line).rstrip())
         if number == 0:
             print("  ".join("-" * w for w in widths))
 
