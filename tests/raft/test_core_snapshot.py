@@ -203,7 +203,7 @@ def test_follower_pulls_the_snapshot_in_chunks_installs_it_and_resumes_from_its_
 
 
 def test_snapshot_not_found_sends_the_follower_back_to_fetch():
-    for error in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE):
+    for error in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE, ErrorCode.NOT_LEADER_OR_FOLLOWER):
         node = following_node()
         request = next_request(node, FetchSnapshotRequest, answer_with_snapshot(node, first_fetch(node)))
         actions = node.response(1, FetchSnapshotResponse(int(error), 1, 2, SNAPSHOT), request)
