@@ -968,19 +968,29 @@ class RaftCore:
         fetching.sent_ms = now
         self._send(destination, request)
 
-    def _on_fetch_response(self, sender_id: int, response: FetchResponse, request: Message | None) -> None:
+    def _answered(self, sender_id: int, request: Message | None, kind: type) -> tuple[Fetching, Message] | None:
+        """The fetching state and the outstanding request of `kind` that a response answers, now
+        no longer outstanding; None for a duplicate or an answer to a request given up on."""
         fetching = self._fetching()
         if fetching is None or fetching.outstanding is None:
-            return
+            return None
         if request is None:
             if sender_id != fetching.destination:
-                return
+                return None
             request = fetching.outstanding
         elif request is not fetching.outstanding:
-            return  # a duplicate, or the answer to a fetch we gave up on
-        if not isinstance(request, FetchRequest):
-            return
+            return None
+        if not isinstance(request, kind):
+            return None
         fetching.outstanding = None
+        return fetching, request
+
+    def _on_fetch_response(self, sender_id: int, response: FetchResponse, request: Message | None) -> None:
+        answered = self._answered(sender_id, request, FetchRequest)
+        if answered is None:
+            return
+        fetching, request = answered
+        assert isinstance(request, FetchRequest)
         state = self._after_fetch_answer(fetching, sender_id, response.error, response.leader_id,
                                          response.leader_epoch)
         if state is None:
@@ -1112,18 +1122,11 @@ class RaftCore:
 
     def _on_fetch_snapshot_response(self, sender_id: int, response: FetchSnapshotResponse,
                                     request: Message | None) -> None:
-        fetching = self._fetching()
-        if fetching is None or fetching.outstanding is None:
+        answered = self._answered(sender_id, request, FetchSnapshotRequest)
+        if answered is None:
             return
-        if request is None:
-            if sender_id != fetching.destination:
-                return
-            request = fetching.outstanding
-        elif request is not fetching.outstanding:
-            return
-        if not isinstance(request, FetchSnapshotRequest):
-            return
-        fetching.outstanding = None
+        fetching, request = answered
+        assert isinstance(request, FetchSnapshotRequest)
         state = self._after_fetch_answer(fetching, sender_id, response.error, response.leader_id,
                                          response.leader_epoch)
         fetch = self._snapshot_fetch
