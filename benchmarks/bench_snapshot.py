@@ -53,6 +53,7 @@ the warm raw read), or from the disk when the file is dropped again first (the "
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -288,6 +289,35 @@ def cold_read_seconds(path: Path) -> float:
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: (.*)$", re.MULTILINE)
 
 
+def asyncio_loopback_seconds(path: Path, frame_bytes: int = 10 * 1024 * 1024) -> float:
+    """The transport's own ceiling: the file sent as size-prefixed frames of `frame_bytes` over a
+    127.0.0.1 socket between an asyncio server and an asyncio client (both in this process, as in a
+    node each end is one event loop), no Kafka encoding, no disk writes."""
+    data = path.read_bytes()
+    chunks = [data[i:i + frame_bytes] for i in range(0, len(data), frame_bytes)]
+
+    async def run() -> float:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            for chunk in chunks:
+                writer.write(len(chunk).to_bytes(4, "big"))
+                writer.write(chunk)
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        started = time.perf_counter()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in chunks:
+            await reader.readexactly(int.from_bytes(await reader.readexactly(4), "big"))
+        elapsed = time.perf_counter() - started
+        writer.close()
+        server.close()
+        return elapsed
+
+    return asyncio.run(run())
+
+
 def log_time(text: str, needle: str) -> float | None:
     """Wall-clock time (seconds since the epoch) of the first log line containing `needle`: the
     middle of the millisecond it names (logging truncates its timestamps to the millisecond)."""
@@ -497,6 +527,7 @@ def main() -> None:
         progress(f"snapshot written: {size / 1e6:,.1f} MB; raw reads of it")
         cold = min(cold_read_seconds(path) for _ in range(3))
         warm = min(raw_read_seconds(path) for _ in range(3))
+        loopback = min(asyncio_loopback_seconds(path) for _ in range(3))
         progress("read + decode, streamed (a child process, file dropped from the page cache first)")
         drop_from_cache(path)
         loaded = run_child("load", str(path))
@@ -523,6 +554,8 @@ def main() -> None:
     rows = [
         row("raw read, cold", cold, cold, "os.read 1 MiB chunks after POSIX_FADV_DONTNEED (best of 3)"),
         row("raw read, warm", warm, warm, "os.read 1 MiB chunks from the page cache (best of 3)"),
+        row("asyncio loopback, 10 MiB frames", loopback, warm,
+            "the file as bare frames, asyncio server -> client on 127.0.0.1: the transport's ceiling (best of 3)"),
         row(
             "generate",
             made["total"],
