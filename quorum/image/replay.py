@@ -197,6 +197,9 @@ class MetadataReplayer:
             if reader.cluster_id is not None:
                 self.cluster_id = reader.cluster_id
         self.log.set_snapshot_boundary(snapshot_id)
+        # KIP-630 "When to Delete Snapshots": a log that restarted at this snapshot leaves the older
+        # ones below its start; kept, they would make the oldest snapshot disagree with the log start.
+        self.snapshots.delete_below(self.log.start_offset)
         self.state.load(values)
         self._applied = snapshot_id.offset
         self._epoch = snapshot_id.epoch

@@ -237,6 +237,15 @@ class SnapshotWriter:
         logger.info("%s: snapshot frozen, %d bytes", self.path, self._size)
         return self._size
 
+    def close_without_cleanup(self) -> None:
+        """What `kill -9` in the middle of writing leaves: the part file stays as it is, to be removed
+        at the next start-up (`clean_partial_snapshots`) and never loaded. For crash tests and the
+        simulator."""
+        if self._state == "open":
+            self._state = "aborted"
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
     def abort(self) -> None:
         """Give up: close and remove the part file. Harmless after freeze or a previous abort."""
         if self._state in ("frozen", "aborted"):
@@ -574,6 +583,10 @@ class SnapshotDirectory:
     @property
     def snapshots(self) -> tuple[OffsetAndEpoch, ...]:
         """The complete snapshots' ids, oldest first (Kafka's order: epoch, then end offset)."""
+        return self._ids
+
+    def snapshot_ids(self) -> tuple[OffsetAndEpoch, ...]:
+        """SnapshotStore's view of `snapshots`."""
         return self._ids
 
     def path(self, snapshot_id: OffsetAndEpoch) -> Path:

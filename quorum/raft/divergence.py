@@ -56,7 +56,10 @@ def diverging_epoch(log: RaftLog, fetch_offset: int, last_fetched_epoch: int) ->
     if found.epoch == last_fetched_epoch and fetch_offset <= found.offset:
         return None
     if found.epoch < 0:
-        return OffsetAndEpoch(log.start_offset, 0)
+        # Older than every epoch the log still holds (Kafka's LeaderEpochFileCache.endOffsetFor): that
+        # epoch ended, at the latest, where the log now starts. Naming the follower's own epoch lets it
+        # keep its records of that epoch up to there; epoch 0 would send it below its high watermark.
+        return OffsetAndEpoch(log.start_offset, last_fetched_epoch)
     return OffsetAndEpoch(found.offset, found.epoch)
 
 

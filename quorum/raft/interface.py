@@ -80,6 +80,10 @@ class SnapshotStore(Protocol):
     here until the driver has validated and renamed it.
     """
 
+    def snapshot_ids(self) -> tuple[OffsetAndEpoch, ...]:
+        """Every complete snapshot, oldest first."""
+        ...
+
     def earliest_snapshot(self) -> OffsetAndEpoch | None:
         """The oldest complete snapshot (the one at the log start offset once it is above 0)."""
         ...

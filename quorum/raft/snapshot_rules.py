@@ -17,6 +17,9 @@ from quorum.raft.leader import UNKNOWN, ReplicaProgress
 class NoSnapshots:
     """A SnapshotStore with nothing in it: for drivers and tests that never snapshot."""
 
+    def snapshot_ids(self) -> tuple[OffsetAndEpoch, ...]:
+        return ()
+
     def earliest_snapshot(self) -> OffsetAndEpoch | None:
         return None
 
@@ -91,12 +94,13 @@ def follower_log_start_target(log: RaftLog, snapshots: SnapshotStore, leader_log
 
     KIP-630: "the local log start offset is the minimum of the leader's log start offset and the
     largest local snapshot": never past a snapshot of its own, so the records it drops are always
-    in a snapshot it can load.
+    in a snapshot it can load. Of that bound we take the largest local snapshot at or below it,
+    which keeps KIP-630's other rule, that a snapshot ends at every non-zero log start offset
+    (a replica's snapshots need not line up with the leader's, so the minimum itself may fall
+    between two of them, and the leader's Fetch check reads the oldest snapshot as the log start's).
     """
-    latest = snapshots.latest_snapshot()
-    if latest is None:
-        return None
-    target = min(leader_log_start, latest.offset)
-    if target <= log.start_offset or target > log.end_offset:
+    bound = min(leader_log_start, log.end_offset)
+    target = max((s.offset for s in snapshots.snapshot_ids() if s.offset <= bound), default=None)
+    if target is None or target <= log.start_offset:
         return None
     return target

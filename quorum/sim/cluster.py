@@ -8,38 +8,75 @@ The driver here follows the same contract as the node shell: actions are carried
 PersistState is durable at once, AppendBatches is durable only when the (delayed) flush event
 fires (or at once if a later Send in the same list must not outrun it), and a crash keeps only
 what was flushed. After every event the invariants of `invariants.py` are checked.
+
+KIP-630 snapshots are real files: each node has a directory (under one temporary directory per
+run) with its `SnapshotDirectory`, a `MetadataReplayer` that applies what is committed to a
+`MetadataRecordsState` and snapshots by the scenario's policy, and `SnapshotActions` to carry out
+the core's snapshot actions. What those report back to the core (a snapshot created, a fetched
+one complete or refused) is fed to it once the whole action list is carried out, and the actions
+of that call are carried out in turn, within the same event. Only the in-memory state is lost in a
+crash; the files stay as kill -9 leaves them (a fetch or a write cut short leaves a `.part`, which
+start-up must remove and never load).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import heapq
+import os
 import random
+import re
+import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from quorum.image.replay import MetadataReplayer
+from quorum.image.snapshot_actions import SnapshotActions
+from quorum.image.snapshot_policy import SnapshotPolicy
+from quorum.log.errors import SnapshotExistsError
+from quorum.log.snapshot import SnapshotDirectory, SnapshotWriter
+from quorum.log.snapshot_files import SnapshotState, snapshot_files
 from quorum.raft.core import RaftCore
 from quorum.raft.interface import (
+    AbandonSnapshotFetch,
     Action,
+    AdvanceLogStartOffset,
     AppendBatches,
     ClusterIdCommitted,
     Fatal,
+    FetchSnapshotResponse,
     HighWatermarkAdvanced,
+    InstallSnapshot,
     LeaderChanged,
     Message,
+    OffsetAndEpoch,
     PersistState,
     QuorumConfig,
     Reply,
     Send,
     Truncate,
+    WriteSnapshotChunk,
 )
 from quorum.raft.state import Role
-from quorum.sim.invariants import InvariantChecker, InvariantViolation
+from quorum.sim.invariants import InvariantChecker, InvariantViolation, RecordingState
 from quorum.sim.memory_log import MemoryLog
 from quorum.sim.network import LinkQuality, Network
 from quorum.sim.scenarios import SCENARIOS, Scenario
+from quorum.wire import metadata_records as mr
+from quorum.wire.metadata_records import encode_metadata_record
 
 MAX_EVENTS = 2_000_000
+NEVER = 1 << 62
+"""metadata.log.max.record.bytes.between.snapshots when the scenario has snapshots off."""
+DEFAULT_SNAPSHOT_FETCH_MAX_BYTES = QuorumConfig(0, (0,)).snapshot_fetch_max_bytes
+DEFAULT_START_OFFSET_LAG_TIME_MAX_MS = QuorumConfig(0, (0,)).start_offset_lag_time_max_ms
+# How SnapshotActions reports a fetched file that failed validation: CorruptSnapshotError's
+# message, which names the file and the byte.
+_CORRUPT = re.compile(r"\.checkpoint\.part at byte \d+: ")
 
 
 class SimulationFailure(AssertionError):
@@ -52,11 +89,74 @@ class SimulationFailure(AssertionError):
         super().__init__(f"seed {seed}: {reason}\nreplay: {command}")
 
 
-def sim_config(node_id: int, voters: tuple[int, ...], fetch_max_bytes: int = 1 << 20) -> QuorumConfig:
+def sim_config(node_id: int, voters: tuple[int, ...], fetch_max_bytes: int = 1 << 20,
+               snapshot_fetch_max_bytes: int = DEFAULT_SNAPSHOT_FETCH_MAX_BYTES,
+               start_offset_lag_time_max_ms: int = DEFAULT_START_OFFSET_LAG_TIME_MAX_MS) -> QuorumConfig:
     """Kafka's quorum.* defaults, with a request timeout that lets a lost Fetch be retried before
     the fetch timeout gives up on the leader. A small fetch_max_bytes (one batch per response)
-    makes followers catch up batch by batch, which is where high watermark rules get tested."""
-    return QuorumConfig(node_id=node_id, voters=voters, request_timeout_ms=1000, fetch_max_bytes=fetch_max_bytes)
+    makes followers catch up batch by batch, which is where high watermark rules get tested; a
+    small snapshot_fetch_max_bytes makes a snapshot come in many chunks, which a crash can cut."""
+    return QuorumConfig(node_id=node_id, voters=voters, request_timeout_ms=1000, fetch_max_bytes=fetch_max_bytes,
+                        snapshot_fetch_max_bytes=snapshot_fetch_max_bytes,
+                        start_offset_lag_time_max_ms=start_offset_lag_time_max_ms)
+
+
+def _scratch_root() -> str | None:
+    """Where the runs' snapshot directories go: tmpfs when there is one (the simulator needs real
+    files, not a disk's fsync latency), else the default temporary directory."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+class MetadataWorkload:
+    """Proposals of KIP-631 metadata records that keep changing a few entities: ConfigRecords over
+    ten (resource, name) keys, some with a null value (a delete), and broker registrations,
+    fencing and unregistrations for four broker ids. The state stays small while the log grows,
+    so the changed-records ratio fills and snapshots happen, and digests stay cheap."""
+
+    CONFIG_KEYS = tuple((f"topic-{i // 2}", ("retention.ms", "cleanup.policy")[i % 2]) for i in range(10))
+    BROKERS = (1, 2, 3, 4)
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def values(self) -> list[bytes]:
+        rng = self._rng
+        return [self._one(rng) for _ in range(rng.randint(1, 3))]
+
+    def _one(self, rng: random.Random) -> bytes:
+        roll = rng.random()
+        if roll < 0.75:
+            resource, name = rng.choice(self.CONFIG_KEYS)
+            value = None if roll < 0.1 else str(rng.randint(0, 99))
+            return _config_record(resource, name, value)
+        broker = rng.choice(self.BROKERS)
+        epoch = rng.randint(1, 9)
+        if roll < 0.88:
+            return _broker_record("register", broker, epoch)
+        if roll < 0.97:
+            return _broker_record("fence" if roll < 0.925 else "unfence", broker, epoch)
+        return _broker_record("unregister", broker, epoch)
+
+
+@functools.lru_cache(maxsize=4096)
+def _config_record(resource: str, name: str, value: str | None) -> bytes:
+    return encode_metadata_record(mr.ConfigRecord(version=0, resource_type=2, resource_name=resource, name=name,
+                                                  value=value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _broker_record(kind: str, broker: int, epoch: int) -> bytes:
+    if kind == "register":
+        record = mr.RegisterBrokerRecord(version=0, broker_id=broker, incarnation_id=uuid.UUID(int=broker),
+                                         broker_epoch=epoch, end_points=[], features=[], rack=None, fenced=True)
+    elif kind == "fence":
+        record = mr.FenceBrokerRecord(version=0, id=broker, epoch=epoch)
+    elif kind == "unfence":
+        record = mr.UnfenceBrokerRecord(version=0, id=broker, epoch=epoch)
+    else:
+        record = mr.UnregisterBrokerRecord(version=0, broker_id=broker, broker_epoch=epoch)
+    return encode_metadata_record(record)
 
 
 @dataclass
@@ -72,6 +172,16 @@ class RunStats:
     recovery_ms: int = 0
     failovers: int = 0  # `failover` faults: leaders killed and replaced within the deadline
     max_failover_ms: int = 0  # the longest of them, from the kill to a commit by the successor
+    # KIP-630
+    snapshots_taken: int = 0  # written by a node's replayer (the policy said so)
+    snapshots_fetched: int = 0  # fetched from a leader, validated and renamed
+    snapshots_installed: int = 0  # InstallSnapshot carried out (a fetched snapshot loaded)
+    log_start_advances: int = 0  # AdvanceLogStartOffset carried out
+    corrupt_chunks: int = 0  # FetchSnapshot responses whose data had a byte flipped in flight
+    corrupt_snapshots_refused: int = 0  # fetched files refused by validation (CorruptSnapshotError)
+    fetch_crashes: int = 0  # nodes killed with a fetched snapshot's .part open
+    write_crashes: int = 0  # nodes killed in the middle of writing a snapshot
+    partial_snapshots_cleaned: int = 0  # .part files start-up removed
 
 
 @dataclass
@@ -89,6 +199,12 @@ class SimNode:
     next_request_id: int = 0
     tick_at: int | None = None
     flush_at: int | None = None
+    # KIP-630: the snapshot files live in `directory` across restarts; the rest is memory, made
+    # anew at each start and dropped at each crash.
+    directory: Path | None = None
+    snapshots: SnapshotDirectory | None = None
+    replayer: MetadataReplayer | None = None
+    actions: SnapshotActions | None = None
 
     @property
     def alive(self) -> bool:
@@ -122,12 +238,21 @@ class Simulation:
         self.rng = random.Random(seed)
         self.now = 0
         self.stats = RunStats(seed)
-        self.checker = InvariantChecker(self.voter_ids)
+        snapshots_on = self.scenario.snapshot_bytes is not None
+        self.checker = InvariantChecker(self.voter_ids, check_states=snapshots_on)
         self.network = Network(random.Random(self.rng.getrandbits(64)), LinkQuality(
             self.scenario.loss, self.scenario.duplicate, self.scenario.min_delay_ms, self.scenario.max_delay_ms))
         fetch_max_bytes = self.rng.choice((1 << 20, 1 << 20, 4096, 300))
-        self.nodes = {i: SimNode(i, sim_config(i, self.voter_ids, fetch_max_bytes))
+        # Scenarios without snapshots draw nothing more, so their seeds replay as they always have.
+        snapshot_fetch_max_bytes = (self.rng.choice((128, 256, 512, 1 << 20)) if snapshots_on
+                                    else DEFAULT_SNAPSHOT_FETCH_MAX_BYTES)
+        self.nodes = {i: SimNode(i, sim_config(i, self.voter_ids, fetch_max_bytes, snapshot_fetch_max_bytes,
+                                               self.scenario.start_offset_lag_time_max_ms))
                       for i in self.voter_ids + self.observer_ids}
+        self.policy = SnapshotPolicy(0.5, NEVER if self.scenario.snapshot_bytes is None
+                                     else self.scenario.snapshot_bytes)
+        self._workload = MetadataWorkload(self.rng) if snapshots_on else None
+        self._root: str | None = None  # the run's temporary directory, while it runs
         self._trace = trace
         self._queue: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
@@ -150,6 +275,20 @@ class Simulation:
         return " ".join(parts)
 
     def run(self) -> RunStats:
+        with tempfile.TemporaryDirectory(prefix=f"quorum-sim-{self.seed}-", dir=_scratch_root()) as root:
+            self._root = root
+            for node in self.nodes.values():
+                node.directory = Path(root) / f"n{node.node_id}"
+                node.directory.mkdir()
+            try:
+                return self._run_checked()
+            finally:
+                for node in self.nodes.values():
+                    if node.actions is not None:
+                        node.actions.drop_writers()  # close the fetches' files before they go
+                self._root = None
+
+    def _run_checked(self) -> RunStats:
         try:
             self._run()
         except (SimulationFailure, BrokenPipeError):
@@ -167,6 +306,8 @@ class Simulation:
             self._at(self.rng.randint(0, 50), self._restart, node.node_id)
         if self.scenario.faults:
             self._at(self._between(self.scenario.fault_every_ms), self._inject)
+        if self.scenario.long_outage:
+            self._at(self._between((300, 1500)), self._long_outage)
         self._at(self._between(self.scenario.propose_every_ms), self._propose)
         self._run_until(self.duration_ms)
         self._settle()
@@ -251,6 +392,10 @@ class Simulation:
     def _event_text(self) -> str:
         return " ".join(_short(part) if not isinstance(part, str) else part for part in self._event[1])
 
+    def _sanitize(self, text: str) -> str:
+        """A path under the run's temporary directory, as `<sim>/n2/...`: traces replay byte for byte."""
+        return text.replace(self._root, "<sim>") if self._root else text
+
     def _describe_event(self) -> str:
         node_id = self._event[0]
         return f"node {node_id}: {self._event_text()}" if node_id else self._event_text()
@@ -265,6 +410,17 @@ class Simulation:
         self._schedule_tick(node, after_tick=False)
 
     def _execute(self, node: SimNode, actions: list[Action]) -> None:
+        """Carry out `actions`; then feed the core what they produced (a snapshot created, a fetched
+        one complete or refused), one call at a time, carrying out each call's actions in turn."""
+        followups: list[tuple[tuple[object, ...], Callable[[RaftCore], list[Action]]]] = []
+        self._carry_out(node, actions, followups)
+        while followups and node.alive:
+            what, call = followups.pop(0)
+            self._log(node.node_id, *what)
+            self._carry_out(node, call(node.core), followups)
+
+    def _carry_out(self, node: SimNode, actions: list[Action],
+                   followups: list[tuple[tuple[object, ...], Callable[[RaftCore], list[Action]]]]) -> None:
         appended = False
         flushed_now = False
         for action in actions:
@@ -291,11 +447,27 @@ class Simulation:
             elif kind is Truncate:
                 node.log.truncate(action.offset)
             elif kind is HighWatermarkAdvanced:
-                pass
+                self.checker.observe_commit(node.node_id, node.log, action.high_watermark)
+                created = node.actions.committed(action.high_watermark)
+                if created is not None:
+                    self.stats.snapshots_taken += 1
+                    followups.append((("snapshot created", created),
+                                      lambda core, created=created: core.on_snapshot_created(created, self.now)))
             elif kind is ClusterIdCommitted:
                 node.meta_cluster_id = action.cluster_id
+                node.replayer.cluster_id = action.cluster_id
             elif kind is LeaderChanged:
                 pass
+            elif kind is WriteSnapshotChunk:
+                self._write_chunk(node, action, followups)
+            elif kind is AbandonSnapshotFetch:
+                node.actions.abandon(action.snapshot_id)
+            elif kind is InstallSnapshot:
+                self._install(node, action.snapshot_id)
+            elif kind is AdvanceLogStartOffset:
+                self._check_log_start_target(node, action.offset)
+                node.actions.advance_log_start(action.offset)
+                self.stats.log_start_advances += 1
             elif kind is Fatal:
                 if not self._expected_fatal:
                     raise SimulationFailure(self.seed, f"t={self.now}ms: node {node.node_id} stopped: {action.reason}",
@@ -309,6 +481,49 @@ class Simulation:
             self._at(node.flush_at - self.now, self._flush, node.node_id, node.incarnation)
         if flushed_now:
             self._at(0, self._flushed, node.node_id, node.incarnation)
+
+    def _write_chunk(self, node: SimNode, action: WriteSnapshotChunk,
+                     followups: list[tuple[tuple[object, ...], Callable[[RaftCore], list[Action]]]]) -> None:
+        outcome = node.actions.write_chunk(action)
+        if outcome is None:
+            chance = self.scenario.kill_mid_fetch
+            if chance and self._faulting and self.rng.random() < chance:
+                self._at(0, self._crash_fetching, node.node_id, node.incarnation)
+            return
+        if outcome.error is None:
+            self.stats.snapshots_fetched += 1
+            what: tuple[object, ...] = ("snapshot fetched", outcome.snapshot_id)
+        else:
+            if _CORRUPT.search(outcome.error):
+                self.stats.corrupt_snapshots_refused += 1
+            what = ("snapshot fetched", outcome.snapshot_id, f"refused: {self._sanitize(outcome.error)}")
+        followups.append((what, lambda core: core.on_snapshot_fetched(outcome.snapshot_id, outcome.error, self.now,
+                                                                      outcome.cluster_id)))
+
+    @staticmethod
+    def _check_log_start_target(node: SimNode, offset: int) -> None:
+        """KIP-630, "When to Increase the LogStartOffset": the leader only to the end offset of a
+        snapshot it has; a follower or observer never past its own latest snapshot."""
+        held = node.snapshots.snapshots
+        if node.core.role is Role.LEADER:
+            if not any(s.offset == offset for s in held):
+                raise InvariantViolation(f"node {node.node_id}, the leader, moves its log start offset to {offset}, "
+                                         f"where none of its snapshots {held} ends")
+        elif not held or max(s.offset for s in held) < offset:
+            raise InvariantViolation(f"node {node.node_id} moves its log start offset to {offset}, past its latest "
+                                     f"snapshot (snapshots: {held})")
+
+    def _install(self, node: SimNode, snapshot_id: OffsetAndEpoch) -> None:
+        if node.core.role is Role.LEADER:
+            raise InvariantViolation(f"node {node.node_id}, leader of epoch {node.epoch}, loads the fetched snapshot "
+                                     f"{snapshot_id}: a leader never loads a fetched snapshot")
+        # The in-memory log chains digests over its prefix: the snapshot stands for the committed one.
+        prefix = self.checker.committed_digests.get(snapshot_id.offset)
+        if prefix is None:
+            raise InvariantViolation(f"node {node.node_id} installs snapshot {snapshot_id}, which does not end at a "
+                                     f"batch boundary of the committed log [0, {self.checker.committed_end})")
+        node.actions.install(snapshot_id, prefix_digest=prefix)
+        self.stats.snapshots_installed += 1
 
     def _schedule_tick(self, node: SimNode, after_tick: bool) -> None:
         if not node.alive:
@@ -386,8 +601,21 @@ class Simulation:
         node = self.nodes[destination]
         if node.incarnation != incarnation or not node.alive:
             return
+        chance = self.scenario.corrupt_snapshot_chunks
+        if (chance and self._faulting and type(message) is FetchSnapshotResponse and message.data
+                and self.rng.random() < chance):
+            message = self._flip_a_byte(message)
         self._run_core(node, (f"<- {source}", message),
                        lambda core: core.on_response(source, message, self.now, request))
+
+    def _flip_a_byte(self, message: FetchSnapshotResponse) -> FetchSnapshotResponse:
+        """Damage in flight that no transport checksum caught: one byte of the snapshot data."""
+        data = bytearray(message.data)
+        position = self.rng.randrange(len(data))
+        data[position] ^= self.rng.randint(1, 255)
+        self.stats.corrupt_chunks += 1
+        self._log(0, f"flipped the byte at {message.position + position} of snapshot {message.snapshot_id} in flight")
+        return dataclasses.replace(message, data=bytes(data))
 
     # -----------------------------------------------------------------------------------------
     # Nodes coming and going.
@@ -396,9 +624,42 @@ class Simulation:
         node = self.nodes[node_id]
         if node.alive:
             return
+        self._open_storage(node)
         rng = random.Random(f"{self.seed}/{node_id}/{node.incarnation}")
-        node.core = RaftCore(node.config, node.log, node.quorum_state, node.meta_cluster_id, rng, self.now)
+        node.core = RaftCore(node.config, node.log, node.quorum_state, node.meta_cluster_id, rng, self.now,
+                             snapshots=node.snapshots)
         self._run_core(node, ("start, incarnation", str(node.incarnation)), lambda core: core.start(self.now))
+
+    def _open_storage(self, node: SimNode) -> None:
+        """What start-up does before the core is built (as the node shell does): the replayer
+        removes the `.part` files a crash left and loads the latest snapshot."""
+        assert node.directory is not None
+        partial = {f.snapshot_id for f in snapshot_files(node.directory) if f.state is SnapshotState.PARTIAL}
+        snapshots = SnapshotDirectory(node.directory)
+        latest = snapshots.latest_snapshot()
+        if latest is not None:
+            # boot() does this too, without the digest of the prefix that the in-memory log needs
+            # when the snapshot is ahead of it.
+            node.log.set_snapshot_boundary(latest, prefix_digest=self.checker.committed_digests.get(latest.offset))
+        replayer = MetadataReplayer(node.directory, node.log, RecordingState(self.checker, node.node_id), self.policy,
+                                    snapshots=snapshots)
+        loaded = replayer.boot()
+        left = [f.path.name for f in snapshot_files(node.directory) if f.state is not SnapshotState.COMPLETE]
+        if left:
+            raise InvariantViolation(f"node {node.node_id}: start-up left unfinished snapshot files {left}")
+        only_partial = partial - set(snapshots.snapshots)
+        if loaded is not None and loaded in only_partial:
+            raise InvariantViolation(f"node {node.node_id} loaded snapshot {loaded}, whose file was unfinished")
+        if partial:
+            self.stats.partial_snapshots_cleaned += len(partial)
+            self._log(node.node_id, "start-up removed unfinished snapshot(s)",
+                      ", ".join(str((p.offset, p.epoch)) for p in sorted(partial, key=lambda p: p.offset)))
+        if node.meta_cluster_id is None and replayer.cluster_id is not None:
+            node.meta_cluster_id = replayer.cluster_id  # committed: a snapshot holds committed records only
+        replayer.cluster_id = node.meta_cluster_id
+        node.snapshots = snapshots
+        node.replayer = replayer
+        node.actions = SnapshotActions(replayer, snapshots)
 
     def _kill(self, node_id: int) -> None:
         node = self.nodes[node_id]
@@ -406,6 +667,9 @@ class Simulation:
             return
         self._log(node_id, "killed")
         node.core = None
+        if node.actions is not None:
+            node.actions.drop_writers()  # a fetch in flight leaves its .part as it is
+        node.snapshots = node.replayer = node.actions = None
         node.log.crash()
         node.requests.clear()
         node.incarnation += 1
@@ -425,9 +689,13 @@ class Simulation:
         if not leaders:
             return
         node = self.rng.choice(leaders)
-        value = self.rng.getrandbits(64).to_bytes(8, "big")
+        if self._workload is None:
+            value = self.rng.getrandbits(64).to_bytes(8, "big")
+            values = [value] * self.rng.randint(1, 3)
+        else:
+            values = self._workload.values()
         self._log(node.node_id, "propose")
-        base, actions = node.core.propose([value] * self.rng.randint(1, 3), self.now)
+        base, actions = node.core.propose(values, self.now)
         self._execute(node, actions)
         self._schedule_tick(node, after_tick=False)
         if base is not None:
@@ -483,6 +751,86 @@ class Simulation:
     def _fault_flaky(self) -> None:
         if self._network_fault((1000, 4000)):
             self.network.quality = LinkQuality(0.3, 0.1, 1, 150)
+
+    def _long_outage(self) -> None:
+        """One voter (if the others still make a majority) and the first observer go down for long."""
+        victims: list[int] = []
+        if len(self.voter_ids) >= 3:
+            leaders = {n.node_id for n in self._leaders()}
+            victims.append(self.rng.choice([v for v in self.voter_ids if v not in leaders]))
+        if self.observer_ids:
+            victims.append(self.observer_ids[0])
+        self._log(0, f"long outage of {victims}")
+        length = self._between(self.scenario.outage_ms)
+        for victim in victims:
+            self._kill(victim)
+            self._at(length, self._restart, victim)
+
+    def _fault_outage(self) -> None:
+        """A replica other than the leader down long enough for the log start offset to pass it."""
+        leaders = {n.node_id for n in self._leaders()}
+        alive = [n.node_id for n in self.nodes.values() if n.alive and n.node_id not in leaders]
+        if alive:
+            victim = self.rng.choice(alive)
+            self._kill(victim)
+            self._at(self._between(self.scenario.outage_ms), self._restart, victim)
+
+    def _crash_fetching(self, node_id: int, incarnation: int) -> None:
+        """kill -9 of a replica in the middle of fetching a snapshot (its .part is open)."""
+        node = self.nodes[node_id]
+        if node.incarnation != incarnation or not node.alive or not self._has_partial(node):
+            return
+        self.stats.fetch_crashes += 1
+        self._log(0, f"killing node {node_id} in the middle of a snapshot fetch")
+        self._kill(node_id)
+        self._at(self._between((200, 3000)), self._restart, node_id)
+
+    @staticmethod
+    def _has_partial(node: SimNode) -> bool:
+        assert node.directory is not None
+        return any(f.state is SnapshotState.PARTIAL for f in snapshot_files(node.directory))
+
+    def _fault_crash_writing_snapshot(self) -> None:
+        """kill -9 of a replica in the middle of writing a snapshot of its state."""
+        candidates = []
+        for node in self.nodes.values():
+            if not node.alive or node.replayer.applied_epoch is None:
+                continue
+            latest = node.snapshots.latest_snapshot()
+            if node.replayer.applied_offset > (latest.offset if latest is not None else 0):
+                candidates.append(node)
+        if not candidates:
+            return
+        node = self.rng.choice(candidates)
+        if not self._write_torn_snapshot(node):
+            return
+        self.stats.write_crashes += 1
+        self._log(0, f"killing node {node.node_id} in the middle of writing a snapshot")
+        self._kill(node.node_id)
+        self._at(self._between((200, 3000)), self._restart, node.node_id)
+
+    @staticmethod
+    def _write_torn_snapshot(node: SimNode) -> bool:
+        """Start writing the snapshot the replayer would write now, and stop half-way as kill -9 does.
+
+        SnapshotWriter has no public way to let go of its file without removing it (its `abort`
+        and context manager delete the `.part`; `SnapshotFetchWriter.close_without_cleanup` is the
+        fetch side's), so this closes the writer's descriptor itself: the `.part` stays with the
+        header and the batches written so far, exactly what the process's death would leave.
+        """
+        replayer = node.replayer
+        assert replayer is not None and replayer.applied_epoch is not None and node.directory is not None
+        snapshot_id = OffsetAndEpoch(replayer.applied_offset, replayer.applied_epoch)
+        timestamp = replayer.last_contained_timestamp
+        try:
+            writer = SnapshotWriter(node.directory, snapshot_id, timestamp, timestamp_ms=max(timestamp, 0),
+                                    cluster_id=replayer.cluster_id, max_batch_bytes=64)
+        except SnapshotExistsError:
+            return False
+        values = replayer.state.snapshot_values()
+        writer.append(values[:max(1, len(values) // 2)])  # batches of 64 bytes: some reach the file
+        writer.close_without_cleanup()  # the process dies here
+        return True
 
     def _fault_crash(self) -> None:
         alive = [n.node_id for n in self.nodes.values() if n.alive]

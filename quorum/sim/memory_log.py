@@ -194,8 +194,8 @@ class MemoryLog:
         """What kill -9 leaves: the flushed batches only (the start offset and boundary stay)."""
         index = self._flushed
         del self._batches[index:], self._bases[index:], self._nexts[index:], self._epochs[index:]
-        if self._epochs:
-            self._last_epoch = self._epochs[-1]
+        # As Log's recovery, which rebuilds the last epoch from the records on disk: none left, none known.
+        self._last_epoch = self._epochs[-1] if self._epochs else -1
 
     # -- the log start offset and snapshots (KIP-630) ------------------------------------------
 

@@ -71,6 +71,9 @@ class MemorySnapshots:
         self.complete: dict[OffsetAndEpoch, bytes] = dict(snapshots or {})
         self.partial: dict[OffsetAndEpoch, bytearray] = {}
 
+    def snapshot_ids(self) -> tuple[OffsetAndEpoch, ...]:
+        return tuple(sorted(self.complete, key=lambda s: (s.offset, s.epoch)))
+
     def earliest_snapshot(self) -> OffsetAndEpoch | None:
         return min(self.complete, key=lambda s: (s.offset, s.epoch), default=None)
 

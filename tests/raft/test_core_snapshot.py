@@ -271,7 +271,7 @@ def test_follower_moves_its_log_start_no_further_than_the_leaders():
     node = following_node(log=log_with([1] * 10), snapshots=MemorySnapshots({OffsetAndEpoch(8, 1): b"s"}))
     request = first_fetch(node)
     actions = node.response(1, FetchResponse(ErrorCode.NONE, 1, 2, 10, 6), request)
-    assert of_type(actions, AdvanceLogStartOffset) == [AdvanceLogStartOffset(6)]
+    assert not of_type(actions, AdvanceLogStartOffset)  # its only snapshot lies past the leader's start
 
 
 # -- elections -------------------------------------------------------------------------------------
@@ -292,3 +292,26 @@ def test_a_snapshot_newer_than_the_log_counts_in_elections():
     campaign = voter.run_until_campaign()
     [request, *_] = [s.message for s in sent(campaign, VoteRequest)]
     assert (request.last_epoch, request.last_offset) == (3, 10)
+
+
+def test_follower_log_start_lands_on_a_snapshot_of_its_own():
+    snapshots = MemorySnapshots({OffsetAndEpoch(4, 1): b"s", OffsetAndEpoch(9, 1): b"s"})
+    node = following_node(log=log_with([1] * 10), snapshots=snapshots)
+    request = first_fetch(node)
+    actions = node.response(1, FetchResponse(ErrorCode.NONE, 1, 2, 10, 7), request)  # leader starts at 7
+    assert of_type(actions, AdvanceLogStartOffset) == [AdvanceLogStartOffset(4)]  # not 7: no snapshot there
+
+
+def test_an_epoch_older_than_the_leaders_log_diverges_at_its_start_in_that_epoch():
+    node = leader_above_snapshot()
+    fetch(node, 2, 11, 2)
+    fetch(node, 3, 11, 2)
+    node.snapshots.complete[OffsetAndEpoch(10, 1)] = b"s"
+    node.apply(node.core.on_snapshot_created(OffsetAndEpoch(10, 1), node.now))
+    assert node.log.start_offset == 10 and node.log.end_offset == 11  # only the LeaderChange of epoch 2 left
+    at_start = fetch(node, 3, 10, 1)
+    assert at_start.snapshot_id is None and at_start.diverging_epoch is None
+    # A tail of epoch 1 past the start diverges; the leader no longer holds epoch 1, so (like Kafka's
+    # LeaderEpochFileCache) it answers the start in that epoch, never epoch 0, which would send the
+    # follower below its high watermark.
+    assert fetch(node, 3, 12, 1).diverging_epoch == OffsetAndEpoch(10, 1)

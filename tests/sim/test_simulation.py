@@ -29,6 +29,11 @@ def test_three_voters_and_an_observer_survive_every_scenario(scenario: str) -> N
         assert sum(r.elections for r in runs) > len(runs)  # the faults did cost leaders
     if "failover" in SCENARIOS[scenario].faults:
         assert all(r.failovers >= 3 for r in runs)  # leaders killed and replaced, each within the deadline
+    if SCENARIOS[scenario].snapshot_bytes is not None:
+        assert all(r.snapshots_taken > 0 for r in runs)
+        assert sum(r.snapshots_installed > 0 for r in runs) > len(runs) // 4  # replicas came back by FetchSnapshot
+    if SCENARIOS[scenario].long_outage:
+        assert all(r.snapshots_installed > 0 and r.log_start_advances > 0 for r in runs)
 
 
 @pytest.mark.parametrize(("voters", "observers", "scenario", "seeds"), [
