@@ -13,9 +13,7 @@ the client chose, to the real node, whose answer goes back unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +36,7 @@ from quorum.server.peer_client import PeerClient
 from quorum.server.standalone import metadata_dispatcher
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
+from tests.support.background_loop import BackgroundServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,32 +58,15 @@ def controller(tmp_path_factory) -> Iterator[NodeSpec]:
         cluster.stop()
 
 
-class MetadataFront:
+class MetadataFront(BackgroundServer):
     """ApiVersions and Metadata answered here; DeleteRecords forwarded to the node, answer unchanged."""
 
     def __init__(self, node: NodeSpec) -> None:
+        super().__init__()
         self._node = node
         self.forwarded: list[int] = []  # DeleteRecords versions the clients sent
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),), daemon=True)
-        self.port = 0
 
-    def __enter__(self) -> MetadataFront:
-        self._thread.start()
-        assert self._ready.wait(10), "the front did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
+    async def _serve(self) -> None:
         dispatcher, holder = metadata_dispatcher()
         peer = PeerClient("127.0.0.1", self._node.port, "delete-records-front", 10_000)
 
@@ -95,9 +77,8 @@ class MetadataFront:
         dispatcher.register(DELETE_RECORDS, forward)
         listener = KafkaListener(dispatcher, "127.0.0.1", 0)
         await listener.start()
-        self.port = listener.port
-        holder.append(single_node_image(1, "127.0.0.1", self.port, {"__cluster_metadata": 1, "orders": 1}))
-        self._ready.set()
+        holder.append(single_node_image(1, "127.0.0.1", listener.port, {"__cluster_metadata": 1, "orders": 1}))
+        self._started(listener.port)
         await self._stop.wait()
         await listener.close()
         await peer.close()

@@ -11,43 +11,23 @@ import struct
 import threading
 from contextlib import suppress
 
+from tests.support.background_loop import BackgroundServer
 
-class RecordingProxy:
+
+class RecordingProxy(BackgroundServer):
     def __init__(self, target_host: str, target_port: int) -> None:
+        super().__init__()
         self._target = (target_host, target_port)
         self.frames: list[bytes] = []
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.port = 0
-
-    def __enter__(self) -> RecordingProxy:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     def recorded(self) -> list[bytes]:
         with self._lock:
             return list(self.frames)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._main())
-
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
+    async def _serve(self) -> None:
         server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
+        self._started(server.sockets[0].getsockname()[1])
         await self._stop.wait()
         server.close()
 
