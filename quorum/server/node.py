@@ -159,8 +159,9 @@ class RaftNode:
             if future is not None and not future.done():
                 future.set_result(action.message)
         elif isinstance(action, raft.HighWatermarkAdvanced):
-            self._release_hw_waiters(action.high_watermark)
+            # Replayed first: whoever waited for this commit then reads a state that holds it.
             job = await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
+            self._release_hw_waiters(action.high_watermark)
             if job is not None:
                 self._background(self._write_snapshot(job))
         elif isinstance(action, raft.WriteSnapshotChunk):
