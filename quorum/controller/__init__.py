@@ -1,0 +1,16 @@
+"""The sans-IO KRaft controller (KIP-631): metadata requests and time in, metadata records and responses out.
+
+`QuorumController` (controller.py) composes the pieces, each a module with one job:
+`validation` (CreateTopics / DeleteTopics / CreatePartitions checks), `placement` (replica
+placement), `heartbeats` (broker sessions and states), `election` (leader and ISR changes),
+`configs` (topic and broker configs), `records` (the metadata records written) and `view` (what
+the controller reads of the metadata image).
+"""
+
+from quorum.controller.controller import ControllerConfig, QuorumController, TickOutcome
+from quorum.controller.results import ApiError, ControllerResult
+from quorum.controller.view import ControllerView
+
+__all__ = [
+    "ApiError", "ControllerConfig", "ControllerResult", "ControllerView", "QuorumController", "TickOutcome",
+]
