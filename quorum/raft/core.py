@@ -163,6 +163,14 @@ class RaftCore:
         return self._high_watermark
 
     @property
+    def leader_committed(self) -> bool:
+        """This replica leads, and a record of its own epoch is committed: everything committed
+        before its election is below the high watermark (what an active controller must have
+        replayed before it acts, KIP-631)."""
+        state = self._state
+        return isinstance(state, LeaderState) and self._high_watermark > state.epoch_start_offset
+
+    @property
     def cluster_id(self) -> str | None:
         """The cluster id known to be committed (what belongs in meta.properties), or None."""
         return self._committed_cluster_id

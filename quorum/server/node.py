@@ -8,6 +8,7 @@ state or log write is durable before any message the core emitted after it is se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -17,8 +18,12 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from quorum.broker.forwarding import register_forwarding
+from quorum.broker.metadata import encoded_metadata_response
+from quorum.controller.controller import ControllerConfig
+from quorum.image.image import MetadataImage
+from quorum.image.image_state import ImageState
 from quorum.image.metrics import SnapshotMetrics
-from quorum.image.records_state import MetadataRecordsState
 from quorum.image.replay import MetadataReplayer, SnapshotJob
 from quorum.image.snapshot_actions import SnapshotActions
 from quorum.image.snapshot_policy import SnapshotPolicy
@@ -28,11 +33,14 @@ from quorum.log.snapshot import SnapshotDirectory
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
 from quorum.server import raft_rpc
+from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
 from quorum.server.config import NodeConfig
+from quorum.server.controller_service import ControllerService
 from quorum.server.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
+from quorum.server.refusals import refuse
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.wire.errors import WireError
 from quorum.wire.protocol import Request
@@ -40,6 +48,8 @@ from quorum.wire.protocol import Request
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.01
+METADATA = 3
+BROKER_READY_WAIT_S = 10.0
 
 
 def wall_clock_ms() -> int:
@@ -57,7 +67,11 @@ class RaftNode:
         # KIP-630: load the latest snapshot (refusing a corrupt one), then replay the log from its end.
         self.snapshots = SnapshotDirectory(directory)
         self.metrics = SnapshotMetrics()
-        self.replayer = MetadataReplayer(directory, self.log, MetadataRecordsState(),
+        client = config.client_endpoint()
+        # The image brokers answer Metadata from; brokers list the endpoints of this listener name.
+        self.image_state = ImageState(listener=client.name if client is not None else None,
+                                      controller_id=config.node_id)
+        self.replayer = MetadataReplayer(directory, self.log, self.image_state,
                                          SnapshotPolicy.from_config(config.extra), self.metrics, self.snapshots)
         self.replayer.boot()
         self.snapshot_actions = SnapshotActions(self.replayer, self.snapshots)
@@ -65,6 +79,7 @@ class RaftNode:
             cluster_id = self.replayer.cluster_id  # committed, since a snapshot holds committed records only
             record_cluster_id(config, cluster_id)
         self.replayer.cluster_id = cluster_id
+        self.image_state.set_identity(cluster_id=cluster_id)
         self._state_path = directory / QUORUM_STATE_NAME
         stored = read_quorum_state(self._state_path)
         persisted = raft.PersistState(stored.leader_epoch, stored.voted_id, stored.leader_id) if stored else None
@@ -90,6 +105,52 @@ class RaftNode:
                 self.dispatcher.register(key, self._handle_raft_request)
             register_quorum_admin(self)
             register_metadata_writes(self)
+            self.controller_service: ControllerService | None = ControllerService(
+                self, ControllerConfig.from_properties(config.extra))
+            self.controller_service.register(self.dispatcher)
+        else:
+            self.controller_service = None
+        self.lifecycle: BrokerLifecycle | None = None
+        if config.is_broker and not config.is_controller:
+            self._serve_as_broker()
+
+    # -- the broker role ------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        """The metadata image replayed from the committed log (what Metadata answers come from)."""
+        return self.image_state.image
+
+    @staticmethod
+    def now_ms() -> int:
+        return wall_clock_ms()
+
+    def controller_peer(self) -> PeerClient | None:
+        """The active controller (the quorum leader), when this node knows one and can reach it."""
+        return self.peers.get(self.core.leader_id)
+
+    def _serve_as_broker(self) -> None:
+        """Metadata from the replayed image, admin requests forwarded to the active controller, and
+        the registration and heartbeats that get this broker unfenced (KIP-631)."""
+        config = self.config
+
+        async def metadata(request: Request) -> Reply:
+            # A Kafka broker opens its listener once unfenced; this one listens at once (tools watch for
+            # it) and holds Metadata answers until then, so a client never bootstraps from an empty image.
+            assert self.lifecycle is not None
+            if not self.lifecycle.ready.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
+            return Reply(encoded_metadata_response(self.image, request.body, request.version), request.version)
+
+        self.dispatcher.register(METADATA, metadata)
+        register_forwarding(self.dispatcher, self.controller_peer, refuse)
+        listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
+                          if e.name not in config.controller_listener_names)
+        self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
+                                         lambda: self.core.cluster_id, self.controller_peer,
+                                         lambda: self.replayer.applied_offset,
+                                         int(config.extra.get("broker.heartbeat.interval.ms", "2000")))
 
     def _build_listener(self) -> KafkaListener:
         endpoint = self.config.controller_endpoint() if self.config.is_controller else self.config.client_endpoint()
@@ -177,6 +238,7 @@ class RaftNode:
             await asyncio.to_thread(self.snapshot_actions.advance_log_start, action.offset)
         elif isinstance(action, raft.ClusterIdCommitted):
             self.replayer.cluster_id = action.cluster_id
+            self.image_state.set_identity(cluster_id=action.cluster_id)
             await asyncio.to_thread(record_cluster_id, self.config, action.cluster_id)
             log.info("cluster id %s is committed; recorded in meta.properties", action.cluster_id)
         elif isinstance(action, raft.LeaderChanged):
@@ -278,6 +340,10 @@ class RaftNode:
               flush=True)
         await self.drive(lambda: self.core.start(wall_clock_ms()))
         tasks = [asyncio.create_task(self._tick_forever())]
+        if self.controller_service is not None:
+            tasks.append(asyncio.create_task(self.controller_service.tick_forever()))
+        if self.lifecycle is not None:
+            tasks.append(asyncio.create_task(self.lifecycle.run()))
         await self._stopped.wait()
         if self._fatal is None and self.config.is_controller:
             await self._resign_gracefully()

@@ -1,0 +1,55 @@
+"""A broker forwards admin requests to the active controller (KIP-590's forwarding, as KRaft brokers do).
+
+Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and
+DescribeConfigs to the node that Metadata names as controller, which on a KRaft cluster is a
+broker: the broker passes the request, unchanged and at the client's version, to the quorum
+leader, and the answer back. While no controller answers, the request is retried until the
+client's own timeout is near, then answered with REQUEST_TIMED_OUT for every resource it named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from quorum.server.dispatch import Dispatcher, Reply
+from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import Request
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 32, 37, 44
+FORWARDED = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS)
+RETRY_SECONDS = 0.1
+
+
+def register_forwarding(dispatcher: Dispatcher, controller: Callable[[], PeerClient | None],
+                        refuse: Callable[[Request, int], Any], timeout_s: float = 30.0) -> None:
+    """Serve the forwarded APIs on `dispatcher`; `controller()` is the active controller's client
+    (None while unknown); `refuse(request, error)` builds the answer naming every resource."""
+
+    async def forward(request: Request) -> Reply:
+        deadline = time.monotonic() + min(timeout_s, _client_timeout_s(request.body, timeout_s))
+        while True:
+            peer = controller()
+            if peer is not None:
+                try:
+                    return Reply(await peer.request(request.api, request.version, request.body), request.version)
+                except PeerUnavailable as exc:
+                    log.info("forwarding %s: %s", request.api.name, exc)
+            if time.monotonic() + RETRY_SECONDS >= deadline:
+                return Reply(refuse(request, ErrorCode.REQUEST_TIMED_OUT), request.version)
+            await asyncio.sleep(RETRY_SECONDS)
+
+    for api_key in FORWARDED:
+        dispatcher.register(api_key, forward)
+
+
+def _client_timeout_s(body: Any, default: float) -> float:
+    """The request's own TimeoutMs (CreateTopics, DeleteTopics, CreatePartitions), a little less."""
+    timeout_ms = getattr(body, "timeout_ms", None)
+    return default if not timeout_ms or timeout_ms <= 0 else max(timeout_ms / 1000 - 0.5, 0.5)

@@ -1,0 +1,119 @@
+"""A broker's registration and heartbeats with the active controller (KIP-631).
+
+The broker registers once per process (a new incarnation id each start), then heartbeats every
+`broker.heartbeat.interval.ms` with the offset of the metadata it has replayed; the controller
+unfences it once that offset reaches its registration, and fences it when heartbeats stop for
+`broker.session.timeout.ms`. The active controller is the metadata quorum's leader, which the
+broker's own Raft observer knows; when it changes, or answers NOT_CONTROLLER, the broker asks the
+new one. A STALE_BROKER_EPOCH answer (the controller lost the registration) means register again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS
+
+log = logging.getLogger(__name__)
+
+BROKER_REGISTRATION = APIS[62]
+BROKER_HEARTBEAT = APIS[63]
+PLAINTEXT = 0  # Kafka's SecurityProtocol id
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerInfo:
+    name: str
+    host: str
+    port: int
+    security_protocol: int = PLAINTEXT
+
+
+@dataclass
+class BrokerState:
+    """What the broker knows of itself, as the controller's answers tell it."""
+
+    broker_epoch: int = -1
+    fenced: bool = True
+    caught_up: bool = False
+    registered_ms: float | None = None
+
+
+class BrokerLifecycle:
+    """Runs the registration and heartbeat loop; `state` says where the broker stands."""
+
+    def __init__(self, broker_id: int, listeners: tuple[ListenerInfo, ...], rack: str | None,
+                 cluster_id: Callable[[], str | None], controller: Callable[[], PeerClient | None],
+                 metadata_offset: Callable[[], int], heartbeat_interval_ms: int = 2000) -> None:
+        self.broker_id = broker_id
+        self.incarnation_id = uuid.uuid4()
+        self.listeners = listeners
+        self.rack = rack
+        self.state = BrokerState()
+        self.ready = asyncio.Event()
+        """Set once the controller first unfenced this broker: it has replayed the metadata up to its
+        registration, so what it answers is no older than what the controller knew when it joined."""
+        self._cluster_id = cluster_id
+        self._controller = controller
+        self._metadata_offset = metadata_offset
+        self._interval = heartbeat_interval_ms / 1000
+
+    async def run(self) -> None:
+        while True:
+            peer = self._controller()
+            cluster_id = self._cluster_id()
+            if peer is None or cluster_id is None:
+                await asyncio.sleep(0.1)  # no leader known yet, or the cluster id is not replicated yet
+                continue
+            try:
+                if self.state.broker_epoch < 0:
+                    await self._register(peer, cluster_id)
+                else:
+                    await self._heartbeat(peer)
+            except PeerUnavailable as exc:
+                log.info("broker %d: the controller did not answer: %s", self.broker_id, exc)
+                await asyncio.sleep(0.2)
+                continue
+            await asyncio.sleep(self._interval if self.state.broker_epoch >= 0 else 0.2)
+
+    async def _register(self, peer: PeerClient, cluster_id: str) -> None:
+        schema = BROKER_REGISTRATION.request
+        version = BROKER_REGISTRATION.max_version
+        request = schema(
+            broker_id=self.broker_id, cluster_id=cluster_id, incarnation_id=self.incarnation_id,
+            listeners=[schema.Listener(name=item.name, host=item.host, port=item.port,
+                                       security_protocol=item.security_protocol) for item in self.listeners],
+            features=[], rack=self.rack, is_migrating_zk_broker=False, log_dirs=[],
+            previous_broker_epoch=-1)
+        response: Any = await peer.request(BROKER_REGISTRATION, version, request)
+        if response.error_code == ErrorCode.NONE:
+            self.state.broker_epoch = response.broker_epoch
+            log.info("broker %d registered with epoch %d", self.broker_id, response.broker_epoch)
+        else:
+            log.info("broker %d: registration refused: %s", self.broker_id, ErrorCode(response.error_code).name)
+
+    async def _heartbeat(self, peer: PeerClient) -> None:
+        schema = BROKER_HEARTBEAT.request
+        request = schema(broker_id=self.broker_id, broker_epoch=self.state.broker_epoch,
+                         current_metadata_offset=self._metadata_offset(), want_fence=False, want_shut_down=False,
+                         offline_log_dirs=[])
+        response: Any = await peer.request(BROKER_HEARTBEAT, BROKER_HEARTBEAT.max_version, request)
+        error = response.error_code
+        if error == ErrorCode.NONE:
+            if self.state.fenced and not response.is_fenced:
+                log.info("broker %d is unfenced", self.broker_id)
+                self.ready.set()
+            self.state.fenced = response.is_fenced
+            self.state.caught_up = response.is_caught_up
+        elif error in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+            log.info("broker %d: %s: registering again", self.broker_id, ErrorCode(error).name)
+            self.state = BrokerState()
+        else:
+            log.info("broker %d: heartbeat answered %s", self.broker_id, ErrorCode(error).name)
