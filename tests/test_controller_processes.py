@@ -1,0 +1,165 @@
+"""KIP-631 with real processes on 127.0.0.1: 3 controllers and 3 brokers from `quorum local-cluster`.
+
+Topics are created with confluent-kafka's AdminClient (through a broker, which forwards to the
+active controller), listed by kcat and by kafka-python; a broker killed with SIGKILL is fenced
+within its session timeout and its partitions get new leaders with higher leader epochs; the
+active controller killed, another takes over and nothing committed is lost; a topic deleted and
+created again under the same name gets a new topic id and a higher KIP-232 topic epoch.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
+
+from quorum.admin import wait_for_leader
+from quorum.launcher import LocalCluster
+from quorum.wire.protocol import APIS, RequestHeader, decode_response, encode_request
+
+pytestmark = pytest.mark.timeout(300)
+
+SESSION_TIMEOUT_MS = 3000
+SETTINGS = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS), "broker.heartbeat.interval.ms": "500"}
+BROKERS = (101, 102, 103)
+
+
+@dataclass(frozen=True)
+class Partition:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Topic:
+    topic_id: uuid.UUID
+    topic_epoch: int
+    partitions: dict[int, Partition]
+
+
+def metadata(address: str) -> tuple[set[int], dict[str, Topic]]:
+    """Brokers and topics as a broker answers Metadata v12 (leader epochs and the topic_epoch tag)."""
+    api = APIS[3]
+    body = api.request(version=12, topics=None, allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False)
+    host, port = address.split(":")
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        sock.sendall(encode_request(api, RequestHeader(3, 12, 1, "controller-test"), body))
+        size = int.from_bytes(_read(sock, 4), "big")
+        _, response = decode_response(api, 12, _read(sock, size))
+    topics = {t.name: Topic(t.topic_id, t.topic_epoch,
+                            {p.partition_index: Partition(p.leader_id, p.leader_epoch, tuple(p.isr_nodes))
+                             for p in t.partitions})
+              for t in response.topics}
+    return {b.node_id for b in response.brokers}, topics
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "connection closed"
+        data += chunk
+    return data
+
+
+def wait_until(what: str, condition, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            result = condition()
+        except (OSError, AssertionError):
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def create(admin: AdminClient, *topics: NewTopic) -> None:
+    for future in admin.create_topics(list(topics), request_timeout=30).values():
+        future.result(timeout=60)
+
+
+def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
+    cluster = LocalCluster(tmp_path, controllers=3, brokers=3, settings=SETTINGS)
+    cluster.format_storage()
+    cluster.start()
+    try:
+        first = wait_for_leader(lambda: [cluster.specs[n].address for n in (1, 2, 3) if n in cluster.alive()],
+                                None, 60.0)
+        addresses = [cluster.specs[b].address for b in BROKERS]
+        bootstrap = ",".join(addresses)
+        wait_until("three unfenced brokers", lambda: metadata(addresses[0])[0] == set(BROKERS))
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        create(admin, NewTopic("orders", 6, 3), NewTopic("payments", 3, 2))
+        brokers, topics = wait_until("the topics on every broker", lambda: all(
+            {"orders", "payments"} <= set(metadata(a)[1]) for a in addresses) and metadata(addresses[1]))
+        assert {name: len(t.partitions) for name, t in topics.items()} == {"orders": 6, "payments": 3}
+        assert topics["orders"].topic_epoch > 0 and topics["payments"].topic_epoch > 0
+        assert topics["orders"].topic_epoch != topics["payments"].topic_epoch
+
+        listed = subprocess.run([kcat, "-L", "-b", bootstrap, "-m", "15"], capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert re.search(r'topic "orders" with 6 partitions', listed.stdout), listed.stdout
+        assert re.search(r"3 brokers:", listed.stdout), listed.stdout
+        kafka_python = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="controller-test")
+        try:
+            assert {"orders", "payments"} <= set(kafka_python.list_topics())
+        finally:
+            kafka_python.close()
+
+        # A broker dies: fenced within the session timeout, its partitions led by others, epochs higher.
+        victim = topics["orders"].partitions[0].leader
+        led = {(name, p) for name, t in topics.items() for p, part in t.partitions.items() if part.leader == victim}
+        assert led
+        killed_at = time.monotonic()
+        cluster.kill(victim, signal.SIGKILL)
+        survivor = next(a for b, a in zip(BROKERS, addresses, strict=True) if b != victim)
+        after = wait_until(f"broker {victim} fenced", lambda: (lambda m: victim not in m[0] and m)(metadata(survivor)),
+                           timeout_s=SESSION_TIMEOUT_MS / 1000 + 20)
+        fenced_after = time.monotonic() - killed_at
+        assert fenced_after < SESSION_TIMEOUT_MS / 1000 + 10, fenced_after
+        _, moved = after
+        for name, p in led:
+            before, now = topics[name].partitions[p], moved[name].partitions[p]
+            assert now.leader != victim and now.leader_epoch > before.leader_epoch, (name, p, before, now)
+            assert victim not in now.isr or now.leader == -1
+        confluent_view = admin.list_topics(timeout=15)
+        assert victim not in confluent_view.brokers
+        assert confluent_view.topics["orders"].partitions[0].leader != victim
+
+        # The active controller dies: another takes over with the metadata intact and keeps serving.
+        cluster.kill(first.leader_id, signal.SIGKILL)
+        wait_for_leader(lambda: [cluster.specs[n].address for n in (1, 2, 3) if n in cluster.alive()],
+                        first.leader_id, 60.0)
+        create(admin, NewTopic("audit", 2, 2))
+        _, topics_now = wait_until("audit created after failover", lambda: (
+            lambda m: "audit" in m[1] and m)(metadata(survivor)))
+        for name in ("orders", "payments"):
+            assert topics_now[name].topic_id == topics[name].topic_id
+            assert topics_now[name].topic_epoch == topics[name].topic_epoch
+        assert topics_now["audit"].topic_epoch > max(t.topic_epoch for t in topics.values())
+
+        # Deleted and created again under the same name: a new id and a higher topic epoch.
+        for future in admin.delete_topics(["payments"], request_timeout=30).values():
+            future.result(timeout=60)
+        wait_until("payments deleted", lambda: "payments" not in metadata(survivor)[1])
+        create(admin, NewTopic("payments", 3, 2))
+        _, again = wait_until("payments created again", lambda: (
+            lambda m: "payments" in m[1] and m)(metadata(survivor)))
+        assert again["payments"].topic_id != topics["payments"].topic_id
+        assert again["payments"].topic_epoch > topics_now["audit"].topic_epoch
+    finally:
+        cluster.stop()
