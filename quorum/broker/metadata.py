@@ -2,6 +2,14 @@
 
 Pure function of (image, request): no I/O, so the same code serves the network shell, the
 simulator and the benchmarks. Each topic carries the KIP-232 topic_epoch tag from v9 on.
+
+A replayed image is answered as Kafka's KRaftMetadataCache answers it: the brokers listed are
+the image's `brokers` (unfenced, with an endpoint of the image's listener); every replica is
+listed, the unusable ones in offline_replicas too. A partition whose leader is not a listed
+broker (no leader, or one not registered, fenced or without the listener) gets leader -1 and
+LEADER_NOT_AVAILABLE with its leader epoch, which clients retry. Kafka would still name a fenced
+leader, and answers LISTENER_NOT_FOUND (72) for one without the listener; this names no broker
+that the response does not list (the controller moves leadership off a fenced broker anyway).
 """
 
 from __future__ import annotations
@@ -9,7 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from quorum.image.image import MetadataImage, TopicInfo
+from quorum.image.image import NO_LEADER, MetadataImage, TopicInfo
 from quorum.wire.errors import ErrorCode
 from quorum.wire.metadata_response import encode_topics, splice_topics
 from quorum.wire.protocol import APIS
@@ -34,18 +42,22 @@ def requested_topics(image: MetadataImage, request: Any, version: int) -> list[T
         if entry.name is not None:
             topic = image.topics.get(entry.name)
         elif topic_id is not None and topic_id != _ZERO_UUID:
-            topic = image.topic_by_id(topic_id)
+            topic = image.topics_by_id.get(topic_id)
         found.append(topic if topic is not None else (entry.name, topic_id))
     return found
 
 
-def _topic_entry(topic: TopicInfo) -> Any:
-    partitions = [
-        _Partition(error_code=ErrorCode.NONE, partition_index=p.partition, leader_id=p.leader,
-                   leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-                   offline_replicas=list(p.offline_replicas))
-        for p in topic.partitions
-    ]
+def _topic_entry(image: MetadataImage, topic: TopicInfo) -> Any:
+    """The topic's response entry. It depends on the image's brokers only through the availability
+    of the brokers the topic names, whose changes make the next image drop the topic's memo."""
+    brokers = image.brokers
+    partitions = []
+    for p in topic.partitions:
+        listed = p.leader in brokers
+        leader, error = (p.leader, ErrorCode.NONE) if listed else (NO_LEADER, ErrorCode.LEADER_NOT_AVAILABLE)
+        partitions.append(_Partition(error_code=error, partition_index=p.partition, leader_id=leader,
+                                     leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+                                     isr_nodes=list(p.isr), offline_replicas=list(p.offline_replicas)))  # fmt: skip
     return _Topic(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
                   is_internal=topic.is_internal, partitions=partitions, topic_epoch=topic.topic_epoch)
 
@@ -62,7 +74,7 @@ def encoded_metadata_response(image: MetadataImage, request: Any, version: int) 
     """
     items = requested_topics(image, request, version)
     missing = [item for item in items if not isinstance(item, TopicInfo) or (item.name, version) not in image.encoded]
-    fresh = iter(encode_topics(_Response, [_topic_entry(item) if isinstance(item, TopicInfo)
+    fresh = iter(encode_topics(_Response, [_topic_entry(image, item) if isinstance(item, TopicInfo)
                                            else _unknown_topic_entry(*item) for item in missing], version))
     entries = []
     for item in items:
@@ -85,7 +97,7 @@ def _response_shell(image: MetadataImage, topics: list[Any]) -> Any:
 def metadata_response(image: MetadataImage, request: Any, version: int) -> Any:
     """The MetadataResponse body for `request` (already decoded at `version`)."""
     topics = [
-        _topic_entry(item) if isinstance(item, TopicInfo) else _unknown_topic_entry(*item)
+        _topic_entry(image, item) if isinstance(item, TopicInfo) else _unknown_topic_entry(*item)
         for item in requested_topics(image, request, version)
     ]
     return _response_shell(image, topics)

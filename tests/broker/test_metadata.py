@@ -1,4 +1,4 @@
-"""Metadata answers from an image, at every version, with and without the encoded-topic memo."""
+"""Metadata answers from an image (fixed, or replayed from records), at every version, with and without the memo."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from kafka.protocol.metadata.metadata import MetadataResponse as ClientResponse
 
 from quorum.broker.metadata import METADATA, encoded_metadata_response, metadata_response
 from quorum.image.image import single_node_image
+from quorum.image.image_state import ImageState
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import decode_body
+from tests.image.test_delta import change, fence, partition, register, topic, unfence
 
 IMAGE = single_node_image(4, "127.0.0.1", 9092, {"orders": 3, "payments": 2}, cluster_id="cluster-a")
 Topic = MetadataRequest.MetadataRequestTopic
@@ -62,3 +64,58 @@ def test_unknown_topic_id_answers_unknown_topic_id():
                           .encode(version=version), 0, version)
     (topic,) = metadata_response(IMAGE, request, version).topics
     assert topic.error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+# -- an image built by replaying the metadata log ------------------------------------------------
+
+
+def replayed_state() -> ImageState:
+    orders, payments = uuid.UUID(int=0x11), uuid.UUID(int=0x22)
+    state = ImageState(listener="PLAINTEXT", cluster_id="cluster-r", controller_id=1)
+    values = [register(1), register(2), register(3), unfence(1), unfence(2),
+              topic(orders, "orders", 1), partition(orders, 0, [1, 2, 3]), partition(orders, 1, [2, 1]),
+              partition(orders, 2, [3, 1]), change(orders, 1, leader=-1, isr=[]),
+              topic(payments, "payments", 2), partition(payments, 0, [2, 1])]
+    for offset, value in enumerate(values):
+        state.apply(offset, value)
+    return state
+
+
+def test_a_replayed_image_lists_unfenced_brokers_offline_replicas_and_missing_leaders():
+    image = replayed_state().image
+    version = 12
+    request = decode_body(METADATA.request, MetadataRequest(topics=None).encode(version=version), 0, version)
+    encoded = encoded_metadata_response(image, request, version)
+    assert encoded == metadata_response(image, request, version).encode(version=version)
+    seen = ClientResponse.decode(encoded, version=version)
+    assert sorted((b.node_id, b.host, b.port) for b in seen.brokers) == [(1, "plaintext-1", 9092),
+                                                                          (2, "plaintext-2", 9092)]
+    partitions = {p.partition_index: p for t in seen.topics if t.name == "orders" for p in t.partitions}
+    assert (partitions[0].error_code, partitions[0].leader_id, partitions[0].offline_replicas) == (0, 1, [3])
+    assert (partitions[1].error_code, partitions[1].leader_id, partitions[1].leader_epoch) == (
+        ErrorCode.LEADER_NOT_AVAILABLE, -1, 1), "no leader"
+    assert (partitions[2].error_code, partitions[2].leader_id, partitions[2].replica_nodes) == (
+        ErrorCode.LEADER_NOT_AVAILABLE, -1, [3, 1]), "a fenced leader is not named"
+    ours = decode_body(METADATA.response, encoded, 0, version)
+    assert {t.name: t.topic_epoch for t in ours.topics} == {"orders": 1, "payments": 2}
+    by_id = decode_body(METADATA.request, MetadataRequest(topics=[Topic(name=None, topic_id=uuid.UUID(int=0x22))])
+                        .encode(version=version), 0, version)
+    (payments,) = metadata_response(image, by_id, version).topics
+    assert payments.name == "payments" and payments.error_code == 0
+
+
+def test_the_memo_follows_the_images_a_delta_builds():
+    state = replayed_state()
+    version = 12
+    request = decode_body(METADATA.request, MetadataRequest(topics=None).encode(version=version), 0, version)
+    before = encoded_metadata_response(state.image, request, version)
+    state.apply(100, unfence(3))  # broker 3 comes back: orders changes, payments (on 1 and 2) does not
+    image = state.image
+    assert ("payments", version) in image.encoded and ("orders", version) not in image.encoded
+    after = encoded_metadata_response(image, request, version)
+    assert after != before and after == metadata_response(image, request, version).encode(version=version)
+    state.apply(101, fence(2))
+    image = state.image
+    assert image.encoded == {}, "both topics have a replica on broker 2"
+    assert encoded_metadata_response(image, request, version) == metadata_response(image, request, version).encode(
+        version=version)

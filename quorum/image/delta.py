@@ -1,0 +1,630 @@
+"""KIP-631 deltas: the changes a run of metadata records makes to an image, and the next image.
+
+`MetadataDelta(image)` replays records one at a time into mutable overlays over `image`, and
+`apply()` builds the next immutable `MetadataImage` once, however many records went in: a
+snapshot of a million records builds one image, not a million. What did not change is shared:
+an untouched topic keeps its `TopicInfo` object and its wire encodings in the `encoded` memo,
+so Metadata stays fast across images.
+
+The semantics are Apache Kafka's (`MetadataDelta.replay` and the images of
+`org.apache.kafka.image`), made total: a record that cannot apply (a partition of an unknown
+topic, a fence of a broker epoch that is not the registered one) is ignored and `replay`
+returns False, where Kafka's broker would raise; the same log always gives the same image.
+
+* RegisterBroker replaces the broker's registration, fenced as the record says.
+  Fence/UnfenceBroker flip `fenced` and UnregisterBroker removes the registration, each only
+  when its epoch is the registered broker epoch (Kafka's `getBrokerOrThrow`).
+* Topic creates a topic. A TopicRecord for a live topic id raises the topic's epoch when its
+  TopicEpoch is higher (how the controller records a partition expansion, KIP-232) and is
+  otherwise ignored; a TopicRecord for a new id whose name a live topic holds is ignored
+  (the controller never writes one; keeping the first topic keeps names unique).
+* Partition adds or replaces a partition of a live topic.
+* PartitionChange applies the fields it sets (Leader -2 = unchanged, -1 = no leader; a null
+  list or a LeaderRecoveryState of -1 = unchanged) and bumps `partition_epoch`, as Kafka does.
+  `leader_epoch` is bumped when the record sets the Leader *or* the Isr: the project's design
+  (issue 5, KIP-631's IsrChangeRecord: "an epoch that gets incremented each time we change the
+  ISR") where Kafka 3.x bumps it on a leader change only. KIP-232 clients compare
+  (topic_epoch, leader_epoch), so an ISR change must be visible in it.
+* RemoveTopic removes the topic, its partitions and its topic configs (resource type 2).
+* Config sets a config, or deletes it when Value is null; a resource without configs is gone.
+* FeatureLevel sets a feature's finalized level; level 0 removes the feature (Kafka).
+* NoOp changes nothing.
+
+The KIP-232 counter `topic_epoch` is the highest TopicEpoch of every TopicRecord and
+RemoveTopicRecord replayed (ignored ones too: the counter never goes back). A RemoveTopicRecord
+for an id that is not live only raises it; a snapshot uses that, with the zero id, to carry a
+counter that no live topic holds (`quorum.image.image_state`).
+
+Order: mappings of the next image are in the order a record-by-record replay would have put
+them in (an entity created is appended; one changed keeps its place; one deleted and created
+again goes to the end), however the records were batched into deltas. Snapshots are written in
+that order, so replicas at the same offset write identical snapshots.
+
+Bytes that are not a metadata record make `replay` raise MetadataRecordError before anything
+changes; the state machine decides what to do with them (`ImageState` skips them).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import uuid
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import replace
+from typing import Any, Generic, Protocol, TypeVar
+
+from kafka.protocol.api_data import ApiData
+
+from quorum.image.image import (
+    BrokerInfo,
+    BrokerRegistration,
+    Endpoint,
+    MetadataImage,
+    PartitionInfo,
+    TopicInfo,
+)
+from quorum.wire.metadata_records import (
+    FRAME_VERSION,
+    METADATA_RECORD_TYPES,
+    ZERO_UUID,
+    MetadataRecordType,
+    decode_metadata_record,
+)
+
+logger = logging.getLogger(__name__)
+
+TOPIC_RESOURCE = 2
+"""Kafka's ConfigResource.Type.TOPIC: the configs RemoveTopic deletes with the topic."""
+
+NO_LEADER_CHANGE = -2
+"""PartitionChangeRecord.Leader when the leader is unchanged."""
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Kafka's Topic.isInternal names: Metadata flags them is_internal."""
+
+BROKER, TOPIC, PARTITION, CONFIG, FEATURE = "broker", "topic", "partition", "config", "feature"
+"""First element of the entity keys a ChangeObserver is given: (BROKER, id), (TOPIC, topic id),
+(PARTITION, topic id, index), (CONFIG, resource type, resource name, name), (FEATURE, name)."""
+
+
+class ChangeObserver(Protocol):
+    """Told, as records replay, about entities that existed and changed (for KIP-630's
+    changed-records count, `quorum.image.image_state`); creations are not reported."""
+
+    def modified(self, key: Hashable) -> None:
+        """The entity's record changed in place (fenced, a partition changed, an epoch raised)."""
+
+    def dropped(self, key: Hashable) -> None:
+        """The entity's record was replaced by a new one (a creating record for an existing key)
+        or deleted."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding.
+
+
+def decode_record(value: bytes) -> ApiData:
+    """The metadata record in `value`, as `decode_metadata_record` decodes it, in a few microseconds.
+
+    `decode_metadata_record` costs ~28 us for a PartitionRecord, 30 s for a snapshot of a million
+    partitions. This runs the schema engine's compiled decoder for the record's class and version
+    (the path `quorum.wire.protocol.decode_body` takes for request bodies) and accepts the result
+    only when it filled `value` exactly and has no null where the schema forbids one; anything
+    else -- a frame header in more than one byte per varint, a record with nested structs, any
+    doubt -- goes through `decode_metadata_record`, whose verdict (a record or a
+    MetadataRecordError) is final. So both accept the same bytes and agree on every field
+    (tests/image/test_delta.py checks it on random bytes). It belongs beside
+    `metadata_record_key` in `quorum.wire.metadata_records`.
+    """
+    if len(value) >= 3 and value[0] == FRAME_VERSION and value[1] < 0x80 and value[2] < 0x80:
+        decoder = _DECODERS.get((value[1], value[2]))
+        if decoder is None:
+            decoder = _DECODERS[value[1], value[2]] = _compile_decoder(value[1], value[2])
+        if decoder is not _STRICT:
+            compiled, required = decoder
+            try:
+                record, end = compiled(value, 3)
+            except Exception:  # struct.error, IndexError, UnicodeDecodeError, ...: the strict path says what
+                pass
+            else:
+                if end == len(value) and None not in required(record):
+                    return record
+    return decode_metadata_record(value)
+
+
+_STRICT: Any = object()
+_NOT_CHANGED: Any = object()
+_NOTHING_REQUIRED: Callable[[ApiData], tuple[()]] = lambda record: ()  # noqa: E731
+_DECODERS: dict[tuple[int, int], Any] = {}
+_NESTED = frozenset({MetadataRecordType.REGISTER_BROKER})  # nested struct arrays: strict path only
+
+
+def _compile_decoder(key: int, version: int) -> Any:
+    schema = METADATA_RECORD_TYPES.get(key)
+    if schema is None or key in _NESTED or not schema.valid_versions[0] <= version <= schema.valid_versions[1]:
+        return _STRICT
+    struct = schema._struct
+    names = [field.name for field in struct.untagged_fields(version)
+             if (field.is_array() or field.type_str in ("string", "bytes", "records"))
+             and not field.nullable_for_version_q(version)]  # fmt: skip
+    # The fields that must not be null, as one tuple: attrgetter of one name returns the bare value.
+    required = operator.attrgetter(*names, "_version") if names else _NOTHING_REQUIRED
+    return struct.compiled_decode_from(version, compact=True, tagged=True, data_class=schema), required
+
+
+def _uuid(value: uuid.UUID | None) -> uuid.UUID:
+    """The engine reads a zero uuid as None."""
+    return ZERO_UUID if value is None else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Overlays.
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Overlay(Generic[K, V]):
+    """Changes to one mapping of the image (None: deleted), merged in record-by-record order."""
+
+    __slots__ = ("base", "changes", "moved")
+
+    def __init__(self, base: Mapping[K, V]) -> None:
+        self.base = base
+        self.changes: dict[K, V | None] = {}
+        self.moved: set[K] = set()  # created while absent: appended at the end of the mapping
+
+    def get(self, key: K) -> V | None:
+        changes = self.changes
+        if key in changes:
+            return changes[key]
+        return self.base.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        if self.get(key) is None:
+            self.changes.pop(key, None)
+            self.moved.add(key)
+        self.changes[key] = value
+
+    def delete(self, key: K) -> None:
+        self.changes[key] = None
+        self.moved.discard(key)
+
+    def merged(self) -> Mapping[K, V]:
+        if not self.changes:
+            return self.base
+        result = dict(self.base)
+        for key, value in self.changes.items():
+            if value is None:
+                result.pop(key, None)
+            else:
+                if key in self.moved:
+                    result.pop(key, None)
+                result[key] = value
+        return result
+
+
+class _TopicDraft:
+    """A topic being changed: `base` is the image's TopicInfo (None for a topic created in this
+    delta, whose `partitions` are then all of them; else they are the changed ones only)."""
+
+    __slots__ = ("topic_id", "name", "topic_epoch", "base", "partitions")
+
+    def __init__(self, topic_id: uuid.UUID, name: str, topic_epoch: int, base: TopicInfo | None) -> None:
+        self.topic_id = topic_id
+        self.name = name
+        self.topic_epoch = topic_epoch
+        self.base = base
+        self.partitions: dict[int, PartitionInfo] = {}
+
+    def partition(self, index: int) -> PartitionInfo | None:
+        found = self.partitions.get(index)
+        if found is None and self.base is not None:
+            found = _partition_of(self.base, index)
+        return found
+
+    def indexes(self) -> set[int]:
+        found = set(self.partitions)
+        if self.base is not None:
+            found.update(partition.partition for partition in self.base.partitions)
+        return found
+
+    def build(self, available: frozenset[int]) -> TopicInfo:
+        parts = self.partitions
+        if self.base is not None:
+            merged = {partition.partition: partition for partition in self.base.partitions}
+            merged.update(parts)
+            parts = merged
+        return TopicInfo(self.name, self.topic_id, tuple(_settle(parts[index], available) for index in sorted(parts)),
+                         self.topic_epoch, self.name in INTERNAL_TOPICS)  # fmt: skip
+
+
+def _partition_of(topic: TopicInfo, index: int) -> PartitionInfo | None:
+    partitions = topic.partitions
+    if 0 <= index < len(partitions) and partitions[index].partition == index:  # dense, the usual case
+        return partitions[index]
+    return next((partition for partition in partitions if partition.partition == index), None)
+
+
+def _settle(partition: PartitionInfo, available: frozenset[int]) -> PartitionInfo:
+    """The partition with `offline_replicas` = its replicas whose broker is not available."""
+    if available.issuperset(partition.replicas):
+        offline: tuple[int, ...] = ()
+    else:
+        offline = tuple(replica for replica in partition.replicas if replica not in available)
+    if offline == partition.offline_replicas:
+        return partition
+    p = partition  # the constructor, not dataclasses.replace: five times faster, and a fence touches thousands
+    return PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, offline, p.partition_epoch,
+                         p.removing_replicas, p.adding_replicas, p.leader_recovery_state)
+
+
+def _settle_topic(topic: TopicInfo, available: frozenset[int], flipped: frozenset[int]) -> TopicInfo:
+    """The topic with the offline replicas of its partitions on a `flipped` broker brought up to date."""
+    partitions = topic.partitions
+    settled: list[PartitionInfo] | None = None
+    for index, partition in enumerate(partitions):
+        if flipped.isdisjoint(partition.replicas):
+            continue
+        new = _settle(partition, available)
+        if new is not partition:
+            if settled is None:
+                settled = list(partitions)
+            settled[index] = new
+    if settled is None:
+        return topic
+    return TopicInfo(topic.name, topic.topic_id, tuple(settled), topic.topic_epoch, topic.is_internal)
+
+
+def listed_brokers(registrations: Mapping[int, BrokerRegistration], listener: str | None) -> dict[int, BrokerInfo]:
+    """What Metadata lists: the unfenced brokers with an endpoint of `listener` (the first one when None)."""
+    brokers = {}
+    for broker_id, registration in registrations.items():
+        if registration.fenced:
+            continue
+        endpoint = registration.endpoint(listener)
+        if endpoint is not None:
+            brokers[broker_id] = BrokerInfo(broker_id, endpoint.host, endpoint.port, registration.rack)
+    return brokers
+
+
+# ---------------------------------------------------------------------------------------------
+# The delta.
+
+
+class MetadataDelta:
+    """Records replayed over `image`; `apply()` gives the next image. See the module docstring.
+
+    A delta is applied once: make a new one over the image `apply` returned to go on.
+    """
+
+    def __init__(self, image: MetadataImage, observer: ChangeObserver | None = None) -> None:
+        self.image = image
+        self.observer = observer
+        self.offset = image.offset
+        """The offset of the last record replayed (the next image's `offset`)."""
+        self.topic_epoch = image.topic_epoch
+        """The KIP-232 counter so far."""
+        self._registrations: _Overlay[int, BrokerRegistration] = _Overlay(image.registrations)
+        self._configs: _Overlay[tuple[int, str], dict[str, str]] = _Overlay(image.configs)  # type: ignore[arg-type]
+        self._owned_configs: set[tuple[int, str]] = set()  # resources whose dict in _configs.changes is ours
+        self._features: _Overlay[str, int] = _Overlay(image.features)
+        self._topics: dict[uuid.UUID, _TopicDraft | None] = {}  # None: removed; base None: (re)created
+        self._names: dict[str, uuid.UUID | None] = {}  # name -> live topic id, changes over image.topics
+        self._applied = False
+        self._last_draft: tuple[int, _TopicDraft | None] = (-1, None)  # (topic id as int, its draft)
+        types = METADATA_RECORD_TYPES
+        self._handlers: dict[type[ApiData], Callable[[ApiData], bool]] = {
+            types[MetadataRecordType.REGISTER_BROKER]: self._register_broker,
+            types[MetadataRecordType.UNREGISTER_BROKER]: self._unregister_broker,
+            types[MetadataRecordType.TOPIC]: self._topic,
+            types[MetadataRecordType.PARTITION]: self._partition,
+            types[MetadataRecordType.CONFIG]: self._config,
+            types[MetadataRecordType.PARTITION_CHANGE]: self._partition_change,
+            types[MetadataRecordType.FENCE_BROKER]: self._fence_broker,
+            types[MetadataRecordType.UNFENCE_BROKER]: self._unfence_broker,
+            types[MetadataRecordType.REMOVE_TOPIC]: self._remove_topic,
+            types[MetadataRecordType.FEATURE_LEVEL]: self._feature_level,
+            types[MetadataRecordType.NO_OP]: lambda record: False,
+        }
+
+    def __repr__(self) -> str:
+        return (f"MetadataDelta(offset={self.offset}, topics={len(self._topics)}, "
+                f"brokers={len(self._registrations.changes)}, configs={len(self._configs.changes)})")  # fmt: skip
+
+    def replay(self, value: bytes, offset: int | None = None) -> bool:
+        """Replay one record value (at log `offset`, which the next image is at even when the record
+        is refused). True when the record applied; False when it was ignored (it names a broker,
+        topic or partition that does not exist, a stale broker epoch, a lower topic epoch; a NoOp)
+        or could change nothing (a config or feature set to the value it has).
+
+        Raises MetadataRecordError, having changed nothing but the offset, when `value` is not a
+        metadata record this project reads.
+        """
+        if self._applied:
+            raise RuntimeError("this delta was applied: replay into a new MetadataDelta over the image it gave")
+        if offset is not None:
+            self.offset = offset
+        record = decode_record(value if type(value) is bytes else bytes(value))
+        return self._handlers[type(record)](record)
+
+    # -- brokers ---------------------------------------------------------------------------------
+
+    def _register_broker(self, record: ApiData) -> bool:
+        broker_id = record.broker_id
+        registration = BrokerRegistration(
+            broker_id=broker_id, incarnation_id=_uuid(record.incarnation_id), broker_epoch=record.broker_epoch,
+            endpoints=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in record.end_points),
+            rack=record.rack, fenced=bool(record.fenced),
+            in_controlled_shutdown=bool(getattr(record, "in_controlled_shutdown", False)),
+            supported_features=tuple((f.name, f.min_supported_version, f.max_supported_version)
+                                     for f in record.features))  # fmt: skip
+        old = self._registrations.get(broker_id)
+        if old == registration:
+            return False
+        if old is not None and self.observer is not None:
+            self.observer.dropped((BROKER, broker_id))
+        self._registrations.put(broker_id, registration)
+        return True
+
+    def _unregister_broker(self, record: ApiData) -> bool:
+        broker_id = record.broker_id
+        old = self._registrations.get(broker_id)
+        if old is None or old.broker_epoch != record.broker_epoch:
+            logger.debug("UnregisterBroker %d epoch %d ignored: registered %s", broker_id, record.broker_epoch, old)
+            return False
+        if self.observer is not None:
+            self.observer.dropped((BROKER, broker_id))
+        self._registrations.delete(broker_id)
+        return True
+
+    def _fence_broker(self, record: ApiData) -> bool:
+        return self._set_fenced(record.id, record.epoch, True)
+
+    def _unfence_broker(self, record: ApiData) -> bool:
+        return self._set_fenced(record.id, record.epoch, False)
+
+    def _set_fenced(self, broker_id: int, epoch: int, fenced: bool) -> bool:
+        old = self._registrations.get(broker_id)
+        if old is None or old.broker_epoch != epoch:
+            logger.debug("%s of broker %d epoch %d ignored: registered %s",
+                         "Fence" if fenced else "Unfence", broker_id, epoch, old)  # fmt: skip
+            return False
+        if old.fenced == fenced:
+            return False
+        if self.observer is not None:
+            self.observer.modified((BROKER, broker_id))
+        self._registrations.put(broker_id, replace(old, fenced=fenced))
+        return True
+
+    # -- topics and partitions -------------------------------------------------------------------
+
+    def _draft(self, topic_id: uuid.UUID) -> _TopicDraft | None:
+        """The live topic's draft, made from the image's topic on first change; None when not live."""
+        key = topic_id.int
+        last_key, last = self._last_draft
+        if key == last_key:  # the partitions of a topic come in a run (snapshots, CreateTopics)
+            return last
+        topics = self._topics
+        draft = topics.get(topic_id, _NOT_CHANGED)
+        if draft is _NOT_CHANGED:
+            base = self.image.topics_by_id.get(topic_id)
+            draft = None if base is None else _TopicDraft(topic_id, base.name, base.topic_epoch, base)
+            if draft is not None:
+                topics[topic_id] = draft
+        self._last_draft = (key, draft)
+        return draft
+
+    def _live_id(self, name: str) -> uuid.UUID | None:
+        names = self._names
+        if name in names:
+            return names[name]
+        topic = self.image.topics.get(name)
+        return None if topic is None else topic.topic_id
+
+    def _raise_counter(self, epoch: int) -> None:
+        if epoch > self.topic_epoch:
+            self.topic_epoch = epoch
+
+    def _topic(self, record: ApiData) -> bool:
+        topic_id = _uuid(record.topic_id)
+        epoch = record.topic_epoch
+        self._raise_counter(epoch)
+        if topic_id == ZERO_UUID:
+            logger.debug("TopicRecord %r with the zero topic id ignored", record.name)
+            return False
+        draft = self._draft(topic_id)
+        if draft is not None:  # a live topic: only its epoch can go up
+            if epoch <= draft.topic_epoch:
+                return False
+            if self.observer is not None:
+                self.observer.modified((TOPIC, topic_id))
+            draft.topic_epoch = epoch
+            return True
+        name = record.name
+        if self._live_id(name) is not None:
+            logger.debug("TopicRecord %r id %s ignored: the name is taken by topic %s", name, topic_id,
+                         self._live_id(name))  # fmt: skip
+            return False
+        self._topics.pop(topic_id, None)  # removed earlier in this delta: created again at the end
+        draft = self._topics[topic_id] = _TopicDraft(topic_id, name, epoch, None)
+        self._last_draft = (topic_id.int, draft)
+        self._names[name] = topic_id
+        return True
+
+    def _partition(self, record: ApiData) -> bool:
+        topic_id = _uuid(record.topic_id)
+        draft = self._draft(topic_id)
+        if draft is None:
+            logger.debug("PartitionRecord %s-%d ignored: no such topic", topic_id, record.partition_id)
+            return False
+        index = record.partition_id
+        replicas, isr = record.replicas, record.isr
+        same = isr == replicas
+        replicas = tuple(replicas)
+        removing, adding = record.removing_replicas, record.adding_replicas
+        partition = PartitionInfo(
+            index, record.leader, record.leader_epoch, replicas, replicas if same else tuple(isr), (),
+            record.partition_epoch, tuple(removing) if removing else (), tuple(adding) if adding else (),
+            record.leader_recovery_state if record.tags else 0)  # fmt: skip  # tags: the tagged fields present
+        if self.observer is not None:
+            old = draft.partition(index)
+            if old == partition:
+                return False
+            if old is not None:
+                self.observer.dropped((PARTITION, topic_id, index))
+        draft.partitions[index] = partition
+        return True
+
+    def _partition_change(self, record: ApiData) -> bool:
+        topic_id = _uuid(record.topic_id)
+        index = record.partition_id
+        draft = self._draft(topic_id)
+        old = None if draft is None else draft.partition(index)
+        if draft is None or old is None:
+            logger.debug("PartitionChangeRecord %s-%d ignored: no such partition", topic_id, index)
+            return False
+        leader, isr, replicas = record.leader, record.isr, record.replicas
+        bump = leader != NO_LEADER_CHANGE or isr is not None
+        recovery = record.leader_recovery_state
+        removing, adding = record.removing_replicas, record.adding_replicas
+        partition = PartitionInfo(
+            index,
+            old.leader if leader == NO_LEADER_CHANGE else leader,
+            old.leader_epoch + 1 if bump else old.leader_epoch,
+            old.replicas if replicas is None else tuple(replicas),
+            old.isr if isr is None else tuple(isr),
+            old.offline_replicas,
+            old.partition_epoch + 1,
+            old.removing_replicas if removing is None else tuple(removing),
+            old.adding_replicas if adding is None else tuple(adding),
+            old.leader_recovery_state if recovery == -1 else recovery,
+        )
+        if self.observer is not None:
+            self.observer.modified((PARTITION, topic_id, index))
+        draft.partitions[index] = partition
+        return True
+
+    def _remove_topic(self, record: ApiData) -> bool:
+        topic_id = _uuid(record.topic_id)
+        self._raise_counter(record.topic_epoch)
+        draft = self._draft(topic_id)
+        if draft is None:
+            return False
+        name = draft.name
+        observer = self.observer
+        if observer is not None:
+            observer.dropped((TOPIC, topic_id))
+            for index in sorted(draft.indexes()):
+                observer.dropped((PARTITION, topic_id, index))
+        self._topics[topic_id] = None
+        self._last_draft = (-1, None)
+        self._names[name] = None
+        resource = (TOPIC_RESOURCE, name)
+        configs = self._configs.get(resource)
+        if configs is not None:
+            if observer is not None:
+                for config_name in configs:
+                    observer.dropped((CONFIG, TOPIC_RESOURCE, name, config_name))
+            self._configs.delete(resource)
+            self._owned_configs.discard(resource)
+        return True
+
+    # -- configs and features --------------------------------------------------------------------
+
+    def _config(self, record: ApiData) -> bool:
+        resource = (record.resource_type, record.resource_name)
+        name, value = record.name, record.value
+        configs = self._configs.get(resource)
+        old = None if configs is None else configs.get(name)
+        if old == value:
+            return False
+        if old is not None and self.observer is not None:
+            self.observer.dropped((CONFIG, resource[0], resource[1], name))
+        if resource not in self._owned_configs:  # copy on write: the image's dict is never touched
+            configs = {} if configs is None else dict(configs)
+            self._configs.put(resource, configs)
+            self._owned_configs.add(resource)
+        assert configs is not None
+        if value is None:
+            del configs[name]
+            if not configs:
+                self._configs.delete(resource)
+                self._owned_configs.discard(resource)
+        else:
+            configs.pop(name, None)  # a key set again after its deletion goes to the end, as in a replay
+            configs[name] = value
+        return True
+
+    def _feature_level(self, record: ApiData) -> bool:
+        name, level = record.name, record.feature_level
+        old = self._features.get(name)
+        if old == level or (old is None and level == 0):
+            return False
+        if old is not None and self.observer is not None:
+            self.observer.dropped((FEATURE, name))
+        if level == 0:
+            self._features.delete(name)
+        else:
+            self._features.put(name, level)
+        return True
+
+    # -- the next image --------------------------------------------------------------------------
+
+    def apply(self) -> MetadataImage:
+        """The image with every replayed record applied; shares what did not change with `image`."""
+        if self._applied:
+            raise RuntimeError("a MetadataDelta is applied once")
+        self._applied = True
+        image = self.image
+        registrations = self._registrations.merged()
+        if registrations is image.registrations:
+            brokers = image.brokers
+        else:
+            brokers = listed_brokers(registrations, image.listener)
+            if brokers == image.brokers:
+                brokers = image.brokers
+        available = frozenset(brokers)
+        by_name, by_id, changed_names = self._merge_topics(available, frozenset(image.brokers))
+        encoded = image.encoded.copy()  # one C call: safe while a server thread adds to the old memo
+        if changed_names and encoded:
+            for key in [key for key in encoded if key[0] in changed_names]:
+                del encoded[key]
+        return MetadataImage(
+            cluster_id=image.cluster_id, controller_id=image.controller_id, brokers=brokers, topics=by_name,
+            encoded=encoded, offset=self.offset, topic_epoch=self.topic_epoch, registrations=registrations,
+            configs=self._configs.merged(), features=self._features.merged(), listener=image.listener,
+            topics_by_id=by_id)  # fmt: skip
+
+    def _merge_topics(self, available: frozenset[int], was_available: frozenset[int],
+                      ) -> tuple[Mapping[str, TopicInfo], Mapping[uuid.UUID, TopicInfo], set[str]]:
+        image = self.image
+        base_by_id = image.topics_by_id
+        flipped = available ^ was_available
+        if not self._topics and not flipped:
+            return image.topics, base_by_id, set()
+        by_name = dict(image.topics)
+        by_id = dict(base_by_id)
+        changed: set[str] = set()
+        for topic_id, draft in self._topics.items():
+            if draft is None or draft.base is None:  # removed, or created (again): out of its old place
+                old = base_by_id.get(topic_id)
+                if old is not None:
+                    del by_id[topic_id]
+                    if by_name.get(old.name) is old:
+                        del by_name[old.name]
+                    changed.add(old.name)
+                if draft is None:
+                    continue
+            topic = draft.build(available)
+            by_id[topic_id] = by_name[topic.name] = topic
+            changed.add(topic.name)
+        if flipped:  # brokers fenced, unfenced, (un)registered: offline replicas and leaders elsewhere change too
+            for topic_id, topic in base_by_id.items():
+                if topic_id in self._topics or flipped.isdisjoint(topic.broker_ids()):
+                    continue
+                settled = _settle_topic(topic, available, flipped)
+                if settled is not topic:
+                    by_id[topic_id] = by_name[topic.name] = settled
+                changed.add(topic.name)  # its Metadata entry may change even so: a leader outside the replicas
+        return by_name, by_id, changed

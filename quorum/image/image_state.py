@@ -1,0 +1,386 @@
+"""The metadata image as the state machine a node replays the metadata log into.
+
+`ImageState` has `quorum.image.records_state.MetadataRecordsState`'s interface (`apply`,
+`snapshot_values`, `load`, `mark_snapshot`, `records_in_snapshot`, `changed_records`, `digest`,
+`last_offset`, `len`, `==`), so `quorum.image.replay.MetadataReplayer` drives either; this one
+holds a `MetadataImage` that brokers serve Metadata from (`image`).
+
+Records go into a pending `MetadataDelta`; the image is built from it when someone asks for it,
+so a burst of records (a snapshot load, a long catch-up) builds one image, not one per record.
+
+Snapshots describe each entity in the fewest records (KIP-631), in this order: one
+FeatureLevelRecord per feature (first, as Kafka writes metadata.version first); one
+RegisterBrokerRecord v1 per broker (its current fenced flag); one TopicRecord per topic (its
+current TopicEpoch), each followed by one PartitionRecord v0 per partition (current replicas,
+ISR, leader, leader and partition epochs); when the KIP-232 counter is above every live topic's
+epoch (the newest topic was deleted), one RemoveTopicRecord with the zero topic id carrying it
+(replaying a removal of an unknown id only raises the counter, so it never goes back across a
+snapshot); then one ConfigRecord per config. Within a kind, entities are in the image's order,
+which does not depend on how records were batched into deltas, so replicas at the same offset
+write identical snapshots.
+
+A value that is not a metadata record (the commit path accepts any bytes) holds no metadata: it
+is skipped, counted in `skipped_records` and logged (a warning for the first, debug after), and
+it is not written to snapshots. (`MetadataRecordsState` keeps such values as opaque entities;
+an image has nowhere to put them, and Kafka's broker would stop on them.)
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import struct
+import threading
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from types import SimpleNamespace
+from typing import overload
+
+from kafka.protocol.api_data import ApiData
+from kafka.protocol.schemas.fields.codecs import EncodeBuffer
+
+from quorum.image.delta import MetadataDelta
+from quorum.image.image import BrokerRegistration, MetadataImage, PartitionInfo, TopicInfo, empty_image
+from quorum.wire import metadata_records as mr
+from quorum.wire.metadata_records import (
+    FRAME_VERSION,
+    ZERO_UUID,
+    MetadataRecordError,
+    encode_metadata_record,
+    record_type,
+)
+
+logger = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I")
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshot records.
+
+
+def broker_record(registration: BrokerRegistration) -> bytes:
+    """RegisterBrokerRecord v1 (the first with InControlledShutdown) of a registration."""
+    return encode_metadata_record(mr.RegisterBrokerRecord(
+        version=1, broker_id=registration.broker_id, incarnation_id=registration.incarnation_id,
+        broker_epoch=registration.broker_epoch,
+        end_points=[mr.RegisterBrokerRecord.BrokerEndpoint(name=e.name, host=e.host, port=e.port,
+                                                           security_protocol=e.security_protocol)
+                    for e in registration.endpoints],
+        features=[mr.RegisterBrokerRecord.BrokerFeature(name=name, min_supported_version=low,
+                                                        max_supported_version=high)
+                  for name, low, high in registration.supported_features],
+        rack=registration.rack, fenced=registration.fenced,
+        in_controlled_shutdown=registration.in_controlled_shutdown))  # fmt: skip
+
+
+class _CompiledEncoder:
+    """`encode_metadata_record` for one record class at one version, five times faster.
+
+    A snapshot of a million partitions is a million PartitionRecords: through
+    `encode_metadata_record` (~22 us each, most of it its null checks and the engine's generic
+    path) that is 23 s of writing. This runs the engine's compiled encoder (the path
+    `quorum.wire.metadata_response.encode_topics` takes) on the fields, which the image never
+    leaves null, into a per-thread buffer, after the frame header (three one-byte varints).
+    tests/image/test_image_state.py checks the bytes against `encode_metadata_record`. It belongs
+    in `quorum.wire.metadata_records`.
+    """
+
+    def __init__(self, schema: type[ApiData], version: int) -> None:
+        self._encode = schema._struct.compiled_encode_into(version, compact=True, tagged=True)
+        self._header = bytes((FRAME_VERSION, record_type(schema), version))
+        self._local = threading.local()
+
+    def __call__(self, **fields: object) -> bytes:
+        out = getattr(self._local, "out", None)
+        if out is None:
+            out = self._local.out = EncodeBuffer(256)
+        header = self._header
+        out.pos = len(header)
+        out.buf[: out.pos] = header
+        self._encode(SimpleNamespace(**fields), out)
+        return memoryview(out.buf)[: out.pos].tobytes()
+
+
+_TOPIC_V0 = _CompiledEncoder(mr.TopicRecord, 0)
+_PARTITION_V0 = _CompiledEncoder(mr.PartitionRecord, 0)
+
+
+def topic_record(topic: TopicInfo) -> bytes:
+    return _TOPIC_V0(name=topic.name, topic_id=topic.topic_id, topic_epoch=topic.topic_epoch)
+
+
+def partition_record(topic: TopicInfo, partition: PartitionInfo) -> bytes:
+    """PartitionRecord v0: the project keeps no log directories (v1) nor eligible leaders (v2)."""
+    return _PARTITION_V0(
+        partition_id=partition.partition, topic_id=topic.topic_id, replicas=partition.replicas, isr=partition.isr,
+        removing_replicas=partition.removing_replicas, adding_replicas=partition.adding_replicas,
+        leader=partition.leader, leader_recovery_state=partition.leader_recovery_state,
+        leader_epoch=partition.leader_epoch, partition_epoch=partition.partition_epoch)  # fmt: skip
+
+
+def config_record(resource_type: int, resource_name: str, name: str, value: str) -> bytes:
+    return encode_metadata_record(mr.ConfigRecord(version=0, resource_type=resource_type, resource_name=resource_name,
+                                                  name=name, value=value))  # fmt: skip
+
+
+def feature_record(name: str, level: int) -> bytes:
+    return encode_metadata_record(mr.FeatureLevelRecord(version=0, name=name, feature_level=level))
+
+
+def counter_record(topic_epoch: int) -> bytes:
+    """The RemoveTopicRecord that carries a KIP-232 counter no live topic holds."""
+    return encode_metadata_record(mr.RemoveTopicRecord(version=0, topic_id=ZERO_UUID, topic_epoch=topic_epoch))
+
+
+def counter_needs_record(image: MetadataImage) -> bool:
+    """Whether the counter is above every live topic's epoch. The newest topic is usually the last
+    one created, so the scan from the end stops at once."""
+    counter = image.topic_epoch
+    return counter >= 0 and not any(topic.topic_epoch >= counter for topic in reversed(image.topics_by_id.values()))
+
+
+def record_count(image: MetadataImage) -> int:
+    """How many records a snapshot of `image` holds."""
+    return (len(image.features) + len(image.registrations) + len(image.topics_by_id)
+            + sum(len(topic.partitions) for topic in image.topics_by_id.values())
+            + sum(len(configs) for configs in image.configs.values()) + counter_needs_record(image))  # fmt: skip
+
+
+class ImageSnapshot(Sequence[bytes]):
+    """The snapshot records of one image, encoded as they are iterated.
+
+    An image never changes, so capturing it is free and the encoding can run later, on the
+    thread that writes the file (`quorum.image.replay.SnapshotJob.write`), while replay goes on.
+    """
+
+    def __init__(self, image: MetadataImage, length: int | None = None) -> None:
+        self.image = image
+        self._length = record_count(image) if length is None else length
+        self._values: list[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"ImageSnapshot(offset={self.image.offset}, {self._length} records)"
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._values is not None:
+            return iter(self._values)
+        return self._encode()
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if self._values is None:
+            self._values = list(self._encode())
+        return self._values[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (ImageSnapshot, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _encode(self) -> Iterator[bytes]:
+        image = self.image
+        for name, level in image.features.items():
+            yield feature_record(name, level)
+        for registration in image.registrations.values():
+            yield broker_record(registration)
+        for topic in image.topics_by_id.values():
+            yield topic_record(topic)
+            for partition in topic.partitions:
+                yield partition_record(topic, partition)
+        if counter_needs_record(image):
+            yield counter_record(image.topic_epoch)
+        for (resource_type, resource_name), configs in image.configs.items():
+            for name, value in configs.items():
+                yield config_record(resource_type, resource_name, name, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The state machine.
+
+
+class ImageState:
+    """The replayed metadata image, with MetadataRecordsState's interface; see the module docstring.
+
+    Change accounting for KIP-630's ``metadata.snapshot.min.changed_records.ratio`` reads the KIP
+    ("snapshot records that have changed (deleted or modified) between the latest snapshot and the
+    current in-memory state ... new snapshot records don't count ... If a snapshot record was added
+    and then modified or deleted then it counts") with one record per entity, as snapshots here
+    are written: an entity that existed and is modified (fenced, a partition changed, a topic's
+    epoch raised) counts once until the next snapshot, however often it changes; one replaced by a
+    creating record (RegisterBroker, PartitionRecord, ConfigRecord, FeatureLevel for an existing
+    key) or deleted counts once more if it was not counted yet, and the record that replaced it
+    starts uncounted. Creating an entity does not count, nor does a record that changes nothing.
+    The KIP-232 counter record is left out of the count.
+    """
+
+    def __init__(self, listener: str | None = None, cluster_id: str = "", controller_id: int = -1) -> None:
+        """`listener`: the listener name whose endpoints Metadata lists (each broker's first when None)."""
+        self._image = empty_image(cluster_id, controller_id, listener)
+        self._delta: MetadataDelta | None = None
+        self._last_offset = -1
+        self._records_in_snapshot = 0
+        self._changed = 0
+        self._counted: set[Hashable] = set()
+        self._skipped = 0
+        self._counts: tuple[MetadataImage, int] | None = None  # (image, record_count(image)), cached
+
+    def __repr__(self) -> str:
+        image = self.image
+        return (f"ImageState(offset={image.offset}, brokers={len(image.registrations)}, topics={len(image.topics)}, "
+                f"topic_epoch={image.topic_epoch}, skipped={self._skipped})")  # fmt: skip
+
+    @property
+    def image(self) -> MetadataImage:
+        """The image of every record applied so far (built now if records are pending)."""
+        if self._delta is not None:
+            self._image = self._delta.apply()
+            self._delta = None
+        return self._image
+
+    def set_identity(self, cluster_id: str | None = None, controller_id: int | None = None) -> None:
+        """Set what the log does not hold: the cluster id (from meta.properties or the snapshot header)
+        and the controller id Metadata answers with. The topic memo carries over: it holds neither."""
+        image = self.image
+        self._image = MetadataImage(
+            cluster_id=image.cluster_id if cluster_id is None else cluster_id,
+            controller_id=image.controller_id if controller_id is None else controller_id,
+            brokers=image.brokers, topics=image.topics, encoded=image.encoded, offset=image.offset,
+            topic_epoch=image.topic_epoch, registrations=image.registrations, configs=image.configs,
+            features=image.features, listener=image.listener, topics_by_id=image.topics_by_id)  # fmt: skip
+
+    def __len__(self) -> int:
+        """The number of records a snapshot of the state holds."""
+        image = self.image
+        if self._counts is None or self._counts[0] is not image:
+            self._counts = (image, record_count(image))
+        return self._counts[1]
+
+    def __eq__(self, other: object) -> bool:
+        """Same image (the encoding memo aside)."""
+        if not isinstance(other, ImageState):
+            return NotImplemented
+        return self.image == other.image
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    # -- applying records ------------------------------------------------------------------------
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last record applied, or the one `load` was given; -1 before either."""
+        return self._last_offset
+
+    @property
+    def skipped_records(self) -> int:
+        """Values applied or loaded that were not metadata records (see the module docstring)."""
+        return self._skipped
+
+    def apply(self, offset: int, value: bytes) -> None:
+        """Apply the committed record at `offset`; offsets must increase (a record is applied once)."""
+        if offset <= self._last_offset:
+            raise ValueError(f"record at offset {offset} applied after offset {self._last_offset}: "
+                             "each committed record is applied once, in order")  # fmt: skip
+        self._last_offset = offset
+        delta = self._delta
+        if delta is None:
+            delta = self._delta = MetadataDelta(self._image, observer=self)
+        try:
+            delta.replay(value, offset)
+        except MetadataRecordError as exc:
+            self._skip(offset, exc)
+
+    def _skip(self, offset: int | None, error: MetadataRecordError) -> None:
+        self._skipped += 1
+        where = "in the snapshot" if offset is None else f"at offset {offset}"
+        level = logging.WARNING if self._skipped == 1 else logging.DEBUG
+        logger.log(level, "skipped a value %s that is not a metadata record (%s)%s", where, error,
+                   "; later ones are logged at debug level" if self._skipped == 1 else "")  # fmt: skip
+
+    # ChangeObserver: the delta reports changes to existing entities.
+
+    def modified(self, key: Hashable) -> None:
+        if key not in self._counted:
+            self._counted.add(key)
+            self._changed += 1
+
+    def dropped(self, key: Hashable) -> None:
+        if key in self._counted:
+            self._counted.discard(key)
+        else:
+            self._changed += 1
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def snapshot_values(self) -> ImageSnapshot:
+        """The state as snapshot record values (see the module docstring), encoded when iterated.
+
+        Later `apply` calls do not change it: it holds the image of now, which never changes.
+        """
+        return ImageSnapshot(self.image, len(self))
+
+    def load(self, values: Iterable[bytes], offset: int = -1) -> None:
+        """Replace the state by the one a snapshot holds; `offset` is the last offset the snapshot
+        contains (its end offset - 1), which becomes the image's `offset` and `last_offset`.
+
+        Builds one image. Values that are not metadata records are skipped as in `apply`.
+
+        The cyclic garbage collector is paused meanwhile: a snapshot of a million partitions makes
+        millions of objects, none in a cycle, which it would otherwise scan again and again (a
+        third of the load time).
+        """
+        image = self._image
+        delta = MetadataDelta(empty_image(image.cluster_id, image.controller_id, image.listener))
+        delta.offset = offset
+        replay = delta.replay
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for value in values:
+                try:
+                    replay(value)
+                except MetadataRecordError as exc:
+                    self._skip(None, exc)
+            self._image = delta.apply()
+        finally:
+            if collecting:
+                gc.enable()
+        self._delta = None
+        self._last_offset = offset
+        self.mark_snapshot()
+
+    def mark_snapshot(self) -> None:
+        """The state was just written to a snapshot (or loaded from one): restart the change counts."""
+        self._records_in_snapshot = len(self)
+        self._changed = 0
+        self._counted.clear()
+
+    @property
+    def records_in_snapshot(self) -> int:
+        """How many records the state had at the last `load` or `mark_snapshot`."""
+        return self._records_in_snapshot
+
+    @property
+    def changed_records(self) -> int:
+        """How many records have changed since the last `load` or `mark_snapshot` (see the class docstring)."""
+        return self._changed
+
+    # -- inspection ------------------------------------------------------------------------------
+
+    def digest(self) -> str:
+        """SHA-256 of `snapshot_values()` in order: equal digests mean identical snapshots."""
+        hasher = hashlib.sha256()
+        for value in self.snapshot_values():
+            hasher.update(_LENGTH.pack(len(value)))
+            hasher.update(value)
+        return hasher.hexdigest()
