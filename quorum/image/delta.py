@@ -47,7 +47,6 @@ changes; the state machine decides what to do with them (`ImageState` skips them
 from __future__ import annotations
 
 import logging
-import operator
 import uuid
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
@@ -64,11 +63,10 @@ from quorum.image.image import (
     TopicInfo,
 )
 from quorum.wire.metadata_records import (
-    FRAME_VERSION,
     METADATA_RECORD_TYPES,
     ZERO_UUID,
     MetadataRecordType,
-    decode_metadata_record,
+    decode_metadata_record_fast,
 )
 
 logger = logging.getLogger(__name__)
@@ -103,53 +101,7 @@ class ChangeObserver(Protocol):
 # Decoding.
 
 
-def decode_record(value: bytes) -> ApiData:
-    """The metadata record in `value`, as `decode_metadata_record` decodes it, in a few microseconds.
-
-    `decode_metadata_record` costs ~28 us for a PartitionRecord, 30 s for a snapshot of a million
-    partitions. This runs the schema engine's compiled decoder for the record's class and version
-    (the path `quorum.wire.protocol.decode_body` takes for request bodies) and accepts the result
-    only when it filled `value` exactly and has no null where the schema forbids one; anything
-    else -- a frame header in more than one byte per varint, a record with nested structs, any
-    doubt -- goes through `decode_metadata_record`, whose verdict (a record or a
-    MetadataRecordError) is final. So both accept the same bytes and agree on every field
-    (tests/image/test_delta.py checks it on random bytes). It belongs beside
-    `metadata_record_key` in `quorum.wire.metadata_records`.
-    """
-    if len(value) >= 3 and value[0] == FRAME_VERSION and value[1] < 0x80 and value[2] < 0x80:
-        decoder = _DECODERS.get((value[1], value[2]))
-        if decoder is None:
-            decoder = _DECODERS[value[1], value[2]] = _compile_decoder(value[1], value[2])
-        if decoder is not _STRICT:
-            compiled, required = decoder
-            try:
-                record, end = compiled(value, 3)
-            except Exception:  # struct.error, IndexError, UnicodeDecodeError, ...: the strict path says what
-                pass
-            else:
-                if end == len(value) and None not in required(record):
-                    return record
-    return decode_metadata_record(value)
-
-
-_STRICT: Any = object()
 _NOT_CHANGED: Any = object()
-_NOTHING_REQUIRED: Callable[[ApiData], tuple[()]] = lambda record: ()  # noqa: E731
-_DECODERS: dict[tuple[int, int], Any] = {}
-_NESTED = frozenset({MetadataRecordType.REGISTER_BROKER})  # nested struct arrays: strict path only
-
-
-def _compile_decoder(key: int, version: int) -> Any:
-    schema = METADATA_RECORD_TYPES.get(key)
-    if schema is None or key in _NESTED or not schema.valid_versions[0] <= version <= schema.valid_versions[1]:
-        return _STRICT
-    struct = schema._struct
-    names = [field.name for field in struct.untagged_fields(version)
-             if (field.is_array() or field.type_str in ("string", "bytes", "records"))
-             and not field.nullable_for_version_q(version)]  # fmt: skip
-    # The fields that must not be null, as one tuple: attrgetter of one name returns the bare value.
-    required = operator.attrgetter(*names, "_version") if names else _NOTHING_REQUIRED
-    return struct.compiled_decode_from(version, compact=True, tagged=True, data_class=schema), required
 
 
 def _uuid(value: uuid.UUID | None) -> uuid.UUID:
@@ -345,7 +297,7 @@ class MetadataDelta:
             raise RuntimeError("this delta was applied: replay into a new MetadataDelta over the image it gave")
         if offset is not None:
             self.offset = offset
-        record = decode_record(value if type(value) is bytes else bytes(value))
+        record = decode_metadata_record_fast(value if type(value) is bytes else bytes(value))
         return self._handlers[type(record)](record)
 
     # -- brokers ---------------------------------------------------------------------------------

@@ -31,23 +31,17 @@ import gc
 import hashlib
 import logging
 import struct
-import threading
 from collections.abc import Hashable, Iterable, Iterator, Sequence
-from types import SimpleNamespace
 from typing import overload
-
-from kafka.protocol.api_data import ApiData
-from kafka.protocol.schemas.fields.codecs import EncodeBuffer
 
 from quorum.image.delta import MetadataDelta
 from quorum.image.image import BrokerRegistration, MetadataImage, PartitionInfo, TopicInfo, empty_image
 from quorum.wire import metadata_records as mr
 from quorum.wire.metadata_records import (
-    FRAME_VERSION,
     ZERO_UUID,
+    CompiledRecordEncoder,
     MetadataRecordError,
     encode_metadata_record,
-    record_type,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,36 +68,8 @@ def broker_record(registration: BrokerRegistration) -> bytes:
         in_controlled_shutdown=registration.in_controlled_shutdown))  # fmt: skip
 
 
-class _CompiledEncoder:
-    """`encode_metadata_record` for one record class at one version, five times faster.
-
-    A snapshot of a million partitions is a million PartitionRecords: through
-    `encode_metadata_record` (~22 us each, most of it its null checks and the engine's generic
-    path) that is 23 s of writing. This runs the engine's compiled encoder (the path
-    `quorum.wire.metadata_response.encode_topics` takes) on the fields, which the image never
-    leaves null, into a per-thread buffer, after the frame header (three one-byte varints).
-    tests/image/test_image_state.py checks the bytes against `encode_metadata_record`. It belongs
-    in `quorum.wire.metadata_records`.
-    """
-
-    def __init__(self, schema: type[ApiData], version: int) -> None:
-        self._encode = schema._struct.compiled_encode_into(version, compact=True, tagged=True)
-        self._header = bytes((FRAME_VERSION, record_type(schema), version))
-        self._local = threading.local()
-
-    def __call__(self, **fields: object) -> bytes:
-        out = getattr(self._local, "out", None)
-        if out is None:
-            out = self._local.out = EncodeBuffer(256)
-        header = self._header
-        out.pos = len(header)
-        out.buf[: out.pos] = header
-        self._encode(SimpleNamespace(**fields), out)
-        return memoryview(out.buf)[: out.pos].tobytes()
-
-
-_TOPIC_V0 = _CompiledEncoder(mr.TopicRecord, 0)
-_PARTITION_V0 = _CompiledEncoder(mr.PartitionRecord, 0)
+_TOPIC_V0 = CompiledRecordEncoder(mr.TopicRecord, 0)
+_PARTITION_V0 = CompiledRecordEncoder(mr.PartitionRecord, 0)
 
 
 def topic_record(topic: TopicInfo) -> bytes:

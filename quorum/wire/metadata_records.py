@@ -20,14 +20,18 @@ metadata record's fields) and leaves the rest of the payload alone.
 from __future__ import annotations
 
 import io
+import operator
 import struct
+import threading
 import uuid
+from collections.abc import Callable
 from enum import IntEnum
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from kafka.protocol.api_data import ApiData
 from kafka.protocol.schemas import BaseField, StructField
-from kafka.protocol.schemas.fields.codecs import UnsignedVarInt32
+from kafka.protocol.schemas.fields.codecs import EncodeBuffer, UnsignedVarInt32
 
 from quorum.wire.schema import define_data
 from quorum.wire.varint import TruncatedVarintError, VarintError, VarintTooLongError, decode_uvarint
@@ -416,12 +420,90 @@ def _null_forbidden(field: BaseField, version: int) -> bool:
     return field.is_array() or _is_variable(field)
 
 
+# -- compiled fast paths (snapshots of a million records) ----------------------------------------
+
+
+def decode_metadata_record_fast(value: bytes) -> ApiData:
+    """The metadata record in `value`, as `decode_metadata_record` decodes it, in a few microseconds.
+
+    `decode_metadata_record` costs ~28 us for a PartitionRecord, 30 s for a snapshot of a million
+    partitions. This runs the schema engine's compiled decoder for the record's class and version
+    (the path `quorum.wire.protocol.decode_body` takes for request bodies) and accepts the result
+    only when it filled `value` exactly and has no null where the schema forbids one; anything
+    else -- a frame header in more than one byte per varint, a record with nested structs, any
+    doubt -- goes through `decode_metadata_record`, whose verdict (a record or a
+    MetadataRecordError) is final. So both accept the same bytes and agree on every field
+    (tests/image/test_delta.py checks it on random bytes).
+    """
+    if len(value) >= 3 and value[0] == FRAME_VERSION and value[1] < 0x80 and value[2] < 0x80:
+        decoder = _DECODERS.get((value[1], value[2]))
+        if decoder is None:
+            decoder = _DECODERS[value[1], value[2]] = _compile_decoder(value[1], value[2])
+        if decoder is not _STRICT:
+            compiled, required = decoder
+            try:
+                record, end = compiled(value, 3)
+            except Exception:  # struct.error, IndexError, UnicodeDecodeError, ...: the strict path says what
+                pass
+            else:
+                if end == len(value) and None not in required(record):
+                    return record
+    return decode_metadata_record(value)
+
+
+_STRICT: Any = object()
+_NOTHING_REQUIRED: Callable[[ApiData], tuple[()]] = lambda record: ()  # noqa: E731
+_DECODERS: dict[tuple[int, int], Any] = {}
+_NESTED = frozenset({MetadataRecordType.REGISTER_BROKER})  # nested struct arrays: strict path only
+
+
+def _compile_decoder(key: int, version: int) -> Any:
+    schema = METADATA_RECORD_TYPES.get(key)
+    if schema is None or key in _NESTED or not schema.valid_versions[0] <= version <= schema.valid_versions[1]:
+        return _STRICT
+    struct = schema._struct
+    names = [field.name for field in struct.untagged_fields(version)
+             if (field.is_array() or field.type_str in ("string", "bytes", "records"))
+             and not field.nullable_for_version_q(version)]  # fmt: skip
+    # The fields that must not be null, as one tuple: attrgetter of one name returns the bare value.
+    required = operator.attrgetter(*names, "_version") if names else _NOTHING_REQUIRED
+    return struct.compiled_decode_from(version, compact=True, tagged=True, data_class=schema), required
+
+
+class CompiledRecordEncoder:
+    """`encode_metadata_record` for one record class at one version, five times faster.
+
+    A snapshot of a million partitions is a million PartitionRecords: through
+    `encode_metadata_record` (~22 us each, most of it its null checks and the engine's generic
+    path) that is 23 s of writing. This runs the engine's compiled encoder (the path
+    `quorum.wire.metadata_response.encode_topics` takes) on the fields, which the image never
+    leaves null, into a per-thread buffer, after the frame header (three one-byte varints).
+    tests/image/test_image_state.py checks the bytes against `encode_metadata_record`.
+    """
+
+    def __init__(self, schema: type[ApiData], version: int) -> None:
+        self._encode = schema._struct.compiled_encode_into(version, compact=True, tagged=True)
+        self._header = bytes((FRAME_VERSION, record_type(schema), version))
+        self._local = threading.local()
+
+    def __call__(self, **fields: object) -> bytes:
+        out = getattr(self._local, "out", None)
+        if out is None:
+            out = self._local.out = EncodeBuffer(256)
+        header = self._header
+        out.pos = len(header)
+        out.buf[: out.pos] = header
+        self._encode(SimpleNamespace(**fields), out)
+        return memoryview(out.buf)[: out.pos].tobytes()
+
+
 __all__ = [
     "FRAME_VERSION", "METADATA_RECORD_TYPES", "TOPIC_EPOCH_TAG", "ZERO_UUID", "MetadataRecordError",
     "MetadataRecordType", "RecordKey",
     "ConfigRecord", "FeatureLevelRecord", "FenceBrokerRecord", "NoOpRecord", "PartitionChangeRecord",
     "PartitionRecord", "RegisterBrokerRecord", "RemoveTopicRecord", "TopicRecord", "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",
-    "decode_metadata_record", "decode_payload", "encode_metadata_record", "encode_payload", "metadata_record_key",
+    "CompiledRecordEncoder", "decode_metadata_record", "decode_metadata_record_fast", "decode_payload",
+    "encode_metadata_record", "encode_payload", "metadata_record_key",
     "record_type",
 ]

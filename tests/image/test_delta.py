@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorum.image.delta import MetadataDelta, decode_record
+from quorum.image.delta import MetadataDelta
 from quorum.image.image import BrokerRegistration, Endpoint, MetadataImage, empty_image
 from quorum.wire import metadata_records as mr
 from quorum.wire.metadata_records import MetadataRecordError, decode_metadata_record, encode_metadata_record
+from quorum.wire.metadata_records import decode_metadata_record_fast as decode_record
 from tests.image.records import NO_OP
 from tests.image.records import records as any_record
 
