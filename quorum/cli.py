@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     local = commands.add_parser("local-cluster", help="start controllers as real processes on 127.0.0.1")
     local.add_argument("--controllers", type=int, default=3, help="number of controllers (default 3)")
-    local.add_argument("--brokers", type=int, default=0, help="number of brokers (only 0 until brokers land)")
+    local.add_argument("--brokers", type=int, default=0,
+                       help="number of brokers (ids 101..): they register with the active controller, serve "
+                            "Metadata to clients and forward admin requests (default 0)")
     local.add_argument("--dir", required=True, help="directory for the nodes' configs, logs and data")
     local.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting for every node")
     return parser
@@ -134,8 +136,8 @@ def _local_cluster(args: argparse.Namespace) -> int:
 
     from quorum.launcher import LocalCluster
 
-    if args.brokers != 0:
-        print("error: --brokers 0 is the only value until the broker role lands", file=sys.stderr)
+    if args.brokers < 0:
+        print("error: --brokers must not be negative", file=sys.stderr)
         return 2
     cluster = LocalCluster(args.dir, args.controllers, args.brokers, _key_values(args.set))
     cluster.format_storage()
