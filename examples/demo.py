@@ -5,7 +5,10 @@ fixed metadata image, listed by confluent-kafka (librdkafka), kafka-python and D
 unchanged. Part 2: `quorum local-cluster` with three controllers elects a leader, commits records,
 loses its leader to SIGKILL, elects another and keeps every committed record; then, with the old
 leader still down, the others commit on, snapshot (KIP-630) and drop the log below their
-snapshot, so the old leader, restarted, rejoins by FetchSnapshot.
+snapshot, so the old leader, restarted, rejoins by FetchSnapshot. Part 4: the same cluster's
+two brokers, registered with the active controller; confluent-kafka's AdminClient creates topics
+through them, all three clients list them, and a broker killed with SIGKILL is fenced: its
+partitions get new leaders.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
 TOPICS = ("orders:3", "payments:2", "audit:1")
 # Small enough that the demo's few hundred records make snapshots (Kafka's defaults: 20 MiB, 0.5).
 SNAPSHOT_SETTINGS = {"metadata.log.max.record.bytes.between.snapshots": "4000",
-                     "metadata.snapshot.min.changed_records.ratio": "0.5", "metadata.log.segment.bytes": "8192"}
+                     "metadata.snapshot.min.changed_records.ratio": "0.5", "metadata.log.segment.bytes": "8192",
+                     "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
 
 def confluent_view(bootstrap: str) -> dict[str, int]:
@@ -82,7 +86,7 @@ def commit(cluster: LocalCluster, values: list[bytes]) -> int:
 def quorum_demo() -> None:
     print("\n== Part 2: a KRaft quorum of three controllers (quorum local-cluster --controllers 3)")
     with tempfile.TemporaryDirectory(prefix="quorum-demo-") as directory:
-        cluster = LocalCluster(directory, controllers=3, settings=SNAPSHOT_SETTINGS)
+        cluster = LocalCluster(directory, controllers=3, brokers=2, settings=SNAPSHOT_SETTINGS)
         cluster.format_storage()
         cluster.start()
         try:
@@ -102,6 +106,7 @@ def quorum_demo() -> None:
             print(f"... node {second.leader_id} leads epoch {second.leader_epoch}\n")
             print(format_replication(second))
             snapshot_demo(cluster, first.leader_id)
+            brokers_demo(cluster)
         finally:
             cluster.stop()
 
@@ -136,6 +141,49 @@ def snapshot_demo(cluster: LocalCluster, down: int) -> None:
             print("   " + line.split(": ", 1)[-1].replace(str(cluster.specs[down].log_path.parent), "node-dir"))
     print()
     print(format_replication(leader_status(cluster)))
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: librdkafka's notes about the killed broker's connection are expected here
+    metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=15)
+    return {p: m.leader for p, m in sorted(metadata.topics[topic].partitions.items())}
+
+
+def brokers_demo(cluster: LocalCluster) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    brokers = [s for s in cluster.specs.values() if s.role == "broker"]
+    bootstrap = ",".join(s.address for s in brokers)
+    print(f"\n== Part 4: brokers {[s.node_id for s in brokers]} (bootstrap servers {bootstrap})")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic("orders", 4, 2), NewTopic("payments", 2, 2)], request_timeout=30)
+    for name, future in futures.items():
+        future.result(timeout=60)
+        print(f"... created {name} with confluent-kafka's AdminClient (forwarded to the active controller)")
+    time.sleep(1)  # every broker replays the new records
+    topics = ["orders", "payments"]
+    rows: list[tuple[str, dict[str, int] | str]] = []
+    for name, view in (("confluent-kafka", confluent_view), ("kafka-python", kafka_python_view), ("kcat", kcat_view)):
+        try:
+            rows.append((name, {t: n for t, n in view(bootstrap).items() if t in topics}))
+        except Exception as exc:  # the demo reports every client, even when one fails
+            rows.append((name, f"FAILED: {exc}"))
+    print_table(rows, topics)
+    before = leaders(bootstrap, "orders")
+    victim = before[0]
+    print(f"\n... orders partition leaders {before}; kill -9 of broker {victim}")
+    cluster.kill(victim, signal.SIGKILL)
+    survivor = next(s.address for s in brokers if s.node_id != victim)
+    started = time.monotonic()
+    while time.monotonic() - started < 30:
+        after = leaders(survivor, "orders")
+        if victim not in after.values():
+            break
+        time.sleep(0.2)
+    print(f"... broker {victim} fenced after {time.monotonic() - started:.1f} s (broker.session.timeout.ms=3000); "
+          f"orders partition leaders now {after}")
 
 
 def main() -> int:
