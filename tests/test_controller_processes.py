@@ -23,6 +23,7 @@ from kafka import KafkaAdminClient
 
 from quorum.admin import wait_for_leader
 from quorum.launcher import LocalCluster
+from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, RequestHeader, decode_response, encode_request
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,6 +64,22 @@ def metadata(address: str) -> tuple[set[int], dict[str, Topic]]:
     return {b.node_id for b in response.brokers}, topics
 
 
+def create_topics_directly(address: str, name: str) -> int:
+    """CreateTopics v7 sent straight to one controller: the error code it answers for the topic."""
+    api = APIS[19]
+    schema = api.request
+    body = schema(version=7, topics=[schema.CreatableTopic(name=name, num_partitions=1, replication_factor=1,
+                                                           assignments=[], configs=[])],
+                  timeout_ms=10_000, validate_only=False)
+    host, port = address.split(":")
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        sock.sendall(encode_request(api, RequestHeader(19, 7, 2, "controller-test"), body))
+        size = int.from_bytes(_read(sock, 4), "big")
+        _, response = decode_response(api, 7, _read(sock, size))
+    [topic] = response.topics
+    return topic.error_code
+
+
 def _read(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
@@ -101,6 +118,9 @@ def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
         addresses = [cluster.specs[b].address for b in BROKERS]
         bootstrap = ",".join(addresses)
         wait_until("three unfenced brokers", lambda: metadata(addresses[0])[0] == set(BROKERS))
+
+        standby = next(n for n in (1, 2, 3) if n != first.leader_id)
+        assert create_topics_directly(cluster.specs[standby].address, "nowhere") == ErrorCode.NOT_CONTROLLER
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         create(admin, NewTopic("orders", 6, 3), NewTopic("payments", 3, 2))
