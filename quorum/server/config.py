@@ -27,7 +27,13 @@ DEFAULTS = {
     "replica.fetch.response.max.bytes": str(10 * 1024 * 1024),
     "metadata.start.offset.lag.time.max.ms": str(7 * 24 * 60 * 60 * 1000),
     "metadata.log.segment.bytes": str(1024 * 1024 * 1024),
+    # Test only (KAFKA-6262): see NodeConfig.test_metadata_delay_ms.
+    "quorum.test.metadata.delay.ms": "0",
 }
+
+PAUSE_METADATA = "PAUSE_METADATA"
+"""Test only (KAFKA-6262): while a file of this name is in a broker's metadata log dir, its Metadata
+answers stay those of the moment the file appeared (`NodeConfig.pause_metadata_path`)."""
 
 
 class ConfigError(ValueError):
@@ -102,6 +108,22 @@ class NodeConfig:
         """`quorum.metrics.port` (this project's): serve Prometheus metrics on 127.0.0.1 there; 0 picks a port."""
         value = self.extra.get("quorum.metrics.port")
         return None if value in (None, "") else _int(self.extra, "quorum.metrics.port")
+
+    @property
+    def test_metadata_delay_ms(self) -> int:
+        """`quorum.test.metadata.delay.ms` (this project's, for tests only; default 0, off): a broker
+        answers Metadata from the newest image it replayed at least this long ago, to reproduce a
+        broker answering with old metadata (KAFKA-6262). Replay, snapshots and Raft go on as usual."""
+        delay = _int(self.extra, "quorum.test.metadata.delay.ms")
+        if delay < 0:
+            raise ConfigError(f"quorum.test.metadata.delay.ms must be 0 or more, got {delay}")
+        return delay
+
+    @property
+    def pause_metadata_path(self) -> Path:
+        """Test only (KAFKA-6262): while this file exists, the broker's Metadata answers are paused
+        (`PAUSE_METADATA` in the metadata log dir)."""
+        return self.metadata_log_dir / PAUSE_METADATA
 
 
 def _int(props: dict[str, str], key: str) -> int:

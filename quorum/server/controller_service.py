@@ -8,6 +8,12 @@ the next operation always sees the records of the one before it, and no pending 
 A tick fences brokers whose session expired. A node that is not the quorum leader, or whose
 leadership is not committed yet, answers NOT_CONTROLLER, which clients and brokers act on by
 finding the new leader.
+
+KIP-631's controller metrics are counted here (`quorum.image.metrics.NodeMetrics`): each request
+the active controller processes counts in ControllerRequestsRate (NOT_CONTROLLER refusals do
+not: the node is not a controller for them), and each result whose records commit, a request's
+or a fencing tick's, is timed from its proposal to its commit (MetadataCommitLatencyMs) and adds
+its records to MetadataCommitRate.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +70,7 @@ class ControllerService:
                 controller = self._active()
                 if controller is None:
                     return Reply(refuse(request, ErrorCode.NOT_CONTROLLER), request.version)
+                self.node.metrics.count_controller_request()
                 result = operation(controller, request.body, self.node.now_ms(), self.node.image)
                 error = await self._commit(result)
             if error is not None:
@@ -92,6 +100,7 @@ class ControllerService:
         """Append the result's records as one batch and wait for them; an error code if that fails."""
         if not result.records:
             return None
+        proposed = time.monotonic()
         base = await self.node.propose(list(result.records))
         if base is None:
             return ErrorCode.NOT_CONTROLLER
@@ -99,6 +108,7 @@ class ControllerService:
             await self.node.wait_for_high_watermark(base + len(result.records), self._commit_timeout_s)
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
+        self.node.metrics.observe_commit(len(result.records), (time.monotonic() - proposed) * 1000.0)
         return None
 
     async def tick_forever(self) -> None:

@@ -3,6 +3,21 @@
 This is the "shell" of the sans-IO design: it owns every clock, socket, thread and file, feeds
 the core events, and carries out the actions the core returns strictly in order, so that a
 state or log write is durable before any message the core emitted after it is sent.
+
+Metrics (`quorum.image.metrics.NodeMetrics`, served on `quorum.metrics.port`): the node sets
+KIP-631's MetadataLag and MetadataSnapshotLag where their facts change (the high watermark
+advancing, before and after the replay it causes; a snapshot written or installed); the
+controller shell (`quorum.server.controller_service`) counts its requests and commits.
+
+A test-only knob (KAFKA-6262, a broker answering with old metadata): brokers answer Metadata from
+`ServedImage`, which is the replayed image unless
+  * `quorum.test.metadata.delay.ms` is above 0 (default 0): answers come from the newest image the
+    broker replayed at least that long ago (in its first moments, the image it started with);
+  * a file named `PAUSE_METADATA` exists in the broker's metadata log dir
+    (`<log.dirs[0]>/__cluster_metadata-0/PAUSE_METADATA`): answers stay those of the moment the
+    file appeared (checked on each Metadata request and every 100 ms), until it is removed.
+Only the answers lag: replay, snapshots, heartbeats (with the replayed offset, so the broker
+stays unfenced), Raft and MetadataLag go on as usual. Never set either in production.
 """
 
 from __future__ import annotations
@@ -11,11 +26,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import random
 import signal
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from quorum.broker.forwarding import register_forwarding
@@ -23,7 +40,7 @@ from quorum.broker.metadata import encoded_metadata_response
 from quorum.controller.controller import ControllerConfig
 from quorum.image.image import MetadataImage
 from quorum.image.image_state import ImageState
-from quorum.image.metrics import SnapshotMetrics
+from quorum.image.metrics import NodeMetrics
 from quorum.image.replay import MetadataReplayer, SnapshotJob
 from quorum.image.snapshot_actions import SnapshotActions
 from quorum.image.snapshot_policy import SnapshotPolicy
@@ -50,10 +67,77 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.01
 METADATA = 3
 BROKER_READY_WAIT_S = 10.0
+PAUSE_CHECK_SECONDS = 0.1
 
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+class ServedImage:
+    """The image a broker answers Metadata from: the replayed one, or an older one when the
+    KAFKA-6262 test knob says so (see the module docstring).
+
+    `current` reads the replayed image; the driver calls `replayed()` each time replay moved on,
+    which, with a delay, remembers the new image and when it was replayed. Images are immutable,
+    so holding on to old ones is safe; those older than the newest one past the delay are dropped.
+    """
+
+    def __init__(self, current: Callable[[], MetadataImage], delay_ms: int, pause_path: Path,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._current = current
+        self._delay_s = delay_ms / 1000
+        self._pause_path = pause_path
+        self._clock = clock
+        self._history: deque[tuple[float, MetadataImage]] = deque()
+        self._paused: MetadataImage | None = None
+        if delay_ms > 0:
+            self._history.append((clock(), current()))
+            log.warning("test knob quorum.test.metadata.delay.ms=%d: Metadata answers are delayed", delay_ms)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused is not None
+
+    def replayed(self) -> None:
+        """Replay moved on (a catch-up, a snapshot installed): with a delay, remember the image now."""
+        if self._delay_s <= 0:
+            return
+        image = self._current()
+        if not self._history or self._history[-1][1] is not image:
+            self._history.append((self._clock(), image))
+        self._prune()
+
+    def check_pause(self) -> bool:
+        """Look for the pause file (one stat); the image is frozen when it appears, released when it goes."""
+        exists = os.path.exists(self._pause_path)
+        if exists and self._paused is None:
+            self._paused = self._delayed()
+            log.warning("%s exists: Metadata answers paused at the image of offset %d", self._pause_path,
+                        self._paused.offset)
+        elif not exists and self._paused is not None:
+            self._paused = None
+            log.warning("%s removed: Metadata answers resume", self._pause_path)
+        return exists
+
+    @property
+    def image(self) -> MetadataImage:
+        """What a Metadata request is answered from now."""
+        self.check_pause()
+        return self._paused if self._paused is not None else self._delayed()
+
+    def _delayed(self) -> MetadataImage:
+        if self._delay_s <= 0:
+            return self._current()
+        self._prune()
+        return self._history[0][1]
+
+    def _prune(self) -> None:
+        """Keep the newest image replayed at least the delay ago, and every newer one."""
+        cutoff = self._clock() - self._delay_s
+        history = self._history
+        while len(history) > 1 and history[1][0] <= cutoff:
+            history.popleft()
 
 
 class RaftNode:
@@ -66,7 +150,7 @@ class RaftNode:
         self.log = Log(directory, segment_bytes=config.metadata_log_segment_bytes)
         # KIP-630: load the latest snapshot (refusing a corrupt one), then replay the log from its end.
         self.snapshots = SnapshotDirectory(directory)
-        self.metrics = SnapshotMetrics()
+        self.metrics = NodeMetrics(controller=config.is_controller, broker=config.is_broker)
         client = config.client_endpoint()
         # The image brokers answer Metadata from; brokers list the endpoints of this listener name.
         self.image_state = ImageState(listener=client.name if client is not None else None,
@@ -85,6 +169,7 @@ class RaftNode:
         persisted = raft.PersistState(stored.leader_epoch, stored.voted_id, stored.leader_id) if stored else None
         self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms(),
                              snapshots=self.snapshots)
+        self._update_lag_metrics(self.core.high_watermark)
         self.peers = {
             v.node_id: PeerClient(v.host, v.port, f"raft-node-{config.node_id}", config.request_timeout_ms,
                                   config.max_frame_bytes)
@@ -111,6 +196,7 @@ class RaftNode:
         else:
             self.controller_service = None
         self.lifecycle: BrokerLifecycle | None = None
+        self.served: ServedImage | None = None
         if config.is_broker and not config.is_controller:
             self._serve_as_broker()
 
@@ -118,8 +204,13 @@ class RaftNode:
 
     @property
     def image(self) -> MetadataImage:
-        """The metadata image replayed from the committed log (what Metadata answers come from)."""
+        """The metadata image replayed from the committed log (what the controller reads)."""
         return self.image_state.image
+
+    @property
+    def served_image(self) -> MetadataImage:
+        """What this broker answers Metadata from: `image`, unless the KAFKA-6262 test knob holds it back."""
+        return self.image if self.served is None else self.served.image
 
     @staticmethod
     def now_ms() -> int:
@@ -133,6 +224,8 @@ class RaftNode:
         """Metadata from the replayed image, admin requests forwarded to the active controller, and
         the registration and heartbeats that get this broker unfenced (KIP-631)."""
         config = self.config
+        self.served = ServedImage(lambda: self.image_state.image, config.test_metadata_delay_ms,
+                                  config.pause_metadata_path)
 
         async def metadata(request: Request) -> Reply:
             # A Kafka broker opens its listener once unfenced; this one listens at once (tools watch for
@@ -141,7 +234,8 @@ class RaftNode:
             if not self.lifecycle.ready.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
-            return Reply(encoded_metadata_response(self.image, request.body, request.version), request.version)
+            return Reply(encoded_metadata_response(self.served_image, request.body, request.version),
+                         request.version)
 
         self.dispatcher.register(METADATA, metadata)
         register_forwarding(self.dispatcher, self.controller_peer, refuse)
@@ -221,7 +315,11 @@ class RaftNode:
                 future.set_result(action.message)
         elif isinstance(action, raft.HighWatermarkAdvanced):
             # Replayed first: whoever waited for this commit then reads a state that holds it.
+            self._update_lag_metrics(action.high_watermark)
             job = await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
+            self._update_lag_metrics(action.high_watermark)
+            if self.served is not None:
+                self.served.replayed()
             self._release_hw_waiters(action.high_watermark)
             if job is not None:
                 self._background(self._write_snapshot(job))
@@ -234,6 +332,9 @@ class RaftNode:
             await asyncio.to_thread(self.snapshot_actions.abandon, action.snapshot_id)
         elif isinstance(action, raft.InstallSnapshot):
             await asyncio.to_thread(self.snapshot_actions.install, action.snapshot_id)
+            self._update_lag_metrics(self.core.high_watermark)
+            if self.served is not None:
+                self.served.replayed()
         elif isinstance(action, raft.AdvanceLogStartOffset):
             await asyncio.to_thread(self.snapshot_actions.advance_log_start, action.offset)
         elif isinstance(action, raft.ClusterIdCommitted):
@@ -265,6 +366,14 @@ class RaftNode:
             return
         await self.drive(lambda: self.core.on_snapshot_created(self.snapshot_actions.finish_snapshot(job),
                                                                wall_clock_ms()))
+        self._update_lag_metrics(self.core.high_watermark)
+
+    def _update_lag_metrics(self, high_watermark: int) -> None:
+        """KIP-631's MetadataLag and MetadataSnapshotLag at `high_watermark` (the metadata log's
+        last stable offset: it has no transactions)."""
+        self.metrics.set_metadata_lag(high_watermark, self.replayer.applied_offset)
+        latest = self.snapshots.latest_snapshot()
+        self.metrics.set_metadata_snapshot_lag(high_watermark, None if latest is None else latest.offset)
 
     def _append_and_flush(self, batches: bytes) -> None:
         self.log.append(batches)
@@ -303,6 +412,12 @@ class RaftNode:
         while True:
             await asyncio.sleep(TICK_SECONDS)
             await self.drive(lambda: self.core.tick(wall_clock_ms()))
+
+    async def _watch_pause_forever(self, served: ServedImage) -> None:
+        """The KAFKA-6262 pause file takes effect when it appears, not at the next Metadata request."""
+        while True:
+            served.check_pause()
+            await asyncio.sleep(PAUSE_CHECK_SECONDS)
 
     # -- committing through the quorum (the write path controllers and tests use) --------------
 
@@ -344,6 +459,8 @@ class RaftNode:
             tasks.append(asyncio.create_task(self.controller_service.tick_forever()))
         if self.lifecycle is not None:
             tasks.append(asyncio.create_task(self.lifecycle.run()))
+        if self.served is not None:
+            tasks.append(asyncio.create_task(self._watch_pause_forever(self.served)))
         await self._stopped.wait()
         if self._fatal is None and self.config.is_controller:
             await self._resign_gracefully()

@@ -442,7 +442,9 @@ def decode_metadata_record_fast(value: bytes) -> ApiData:
         if decoder is not _STRICT:
             compiled, required = decoder
             try:
-                record, end = compiled(value, 3)
+                # The engine slices without bounds checks, so a length that runs past the end (a tagged
+                # field's size, say) would be cut silently; behind a guard byte it ends past `value`.
+                record, end = compiled(value + _GUARD, 3)
             except Exception:  # struct.error, IndexError, UnicodeDecodeError, ...: the strict path says what
                 pass
             else:
@@ -452,6 +454,7 @@ def decode_metadata_record_fast(value: bytes) -> ApiData:
 
 
 _STRICT: Any = object()
+_GUARD = b"\xff"
 _NOTHING_REQUIRED: Callable[[ApiData], tuple[()]] = lambda record: ()  # noqa: E731
 _DECODERS: dict[tuple[int, int], Any] = {}
 _NESTED = frozenset({MetadataRecordType.REGISTER_BROKER})  # nested struct arrays: strict path only

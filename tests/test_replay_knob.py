@@ -1,0 +1,176 @@
+"""The KAFKA-6262 test knob: a broker whose Metadata answers lag behind what it replayed.
+
+Unit tests drive `ServedImage` with a hand clock. The real-process test starts one controller and
+three brokers: 101 answers as usual; 102 is paused with a `PAUSE_METADATA` file in its metadata
+log dir while topic B is created, so 101 lists B and 102, still answering and still replaying
+(its MetadataLag goes back to 0, it stays unfenced), does not until the file is removed; 103 has
+`quorum.test.metadata.delay.ms` and lists B no sooner than that delay after B was created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from quorum.admin import wait_for_leader
+from quorum.image.image import MetadataImage, empty_image
+from quorum.launcher import LocalCluster
+from quorum.server.config import PAUSE_METADATA, ConfigError, node_config
+from quorum.server.node import ServedImage
+from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_snapshot_processes import metadata_dir, scrape
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# -- ServedImage, by hand --------------------------------------------------------------------------
+
+
+class Replay:
+    """A replayed image that moves on by hand, and a clock that does too."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.image = self.at(-1)
+
+    @staticmethod
+    def at(offset: int) -> MetadataImage:
+        return dataclasses.replace(empty_image("cluster"), offset=offset)
+
+    def advance(self, offset: int, seconds: float = 0.0) -> None:
+        self.now += seconds
+        self.image = self.at(offset)
+
+
+def served(replay: Replay, delay_ms: int, pause_path) -> ServedImage:
+    return ServedImage(lambda: replay.image, delay_ms, pause_path, clock=lambda: replay.now)
+
+
+def test_without_the_knob_answers_come_from_the_replayed_image(tmp_path) -> None:
+    replay = Replay()
+    answers = served(replay, 0, tmp_path / PAUSE_METADATA)
+    for offset in (3, 8):
+        replay.advance(offset)
+        answers.replayed()
+        assert answers.image is replay.image
+
+
+def test_a_delay_answers_from_the_newest_image_at_least_that_old(tmp_path) -> None:
+    replay = Replay()
+    answers = served(replay, 5000, tmp_path / PAUSE_METADATA)  # the boot image at t=100
+    replay.advance(10, seconds=1)  # t=101
+    answers.replayed()
+    assert answers.image.offset == -1  # nothing is 5 s old yet: the image the broker started with
+    replay.advance(20, seconds=2)  # t=103
+    answers.replayed()
+    replay.now = 106.0
+    assert answers.image.offset == 10  # replayed at 101: 5 s old; 20 (at 103) is not yet
+    replay.now = 108.0
+    assert answers.image.offset == 20
+    replay.now = 1000.0
+    assert answers.image.offset == 20  # the latest, once old enough, stays until a newer one is
+    replay.advance(30)
+    answers.replayed()
+    assert answers.image.offset == 20
+    replay.now += 5
+    assert answers.image.offset == 30
+
+
+def test_a_pause_file_freezes_the_answers_until_it_is_removed(tmp_path) -> None:
+    replay = Replay()
+    pause = tmp_path / PAUSE_METADATA
+    answers = served(replay, 0, pause)
+    replay.advance(5)
+    answers.replayed()
+    pause.touch()
+    assert answers.check_pause() and answers.paused  # the periodic check: frozen at offset 5
+    replay.advance(9)
+    answers.replayed()
+    assert answers.image.offset == 5
+    pause.unlink()
+    assert answers.image.offset == 9 and not answers.paused
+
+
+def test_a_pause_seen_first_by_a_request_freezes_the_image_of_then(tmp_path) -> None:
+    replay = Replay()
+    pause = tmp_path / PAUSE_METADATA
+    answers = served(replay, 0, pause)
+    replay.advance(4)
+    pause.touch()
+    assert answers.image.offset == 4
+    replay.advance(7)
+    assert answers.image.offset == 4
+
+
+def test_the_delay_setting_is_checked() -> None:
+    base = {"node.id": "101", "process.roles": "broker", "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://127.0.0.1:9092", "log.dirs": "/tmp/x"}
+    assert node_config(base).test_metadata_delay_ms == 0
+    assert node_config(base | {"quorum.test.metadata.delay.ms": "250"}).test_metadata_delay_ms == 250
+    with pytest.raises(ConfigError, match="quorum.test.metadata.delay.ms"):
+        _ = node_config(base | {"quorum.test.metadata.delay.ms": "-1"}).test_metadata_delay_ms
+    assert str(node_config(base).pause_metadata_path).endswith("__cluster_metadata-0/PAUSE_METADATA")
+
+
+# -- real processes --------------------------------------------------------------------------------
+
+CONTROLLER, LIVE, PAUSED, DELAYED = 1, 101, 102, 103
+DELAY_MS = 6000
+SETTINGS = {"quorum.metrics.port": "0", "broker.heartbeat.interval.ms": "300"}
+BROKER_LAG = "kafka_controller_KafkaServer_MetadataLag"
+
+
+def topics(cluster: LocalCluster, node_id: int) -> set[str]:
+    return set(metadata(cluster.specs[node_id].address)[1])
+
+
+def test_a_paused_broker_answers_with_old_metadata_and_a_delayed_one_late(tmp_path) -> None:
+    cluster = LocalCluster(tmp_path, controllers=1, brokers=3, settings=SETTINGS)
+    cluster.format_storage()  # writes the configurations; 103 gets the delay on top
+    with cluster.specs[DELAYED].config_path.open("a", encoding="utf-8") as config:
+        config.write(f"quorum.test.metadata.delay.ms={DELAY_MS}\n")
+    for node_id in cluster.specs:
+        cluster.start_node(node_id)
+    pause = metadata_dir(cluster, PAUSED) / PAUSE_METADATA
+    try:
+        live = cluster.specs[LIVE].address
+        wait_until("three unfenced brokers", lambda: metadata(live)[0] == {LIVE, PAUSED, DELAYED})
+        admin = AdminClient({"bootstrap.servers": live})
+        create(admin, NewTopic("A", 2, 1))
+        wait_until("A on every broker", lambda: all("A" in topics(cluster, b) for b in (LIVE, PAUSED, DELAYED)))
+
+        pause.touch()
+        wait_until("102 paused", lambda: re.search(r"PAUSE_METADATA exists: Metadata answers paused",
+                                                   cluster.specs[PAUSED].log_path.read_text()))
+        before_b = time.monotonic()
+        create(admin, NewTopic("B", 1, 1))
+        wait_until("B listed by 101", lambda: "B" in topics(cluster, LIVE))
+        seen = topics(cluster, DELAYED)
+        if time.monotonic() - before_b < DELAY_MS / 1000:  # B was replayed after before_b: not served yet
+            assert "B" not in seen, seen
+
+        # 102 answers, from the image it had when the file appeared, while its replay goes on.
+        hw = wait_for_leader(lambda: [cluster.specs[CONTROLLER].address]).high_watermark
+        wait_until("102 replayed B", lambda: (lambda m: m[BROKER_LAG] == 0
+                                              and m["kafka_controller_KafkaController_MetadataSnapshotLag"] >= hw)(
+            scrape(cluster, PAUSED)))
+        for _ in range(3):
+            brokers, answered = metadata(cluster.specs[PAUSED].address)
+            assert "A" in answered and "B" not in answered, answered
+            assert brokers == {LIVE, PAUSED, DELAYED}
+            time.sleep(0.2)
+        assert PAUSED in metadata(live)[0]  # heartbeats carry the replayed offset: 102 stays unfenced
+
+        pause.unlink()
+        wait_until("B listed by 102", lambda: "B" in topics(cluster, PAUSED))
+        assert "PAUSE_METADATA removed: Metadata answers resume" in cluster.specs[PAUSED].log_path.read_text()
+
+        wait_until("B listed by 103", lambda: "B" in topics(cluster, DELAYED))
+        assert time.monotonic() - before_b >= DELAY_MS / 1000
+    finally:
+        pause.unlink(missing_ok=True)
+        cluster.stop()
