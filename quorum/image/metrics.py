@@ -59,8 +59,7 @@ The histograms are in milliseconds, as the names say; a histogram also exposes t
 
 Every `NodeMetrics` has its own CollectorRegistry rather than prometheus_client's global one,
 because several nodes can live in one process (the simulator, tests) and each must report its
-own figures; a node serves its registry on its own port (`serve`). `SnapshotMetrics` is the
-class's former name, kept for the code that only records snapshot metrics.
+own figures; a node serves its registry on its own port (`serve`).
 """
 
 from __future__ import annotations
@@ -205,5 +204,4 @@ class NodeMetrics:
             thread.join()
 
 
-SnapshotMetrics = NodeMetrics
 """The former name, from when the class held KIP-630's metrics only."""

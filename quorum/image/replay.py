@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from quorum.image.metrics import SnapshotMetrics
+from quorum.image.metrics import NodeMetrics
 from quorum.image.records_state import MetadataRecordsState
 from quorum.image.snapshot_policy import SnapshotPolicy
 from quorum.log.snapshot import SnapshotDirectory, SnapshotReader, SnapshotWriter
@@ -101,7 +101,7 @@ class MetadataReplayer:
         log: ReplayLog,
         state: MetadataRecordsState,
         policy: SnapshotPolicy,
-        metrics: SnapshotMetrics | None = None,
+        metrics: NodeMetrics | None = None,
         snapshots: SnapshotDirectory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from quorum.image.metrics import NodeMetrics, SnapshotMetrics
+from quorum.image.metrics import NodeMetrics
 
 GEN = "kafka_controller_KafkaController_GenSnapshotLatencyMs"
 LOAD = "kafka_controller_KafkaController_LoadSnapshotLatencyMs"
@@ -27,7 +27,7 @@ def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def test_the_four_metrics_of_kip_630() -> None:
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     metrics.observe_gen_latency(3.0)
     metrics.observe_gen_latency(40_000.0)
     metrics.observe_load_latency(0.5)
@@ -49,7 +49,6 @@ def names(metrics: NodeMetrics) -> set[str]:
 
 def test_the_metrics_of_kip_631_on_a_controller() -> None:
     metrics = NodeMetrics(controller=True, broker=False)
-    assert SnapshotMetrics is NodeMetrics
     metrics.set_metadata_lag(high_watermark=120, applied_offset=100)
     metrics.set_metadata_snapshot_lag(high_watermark=120, snapshot_offset=90)
     metrics.observe_commit(3, 4.0)
@@ -99,7 +98,7 @@ def test_lags_never_go_below_zero_and_no_snapshot_counts_as_offset_zero() -> Non
 
 
 def test_each_node_has_its_own_registry() -> None:
-    a, b = SnapshotMetrics(), SnapshotMetrics()  # no "Duplicated timeseries" from a shared registry
+    a, b = NodeMetrics(), NodeMetrics()  # no "Duplicated timeseries" from a shared registry
     a.set_snapshot_lag(5)
     b.set_snapshot_lag(9)
     assert samples(a.render())[(LAG, ())] == 5
@@ -107,7 +106,7 @@ def test_each_node_has_its_own_registry() -> None:
 
 
 def test_served_over_http_on_a_free_port() -> None:
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     metrics.set_snapshot_size(123)
     port = metrics.serve(0)
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from quorum.image.metrics import SnapshotMetrics
+from quorum.image.metrics import NodeMetrics
 from quorum.image.records_state import EntityKind, MetadataRecordsState
 from quorum.image.replay import MetadataReplayer, ReplayError
 from quorum.image.snapshot_policy import SnapshotPolicy
@@ -83,12 +83,12 @@ def log_with_history(directory: Path, count: int = len(BATCHES)) -> Log:
 
 
 def replayer(directory: Path, log: Log | MemoryLog, policy: SnapshotPolicy = NEVER,
-             metrics: SnapshotMetrics | None = None, clock=None) -> MetadataReplayer:
+             metrics: NodeMetrics | None = None, clock=None) -> MetadataReplayer:
     options = {} if clock is None else {"clock": clock}
     return MetadataReplayer(directory, log, MetadataRecordsState(), policy, metrics, **options)
 
 
-def metric(metrics: SnapshotMetrics, name: str) -> float:
+def metric(metrics: NodeMetrics, name: str) -> float:
     for family in text_string_to_metric_families(metrics.render().decode()):
         for sample in family.samples:
             if sample.name == "kafka_controller_KafkaController_" + name:
@@ -123,7 +123,7 @@ def test_catch_up_applies_whole_batches_below_the_high_watermark(tmp_path: Path)
 
 
 def test_a_snapshot_is_written_at_the_applied_offset_with_the_last_batchs_epoch(tmp_path: Path) -> None:
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     with log_with_history(tmp_path) as log:
         replay = replayer(tmp_path, log, metrics=metrics)
         replay.boot()
@@ -202,7 +202,7 @@ def test_a_corrupt_snapshot_is_refused_with_its_path_and_position_and_nothing_is
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     with Log(tmp_path) as log:
         second = replayer(tmp_path, log, metrics=metrics)
         second.state.apply(0, register(9))
@@ -223,7 +223,7 @@ def test_load_latency_is_timed_with_the_clock(tmp_path: Path) -> None:
         first.catch_up(END)
         first.snapshot_now()
     ticks = iter([100.0, 100.25])
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     with Log(tmp_path) as log:
         second = replayer(tmp_path, log, metrics=metrics, clock=lambda: next(ticks))
         second.boot()
@@ -260,7 +260,7 @@ def test_install_replaces_the_state_and_restarts_a_log_behind_it(tmp_path: Path)
         leader.boot()
         leader.catch_up(BOUNDARIES[7])
         snapshot_id = leader.snapshot_now()
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     with log_with_history(follower_dir, count=2) as log:
         follower = replayer(follower_dir, log, metrics=metrics)
         follower.boot()
@@ -291,7 +291,7 @@ def test_catch_up_refuses_a_log_that_starts_past_the_state(tmp_path: Path) -> No
 
 
 def test_snapshot_lag_without_a_snapshot_counts_from_the_log_start(tmp_path: Path) -> None:
-    metrics = SnapshotMetrics()
+    metrics = NodeMetrics()
     with log_with_history(tmp_path) as log:
         replay = replayer(tmp_path, log, metrics=metrics)
         replay.boot()
