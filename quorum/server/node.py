@@ -175,6 +175,14 @@ class RaftNode:
                                   config.max_frame_bytes)
             for v in config.voters if v.node_id != config.node_id
         }
+        # A second connection to each controller for the broker's own requests (registration, heartbeats,
+        # forwarded admin requests), as Kafka's brokers keep a controller channel apart from replication:
+        # on the Raft connection they would queue behind a Fetch the leader holds for up to 500 ms.
+        self.controller_channels = {
+            v.node_id: PeerClient(v.host, v.port, f"broker-{config.node_id}-to-controller", config.request_timeout_ms,
+                                  config.max_frame_bytes)
+            for v in config.voters if v.node_id != config.node_id
+        } if config.is_broker and not config.is_controller else {}
         self.dispatcher = Dispatcher()
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
@@ -217,8 +225,8 @@ class RaftNode:
         return wall_clock_ms()
 
     def controller_peer(self) -> PeerClient | None:
-        """The active controller (the quorum leader), when this node knows one and can reach it."""
-        return self.peers.get(self.core.leader_id)
+        """The channel to the active controller (the quorum leader), when this node knows one."""
+        return self.controller_channels.get(self.core.leader_id)
 
     def _serve_as_broker(self) -> None:
         """Metadata from the replayed image, admin requests forwarded to the active controller, and
@@ -467,7 +475,7 @@ class RaftNode:
         for task in tasks:
             task.cancel()
         await self.listener.close()
-        for peer in self.peers.values():
+        for peer in (*self.peers.values(), *self.controller_channels.values()):
             await peer.close()
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
