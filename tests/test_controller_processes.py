@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import KafkaAdminClient
 
 from quorum.admin import wait_for_leader
@@ -139,6 +139,16 @@ def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
             assert {"orders", "payments"} <= set(kafka_python.list_topics())
         finally:
             kafka_python.close()
+
+        # Topic configs: set through a broker with IncrementalAlterConfigs, read back with DescribeConfigs.
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "orders", incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=60)
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "orders")])
+        [configs] = [future.result(timeout=60) for future in described.values()]
+        assert configs["retention.ms"].value == "3600000"
+        assert not configs["retention.ms"].is_default and configs["cleanup.policy"].is_default
 
         # A broker dies: fenced within the session timeout, its partitions led by others, epochs higher.
         victim = topics["orders"].partitions[0].leader
