@@ -28,14 +28,13 @@ an image has nowhere to put them, and Kafka's broker would stop on them.)
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
-import struct
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import overload
 
 from quorum.image.delta import MetadataDelta
 from quorum.image.image import BrokerRegistration, MetadataImage, PartitionInfo, TopicInfo, empty_image
+from quorum.image.state_machine import SnapshotCounts
 from quorum.wire import metadata_records as mr
 from quorum.wire.metadata_records import (
     ZERO_UUID,
@@ -46,7 +45,6 @@ from quorum.wire.metadata_records import (
 
 logger = logging.getLogger(__name__)
 
-_LENGTH = struct.Struct(">I")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,7 +173,7 @@ class ImageSnapshot(Sequence[bytes]):
 # The state machine.
 
 
-class ImageState:
+class ImageState(SnapshotCounts):
     """The replayed metadata image, with MetadataRecordsState's interface; see the module docstring.
 
     Change accounting for KIP-630's ``metadata.snapshot.min.changed_records.ratio`` reads the KIP
@@ -327,26 +325,5 @@ class ImageState:
 
     def mark_snapshot(self) -> None:
         """The state was just written to a snapshot (or loaded from one): restart the change counts."""
-        self._records_in_snapshot = len(self)
-        self._changed = 0
+        super().mark_snapshot()
         self._counted.clear()
-
-    @property
-    def records_in_snapshot(self) -> int:
-        """How many records the state had at the last `load` or `mark_snapshot`."""
-        return self._records_in_snapshot
-
-    @property
-    def changed_records(self) -> int:
-        """How many records have changed since the last `load` or `mark_snapshot` (see the class docstring)."""
-        return self._changed
-
-    # -- inspection ------------------------------------------------------------------------------
-
-    def digest(self) -> str:
-        """SHA-256 of `snapshot_values()` in order: equal digests mean identical snapshots."""
-        hasher = hashlib.sha256()
-        for value in self.snapshot_values():
-            hasher.update(_LENGTH.pack(len(value)))
-            hasher.update(value)
-        return hasher.hexdigest()

@@ -30,15 +30,12 @@ snapshot and replayed the rest, so two replicas at the same offset write identic
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Hashable, Iterable, Iterator
 from enum import Enum
 from typing import Any
 
+from quorum.image.state_machine import SnapshotCounts
 from quorum.wire.metadata_records import MetadataRecordError, MetadataRecordType, metadata_record_key
-
-_LENGTH = struct.Struct(">I")
 
 
 class EntityKind(Enum):
@@ -89,7 +86,7 @@ class _Table:
         return -len(values), len(values) - self.marks.pop(key, 0)
 
 
-class MetadataRecordsState:
+class MetadataRecordsState(SnapshotCounts):
     """The committed metadata records compacted by entity; see the module docstring.
 
     Change accounting for KIP-630's ``metadata.snapshot.min.changed_records.ratio``
@@ -229,30 +226,11 @@ class MetadataRecordsState:
 
     def mark_snapshot(self) -> None:
         """The state was just written to a snapshot (or loaded from one): restart the change counts."""
-        self._records_in_snapshot = self._records
-        self._changed = 0
+        super().mark_snapshot()
         for table in self._tables.values():
             table.marks.clear()
 
-    @property
-    def records_in_snapshot(self) -> int:
-        """How many records the state had at the last `load` or `mark_snapshot`."""
-        return self._records_in_snapshot
-
-    @property
-    def changed_records(self) -> int:
-        """How many records have changed since the last `load` or `mark_snapshot` (see the class docstring)."""
-        return self._changed
-
     # -- inspection ------------------------------------------------------------------------------
-
-    def digest(self) -> str:
-        """SHA-256 of `snapshot_values()` in order: equal digests mean identical snapshots."""
-        hasher = hashlib.sha256()
-        for value in self._iter_values():
-            hasher.update(_LENGTH.pack(len(value)))
-            hasher.update(value)
-        return hasher.hexdigest()
 
     def keys(self, kind: EntityKind) -> list[Any]:
         """The keys of the entities of `kind` (see `quorum.wire.metadata_records.RecordKey`), in snapshot order."""

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Protocol
 
 from quorum.image.metrics import NodeMetrics
-from quorum.image.records_state import MetadataRecordsState
 from quorum.image.snapshot_policy import SnapshotPolicy
+from quorum.image.state_machine import ReplayedState
 from quorum.log.snapshot import SnapshotDirectory, SnapshotReader, SnapshotWriter
 from quorum.raft.interface import OffsetAndEpoch
 from quorum.wire.records import RecordBatch
@@ -99,7 +99,7 @@ class MetadataReplayer:
         self,
         directory: Path | str,
         log: ReplayLog,
-        state: MetadataRecordsState,
+        state: ReplayedState,
         policy: SnapshotPolicy,
         metrics: NodeMetrics | None = None,
         snapshots: SnapshotDirectory | None = None,
