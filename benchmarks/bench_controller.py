@@ -62,7 +62,6 @@ import os
 import random
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,6 +76,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.table import print_table, progress  # noqa: E402
+from benchmarks.table import run_child as run_step
 
 TOPICS = int(os.environ.get("BENCH_CONTROLLER_TOPICS", "100000"))
 PARTITIONS = 10
@@ -270,19 +270,8 @@ def fence_child() -> dict[str, Any]:
 
 
 def run_child() -> dict[str, Any]:
-    """Steps 1 and 2 in a child process; its progress lines are passed on, its last line is the result."""
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_controller", "--child"], cwd=ROOT,
-                               stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert process.stdout is not None
-    last = ""
-    for line in process.stdout:
-        if line.startswith("... "):
-            print(line, end="", flush=True)
-        elif line.strip():
-            last = line
-    if process.wait() != 0:
-        raise RuntimeError(f"the fence child failed (exit {process.returncode})")
-    return json.loads(last)
+    """Steps 1 and 2 in a child process (see `benchmarks.table.run_child`)."""
+    return run_step("benchmarks.bench_controller")
 
 
 # -- step 3: real processes ---------------------------------------------------------------------------

@@ -60,7 +60,6 @@ import random
 import re
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +73,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.table import print_table, progress  # noqa: E402
+from benchmarks.table import run_child as run_step
 from quorum.admin import wait_for_leader  # noqa: E402
 from quorum.image.records_state import MetadataRecordsState  # noqa: E402
 from quorum.image.replay import MetadataReplayer  # noqa: E402
@@ -240,20 +240,8 @@ def child_main(mode: str, argument: str) -> None:
 
 
 def run_child(mode: str, argument: str) -> dict[str, float]:
-    """Run a step in a child process; its progress lines are passed on as they come, its last
-    line is the JSON result."""
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_snapshot", "--child", mode, argument],
-                               cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert process.stdout is not None
-    last = ""
-    for line in process.stdout:
-        if line.startswith("... "):
-            print(line, end="", flush=True)
-        elif line.strip():
-            last = line
-    if process.wait() != 0:
-        raise RuntimeError(f"the {mode} child failed (exit {process.returncode})")
-    return json.loads(last)
+    """Run a step in a child process (see `benchmarks.table.run_child`)."""
+    return run_step("benchmarks.bench_snapshot", mode, argument)
 
 
 # -- raw reads ---------------------------------------------------------------------------------------

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def rate(fn: Callable[[], object], min_seconds: float = 1.0, min_runs: int = 3) -> float:
@@ -43,3 +50,21 @@ def _fmt(value: object) -> str:
 
 def progress(message: str) -> None:
     print(f"... {message}", flush=True)
+
+
+def run_child(module: str, *arguments: str) -> dict[str, Any]:
+    """Run `python -m module --child arguments...` (a step that must have its own process: its own
+    peak memory, a clean heap); its progress lines ("... ") are passed on as they come, its last
+    line is its JSON result."""
+    process = subprocess.Popen([sys.executable, "-m", module, "--child", *arguments], cwd=ROOT,
+                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert process.stdout is not None
+    last = ""
+    for line in process.stdout:
+        if line.startswith("... "):
+            print(line, end="", flush=True)
+        elif line.strip():
+            last = line
+    if process.wait() != 0:
+        raise RuntimeError(f"the child step {module} {' '.join(arguments)} failed (exit {process.returncode})")
+    return json.loads(last)
