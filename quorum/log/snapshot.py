@@ -133,7 +133,34 @@ def _publish(fd: int, size: int, partial: Path, final: Path) -> SnapshotSummary:
     return summary
 
 
-class SnapshotWriter:
+class _PartialFile:
+    """The `.checkpoint.part` a snapshot is written or fetched into, and the two ways it ends short
+    of a complete snapshot: given up (removed), or left by a crash (removed at the next start-up)."""
+
+    partial_path: Path
+    _fd: int
+    _state: str  # "open", "failed", "closing", then "frozen" (written) or "complete" (fetched), or "aborted"
+
+    def close_without_cleanup(self) -> None:
+        """What `kill -9` leaves: the part file stays as it is, to be removed at the next start-up
+        (`clean_partial_snapshots`) and never loaded. For crash tests and the simulator."""
+        if self._state == "open":
+            self._state = "aborted"
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
+    def abort(self) -> None:
+        """Give up: close and remove the part file. Harmless once finished or aborted."""
+        if self._state in ("frozen", "complete", "aborted"):
+            return
+        self._state = "aborted"
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        with contextlib.suppress(FileNotFoundError):
+            self.partial_path.unlink()
+
+
+class SnapshotWriter(_PartialFile):
     """Writes the local state machine's snapshot `snapshot_id`; see the module docstring.
 
     Use as a context manager: leaving the block without `freeze()` (or with an exception)
@@ -237,25 +264,6 @@ class SnapshotWriter:
         logger.info("%s: snapshot frozen, %d bytes", self.path, self._size)
         return self._size
 
-    def close_without_cleanup(self) -> None:
-        """What `kill -9` in the middle of writing leaves: the part file stays as it is, to be removed
-        at the next start-up (`clean_partial_snapshots`) and never loaded. For crash tests and the
-        simulator."""
-        if self._state == "open":
-            self._state = "aborted"
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-
-    def abort(self) -> None:
-        """Give up: close and remove the part file. Harmless after freeze or a previous abort."""
-        if self._state in ("frozen", "aborted"):
-            return
-        self._state = "aborted"
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        with contextlib.suppress(FileNotFoundError):
-            self.partial_path.unlink()
-
     def _drain(self) -> None:
         """Write the gathered values as one batch."""
         if not self._pending:
@@ -282,7 +290,7 @@ class SnapshotWriter:
             raise SnapshotError(f"cannot {action} {self.partial_path.name}: the writer is {self._state}")
 
 
-class SnapshotFetchWriter:
+class SnapshotFetchWriter(_PartialFile):
     """A follower's copy of the leader's snapshot `snapshot_id`, built from FetchSnapshot chunks.
 
     `position` is where the next request's Position must point. `append_chunk` takes each
@@ -373,23 +381,6 @@ class SnapshotFetchWriter:
         logger.info("%s: snapshot fetched, %d bytes", self.path, size)
         return True
 
-    def close_without_cleanup(self) -> None:
-        """What `kill -9` leaves: the part file stays as it is, to be removed at the next start-up
-        (`clean_partial_snapshots`) and never loaded. For crash tests and the simulator."""
-        if self._state == "open":
-            self._state = "aborted"
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-
-    def abort(self) -> None:
-        """Give up the fetch: close and remove the part file. Harmless once complete or aborted."""
-        if self._state in ("complete", "aborted"):
-            return
-        self._state = "aborted"
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        with contextlib.suppress(FileNotFoundError):
-            self.partial_path.unlink()
 
 
 def _read_chunk(fd: int, path: Path, size: int, position: int, max_bytes: int) -> bytes:
