@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from quorum.admin import wait_for_leader
+from quorum.broker.served_image import ServedImage
 from quorum.image.image import MetadataImage, empty_image
 from quorum.launcher import LocalCluster
 from quorum.server.config import PAUSE_METADATA, ConfigError, node_config
-from quorum.server.node import ServedImage
 from tests.test_controller_processes import create, metadata, wait_until
 from tests.test_snapshot_processes import metadata_dir, scrape
 
