@@ -157,7 +157,7 @@ def brokers_demo(cluster: LocalCluster) -> None:
     brokers = [s for s in cluster.specs.values() if s.role == "broker"]
     bootstrap = ",".join(s.address for s in brokers)
     print(f"\n== Part 4: brokers {[s.node_id for s in brokers]} (bootstrap servers {bootstrap})")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     futures = admin.create_topics([NewTopic("orders", 4, 2), NewTopic("payments", 2, 2)], request_timeout=30)
     for name, future in futures.items():
         future.result(timeout=60)
