@@ -17,12 +17,12 @@ child that only imports the same modules gives the interpreter's baseline.
 Two loads are measured:
 
 * "node load" is what a node does at start-up (`quorum.server.node`): `MetadataReplayer.boot()`
-  reads and validates the whole snapshot, then loads its values into `MetadataRecordsState`
-  (the state a node keeps), and tells the log its boundary. The node keeps that state, so its
+  reads and validates the whole snapshot, then loads its values into `ImageState`
+  (the metadata image a node keeps), and tells the log its boundary. The node keeps that state, so its
   peak memory is the node's own.
 * "read + decode, streamed" validates, iterates and fully decodes every record with
   `decode_metadata_record`, dropping each: the file's cost without any state (a node does not
-  decode records fully to load them; `MetadataRecordsState` reads only their keys).
+  decode records with the schema engine's generic path; `ImageState` uses the compiled one).
 
 FetchSnapshot is measured between two real node processes (`quorum.launcher.LocalCluster`, `quorum
 start`, on 127.0.0.1): a controller (node 1, the only voter, so it elects itself) whose metadata
@@ -75,7 +75,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
 from benchmarks.table import print_table, progress  # noqa: E402
 from benchmarks.table import run_child as run_step
 from quorum.admin import wait_for_leader  # noqa: E402
-from quorum.image.records_state import MetadataRecordsState  # noqa: E402
+from quorum.image.image_state import ImageState  # noqa: E402
 from quorum.image.replay import MetadataReplayer  # noqa: E402
 from quorum.image.snapshot_policy import SnapshotPolicy  # noqa: E402
 from quorum.launcher import LocalCluster  # noqa: E402
@@ -194,8 +194,8 @@ def load(path: Path) -> dict[str, float]:
     }  # fmt: skip
 
 
-class _TimedState(MetadataRecordsState):
-    """MetadataRecordsState that times its `load` (the rest of `boot` is reading the file)."""
+class _TimedState(ImageState):
+    """ImageState (the state a node keeps) that times its `load` (the rest of `boot` is reading the file)."""
 
     load_seconds = 0.0
 
@@ -207,7 +207,7 @@ class _TimedState(MetadataRecordsState):
 
 def node_load(directory: Path) -> dict[str, float]:
     """What a node does at start-up (quorum.server.node.RaftNode): open the log, then
-    MetadataReplayer.boot() loads the latest snapshot into MetadataRecordsState."""
+    MetadataReplayer.boot() loads the latest snapshot into ImageState."""
     clock = time.perf_counter
     opened = clock()
     log = Log(directory)
@@ -519,7 +519,7 @@ def main() -> None:
         progress("read + decode, streamed (a child process, file dropped from the page cache first)")
         drop_from_cache(path)
         loaded = run_child("load", str(path))
-        progress("node load: MetadataReplayer.boot into MetadataRecordsState (a child process, file cold)")
+        progress("node load: MetadataReplayer.boot into ImageState (a child process, file cold)")
         boot_dir = workdir / "node-load"
         boot_dir.mkdir()
         os.link(path, snapshot_path(boot_dir, SNAPSHOT_ID))
@@ -557,11 +557,11 @@ def main() -> None:
             "node load (start-up)",
             booted["boot"],
             cold,
-            "MetadataReplayer.boot -> MetadataRecordsState, file cold (child)",
+            "MetadataReplayer.boot -> ImageState, file cold (child)",
             booted["peak_rss_mb"],
         ),
         row("  read snapshot", booted["read"], cold, "SnapshotReader: validate + all values in a list"),
-        row("  state.load", booted["state_load"], warm, "MetadataRecordsState.load (record keys, compaction)"),
+        row("  state.load", booted["state_load"], warm, "ImageState.load (decode, build the image)"),
         row(
             "  state held after load",
             None,
