@@ -32,7 +32,7 @@ import base64
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,7 +259,6 @@ class QuorumController:
         """CreateTopics: TopicRecord (with its topic epoch), ConfigRecords, PartitionRecords per topic."""
         schema = APIS[CREATE_TOPICS].response
         result, config_entry = schema.CreatableTopicResult, schema.CreatableTopicResult.CreatableTopicConfigs
-        counts = Counter(topic.name for topic in request.topics)
         unified = {unify_collision_chars(name): name for name in view.topics if has_collision_chars(name)}
         registered = view.registrations.keys()
         usable = self._usable_brokers(view)
@@ -267,14 +266,10 @@ class QuorumController:
         taken: set[uuid.UUID] = set()
         out: list[Any] = []
         results = []
-        seen: set[str] = set()
-        for topic in request.topics:
+        for topic, duplicated in _each_name_once(request.topics):
             name = topic.name
-            if name in seen:
-                continue
-            seen.add(name)
             try:
-                if counts[name] > 1:
+                if duplicated:
                     raise duplicate_topic()
                 check_new_topic_name(name, view.topics, unified)
                 configs = cfg.check_topic_configs((c.name, c.value) for c in topic.configs)
@@ -366,20 +361,15 @@ class QuorumController:
         """CreatePartitions: the topic's TopicRecord again with a new topic epoch, then the new PartitionRecords."""
         schema = APIS[CREATE_PARTITIONS].response
         result = schema.CreatePartitionsTopicResult
-        counts = Counter(topic.name for topic in request.topics)
         registered = view.registrations.keys()
         usable = self._usable_brokers(view)
         epoch = _epoch(view)
         out: list[Any] = []
         results = []
-        seen: set[str] = set()
-        for asked in request.topics:
+        for asked, duplicated in _each_name_once(request.topics):
             name = asked.name
-            if name in seen:
-                continue
-            seen.add(name)
             try:
-                if counts[name] > 1:
+                if duplicated:
                     raise duplicate_topic()
                 topic = view.topics.get(name)
                 if topic is None:
@@ -575,6 +565,18 @@ class QuorumController:
                 continue
             taken.add(topic_id)
             return topic_id
+
+
+def _each_name_once(topics: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """Each topic a request names, once, and whether it was named more than once (Kafka answers a
+    duplicated name once, with INVALID_REQUEST, and creates nothing for it)."""
+    topics = list(topics)
+    counts = Counter(topic.name for topic in topics)
+    seen: set[str] = set()
+    for topic in topics:
+        if topic.name not in seen:
+            seen.add(topic.name)
+            yield topic, counts[topic.name] > 1
 
 
 def _epoch(view: ControllerView) -> int:
