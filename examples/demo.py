@@ -23,6 +23,7 @@ import time
 
 from quorum.admin import QuorumStatus, commit_values, format_replication, format_status, wait_for_leader
 from quorum.launcher import LocalCluster, start_standalone
+from quorum.log.log import Log
 from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset
 from quorum.server.config import node_config
 from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
@@ -113,20 +114,28 @@ def quorum_demo() -> None:
 
 def snapshot_demo(cluster: LocalCluster, down: int) -> None:
     """While `down` stays down, commit config changes until the leader's log starts past where
-    `down`'s log ends; restarted, `down` must fetch a snapshot to catch up."""
-    print(f"\n== Part 3: snapshots (KIP-630); node {down} stays down while the others commit 400 config changes")
-    values = [encode_metadata_record(ConfigRecord(version=0, resource_type=2, resource_name="orders",
-                                                  name=f"retention-{n % 20}", value=str(n))) for n in range(400)]
-    for chunk in range(0, len(values), 20):
-        commit(cluster, values[chunk:chunk + 20])
-    leader = leader_status(cluster)
-    directory = node_config(cluster.properties(cluster.specs[leader.leader_id])).metadata_log_dir
-    for _ in range(50):  # the start offset is recorded first, then the older snapshots go
+    `down`'s log ends; restarted, `down` must fetch a snapshot to catch up. The replicas snapshot
+    in turns the active controller gives them (KIP-631), which resigns for its own."""
+    print(f"\n== Part 3: snapshots (KIP-630, turns by KIP-631); node {down} stays down while the others commit")
+    with Log(node_config(cluster.properties(cluster.specs[down])).metadata_log_dir) as stopped:
+        down_end = stopped.end_offset
+    committed = 0
+    start, snapshots, leader = 0, [], leader_status(cluster)
+    while start <= down_end and committed < 4000:
+        values = [encode_metadata_record(ConfigRecord(version=0, resource_type=2, resource_name="orders",
+                                                      name=f"retention-{n % 20}", value=str(n)))
+                  for n in range(committed, committed + 20)]
+        commit(cluster, values)
+        committed += len(values)
+        leader = leader_status(cluster)
+        directory = node_config(cluster.properties(cluster.specs[leader.leader_id])).metadata_log_dir
         start = read_start_offset(directory / START_OFFSET_NAME) or 0
-        snapshots = sorted(p.name for p in directory.glob("*.checkpoint"))
-        if all(int(name.split("-")[0]) >= start for name in snapshots):
-            break
-        time.sleep(0.1)
+        snapshots = sorted(p.name for p in directory.glob("*.checkpoint") if int(p.name.split("-")[0]) >= start)
+    print(f"... {committed} config changes committed")
+    for node_id in sorted(cluster.specs):
+        for line in cluster.specs[node_id].log_path.read_text().splitlines():
+            if "snapshot turn:" in line:
+                print(f"   node {node_id}: " + line.split("snapshot turn: ", 1)[-1])
     print(f"... node {leader.leader_id} (leader): log start offset {start}, snapshots {snapshots}")
     print(f"... restarting node {down}: its log ends below the leader's log start")
     cluster.start_node(down)

@@ -2,6 +2,7 @@
 and move their log start offset past its log end rejoins by FetchSnapshot and catches up; an
 observer started afterwards does the same. Afterwards every replica, loaded from its latest
 snapshot plus its log, holds exactly the state of replaying every committed record in order.
+The snapshots are KIP-631's: each in a turn the active controller gave, which resigned for its own.
 """
 
 from __future__ import annotations
@@ -121,9 +122,21 @@ def test_stopped_voter_and_late_observer_rejoin_by_fetch_snapshot(tmp_path):
 
         cluster.start_node(victim)  # behind the leader's log start: it must fetch a snapshot
         cluster.start_node(BROKER)  # a new observer, with an empty log: the same
-        tail = [config_value(n) for n in range(600, 640)]
-        commit_many(cluster, tail)
-        committed += tail
+        # KIP-631: replicas snapshot one at a time, in turns the active controller gives, and a
+        # follower's log start follows the leader's: more rounds of commits until every log moved.
+        rounds = iter(range(600, 2000, 40))
+
+        def every_log_start_moved() -> bool:
+            if all((read_start_offset(metadata_dir(cluster, n) / START_OFFSET_NAME) or 0) > 0
+                   for n in (1, 2, 3, BROKER)):
+                return True
+            first = next(rounds)
+            tail = [config_value(n) for n in range(first, first + 40)]
+            commit_many(cluster, tail)
+            committed.extend(tail)
+            return False
+
+        wait_until("every replica to move its log start offset", every_log_start_moved, timeout_s=120)
         wait_for_everyone(cluster, 4)
         for node_id in (1, 2, 3, BROKER):
             metrics = scrape(cluster, node_id)
@@ -151,3 +164,6 @@ def test_stopped_voter_and_late_observer_rejoin_by_fetch_snapshot(tmp_path):
     for node_id in (victim, BROKER):
         text = cluster.specs[node_id].log_path.read_text()
         assert "snapshot fetched" in text, f"node {node_id} did not rejoin by FetchSnapshot:\n{text[-3000:]}"
+    logs = "".join(cluster.specs[n].log_path.read_text() for n in (1, 2, 3))
+    assert "the active controller resigns to write its snapshot" in logs, "the leader snapshotted in place"
+    assert "may write a snapshot (voters' lane" in logs, "no voter was given its turn"

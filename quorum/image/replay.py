@@ -263,15 +263,24 @@ class MetadataReplayer:
         it would not be newer than the latest snapshot (or nothing was applied yet)."""
         return self._write_snapshot() if self._can_snapshot() else None
 
+    @property
+    def snapshot_due(self) -> bool:
+        """The policy says a snapshot should be taken now, and one could be (newer than the latest,
+        none being written): what a replica reports to the active controller (KIP-631)."""
+        return self._can_snapshot() and self.policy.should_snapshot(
+            self.state.changed_records, self.state.records_in_snapshot, self._bytes_since_snapshot)
+
+    @property
+    def snapshot_in_progress(self) -> bool:
+        """A snapshot job was begun and is not finished or abandoned yet."""
+        return self._job is not None
+
     def begin_snapshot(self) -> SnapshotJob | None:
         """`maybe_snapshot` in two steps, for a driver that must not stop while the file is written
         (a node's core answers heartbeats meanwhile): when the policy says so, capture the state
         now and return the job; `job.write()` may then run on another thread while replay goes on,
         and `finish_snapshot(job)` records it. One job at a time."""
-        if not self._can_snapshot() or not self.policy.should_snapshot(
-                self.state.changed_records, self.state.records_in_snapshot, self._bytes_since_snapshot):
-            return None
-        return self._capture()
+        return self._capture() if self.snapshot_due else None
 
     def finish_snapshot(self, job: SnapshotJob) -> OffsetAndEpoch:
         """The job's file is complete: it is the latest snapshot now (listing, log boundary, metrics)."""

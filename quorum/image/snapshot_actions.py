@@ -96,10 +96,14 @@ class SnapshotActions:
 
     # -- replaying ---------------------------------------------------------------------------------
 
-    def catch_up(self, high_watermark: int) -> SnapshotJob | None:
-        """HighWatermarkAdvanced, for a driver that writes snapshots in the background: apply what
-        is committed; a snapshot job to `write()` off the core's path, then `finish_snapshot`."""
+    def catch_up(self, high_watermark: int) -> None:
+        """HighWatermarkAdvanced, for a driver that writes snapshots in the background when the
+        active controller lets it (KIP-631): apply what is committed; `begin_snapshot` is separate."""
         self.replayer.catch_up(high_watermark)
+
+    def begin_snapshot(self) -> SnapshotJob | None:
+        """A snapshot job to `write()` off the core's path, then `finish_snapshot`, when the policy
+        says one is due; None otherwise."""
         return self.replayer.begin_snapshot()
 
     def finish_snapshot(self, job: SnapshotJob) -> OffsetAndEpoch:

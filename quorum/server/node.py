@@ -30,6 +30,7 @@ from quorum.broker.forwarding import register_forwarding
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.broker.served_image import ServedImage
 from quorum.controller.controller import ControllerConfig
+from quorum.controller.snapshot_coordinator import OwnSnapshot
 from quorum.image.image import MetadataImage
 from quorum.image.image_state import ImageState
 from quorum.image.metrics import NodeMetrics
@@ -50,6 +51,7 @@ from quorum.server.listener import KafkaListener
 from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.refusals import refuse
+from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.wire.errors import WireError
 from quorum.wire.protocol import Request
@@ -60,6 +62,7 @@ TICK_SECONDS = 0.01
 METADATA = 3
 BROKER_READY_WAIT_S = 10.0
 PAUSE_CHECK_SECONDS = 0.1
+SNAPSHOT_TURN_SECONDS = 0.2
 
 
 def wall_clock_ms() -> int:
@@ -81,8 +84,8 @@ class RaftNode:
         # The image brokers answer Metadata from; brokers list the endpoints of this listener name.
         self.image_state = ImageState(listener=client.name if client is not None else None,
                                       controller_id=config.node_id)
-        self.replayer = MetadataReplayer(directory, self.log, self.image_state,
-                                         SnapshotPolicy.from_config(config.extra), self.metrics, self.snapshots)
+        policy = SnapshotPolicy.from_config(config.extra)
+        self.replayer = MetadataReplayer(directory, self.log, self.image_state, policy, self.metrics, self.snapshots)
         self.replayer.boot()
         self.snapshot_actions = SnapshotActions(self.replayer, self.snapshots)
         if cluster_id is None and self.replayer.cluster_id is not None:
@@ -96,6 +99,10 @@ class RaftNode:
         self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms(),
                              snapshots=self.snapshots)
         self._update_lag_metrics(self.core.high_watermark)
+        # KIP-631: the active controller says when each replica may write its snapshot.
+        self.snapshot_turns = SnapshotTurns(
+            config.node_id, (v.node_id for v in config.voters), config.quorum().fetch_timeout_ms,
+            degraded_min_bytes(config.extra, policy.max_record_bytes_between_snapshots), self.replayer)
         self.peers = {
             v.node_id: PeerClient(v.host, v.port, f"raft-node-{config.node_id}", config.request_timeout_ms,
                                   config.max_frame_bytes)
@@ -250,13 +257,11 @@ class RaftNode:
         elif isinstance(action, raft.HighWatermarkAdvanced):
             # Replayed first: whoever waited for this commit then reads a state that holds it.
             self._update_lag_metrics(action.high_watermark)
-            job = await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
+            await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
             self._update_lag_metrics(action.high_watermark)
             if self.served is not None:
                 self.served.replayed()
             self._release_hw_waiters(action.high_watermark)
-            if job is not None:
-                self._background(self._write_snapshot(job))
         elif isinstance(action, raft.WriteSnapshotChunk):
             fetched = await asyncio.to_thread(self.snapshot_actions.write_chunk, action)
             if fetched is not None:
@@ -289,6 +294,24 @@ class RaftNode:
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
 
+    def _leader_epoch(self) -> int | None:
+        """This node's epoch while it leads the quorum (is the active controller), else None."""
+        core = self.core
+        return core.epoch if core.leader_id == self.config.node_id else None
+
+    async def _snapshot_turns_forever(self) -> None:
+        """Begin a snapshot when it is this node's turn (KIP-631); the active controller resigns first."""
+        while True:
+            await asyncio.sleep(SNAPSHOT_TURN_SECONDS)
+            decision = self.snapshot_turns.decide(self._leader_epoch(), wall_clock_ms())
+            if decision is OwnSnapshot.RESIGN:
+                await self.drive(lambda: self.core.resign(wall_clock_ms()))
+            elif decision is OwnSnapshot.SNAPSHOT:
+                async with self._core_lock:  # replay must not change the state while it is captured
+                    job = await asyncio.to_thread(self.snapshot_actions.begin_snapshot)
+                if job is not None:
+                    self._background(self._write_snapshot(job))
+
     async def _write_snapshot(self, job: SnapshotJob) -> None:
         """Write a snapshot off the core's path (the core keeps answering fetches and votes while
         a large state is written), then tell the core it exists (KIP-630 "snapshot finished")."""
@@ -319,8 +342,9 @@ class RaftNode:
             await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
             return
         api, version = raft_rpc.request_api(message)
+        report = self.snapshot_turns.report() if isinstance(message, raft.FetchRequest) else None
         try:
-            body = await peer.request(api, version, raft_rpc.encode_request(message))
+            body = await peer.request(api, version, raft_rpc.encode_request(message, report))
         except PeerUnavailable as exc:
             log.debug("%s to node %d failed: %s", api.name, destination, exc)
             await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
@@ -331,6 +355,8 @@ class RaftNode:
             log.warning("%s answer from node %d refused: %s", api.name, destination, exc)
             await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
             return
+        if report is not None:
+            self.snapshot_turns.on_fetch_answer(raft_rpc.snapshot_granted_of(body), wall_clock_ms())
         await self.drive(lambda: self.core.on_response(destination, response, wall_clock_ms(), request=message))
 
     async def _handle_raft_request(self, request: Request) -> Reply:
@@ -340,7 +366,11 @@ class RaftNode:
         self._replies[request_id] = future
         await self.drive(lambda: self.core.on_request(request_id, sender, message, wall_clock_ms()))
         answer = await future
-        return Reply(raft_rpc.encode_response(request.api.key, answer), request.version)
+        granted = False
+        if isinstance(message, raft.FetchRequest):  # KIP-631: a replica's Fetch is its heartbeat
+            granted = self.snapshot_turns.answer_fetch(sender, raft_rpc.snapshot_report_of(request.body),
+                                                       self._leader_epoch(), wall_clock_ms())
+        return Reply(raft_rpc.encode_response(request.api.key, answer, granted), request.version)
 
     async def _tick_forever(self) -> None:
         while True:
@@ -388,7 +418,7 @@ class RaftNode:
         print(f"node {self.config.node_id} ({role}) listening on {self.listener._host}:{self.listener.port}",
               flush=True)
         await self.drive(lambda: self.core.start(wall_clock_ms()))
-        tasks = [asyncio.create_task(self._tick_forever())]
+        tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
         if self.controller_service is not None:
             tasks.append(asyncio.create_task(self.controller_service.tick_forever()))
         if self.lifecycle is not None:

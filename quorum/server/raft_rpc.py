@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from quorum.controller.snapshot_coordinator import SnapshotReport
 from quorum.raft import interface as raft
 from quorum.wire.errors import ErrorCode, MalformedRequestError
 from quorum.wire.protocol import APIS, Api
@@ -77,8 +78,8 @@ def _leader(wire: Any) -> tuple[int, int]:
 # Requests: core -> wire -> core
 
 
-def encode_request(message: raft.Message) -> Any:
-    """The wire request body for a core request."""
+def encode_request(message: raft.Message, snapshot_report: SnapshotReport | None = None) -> Any:
+    """The wire request body for a core request; a Fetch carries `snapshot_report` (KIP-631) in its tag."""
     api, _ = request_api(message)
     schema = api.request
     if isinstance(message, raft.VoteRequest):
@@ -106,7 +107,7 @@ def encode_request(message: raft.Message) -> Any:
         return schema(cluster_id=message.cluster_id, replica_id=message.replica_id, max_wait_ms=message.max_wait_ms,
                       min_bytes=1, max_bytes=message.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
                       topics=[schema.FetchTopic(topic=METADATA_TOPIC, partitions=[part])],
-                      forgotten_topics_data=[], rack_id="")
+                      forgotten_topics_data=[], rack_id="", snapshot_report=_wire_report(schema, snapshot_report))
     if isinstance(message, raft.FetchSnapshotRequest):
         snapshot = schema.TopicSnapshot.PartitionSnapshot
         part = snapshot(partition=METADATA_PARTITION, current_leader_epoch=message.current_leader_epoch,
@@ -116,6 +117,29 @@ def encode_request(message: raft.Message) -> Any:
         return schema(cluster_id=message.cluster_id, replica_id=message.replica_id, max_bytes=message.max_bytes,
                       topics=[schema.TopicSnapshot(name=METADATA_TOPIC, partitions=[part])])
     raise TypeError(f"not a Raft request: {message!r}")
+
+
+def _wire_report(schema: Any, report: SnapshotReport | None) -> Any:
+    if report is None:
+        return None
+    return schema.SnapshotReport(latest_snapshot_end_offset=report.latest_snapshot_offset,
+                                 bytes_since_snapshot=report.bytes_since_snapshot, snapshot_due=report.due,
+                                 snapshot_in_progress=report.in_progress)
+
+
+def snapshot_report_of(body: Any) -> SnapshotReport | None:
+    """The KIP-631 snapshot report a Fetch request carries; None from a replica that sends none
+    (Apache Kafka's, or this project's before coordination)."""
+    wire = getattr(body, "snapshot_report", None)
+    if wire is None:
+        return None
+    return SnapshotReport(wire.latest_snapshot_end_offset, wire.bytes_since_snapshot, bool(wire.snapshot_due),
+                          bool(wire.snapshot_in_progress))
+
+
+def snapshot_granted_of(body: Any) -> bool:
+    """Whether a Fetch response lets the fetching replica write a snapshot now (KIP-631)."""
+    return bool(getattr(body, "snapshot_granted", False))
 
 
 def decode_request(api_key: int, body: Any) -> tuple[int, raft.Message]:
@@ -148,8 +172,9 @@ def decode_request(api_key: int, body: Any) -> tuple[int, raft.Message]:
 # Responses: core -> wire -> core
 
 
-def encode_response(api_key: int, message: raft.Message) -> Any:
-    """The wire response body for a core reply to a request of `api_key`."""
+def encode_response(api_key: int, message: raft.Message, snapshot_granted: bool = False) -> Any:
+    """The wire response body for a core reply to a request of `api_key`; a Fetch answer says
+    whether the fetching replica may write a snapshot now (`snapshot_granted`, KIP-631)."""
     schema = APIS[api_key].response
     if api_key == FETCH:
         assert isinstance(message, raft.FetchResponse)
@@ -166,7 +191,8 @@ def encode_response(api_key: int, message: raft.Message) -> Any:
                     snapshot_id=snapshot, aborted_transactions=None, preferred_read_replica=-1,
                     records=message.records)
         return schema(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
-                      responses=[schema.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[part])])
+                      responses=[schema.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[part])],
+                      snapshot_granted=snapshot_granted)
     if api_key == FETCH_SNAPSHOT:
         assert isinstance(message, raft.FetchSnapshotResponse)
         snapshot = schema.TopicSnapshot.PartitionSnapshot

@@ -41,6 +41,38 @@ def _add_topic_epoch_tag(json: dict[str, Any]) -> dict[str, Any]:
     return json
 
 
+SNAPSHOT_COORDINATION_TAG = 10631
+"""KIP-631: the tag of a replica's snapshot report in its Raft Fetch, and of the active controller's grant."""
+
+
+def _add_snapshot_report_tag(json: dict[str, Any]) -> dict[str, Any]:
+    json["fields"].append({
+        "name": "SnapshotReport", "type": "SnapshotReport", "versions": "12+", "taggedVersions": "12+",
+        "tag": SNAPSHOT_COORDINATION_TAG, "default": "null", "nullableVersions": "12+", "ignorable": True,
+        "about": "KIP-631: the fetching replica's snapshots, for the active controller that coordinates them.",
+        "fields": [
+            {"name": "LatestSnapshotEndOffset", "type": "int64", "versions": "12+",
+             "about": "The end offset of the replica's latest snapshot, -1 without one."},
+            {"name": "BytesSinceSnapshot", "type": "int64", "versions": "12+",
+             "about": "Log bytes the replica applied since that snapshot."},
+            {"name": "SnapshotDue", "type": "bool", "versions": "12+",
+             "about": "The replica's own KIP-630 policy says a snapshot should be taken."},
+            {"name": "SnapshotInProgress", "type": "bool", "versions": "12+",
+             "about": "The replica is writing a snapshot."},
+        ],
+    })
+    return json
+
+
+def _add_snapshot_grant_tag(json: dict[str, Any]) -> dict[str, Any]:
+    json["fields"].append({
+        "name": "SnapshotGranted", "type": "bool", "versions": "12+", "taggedVersions": "12+",
+        "tag": SNAPSHOT_COORDINATION_TAG, "default": "false", "ignorable": True,
+        "about": "KIP-631: the active controller lets the fetching replica write a snapshot now.",
+    })
+    return json
+
+
 # API keys served from kafka-python's bundled schemas, by schema base name.
 _KAFKA_SCHEMA_APIS = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
@@ -49,7 +81,8 @@ _KAFKA_SCHEMA_APIS = {
     21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs",
     37: "CreatePartitions", 44: "IncrementalAlterConfigs", 55: "DescribeQuorum", 60: "DescribeCluster",
 }
-_SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag}
+_SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag, "FetchRequest": _add_snapshot_report_tag,
+                   "FetchResponse": _add_snapshot_grant_tag}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quorum.controller.snapshot_coordinator import SnapshotReport
 from quorum.raft import interface as raft
 from quorum.server import raft_rpc
 from quorum.wire.errors import ErrorCode, MalformedRequestError
@@ -173,3 +174,31 @@ def test_a_response_without_error_or_partition_is_malformed():
     body = APIS[59].response(throttle_time_ms=0, error_code=0, topics=[])
     with pytest.raises(MalformedRequestError, match="FetchSnapshot response does not name"):
         raft_rpc.decode_response(59, body, SNAPSHOT_REQUEST)
+
+
+@given(st.builds(SnapshotReport, st.integers(-1, 2**62), st.integers(0, 2**62), st.booleans(), st.booleans()),
+       st.booleans())
+def test_fetch_carries_the_snapshot_report_and_its_answer_the_grant(report, granted):
+    """KIP-631: a replica's Fetch is its heartbeat to the active controller; the tags travel both ways."""
+    api, version = raft_rpc.request_api(FETCH_REQUEST)
+    framed = encode_request(api, RequestHeader(api.key, version, 7, "node-2"),
+                            raft_rpc.encode_request(FETCH_REQUEST, report))
+    received = decode_request(framed[4:])
+    assert raft_rpc.snapshot_report_of(received.body) == report
+    assert raft_rpc.decode_request(api.key, received.body)[1] == FETCH_REQUEST
+    answer = raft.FetchResponse(0, 1, 5, 10, 0)
+    wire = encode_response(received, raft_rpc.encode_response(api.key, answer, granted))
+    _, body = decode_response(api, version, wire[4:])
+    assert raft_rpc.snapshot_granted_of(body) is granted
+    assert raft_rpc.decode_response(api.key, body, FETCH_REQUEST) == answer
+
+
+def test_a_fetch_without_the_report_reads_as_none_and_its_answer_grants_nothing():
+    """What Apache Kafka's replicas send, and what they get back."""
+    api, version = raft_rpc.request_api(FETCH_REQUEST)
+    framed = encode_request(api, RequestHeader(api.key, version, 7, "node-2"), raft_rpc.encode_request(FETCH_REQUEST))
+    received = decode_request(framed[4:])
+    assert raft_rpc.snapshot_report_of(received.body) is None
+    wire = encode_response(received, raft_rpc.encode_response(api.key, raft.FetchResponse(0, 1, 5, 10, 0)))
+    _, body = decode_response(api, version, wire[4:])
+    assert raft_rpc.snapshot_granted_of(body) is False
