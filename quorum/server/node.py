@@ -9,6 +9,10 @@ KIP-631's MetadataLag and MetadataSnapshotLag where their facts change (the high
 advancing, before and after the replay it causes; a snapshot written or installed); the
 controller shell (`quorum.server.controller_service`) counts its requests and commits.
 
+Snapshots are written in turns the active controller gives (KIP-631,
+`quorum.server.snapshot_turns`): a periodic check begins one when it is this node's turn, and
+each Raft Fetch carries the report, each answer the grant.
+
 The broker's Metadata answers come from `quorum.broker.served_image.ServedImage`, which holds
 the KAFKA-6262 test knob (a broker answering with old metadata).
 """
