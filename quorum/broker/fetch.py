@@ -1,0 +1,317 @@
+"""Fetch (API key 1) for consumers: record batches from the partitions this broker leads.
+
+What a consumer sees is what Kafka's ReplicaManager.fetchMessages gives it:
+
+* Long poll: the answer leaves at once when it holds MinBytes of records, when a partition has an
+  error or a diverging epoch, or when MaxWaitMs is 0; otherwise the request waits on the `AppendNotifier` and looks
+  again whenever a partition it reads moved, until MaxWaitMs is over.
+* Per partition, in Kafka's order: UNKNOWN_TOPIC_OR_PARTITION (by name) or UNKNOWN_TOPIC_ID (v13+
+  name topics by id), NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH against
+  CurrentLeaderEpoch (-1 skips the check), OFFSET_OUT_OF_RANGE below the log start or past the log
+  end. A fetch offset between the high watermark and the log end is valid and returns nothing yet.
+* KIP-320 truncation detection (v12+): when the request's LastFetchedEpoch ended, in this log,
+  before the fetch offset (or the log knows a smaller epoch only), the answer carries no records
+  and a DivergingEpoch (that epoch and its end offset), so the consumer can go back to where the
+  logs agree instead of reading past a truncation; an epoch the log does not know at all is
+  OFFSET_OUT_OF_RANGE. Checked before the offset range, as Kafka's Partition.readRecords does.
+* Consumers read up to the high watermark (READ_UNCOMMITTED) or the last stable offset
+  (READ_COMMITTED); every answer carries both and the log start offset. An error answer carries
+  -1 for all three and no records, as Kafka's FetchResponse.partitionResponse does.
+* Size: PartitionMaxBytes per partition and MaxBytes for the response, partitions read in request
+  (or session) order; KIP-74: the first batch of the first partition with records is returned
+  whole even when larger than either limit, so a consumer always progresses; later partitions get
+  only whole batches that fit what is left.
+* KIP-227 sessions (`quorum.broker.fetch_sessions`): which partitions are read and answered.
+* KIP-951 (v16+): a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer names the current leader
+  and its endpoint from the metadata image, so the client can move without a Metadata round trip.
+
+Fetches from follower replicas (ReplicaId >= 0) are answered NOT_LEADER_OR_FOLLOWER for every
+partition until partition replication exists: serving them needs the follower's fetch offset to
+move the high watermark, which the write path owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.broker.fetch_resolve import ImageProvider, leader_partition
+from quorum.broker.fetch_sessions import (
+    FetchPosition,
+    FetchSessionCache,
+    PartitionKey,
+    PartitionOutcome,
+)
+from quorum.broker.list_offsets import ListOffsetsHandler
+from quorum.broker.partition_view import (
+    AppendNotifier,
+    EpochEndOffset,
+    OffsetOutOfRange,
+    PartitionLookup,
+    ServedPartition,
+)
+from quorum.image.image import MetadataImage
+from quorum.server.dispatch import Dispatcher, Reply
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS, Request
+
+log = logging.getLogger(__name__)
+
+FETCH = APIS[1]
+_Response = FETCH.response
+_Topic = _Response.FetchableTopicResponse
+_Partition = _Topic.PartitionData
+_Endpoint = _Response.NodeEndpoint
+
+TOPIC_ID_VERSION = 13
+"""Fetch v13+ (KIP-516) names topics by id."""
+REPLICA_STATE_VERSION = 15
+"""Fetch v15+ (KIP-903) moves ReplicaId into the tagged ReplicaState."""
+LEADER_DISCOVERY_VERSION = 16
+"""Fetch v16+ (KIP-951) answers leadership errors with the current leader and its endpoint."""
+READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
+_ZERO_UUID = uuid.UUID(int=0)
+_LEADERSHIP_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """One partition's answer: an error, or its offsets and the batches read."""
+
+    error_code: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    diverging: EpochEndOffset | None = None
+
+    def outcome(self) -> PartitionOutcome:
+        return PartitionOutcome(self.error_code, self.high_watermark, self.last_stable_offset,
+                                self.log_start_offset, len(self.records), self.diverging is not None)
+
+
+def read_partition(partition: ServedPartition, position: FetchPosition, read_committed: bool,
+                   max_bytes: int, first: bool) -> PartitionRead:
+    """Batches from `position.fetch_offset` up to the high watermark (or last stable offset), at
+    most `max_bytes` unless `first` (KIP-74: the first batch of a response is returned whole).
+    The partition is known to be one this broker may answer for."""
+    offset = position.fetch_offset
+    log_start = partition.log_start_offset
+    high_watermark = partition.high_watermark
+    last_stable = partition.last_stable_offset
+    if position.last_fetched_epoch >= 0:
+        end = partition.end_offset_for_epoch(position.last_fetched_epoch)
+        if end.leader_epoch < 0 or end.end_offset < 0:
+            return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
+        if end.leader_epoch < position.last_fetched_epoch or end.end_offset < offset:
+            return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, diverging=end)
+    if offset < log_start or offset > partition.log_end_offset:
+        return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
+    upto = last_stable if read_committed else high_watermark
+    records = b""
+    if offset < upto and (first or max_bytes > 0):
+        try:
+            records = partition.read(offset, max_bytes, upto)
+        except OffsetOutOfRange:
+            return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
+        if not first and len(records) > max_bytes:
+            records = b""  # only the response's first batch may exceed the limit
+    return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, records)
+
+
+def requested_positions(body: Any, version: int) -> tuple[dict[PartitionKey, FetchPosition], list[PartitionKey]]:
+    """The partitions a request names (in order, a repeated one keeping its last position) and the
+    ones it forgets, keyed by topic name before v13 and by topic id from v13 on."""
+    by_id = version >= TOPIC_ID_VERSION
+    fetch: dict[PartitionKey, FetchPosition] = {}
+    for topic in body.topics:
+        name = topic.topic_id if by_id else topic.topic
+        for p in topic.partitions:
+            fetch[(name, p.partition)] = FetchPosition(p.fetch_offset, max(p.partition_max_bytes, 0),
+                                                       p.current_leader_epoch, p.last_fetched_epoch,
+                                                       p.log_start_offset)
+    forgotten = [(topic.topic_id if by_id else topic.topic, index)
+                 for topic in body.forgotten_topics_data or () for index in topic.partitions]
+    return fetch, forgotten
+
+
+def replica_id(body: Any, version: int) -> int:
+    if version >= REPLICA_STATE_VERSION:
+        state = body.replica_state
+        return CONSUMER_REPLICA_ID if state is None else state.replica_id
+    return body.replica_id
+
+
+class FetchHandler:
+    """Answers Fetch requests from the partitions `lookup` finds, waiting on `notifier`.
+
+    `image` gives the broker's current metadata image (to tell an unknown partition from one led
+    elsewhere, and to name the leader in KIP-951 answers); `clock_ms` is the wall clock the
+    session cache is driven with.
+    """
+
+    def __init__(self, lookup: PartitionLookup, notifier: AppendNotifier, image: ImageProvider,
+                 sessions: FetchSessionCache | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._lookup = lookup
+        self._notifier = notifier
+        self._image = image
+        self.sessions = sessions if sessions is not None else FetchSessionCache()
+        self._clock_ms = clock_ms
+
+    async def handle(self, request: Request) -> Reply:
+        body, version = request.body, request.version
+        fetch, forgotten = requested_positions(body, version)
+        if replica_id(body, version) >= 0:
+            reads = {key: PartitionRead(ErrorCode.NOT_LEADER_OR_FOLLOWER) for key in fetch}
+            return Reply(self._response(version, 0, list(fetch), reads, body.isolation_level), version)
+        context = self.sessions.new_context(body.session_id, body.session_epoch, fetch, forgotten,
+                                            uses_topic_ids=version >= TOPIC_ID_VERSION, now_ms=self._clock_ms())
+        if context.error_code != ErrorCode.NONE:
+            return Reply(_Response(throttle_time_ms=0, error_code=context.error_code, session_id=0, responses=[]),
+                         version)
+        reads = await self._long_poll(context.partitions, body)
+        session_id, named = context.complete({key: read.outcome() for key, read in reads.items()}, self._clock_ms())
+        return Reply(self._response(version, session_id, named, reads, body.isolation_level), version)
+
+    async def _long_poll(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any) -> dict[
+            PartitionKey, PartitionRead]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
+        marks = self._marks(partitions)
+        reads = self._read_all(partitions, body)
+        while not _enough(reads.values(), body.min_bytes):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await self._notifier.wait(remaining)
+            # Reads are synchronous, so nothing appends between a look and the next wait: no
+            # wake-up is lost. Read again only when something this request reads has moved.
+            now_marks = self._marks(partitions)
+            if now_marks != marks:
+                marks = now_marks
+                reads = self._read_all(partitions, body)
+        return reads
+
+    def _marks(self, partitions: list[tuple[PartitionKey, FetchPosition]]) -> list[tuple[Any, ...]]:
+        """What would change a read: leadership, epoch and offsets of each partition."""
+        marks: list[tuple[Any, ...]] = []
+        for (topic, index), _ in partitions:
+            p = (self._lookup.get_by_id(topic, index) if isinstance(topic, uuid.UUID)
+                 else self._lookup.get(topic, index))  # fmt: skip
+            marks.append(() if p is None else (id(p), p.is_leader, p.leader_epoch, p.log_start_offset,
+                                               p.log_end_offset, p.high_watermark, p.last_stable_offset))
+        return marks
+
+    def _read_all(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any) -> dict[
+            PartitionKey, PartitionRead]:
+        image = self._image()
+        read_committed = body.isolation_level == READ_COMMITTED
+        remaining = max(body.max_bytes, 0)
+        first = True
+        reads: dict[PartitionKey, PartitionRead] = {}
+        for key, position in partitions:
+            topic, index = key
+            partition, error = leader_partition(self._lookup, image, topic, index, position.current_leader_epoch)
+            if partition is None:
+                reads[key] = PartitionRead(error)
+                continue
+            try:
+                read = read_partition(partition, position, read_committed,
+                                      min(position.partition_max_bytes, remaining), first)
+            except OSError:
+                log.exception("reading %s-%d at offset %d", partition.topic, index, position.fetch_offset)
+                read = PartitionRead(ErrorCode.KAFKA_STORAGE_ERROR)
+            reads[key] = read
+            if read.records:
+                first = False
+                remaining = max(0, remaining - len(read.records))
+        return reads
+
+    def _response(self, version: int, session_id: int, named: list[PartitionKey],
+                  reads: Mapping[PartitionKey, PartitionRead], isolation_level: int) -> Any:
+        by_id = version >= TOPIC_ID_VERSION
+        discover = version >= LEADER_DISCOVERY_VERSION
+        image = self._image() if discover else None
+        endpoints: dict[int, Any] = {}
+        topics: list[Any] = []
+        previous: str | uuid.UUID | None = None
+        for key in named:
+            topic, index = key
+            read = reads[key]
+            if not topics or topic != previous:
+                topics.append(_Topic(topic="" if by_id else topic, topic_id=topic if by_id else _ZERO_UUID,
+                                     partitions=[]))
+                previous = topic
+            entry = _Partition(partition_index=index, error_code=read.error_code, high_watermark=read.high_watermark,
+                               last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
+                               aborted_transactions=[] if isolation_level == READ_COMMITTED else None,
+                               preferred_read_replica=-1, records=read.records)
+            if read.diverging is not None:
+                entry.diverging_epoch = _Partition.EpochEndOffset(epoch=read.diverging.leader_epoch,
+                                                                  end_offset=read.diverging.end_offset)
+            if image is not None and read.error_code in _LEADERSHIP_ERRORS:
+                entry.current_leader = _current_leader(image, topic, index, endpoints)
+            topics[-1].partitions.append(entry)
+        return _Response(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics,
+                         node_endpoints=list(endpoints.values()))
+
+
+def _enough(reads: Iterable[PartitionRead], min_bytes: int) -> bool:
+    total = 0
+    for read in reads:
+        if read.error_code != ErrorCode.NONE or read.diverging is not None:
+            return True
+        total += len(read.records)
+    return total >= min_bytes
+
+
+def _current_leader(image: MetadataImage, topic: str | uuid.UUID, index: int, endpoints: dict[int, Any]) -> Any:
+    """KIP-951: the partition's leader and epoch as the image knows them (-1, -1 when it does not),
+    adding the leader's endpoint to `endpoints`."""
+    info = image.topic_by_id(topic) if isinstance(topic, uuid.UUID) else image.topics.get(topic)
+    found = None if info is None else next((p for p in info.partitions if p.partition == index), None)
+    if found is None:
+        return _Partition.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+    broker = image.brokers.get(found.leader)
+    if broker is None:
+        return _Partition.LeaderIdAndEpoch(leader_id=-1, leader_epoch=found.leader_epoch)
+    endpoints[broker.node_id] = _Endpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack)
+    return _Partition.LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=found.leader_epoch)
+
+
+FETCH_KEY = 1
+LIST_OFFSETS_KEY = 2
+OFFSET_FOR_LEADER_EPOCH_KEY = 23
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPath:
+    """The read path's handlers, kept by the node (the session cache lives in `fetch.sessions`)."""
+
+    fetch: FetchHandler
+    offsets: ListOffsetsHandler
+
+
+def register_read_path(dispatcher: Dispatcher, lookup: PartitionLookup, notifier: AppendNotifier,
+                       image_provider: ImageProvider, sessions: FetchSessionCache | None = None,
+                       clock_ms: Callable[[], int] = wall_clock_ms) -> ReadPath:
+    """Serve Fetch, ListOffsets and OffsetForLeaderEpoch on `dispatcher` from the partitions
+    `lookup` finds; `notifier` wakes waiting fetches, `image_provider` gives the current metadata
+    image. `sessions` defaults to a cache of Kafka's default size (see
+    `FetchSessionCache.from_properties` for `max.incremental.fetch.session.cache.slots`)."""
+    fetch = FetchHandler(lookup, notifier, image_provider, sessions, clock_ms)
+    offsets = ListOffsetsHandler(lookup, image_provider)
+    dispatcher.register(FETCH_KEY, fetch.handle)
+    dispatcher.register(LIST_OFFSETS_KEY, offsets.list_offsets)
+    dispatcher.register(OFFSET_FOR_LEADER_EPOCH_KEY, offsets.offset_for_leader_epoch)
+    return ReadPath(fetch, offsets)
