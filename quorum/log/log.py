@@ -5,6 +5,12 @@ A directory of Kafka-named segments (`00000000000000000000.log` + `.index`, roll
 consults (`quorum.raft.interface.RaftLog`) and the writes its driver performs for
 AppendBatches and Truncate.
 
+Partition logs (`quorum.broker.partition`) open it with `time_index=True`: each segment then
+keeps a Kafka `.timeindex` too (`quorum.log.time_index`), which answers `offset_for_timestamp`
+and gives each segment's largest timestamp for time-based retention (`delete_old_segments`,
+which deletes whole segments from the oldest and advances the log start offset, never touching
+the active segment); `roll_ms` rolls a segment once its first batch is that old (`log.roll.ms`).
+
 Snapshots (KIP-630) let a log start above offset 0. `advance_start_offset` moves the start up to
 a snapshot's end offset (whole segments below it are deleted; the start offset itself is
 written to `log-start-offset`, see `quorum.log.start_offset`), and `truncate_fully_and_start_at`
@@ -63,6 +69,7 @@ from quorum.log.errors import (
 from quorum.log.index import DEFAULT_INDEX_INTERVAL_BYTES, INDEX_SUFFIX, IndexCorrupt
 from quorum.log.segment import DEFAULT_SEGMENT_BYTES, LogSegment, ScanResult, parse_log_name
 from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset, write_start_offset
+from quorum.log.time_index import TIME_INDEX_SUFFIX
 from quorum.log.validation import batch_fault
 from quorum.raft.interface import OffsetAndEpoch
 from quorum.wire.records import CorruptRecordError, RecordBatch
@@ -85,8 +92,13 @@ class Log:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         verify_all_segments: bool = True,
+        time_index: bool = False,
+        roll_ms: int | None = None,
     ) -> None:
         """Open the log in `directory`, creating it if needed, and recover it.
+
+        `time_index` keeps a `.timeindex` per segment (partition logs); `roll_ms` rolls the active
+        segment when an append's largest timestamp is that far past the segment's first batch's.
 
         Raises CorruptLogError when a segment other than the last is damaged or the segments do
         not follow on from each other.
@@ -95,10 +107,14 @@ class Log:
             raise ValueError(f"segment_bytes must be 1..{_INT32_MAX} (positions are int32), not {segment_bytes}")
         if index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must not be negative, not {index_interval_bytes}")
+        if roll_ms is not None and roll_ms < 1:
+            raise ValueError(f"roll_ms must be positive, not {roll_ms}")
         self.directory = Path(directory)
         self.segment_bytes = segment_bytes
         self.index_interval_bytes = index_interval_bytes
         self.verify_all_segments = verify_all_segments
+        self.time_index = time_index
+        self.roll_ms = roll_ms
         self._lock = threading.Lock()  # the segment list, offsets, epochs; never held across an fsync by flush
         self._flush_lock = threading.Lock()  # one flush at a time; truncate_to and close wait for it
         self._segments: list[LogSegment] = []
@@ -242,7 +258,9 @@ class Log:
                 )
             segment = self._segments[-1]
             if segment.size > 0 and (
-                segment.size + size > self.segment_bytes or last - segment.base_offset > _INT32_MAX
+                segment.size + size > self.segment_bytes
+                or last - segment.base_offset > _INT32_MAX
+                or self._roll_time_reached(segment, parsed)
             ):
                 try:
                     segment = self._roll(first)
@@ -420,6 +438,8 @@ class Log:
                 del self._bases[:keep]
                 if removed:
                     fsync_directory(self.directory)
+                if all(segment.size == 0 for segment in self._segments):
+                    self._last_epoch = -1  # no batch is left: as a reopen would find it
                 moved = self._cache.truncate_from_start(offset)
                 if self._cache.truncate_from_end(end) or moved:
                     write_checkpoint(self.directory / CHECKPOINT_NAME, self._cache.entries)
@@ -484,6 +504,101 @@ class Log:
                 for segment in self._segments:
                     segment.close()
 
+    # -- partition logs: timestamps and retention ---------------------------------------------
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes in all segments (what `retention.bytes` limits)."""
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record at or above the log start offset whose timestamp
+        is >= `timestamp`; None when every record is older. Needs `time_index`.
+
+        As Kafka's: the first segment whose largest timestamp reaches `timestamp`, its time index
+        for where to start, the batch headers from there, and the records of the first batch whose
+        maxTimestamp reaches it (decoded: the record is inside the batch).
+        """
+        with self._lock:
+            self._check_open()
+            start = self._start
+            for segment in self._segments:
+                if segment.max_timestamp[0] < timestamp or segment.next_offset <= start:
+                    continue
+                assert segment.time_index is not None and segment.index is not None
+                entry_offset = segment.time_index.lookup(timestamp)
+                position = segment.index.lookup(max(entry_offset if entry_offset is not None else start, start))
+                for batch_position, header in segment.iter_headers(position):
+                    if header.max_timestamp < timestamp or header.last_offset < start:
+                        continue
+                    batch = RecordBatch(segment.read(batch_position, header.size_in_bytes), batch_position)
+                    for record in batch.records():
+                        if record.timestamp >= timestamp and record.offset >= start:
+                            return record.timestamp, record.offset
+            return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with the largest timestamp (KIP-734); None when
+        no record has one. Needs `time_index`."""
+        with self._lock:
+            self._check_open()
+            best: LogSegment | None = None
+            for segment in self._segments:
+                if segment.max_timestamp[0] >= 0 and (best is None or segment.max_timestamp[0] > best.max_timestamp[0]):
+                    best = segment
+            if best is None:
+                return None
+            timestamp, batch_last_offset = best.max_timestamp
+            position, header = best.find(batch_last_offset)
+            batch = RecordBatch(best.read(position, header.size_in_bytes), position)
+            for record in batch.records():
+                if record.timestamp == timestamp:
+                    return timestamp, record.offset
+            return timestamp, batch_last_offset
+
+    def delete_old_segments(
+        self, now_ms: int, retention_ms: int | None, retention_bytes: int | None, upto: int | None = None
+    ) -> int:
+        """Kafka's retention: delete the oldest whole segments while their largest timestamp is more
+        than `retention_ms` before `now_ms`, or while the log without them still holds at least
+        `retention_bytes`; returns how many were deleted. None (or negative, Kafka's -1) disables
+        a limit. The active segment always stays, and so does every segment holding offsets at or
+        above `upto` (the high watermark: nothing uncommitted is deleted). The log start offset
+        advances to the first segment kept, durably (`advance_start_offset`).
+        """
+        with self._lock:
+            self._check_writable()
+            candidates = self._segments[:-1]
+            if upto is not None:
+                candidates = [segment for segment in candidates if segment.next_offset <= upto]
+            by_time = 0
+            if retention_ms is not None and retention_ms >= 0:
+                for segment in candidates:
+                    largest = segment.max_timestamp[0]
+                    if largest < 0:
+                        largest = segment.modified_ms()
+                    if now_ms - largest <= retention_ms:
+                        break
+                    by_time += 1
+            by_size = 0
+            if retention_bytes is not None and retention_bytes >= 0:
+                excess = sum(segment.size for segment in self._segments) - retention_bytes
+                for segment in candidates:
+                    if excess - segment.size < 0:
+                        break
+                    excess -= segment.size
+                    by_size += 1
+            count = max(by_time, by_size)
+            if count == 0:
+                return 0
+            new_start = self._segments[count].base_offset
+        if new_start <= self.start_offset:
+            return 0
+        self.advance_start_offset(new_start)
+        logger.info("%s: retention deleted %d segment(s); the log now starts at %d", self.directory, count, new_start)
+        return count
+
     # -- reading for the state machine -------------------------------------------------------
 
     def iter_batches(self, from_offset: int | None = None, upto: int | None = None) -> Iterator[RecordBatch]:
@@ -528,9 +643,22 @@ class Log:
                 f"({self._failed!r}); reopen it to recover from what is on disk"
             )
 
+    def _roll_time_reached(self, segment: LogSegment, batches: list[RecordBatch]) -> bool:
+        """`log.roll.ms`, as Kafka counts it: from the segment's first batch's timestamp to the
+        largest timestamp being appended (not the clock: a log's time is its records' time)."""
+        if self.roll_ms is None:
+            return False
+        first = segment.rolling_timestamp()
+        if first is None:
+            return False
+        return max(batch.max_timestamp for batch in batches) - first > self.roll_ms
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.directory, base_offset, self.index_interval_bytes, self.time_index)
+
     def _start_empty_segment(self, base_offset: int) -> None:
         """The only segment of a log emptied at `base_offset`, durably created."""
-        segment = LogSegment(self.directory, base_offset, self.index_interval_bytes)
+        segment = self._new_segment(base_offset)
         segment.attach_index([])
         segment.next_offset = base_offset
         self._segments.append(segment)
@@ -540,8 +668,9 @@ class Log:
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new segment at `base_offset`, after making the current one durable."""
+        self._segments[-1].seal_time_index()
         self._segments[-1].flush_all()
-        segment = LogSegment(self.directory, base_offset, self.index_interval_bytes)
+        segment = self._new_segment(base_offset)
         if segment.size:
             segment.close()
             raise LogError(f"{segment.path} already exists with {segment.size} bytes; not rolling onto it")
@@ -568,7 +697,7 @@ class Log:
         self._remove_orphan_indexes(names, set(bases))
         try:
             for base in bases or [self._start]:
-                self._segments.append(LogSegment(self.directory, base, self.index_interval_bytes))
+                self._segments.append(self._new_segment(base))
             self._bases = [segment.base_offset for segment in self._segments]
             self._recover()
             if self.end_offset < self._start:
@@ -601,7 +730,7 @@ class Log:
         self._start = recorded
         keep = max(bisect.bisect_right(bases, recorded) - 1, 0)
         for base in bases[:keep]:
-            for suffix in (".log", INDEX_SUFFIX):
+            for suffix in (".log", INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.directory / f"{base:020d}{suffix}")
             logger.warning("%s: segment %020d.log is below the log start offset %d, deleted",
@@ -631,12 +760,14 @@ class Log:
         self._checkpointed = ()
 
     def _remove_orphan_indexes(self, names: list[str], bases: set[int]) -> None:
-        """Delete `.index` files without their `.log` (left by a crash during a truncation)."""
+        """Delete `.index` and `.timeindex` files without their `.log` (left by a crash during a
+        truncation or a deletion)."""
         for name in names:
-            stem = name.removesuffix(INDEX_SUFFIX)
-            if name.endswith(INDEX_SUFFIX) and len(stem) == 20 and stem.isdigit() and int(stem) not in bases:
-                logger.warning("%s: index without a segment, deleted", self.directory / name)
-                (self.directory / name).unlink()
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                stem = name.removesuffix(suffix)
+                if name.endswith(suffix) and len(stem) == 20 and stem.isdigit() and int(stem) not in bases:
+                    logger.warning("%s: index without a segment, deleted", self.directory / name)
+                    (self.directory / name).unlink()
 
     def _recover(self) -> None:
         """Check the segments, truncate a torn tail, and make the indexes and epochs agree."""
@@ -665,7 +796,9 @@ class Log:
                         )  # fmt: skip
                     self._truncate_torn_tail(segment, result)
                 segment.next_offset = result.next_offset
-                segment.attach_index(result.index_entries)
+                segment.attach_index(result.index_entries, result.time_entries, result.max_timestamp)
+                if number != last:
+                    segment.seal_time_index()
                 if scan_start is None:
                     scan_start, epoch_before_scan = segment.base_offset, previous_epoch
                 scanned_epochs += result.epoch_starts
@@ -703,14 +836,32 @@ class Log:
                     tail = header
                 if tail is not None:
                     segment.next_offset = tail.next_offset
-                    return tail.partition_leader_epoch
-                if segment.size == 0:
+                elif segment.size == 0:
                     return None
+                if tail is not None and self._load_time_index(segment, tail):
+                    return tail.partition_leader_epoch
             except CorruptLogError as exc:
                 logger.warning("%s: rebuilding the index, its last entry leads nowhere (%s)", segment.index_path, exc)
-        entries, segment.next_offset, last_epoch = segment.index_entries_by_walking()
-        segment.attach_index(entries)
+        entries, time_entries, largest, segment.next_offset, last_epoch = segment.indexes_by_walking()
+        segment.attach_index(entries, time_entries, largest)
         return last_epoch
+
+    def _load_time_index(self, segment: LogSegment, last_batch: RecordBatch) -> bool:
+        """Attach the `.timeindex` of a segment that is not the active one, if it passes the
+        checks; False when it must be rebuilt from the batch headers. Its last entry is the
+        segment's largest timestamp (`_roll` sealed it so), so the last batch's cannot be above it."""
+        if not self.time_index:
+            return True
+        try:
+            entries = segment.read_time_index()
+            largest = entries[-1] if entries else (-1, -1)
+            if last_batch.max_timestamp > largest[0]:
+                raise IndexCorrupt(f"the last batch's timestamp {last_batch.max_timestamp} is above every entry's")
+        except (FileNotFoundError, IndexCorrupt) as exc:
+            logger.warning("%s: rebuilding the time index (%s)", segment.time_index_path, exc)
+            return False
+        segment.attach_time_index(entries, largest)
+        return True
 
     def _recover_epochs(self, scan_start: int, epoch_before_scan: int, scanned: list[tuple[int, int]]) -> None:
         """Make the leader-epoch cache agree with the log, and the checkpoint with the cache.

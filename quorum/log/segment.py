@@ -1,4 +1,5 @@
-"""One log segment: `<20-digit base offset>.log` of concatenated v2 batches, and its `.index`.
+"""One log segment: `<20-digit base offset>.log` of concatenated v2 batches, its `.index`, and
+(for partition logs) its `.timeindex`.
 
 The segment is the unit of file I/O: positioned reads and writes on one descriptor (so reads of
 written bytes never wait for an fsync of later ones), truncation at a byte position, the
@@ -19,6 +20,7 @@ from pathlib import Path
 from quorum.log.atomic import write_all
 from quorum.log.errors import CorruptLogError, InvalidOffsetError
 from quorum.log.index import INDEX_SUFFIX, IndexCorrupt, OffsetIndex
+from quorum.log.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from quorum.log.validation import batch_fault
 from quorum.wire.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, RecordBatch, iter_batches
 
@@ -72,6 +74,8 @@ class ScanResult:
     `valid_size` is where the valid batches end, and `fault` why the scan stopped there (None
     when the whole file is valid). `epoch_starts` lists (epoch, base offset) of each batch whose
     epoch is above every one before it, which is what the leader-epoch cache records.
+    `time_entries` are the time index's (timestamp, absolute offset) entries, and
+    `max_timestamp` the largest batch timestamp with the last offset of its batch ((-1, -1): none).
     """
 
     valid_size: int
@@ -80,16 +84,50 @@ class ScanResult:
     index_entries: list[tuple[int, int]] = field(default_factory=list)
     epoch_starts: list[tuple[int, int]] = field(default_factory=list)
     fault: str | None = None
+    time_entries: list[tuple[int, int]] = field(default_factory=list)
+    max_timestamp: tuple[int, int] = (-1, -1)
+
+
+class TimeTracker:
+    """The segment's largest timestamp so far and the time index entries it calls for.
+
+    Shared by append, the recovery scan and the header walk, so that every path builds the same
+    time index: an entry goes with each offset index entry when the largest timestamp grew.
+    """
+
+    __slots__ = ("max_timestamp", "max_offset", "last_indexed")
+
+    def __init__(self, max_timestamp: tuple[int, int] = (-1, -1), last_indexed: int = -1) -> None:
+        self.max_timestamp, self.max_offset = max_timestamp
+        self.last_indexed = last_indexed
+
+    def see(self, batch: RecordBatch) -> None:
+        timestamp = batch.max_timestamp
+        if timestamp > self.max_timestamp:
+            self.max_timestamp, self.max_offset = timestamp, batch.last_offset
+
+    def entry(self) -> tuple[int, int] | None:
+        """The time index entry due with an offset index entry, if the largest timestamp grew."""
+        if self.max_timestamp > self.last_indexed and self.max_timestamp >= 0:
+            self.last_indexed = self.max_timestamp
+            return self.max_timestamp, self.max_offset
+        return None
+
+    @property
+    def largest(self) -> tuple[int, int]:
+        return self.max_timestamp, self.max_offset
 
 
 class LogSegment:
-    """A `.log` file opened for positioned reads and appends, with its offset index."""
+    """A `.log` file opened for positioned reads and appends, with its offset index (and, when
+    `time_index` is set, its time index)."""
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, time_index: bool = False) -> None:
         """Opens (creating if needed) the segment's `.log` file; call `attach_index` before use."""
         self.base_offset = base_offset
         self.path = directory / file_name(base_offset, LOG_SUFFIX)
         self.index_path = directory / file_name(base_offset, INDEX_SUFFIX)
+        self.time_index_path = directory / file_name(base_offset, TIME_INDEX_SUFFIX)
         self._index_interval = index_interval_bytes
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
@@ -97,6 +135,10 @@ class LogSegment:
         self.next_offset = base_offset
         self.index: OffsetIndex | None = None
         self._builder = IndexBuilder(index_interval_bytes)
+        self.has_time_index = time_index
+        self.time_index: TimeIndex | None = None
+        self._time = TimeTracker()
+        self._rolling_timestamp: int | None = None
 
     def __repr__(self) -> str:
         return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
@@ -109,30 +151,114 @@ class LogSegment:
         entries = OffsetIndex.read(self.index_path, self.size)
         return [(self.base_offset + relative, position) for relative, position in entries]
 
-    def attach_index(self, entries: list[tuple[int, int]]) -> None:
-        """Use these entries (absolute last offsets), rewriting the `.index` file if it differs."""
+    def attach_index(
+        self,
+        entries: list[tuple[int, int]],
+        time_entries: list[tuple[int, int]] | None = None,
+        max_timestamp: tuple[int, int] = (-1, -1),
+    ) -> None:
+        """Use these entries (absolute last offsets), rewriting the `.index` file if it differs.
+
+        With a time index, `time_entries` ((timestamp, absolute offset), none by default) become
+        the `.timeindex` file's, and `max_timestamp` is the segment's largest batch timestamp with
+        the last offset of its batch.
+        """
         relative = [(offset - self.base_offset, position) for offset, position in entries]
         if self.index is not None:
             self.index.close()
         self.index = OffsetIndex(self.index_path, self.base_offset, relative)
         self._builder = IndexBuilder(self._index_interval, self.size - self.index.last_position)
+        self.attach_time_index(time_entries or [], max_timestamp)
+
+    def attach_time_index(self, entries: list[tuple[int, int]], max_timestamp: tuple[int, int]) -> None:
+        """Use these time index entries ((timestamp, absolute offset)), rewriting the `.timeindex`
+        file if it differs; `max_timestamp` is the segment's largest timestamp and its offset."""
+        if not self.has_time_index:
+            return
+        timed = [(timestamp, offset - self.base_offset) for timestamp, offset in entries]
+        if self.time_index is not None:
+            self.time_index.close()
+        self.time_index = TimeIndex(self.time_index_path, self.base_offset, timed)
+        last = self.time_index.last_entry
+        self._time = TimeTracker(max_timestamp, last[0] if last is not None else -1)
+
+    def read_time_index(self) -> list[tuple[int, int]]:
+        """The `.timeindex` file's entries ((timestamp, absolute offset)) if it passes the checks
+        against the segment's offsets (`next_offset` must be known); raises IndexCorrupt or
+        FileNotFoundError, after which the caller rebuilds it."""
+        limit = self.next_offset - self.base_offset
+        entries = TimeIndex.read(self.time_index_path, limit)
+        if entries and self.size == 0:
+            raise IndexCorrupt("entries for an empty segment")
+        return [(timestamp, self.base_offset + relative) for timestamp, relative in entries]
+
+    @property
+    def max_timestamp(self) -> tuple[int, int]:
+        """(largest batch maxTimestamp, last offset of that batch); (-1, -1) when no batch has a
+        timestamp or the segment keeps no time index."""
+        return self._time.largest
+
+    def seal_time_index(self) -> None:
+        """Record the segment's largest timestamp as the time index's last entry, as Kafka does
+        when a segment stops being the active one, so that it is known without reading batches."""
+        if self.time_index is not None:
+            self.time_index.maybe_append(*self._time.largest)
+            self._time.last_indexed = max(self._time.last_indexed, self._time.max_timestamp)
+
+    def rolling_timestamp(self) -> int | None:
+        """maxTimestamp of the segment's first batch, which `log.roll.ms` counts from (Kafka's
+        rollingBasedTimestamp); None for an empty segment or a batch without timestamps."""
+        if self.size == 0:
+            return None
+        if self._rolling_timestamp is None:
+            header = os.pread(self._fd, BATCH_HEADER_SIZE, 0)
+            if len(header) < BATCH_HEADER_SIZE:
+                return None
+            self._rolling_timestamp = RecordBatch(header).max_timestamp
+        return self._rolling_timestamp if self._rolling_timestamp >= 0 else None
+
+    def modified_ms(self) -> int:
+        """The file's modification time: Kafka's stand-in for the largest timestamp of a segment
+        whose batches carry none."""
+        return os.fstat(self._fd).st_mtime_ns // 1_000_000
 
     def index_entries_by_walking(self) -> tuple[list[tuple[int, int]], int, int | None]:
         """Rebuild the index from batch headers (no CRC checks): (entries, next offset, last epoch).
 
         Raises CorruptLogError when the batches do not frame the file exactly.
         """
+        entries, _, _, next_offset, last_epoch = self.indexes_by_walking()
+        return entries, next_offset, last_epoch
+
+    def indexes_by_walking(
+        self,
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], tuple[int, int], int, int | None]:
+        """Rebuild both indexes from batch headers (no CRC checks): (offset index entries, time
+        index entries, largest timestamp and its offset, next offset, last epoch). The time index
+        gets its sealing last entry, as a segment that is not the active one has.
+
+        Raises CorruptLogError when the batches do not frame the file exactly.
+        """
         builder = IndexBuilder(self._index_interval)
+        tracker = TimeTracker()
         entries = []
+        time_entries = []
         next_offset = self.base_offset
         last_epoch = None
         for position, header in self.iter_headers(0):
+            tracker.see(header)
             entry = builder.entry_for(header.last_offset, position, header.size_in_bytes)
             if entry is not None:
                 entries.append(entry)
+                timed = tracker.entry()
+                if timed is not None:
+                    time_entries.append(timed)
             next_offset = header.next_offset
             last_epoch = header.partition_leader_epoch
-        return entries, next_offset, last_epoch
+        sealed = tracker.entry()
+        if sealed is not None:
+            time_entries.append(sealed)
+        return entries, time_entries, tracker.largest, next_offset, last_epoch
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -185,6 +311,7 @@ class LogSegment:
         decreasing from `previous_epoch`) and stop at the first that fails."""
         result = ScanResult(0, self.base_offset, previous_epoch)
         builder = IndexBuilder(self._index_interval)
+        tracker = TimeTracker()
         max_epoch = previous_epoch
         size = self.size
         pos = 0
@@ -200,9 +327,14 @@ class LogSegment:
                     if fault is not None:
                         result.fault = fault
                         return result
+                    tracker.see(batch)
                     entry = builder.entry_for(batch.last_offset, position, batch.size_in_bytes)
                     if entry is not None:
                         result.index_entries.append(entry)
+                        timed = tracker.entry()
+                        if timed is not None:
+                            result.time_entries.append(timed)
+                    result.max_timestamp = tracker.largest
                     epoch = batch.partition_leader_epoch
                     if epoch > max_epoch:
                         result.epoch_starts.append((epoch, batch.base_offset))
@@ -238,23 +370,36 @@ class LogSegment:
         start = self.size
         position = start
         builder = IndexBuilder(self._index_interval, self._builder.bytes_since_entry)
+        timed = self.time_index is not None
+        tracker = TimeTracker(self._time.largest, self._time.last_indexed)
         entries = []
+        time_entries = []
         for batch in batches:
+            if timed:
+                tracker.see(batch)
             entry = builder.entry_for(batch.last_offset, position, batch.size_in_bytes)
             if entry is not None:
                 entries.append(entry)
+                if timed and (time_entry := tracker.entry()) is not None:
+                    time_entries.append(time_entry)
             position += batch.size_in_bytes
         try:
             write_all(self._fd, data, start)
             for offset, entry_position in entries:
                 self.index.append(offset, entry_position)
+            for timestamp, offset in time_entries:
+                assert self.time_index is not None
+                self.time_index.maybe_append(timestamp, offset)
         except BaseException:
             os.ftruncate(self._fd, start)
             self.index.truncate_to_position(start)
+            if self.time_index is not None:
+                self.time_index.truncate_to_offset(self.next_offset)
             raise
         self.size = position
         self.next_offset = batches[-1].next_offset
         self._builder = builder
+        self._time = tracker
 
     def truncate_to(self, position: int, next_offset: int) -> None:
         """Cut the file at `position` (a batch boundary), which ends at `next_offset`; fsynced,
@@ -263,31 +408,51 @@ class LogSegment:
         os.fsync(self._fd)
         self.size = position
         self.next_offset = next_offset
+        if position == 0:
+            self._rolling_timestamp = None
         if self.index is not None:
             self.index.truncate_to_position(position)
             self._builder = IndexBuilder(self._index_interval, position - self.index.last_position)
+        if self.time_index is not None:
+            self.time_index.truncate_to_offset(next_offset)
+            self._time = self._largest_timestamp_after_truncation()
+
+    def _largest_timestamp_after_truncation(self) -> TimeTracker:
+        """The largest timestamp of what is left: the last time index entry's, or a later batch's
+        (read from the batch headers after that entry, a few index intervals at most)."""
+        assert self.time_index is not None and self.index is not None
+        last = self.time_index.last_entry
+        tracker = TimeTracker(last if last is not None else (-1, -1), last[0] if last is not None else -1)
+        start = self.index.lookup(last[1]) if last is not None else 0
+        for _, header in self.iter_headers(start):
+            tracker.see(header)
+        return tracker
 
     def flush(self) -> None:
         """fsync the data (not the index, which recovery rebuilds for the last segment)."""
         os.fsync(self._fd)
 
     def flush_all(self) -> None:
-        """Write out the index and fsync it and the data: at roll and at close."""
+        """Write out the indexes and fsync them and the data: at roll and at close."""
         os.fsync(self._fd)
         if self.index is not None:
             self.index.flush()
+        if self.time_index is not None:
+            self.time_index.flush()
 
     def close(self) -> None:
         if self.index is not None:
             self.index.close()
+        if self.time_index is not None:
+            self.time_index.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def delete(self) -> None:
-        """Close and remove both files (the caller fsyncs the directory)."""
+        """Close and remove the segment's files (the caller fsyncs the directory)."""
         self.close()
-        for path in (self.path, self.index_path):
+        for path in (self.path, self.index_path, self.time_index_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
@@ -299,6 +464,7 @@ __all__ = [
     "IndexCorrupt",
     "LogSegment",
     "ScanResult",
+    "TimeTracker",
     "file_name",
     "parse_log_name",
 ]

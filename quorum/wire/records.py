@@ -9,7 +9,10 @@ the attributes name a codec::
 
 The CRC-32C covers attributes to the end, so a broker can stamp baseOffset and
 partitionLeaderEpoch on an incoming batch without touching the records or the CRC: that is what
-`patch_base_offset` and `patch_partition_leader_epoch` are for.
+`patch_base_offset` and `patch_partition_leader_epoch` are for. (`patch_log_append_time` is the
+one patch that must recompute the CRC, as Kafka's does, for topics that stamp the broker's time.)
+`validate_produced_batch` is the check a leader makes of a Produce request's records before
+it appends them, with Kafka's distinction between corrupt bytes, refused batches and too large ones.
 
 Each record is ``length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
 keyLength varint | key | valueLength varint | value | headerCount varint | headers``, all varints
@@ -48,7 +51,9 @@ __all__ = [
     "BatchIterator",
     "Compression",
     "CorruptRecordError",
+    "InvalidRecordError",
     "Record",
+    "RecordTooLargeError",
     "RecordBatch",
     "TimestampType",
     "TruncatedBatch",
@@ -56,7 +61,9 @@ __all__ = [
     "build_control_batch",
     "iter_batches",
     "patch_base_offset",
+    "patch_log_append_time",
     "patch_partition_leader_epoch",
+    "validate_produced_batch",
 ]
 
 MAGIC = 2
@@ -103,6 +110,20 @@ class CorruptRecordError(ValueError):
         self.position = position
         where = "" if position is None else f" at byte {position}"
         super().__init__(f"{reason}{where}")
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A batch that is intact (its CRC matches) but that a broker must refuse: Kafka's
+    InvalidRecordException, answered with INVALID_RECORD. `record_index` names the record at
+    fault when one is (Produce v8+ reports it in RecordErrors)."""
+
+    def __init__(self, reason: str, position: int | None = None, record_index: int | None = None) -> None:
+        super().__init__(reason, position)
+        self.record_index = record_index
+
+
+class RecordTooLargeError(CorruptRecordError):
+    """A batch larger than the topic's `max.message.bytes`: MESSAGE_TOO_LARGE."""
 
 
 class TimestampType(IntEnum):
@@ -324,6 +345,22 @@ def patch_partition_leader_epoch(buf: bytearray | memoryview, offset: int, epoch
     """Rewrite partitionLeaderEpoch of the batch at `offset` in place; outside the CRC as well."""
     _check_patchable(buf, offset)
     _I32.pack_into(buf, offset + _PARTITION_LEADER_EPOCH_POS, epoch)
+
+
+_MAX_TIMESTAMP_POS = 35
+
+
+def patch_log_append_time(buf: bytearray | memoryview, offset: int, timestamp: int) -> None:
+    """Mark the batch at `offset` LogAppendTime with maxTimestamp `timestamp`, in place, and
+    recompute its CRC (both fields are inside it), as Kafka's DefaultRecordBatch.setMaxTimestamp."""
+    _check_patchable(buf, offset)
+    size = _I32.unpack_from(buf, offset + 8)[0] + LOG_OVERHEAD
+    if size < BATCH_HEADER_SIZE or offset + size > len(buf):
+        raise CorruptRecordError(f"batch of {size} bytes does not fit the buffer", offset + 8)
+    attributes = _I16.unpack_from(buf, offset + _ATTRIBUTES_POS)[0] | _TIMESTAMP_TYPE_BIT
+    _I16.pack_into(buf, offset + _ATTRIBUTES_POS, attributes)
+    _I64.pack_into(buf, offset + _MAX_TIMESTAMP_POS, timestamp)
+    _U32.pack_into(buf, offset + _CRC_POS, crc32c(memoryview(buf)[offset + _ATTRIBUTES_POS : offset + size]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -713,6 +750,76 @@ def _corrupt(reason: str, pos: int, where: int | None, body_start: int) -> Corru
     if where is not None:
         return CorruptRecordError(reason, where + pos)
     return CorruptRecordError(f"{reason} (byte {pos} of the decompressed records)", body_start)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validating what a producer sent
+
+
+def validate_produced_batch(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> RecordBatch:
+    """The one batch of a Produce request's partition, checked as Kafka's leader checks it.
+
+    Raises CorruptRecordError (CORRUPT_MESSAGE) for bytes that are not an intact v2 batch: cut
+    off, a batchLength that disagrees with the bytes, a CRC mismatch. Raises RecordTooLargeError
+    (MESSAGE_TOO_LARGE) for a batch above `max_batch_bytes`. Raises InvalidRecordError
+    (INVALID_RECORD) for an intact batch a client may not write: not magic 2 (Produce v3+ carries
+    only v2), more than one batch (v3+ carries exactly one), a baseOffset other than 0, a control
+    batch, a producer id without a sequence, a records count that is not positive or disagrees
+    with lastOffsetDelta, records that do not decode (the producer built them wrong, as the CRC
+    shows), or inner offset deltas that are not 0, 1, 2, ... (offsets are assigned in place, so they
+    must be consecutive). All three are CorruptRecordErrors; nothing else is raised.
+
+    Decoding every record costs as much as the rest of the append, but a leader must not store
+    what a consumer cannot read. The records are decoded from the bytes as given: patch offsets
+    afterwards, not before.
+    """
+    buf = _byte_view(data)
+    available = len(buf)
+    if available < _MAGIC_POS + 1:
+        raise CorruptRecordError(f"records cut off: {available} bytes, not even a batch header", 0)
+    magic = buf[_MAGIC_POS]
+    if magic != MAGIC:
+        raise InvalidRecordError(f"magic {magic}: Produce v3 and later carry only v2 record batches", _MAGIC_POS)
+    length = _I32.unpack_from(buf, 8)[0]
+    if length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"batch length {length} is below the minimum {_MIN_BATCH_LENGTH}", 8)
+    size = length + LOG_OVERHEAD
+    if size > available:
+        raise CorruptRecordError(f"batch length {length} says {size} bytes but the records hold {available}", 8)
+    if size < available:
+        raise InvalidRecordError(
+            f"{available - size} bytes after the first batch: Produce v3 and later carry exactly one batch per "
+            "partition", size,
+        )  # fmt: skip
+    batch = RecordBatch(buf)
+    if batch.base_offset != 0:
+        raise InvalidRecordError(f"baseOffset {batch.base_offset}: a producer's batch starts at offset 0", 0)
+    if size > max_batch_bytes:
+        raise RecordTooLargeError(f"batch of {size} bytes is larger than max.message.bytes ({max_batch_bytes})", 0)
+    stored, actual = batch.crc, batch.compute_crc()
+    if stored != actual:
+        raise CorruptRecordError(f"CRC mismatch: batch says 0x{stored:08x}, bytes give 0x{actual:08x}", _CRC_POS)
+    if batch.is_control:
+        raise InvalidRecordError("clients may not write control batches", _ATTRIBUTES_POS)
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise InvalidRecordError(f"producer id {batch.producer_id} without a base sequence", 53)
+    count, delta = batch.records_count, batch.last_offset_delta
+    if count <= 0:
+        raise InvalidRecordError(f"records count {count}: a batch must hold records", _COUNT_POS)
+    if delta != count - 1:
+        raise InvalidRecordError(f"lastOffsetDelta {delta} disagrees with the records count {count}", 23)
+    try:
+        records = batch.records()
+    except CorruptRecordError as exc:
+        reason = f"records do not decode although the CRC matches: {exc.reason}"
+        raise InvalidRecordError(reason, exc.position) from None
+    for index, record in enumerate(records):
+        if record.offset != index:
+            raise InvalidRecordError(
+                f"record {index} has offset delta {record.offset}, expected {index}: inner offsets must be consecutive",
+                record_index=index,
+            )  # fmt: skip
+    return batch
 
 
 # ---------------------------------------------------------------------------------------------

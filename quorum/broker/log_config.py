@@ -1,0 +1,130 @@
+"""A partition's log settings: topic configs over broker configs over Kafka's defaults.
+
+Kafka resolves each topic setting from, in order: the topic's own config (`segment.bytes`), the
+broker's dynamic config for this broker, the cluster-wide dynamic broker default, the broker's
+static properties (`log.segment.bytes`), and Kafka's default. The metadata image holds the
+dynamic ones (ConfigRecords: TOPIC resources by name, BROKER resources by id, "" for the
+cluster default); the node's properties file the static ones. Pure functions of those inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+_LONG_MAX = 2**63 - 1
+_HOUR_MS = 60 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """What the write path of one partition acts on; None for a limit that is off."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int | None = 7 * 24 * _HOUR_MS
+    retention_ms: int | None = 7 * 24 * _HOUR_MS
+    retention_bytes: int | None = None
+    max_message_bytes: int = 1048588
+    index_interval_bytes: int = 4096
+    log_append_time: bool = False
+    min_insync_replicas: int = 1
+    flush_messages: int | None = None
+
+
+# (topic config, broker config, Kafka's default as text)
+_KEYS = {
+    "segment_bytes": ("segment.bytes", "log.segment.bytes", str(1 << 30)),
+    "segment_ms": ("segment.ms", "log.roll.ms", None),
+    "retention_ms": ("retention.ms", "log.retention.ms", None),
+    "retention_bytes": ("retention.bytes", "log.retention.bytes", "-1"),
+    "max_message_bytes": ("max.message.bytes", "message.max.bytes", "1048588"),
+    "index_interval_bytes": ("index.interval.bytes", "log.index.interval.bytes", "4096"),
+    "timestamp_type": ("message.timestamp.type", "log.message.timestamp.type", "CreateTime"),
+    "min_insync_replicas": ("min.insync.replicas", "min.insync.replicas", "1"),
+    "flush_messages": ("flush.messages", "log.flush.interval.messages", str(_LONG_MAX)),
+}
+
+
+class LogConfigError(ValueError):
+    """A setting that does not parse; names the key and the value."""
+
+
+def _broker_value(broker: tuple[Mapping[str, str], ...], key: str) -> str | None:
+    for layer in broker:
+        if key in layer:
+            return layer[key]
+    return None
+
+
+def _int(key: str, text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise LogConfigError(f"{key} must be an integer, got {text!r}") from None
+
+
+def _broker_time_ms(broker: tuple[Mapping[str, str], ...], ms_key: str, minutes_key: str | None,
+                    hours_key: str, default_hours: int) -> str:
+    """Kafka's `log.retention.{ms,minutes,hours}` and `log.roll.{ms,hours}`: the finest one set wins."""
+    for key, factor in ((ms_key, 1), (minutes_key, 60_000), (hours_key, _HOUR_MS)):
+        if key is None:
+            continue
+        value = _broker_value(broker, key)
+        if value is not None:
+            number = _int(key, value)
+            return str(number * factor if number >= 0 else -1)
+    return str(default_hours * _HOUR_MS)
+
+
+def resolve_log_config(
+    topic_configs: Mapping[str, str],
+    static: Mapping[str, str],
+    dynamic_broker: Mapping[str, str] | None = None,
+    dynamic_default: Mapping[str, str] | None = None,
+) -> LogConfig:
+    """The LogConfig of a topic with `topic_configs`, on a broker with properties `static` and the
+    dynamic broker configs of the image (this broker's, then the cluster default)."""
+    broker = tuple(layer for layer in (dynamic_broker, dynamic_default, static) if layer)
+    values: dict[str, str] = {}
+    for name, (topic_key, broker_key, default) in _KEYS.items():
+        if topic_key in topic_configs:
+            values[name] = topic_configs[topic_key]
+        elif name == "retention_ms":
+            values[name] = _broker_time_ms(broker, "log.retention.ms", "log.retention.minutes",
+                                           "log.retention.hours", 168)
+        elif name == "segment_ms":
+            values[name] = _broker_time_ms(broker, "log.roll.ms", None, "log.roll.hours", 168)
+        else:
+            found = _broker_value(broker, broker_key)
+            values[name] = found if found is not None else (default or "")
+    retention_ms = _int("retention.ms", values["retention_ms"])
+    retention_bytes = _int("retention.bytes", values["retention_bytes"])
+    segment_ms = _int("segment.ms", values["segment_ms"])
+    flush = _int("flush.messages", values["flush_messages"])
+    timestamp_type = values["timestamp_type"].strip()
+    if timestamp_type not in ("CreateTime", "LogAppendTime"):
+        raise LogConfigError(f"message.timestamp.type must be CreateTime or LogAppendTime, got {timestamp_type!r}")
+    config = LogConfig(
+        segment_bytes=_int("segment.bytes", values["segment_bytes"]),
+        segment_ms=segment_ms if 0 < segment_ms < _LONG_MAX else None,
+        retention_ms=retention_ms if 0 <= retention_ms < _LONG_MAX else None,
+        retention_bytes=retention_bytes if retention_bytes >= 0 else None,
+        max_message_bytes=_int("max.message.bytes", values["max_message_bytes"]),
+        index_interval_bytes=_int("index.interval.bytes", values["index_interval_bytes"]),
+        log_append_time=timestamp_type == "LogAppendTime",
+        min_insync_replicas=_int("min.insync.replicas", values["min_insync_replicas"]),
+        flush_messages=flush if 0 < flush < _LONG_MAX else None,
+    )
+    if not 14 <= config.segment_bytes <= 2**31 - 1:
+        raise LogConfigError(f"segment.bytes must be 14..{2**31 - 1}, got {config.segment_bytes}")
+    return config
+
+
+def topic_log_config(configs: Mapping[tuple[int, str], Mapping[str, str]], topic: str, broker_id: int,
+                     static: Mapping[str, str]) -> LogConfig:
+    """`resolve_log_config` with the layers taken from an image's `configs`."""
+    return resolve_log_config(configs.get((TOPIC_RESOURCE, topic), {}), static,
+                              configs.get((BROKER_RESOURCE, str(broker_id))), configs.get((BROKER_RESOURCE, "")))

@@ -1,0 +1,324 @@
+"""One partition replica on this broker: its log, its producer state, and its leader's append.
+
+A `Partition` implements `quorum.broker.partition_view.ServedPartition` for the read path and
+`append_as_leader` for Produce. Its log is a `quorum.log.Log` with time indexes in
+`<log dir>/<topic>-<partition>`, as Kafka names it, with a `partition.metadata` naming the topic id.
+
+The leader append keeps the producer's bytes: the batch is validated
+(`quorum.wire.records.validate_produced_batch`), checked against the producer's sequence
+(`quorum.broker.producer_state`), and stamped in place with its offset and the leader epoch,
+which lie outside the CRC, so nothing is re-encoded.
+
+The high watermark is a field: while this broker leads with an ISR of itself alone it follows
+the log end offset after every append; otherwise it only moves by `advance_high_watermark`,
+which the replication code (a later issue) calls as followers catch up. Durability follows
+Kafka: an append reaches the page cache, which survives `kill -9` of the process; `flush.messages`
+(`log.flush.interval.messages`) makes appends fsync every so many messages before they are
+acknowledged, for a machine crash too.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from quorum.broker.log_config import LogConfig
+from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, TimestampOffset
+from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
+from quorum.log.atomic import fsync_directory
+from quorum.log.errors import LogError, OffsetOutOfRangeError
+from quorum.log.log import Log
+from quorum.log.partition_metadata import read_partition_metadata, write_partition_metadata
+from quorum.wire.errors import ErrorCode
+from quorum.wire.records import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    patch_base_offset,
+    patch_log_append_time,
+    patch_partition_leader_epoch,
+    validate_produced_batch,
+)
+
+logger = logging.getLogger(__name__)
+
+DELETE_SUFFIX = "-delete"
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """Kafka's directory name for a partition log."""
+    return f"{topic}-{partition}"
+
+
+class AppendError(Exception):
+    """A Produce to this partition refused; `code` is the Kafka error for the response,
+    `record_index` the record at fault when one is (RecordErrors in Produce v8+)."""
+
+    def __init__(self, code: ErrorCode, message: str, record_index: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.record_index = record_index
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What the Produce response reports for an appended (or duplicate) batch."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class Partition:
+    """A partition replica: see the module docstring."""
+
+    def __init__(self, topic: str, partition: int, topic_id: uuid.UUID, directory: Path | str, config: LogConfig,
+                 broker_id: int) -> None:
+        """Open (creating if needed) the partition's log and rebuild its producer state.
+
+        Raises CorruptLogError / CorruptFileError naming the file when the log cannot be loaded,
+        and LogError when the directory belongs to another topic id (the caller deletes it first).
+        """
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.broker_id = broker_id
+        self.directory = Path(directory)
+        self.config = config
+        recorded = read_partition_metadata(self.directory) if self.directory.exists() else None
+        if recorded is not None and recorded != topic_id:
+            raise LogError(f"{self.directory} holds topic id {recorded}, not {topic_id}")
+        self.log = Log(self.directory, segment_bytes=config.segment_bytes,
+                       index_interval_bytes=config.index_interval_bytes, verify_all_segments=False,
+                       time_index=True, roll_ms=config.segment_ms)  # fmt: skip
+        if recorded is None:
+            write_partition_metadata(self.directory, topic_id)
+        self.producers = ProducerStateManager(self.name)
+        self.rebuild_producer_state()
+        self._leader_id = -1
+        self._leader_epoch = -1
+        self._isr: tuple[int, ...] = ()
+        self._high_watermark = self.log.start_offset
+        self._unflushed = 0
+
+    def __repr__(self) -> str:
+        return (f"Partition({self.name}, leader={self._leader_id}, epoch={self._leader_epoch}, "
+                f"log=[{self.log_start_offset}, {self.log_end_offset}), hw={self._high_watermark})")  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        return partition_dir_name(self.topic, self.partition)
+
+    # -- leadership (from the metadata image) ----------------------------------------------
+
+    def update_state(self, leader_id: int, leader_epoch: int, isr: tuple[int, ...]) -> None:
+        """The image's leader, leader epoch and ISR for this partition."""
+        if leader_epoch != self._leader_epoch or leader_id != self._leader_id:
+            role = "leader" if leader_id == self.broker_id else f"follower of {leader_id}"
+            logger.info("%s: %s in leader epoch %d", self.name, role, leader_epoch)
+        self._leader_id = leader_id
+        self._leader_epoch = leader_epoch
+        self._isr = tuple(isr)
+        self._maybe_follow_log_end()
+
+    def apply_config(self, config: LogConfig) -> None:
+        """Topic config changes: the log's roll settings take effect at the next append."""
+        self.config = config
+        self.log.segment_bytes = config.segment_bytes
+        self.log.index_interval_bytes = config.index_interval_bytes
+        self.log.roll_ms = config.segment_ms
+
+    @property
+    def leader_id(self) -> int:
+        return self._leader_id
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self._isr
+
+    # -- ServedPartition ---------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader_id == self.broker_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._leader_epoch
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self._high_watermark  # no transactions
+
+    def read(self, offset: int, max_bytes: int, upto: int) -> bytes:
+        try:
+            return self.log.read(offset, max_bytes, upto)
+        except OffsetOutOfRangeError as exc:
+            raise OffsetOutOfRange(str(exc)) from None
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        """Kafka's leader-epoch cache answer. A leader's own epoch ends at the log end offset even
+        before it wrote a batch (Kafka records the epoch when the broker becomes leader); an epoch
+        above every known one is undefined."""
+        latest = max(self.log.last_fetched_epoch() if self.log.epoch_entries else -1,
+                     self._leader_epoch if self.is_leader else -1)  # fmt: skip
+        if leader_epoch > latest or leader_epoch < 0:
+            return EpochEndOffset(-1, -1)
+        if self.is_leader and leader_epoch == self._leader_epoch:
+            return EpochEndOffset(leader_epoch, self.log.end_offset)
+        found = self.log.end_offset_for_epoch(leader_epoch)
+        return EpochEndOffset(found.epoch, found.offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """As Kafka's: only offsets below the high watermark count (a consumer cannot read others)."""
+        found = self.log.offset_for_timestamp(timestamp)
+        if found is None or found[1] >= self._high_watermark:
+            return None
+        return TimestampOffset(found[0], found[1])
+
+    def max_timestamp(self) -> TimestampOffset | None:
+        found = self.log.max_timestamp()
+        return None if found is None else TimestampOffset(found[0], found[1])
+
+    # -- the leader's append -----------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview | None, now_ms: int) -> AppendResult:
+        """Validate, sequence-check, stamp and append one Produce batch; raises AppendError.
+
+        A duplicate of one of the producer's last five batches is not written again: the
+        result names the original offsets, with `duplicate` set.
+        """
+        if not self.is_leader:
+            raise AppendError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                              f"broker {self.broker_id} is not the leader of {self.name} (leader {self._leader_id})")
+        if records is None:
+            raise AppendError(ErrorCode.INVALID_RECORD, "no records")
+        buf = bytearray(records)
+        try:
+            batch = validate_produced_batch(buf, self.config.max_message_bytes)
+        except RecordTooLargeError as exc:
+            raise AppendError(ErrorCode.MESSAGE_TOO_LARGE, str(exc)) from None
+        except InvalidRecordError as exc:
+            raise AppendError(ErrorCode.INVALID_RECORD, str(exc), exc.record_index) from None
+        except CorruptRecordError as exc:
+            raise AppendError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+        if batch.is_transactional:
+            raise AppendError(ErrorCode.INVALID_RECORD, "transactional batches are not supported by this cluster")
+        producer_id = batch.producer_id
+        count = batch.records_count
+        if producer_id >= 0:
+            epoch, first_seq = batch.producer_epoch, batch.base_sequence
+            last_seq = last_sequence(first_seq, batch.last_offset_delta)
+            try:
+                duplicate = self.producers.check(producer_id, epoch, first_seq, last_seq)
+            except ProducerStateError as exc:
+                raise AppendError(exc.code, exc.message) from None
+            if duplicate is not None:
+                logger.debug("%s: duplicate batch of producer %d (sequences %d..%d) answered with offset %d",
+                             self.name, producer_id, first_seq, last_seq, duplicate.first_offset)  # fmt: skip
+                return AppendResult(duplicate.first_offset, duplicate.last_offset,
+                                    duplicate.timestamp if self.config.log_append_time else -1,
+                                    self.log.start_offset, duplicate=True)  # fmt: skip
+        base = self.log.end_offset
+        patch_base_offset(buf, 0, base)
+        patch_partition_leader_epoch(buf, 0, self._leader_epoch)
+        append_time = -1
+        if self.config.log_append_time:
+            append_time = now_ms
+            patch_log_append_time(buf, 0, now_ms)
+        try:
+            self.log.append(buf)
+        except LogError as exc:
+            logger.error("%s: append failed: %s", self.name, exc)
+            raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: {exc}") from None
+        except OSError as exc:
+            logger.error("%s: append failed: %s", self.name, exc)
+            raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: {exc}") from None
+        last = base + count - 1
+        if producer_id >= 0:
+            self.producers.update(producer_id, batch.producer_epoch, batch.base_sequence,
+                                  last_sequence(batch.base_sequence, batch.last_offset_delta), base, last,
+                                  append_time if append_time >= 0 else batch.max_timestamp)  # fmt: skip
+        self._unflushed += count
+        if self.config.flush_messages is not None and self._unflushed >= self.config.flush_messages:
+            self.flush()
+        self._maybe_follow_log_end()
+        return AppendResult(base, last, append_time, self.log.start_offset)
+
+    def flush(self) -> None:
+        try:
+            self.log.flush()
+        except (LogError, OSError) as exc:
+            raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: flush failed: {exc}") from None
+        self._unflushed = 0
+
+    # -- the high watermark ------------------------------------------------------------------
+
+    def advance_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to `offset` (capped at the log end); the replication code's
+        hook. Returns whether it moved; the caller wakes waiters (`AppendNotifier.appended`)."""
+        offset = min(offset, self.log.end_offset)
+        if offset <= self._high_watermark:
+            return False
+        self._high_watermark = offset
+        return True
+
+    def _maybe_follow_log_end(self) -> None:
+        """With this broker leading alone (the ISR is itself), everything appended is committed."""
+        if self.is_leader and set(self._isr) <= {self.broker_id}:
+            self.advance_high_watermark(self.log.end_offset)
+        if self._high_watermark < self.log.start_offset:
+            self._high_watermark = self.log.start_offset
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """`retention.ms` and `retention.bytes`, never past the high watermark."""
+        deleted = self.log.delete_old_segments(now_ms, self.config.retention_ms, self.config.retention_bytes,
+                                               upto=self._high_watermark)  # fmt: skip
+        self._maybe_follow_log_end()
+        return deleted
+
+    def rebuild_producer_state(self) -> None:
+        """Producer state from the log's batch headers (at open, and after a truncation)."""
+        self.producers.clear()
+        for batch in self.log.iter_batches():
+            if batch.producer_id >= 0:
+                self.producers.replay(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                      batch.last_offset_delta, batch.base_offset, batch.max_timestamp)  # fmt: skip
+
+    def close(self) -> None:
+        self.log.close()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory: renamed to `<name>.<id>-delete` first (Kafka's
+        way), so a crash half-way leaves a directory that the next start removes, never a torn log."""
+        self.log.close()
+        delete_partition_dir(self.directory)
+
+
+def delete_partition_dir(directory: Path) -> None:
+    """Rename `directory` to Kafka's `<topic>-<partition>.<uuid>-delete`, durably, then remove it."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    directory.rename(doomed)
+    fsync_directory(directory.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+    logger.info("%s: deleted", directory)

@@ -1,0 +1,212 @@
+"""Produce (API 0) and InitProducerId (API 22) handlers over a ReplicaManager.
+
+Produce follows Kafka's KafkaApis/ReplicaManager: each partition is answered on its own (one
+bad partition never fails the others), with Kafka's error codes; acks=0 gets no response, acks=1
+is answered once the leader appended, acks=all (-1) once the high watermark covers the append,
+which with the leader alone in the ISR is at once, and otherwise when the replication code
+advances it (REQUEST_TIMED_OUT after the request's timeout). acks=all also refuses to append
+below `min.insync.replicas` (NOT_ENOUGH_REPLICAS). A NOT_LEADER_OR_FOLLOWER answer carries the
+current leader and its endpoint from v10 on (KIP-951), so clients need not refresh metadata.
+
+Kafka closes the connection of an acks=0 producer whose batch failed, so that it refreshes its
+metadata; the handler interface cannot, so such failures are only logged here.
+
+InitProducerId hands idempotent producers an id from `ReplicaManager.producer_ids` (see
+`quorum.broker.producer_ids`) with epoch 0. Transactions are not supported: a transactional id
+is answered with INVALID_REQUEST (a fatal error that names the problem in the client, where a
+retriable one would make it retry until its timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from quorum.broker.partition import AppendError, AppendResult, Partition
+from quorum.broker.producer_ids import ProducerIdsExhausted
+from quorum.broker.replica_manager import ReplicaManager
+from quorum.image.image import MetadataImage
+from quorum.log.errors import LogError
+from quorum.server.dispatch import Dispatcher, Reply
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS, Request
+
+logger = logging.getLogger(__name__)
+
+PRODUCE = APIS[0]
+INIT_PRODUCER_ID = APIS[22]
+_Response = PRODUCE.response
+_TopicResponse = _Response.TopicProduceResponse
+_PartitionResponse = _TopicResponse.PartitionProduceResponse
+_RecordError = _PartitionResponse.BatchIndexAndErrorMessage
+_LeaderIdAndEpoch = _PartitionResponse.LeaderIdAndEpoch
+_NodeEndpoint = _Response.NodeEndpoint
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ProduceHandlers:
+    """The two handlers, sharing a ReplicaManager and a clock (milliseconds, injectable for tests)."""
+
+    def __init__(self, replicas: ReplicaManager, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.replicas = replicas
+        self.clock_ms = clock_ms
+
+    # -- Produce -----------------------------------------------------------------------------
+
+    async def produce(self, request: Request) -> Reply | None:
+        body = request.body
+        version = request.version
+        acks = body.acks
+        image = self.replicas.image
+        now = self.clock_ms()
+        by_id = version >= 13
+        answers: list[tuple[Any, list[Any]]] = []  # (topic name or id, partition responses)
+        waits: list[tuple[Partition, int, Any]] = []
+        leaders: set[int] = set()
+        appended = False
+        for topic_data in body.topic_data:
+            topic_key = topic_data.topic_id if by_id else topic_data.name
+            name = self._topic_name(image, topic_key, by_id)
+            responses = []
+            for data in topic_data.partition_data:
+                response = _PartitionResponse(index=data.index, error_code=ErrorCode.NONE, base_offset=-1,
+                                              log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                              error_message=None)  # fmt: skip
+                responses.append(response)
+                if acks not in (-1, 0, 1):
+                    self._fail(response, ErrorCode.INVALID_REQUIRED_ACKS, f"acks {acks} is not -1, 0 or 1")
+                    continue
+                partition, code = self._find(image, name, topic_key, data.index, by_id)
+                if partition is None:
+                    self._fail(response, code, None)
+                    if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
+                        self._point_at_leader(response, image, name, data.index, leaders)
+                    continue
+                if acks == -1 and partition.is_leader and len(partition.isr) < partition.config.min_insync_replicas:
+                    self._fail(response, ErrorCode.NOT_ENOUGH_REPLICAS,
+                               f"the ISR {list(partition.isr)} is below min.insync.replicas "
+                               f"{partition.config.min_insync_replicas}")  # fmt: skip
+                    continue
+                try:
+                    result = partition.append_as_leader(data.records, now)
+                except AppendError as exc:
+                    self._fail(response, exc.code, exc.message, exc.record_index)
+                    logger.log(logging.DEBUG if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER else logging.INFO,
+                               "produce to %s refused (%s): %s", partition.name, exc.code.name, exc.message)
+                    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
+                        self._point_at_leader(response, image, partition.topic, data.index, leaders)
+                    continue
+                appended = appended or not result.duplicate
+                self._succeed(response, result)
+                if acks == -1:
+                    waits.append((partition, result.last_offset + 1, response))
+            answers.append((topic_key, responses))
+        if appended:
+            self.replicas.notifier.appended()
+        if waits:
+            late = await self.replicas.wait_for_high_watermarks([(p, o) for p, o, _ in waits], body.timeout_ms / 1000)
+            for partition, _, response in waits:
+                if partition in late:
+                    code = ErrorCode.REQUEST_TIMED_OUT if partition.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    self._fail(response, code, f"{partition.name}: the high watermark did not reach the append "
+                                               f"within {body.timeout_ms} ms")  # fmt: skip
+        if acks == 0:
+            return None
+        topics = [_TopicResponse(topic_id=key, partition_responses=responses) if by_id
+                  else _TopicResponse(name=key, partition_responses=responses)
+                  for key, responses in answers]  # fmt: skip
+        response = _Response(responses=topics, throttle_time_ms=0)
+        if leaders and version >= 10 and image is not None:
+            response.node_endpoints = [
+                _NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack)
+                for node_id in sorted(leaders) if (broker := image.brokers.get(node_id)) is not None
+            ]
+        return Reply(response, version)
+
+    def _topic_name(self, image: MetadataImage | None, key: Any, by_id: bool) -> str | None:
+        if not by_id:
+            return key
+        if image is None or key is None:
+            return None
+        topic = image.topic_by_id(key)
+        return None if topic is None else topic.name
+
+    def _find(self, image: MetadataImage | None, name: str | None, key: Any, index: int,
+              by_id: bool) -> tuple[Partition | None, ErrorCode]:
+        """The hosted partition, or why there is none: unknown topic or partition, or not here."""
+        if name is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        topic = image.topics.get(name) if image is not None else None
+        if topic is None or not any(info.partition == index for info in topic.partitions):
+            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if topic.is_internal:
+            return None, ErrorCode.INVALID_TOPIC_EXCEPTION
+        partition = self.replicas.get(name, index)
+        if partition is None or partition.topic_id != topic.topic_id:
+            if (name, index) in self.replicas.failed:
+                return None, ErrorCode.KAFKA_STORAGE_ERROR
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return partition, ErrorCode.NONE
+
+    @staticmethod
+    def _fail(response: Any, code: ErrorCode, message: str | None, record_index: int | None = None) -> None:
+        response.error_code = code
+        response.base_offset = -1
+        response.log_append_time_ms = -1
+        response.log_start_offset = -1
+        response.error_message = message
+        if record_index is not None:
+            response.record_errors = [_RecordError(batch_index=record_index, batch_index_error_message=message)]
+
+    @staticmethod
+    def _succeed(response: Any, result: AppendResult) -> None:
+        response.base_offset = result.base_offset
+        response.log_append_time_ms = result.log_append_time
+        response.log_start_offset = result.log_start_offset
+
+    @staticmethod
+    def _point_at_leader(response: Any, image: MetadataImage | None, topic: str | None, index: int,
+                         leaders: set[int]) -> None:
+        """KIP-951: the current leader, so the client can go there without a metadata round trip."""
+        if image is None or topic is None or (info := image.topics.get(topic)) is None:
+            return
+        for partition in info.partitions:
+            if partition.partition == index and partition.leader >= 0:
+                response.current_leader = _LeaderIdAndEpoch(leader_id=partition.leader,
+                                                             leader_epoch=partition.leader_epoch)  # fmt: skip
+                leaders.add(partition.leader)
+
+    # -- InitProducerId ----------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Request) -> Reply:
+        body = request.body
+        response = INIT_PRODUCER_ID.response(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=-1,
+                                             producer_epoch=-1)  # fmt: skip
+        if body.transactional_id is not None:
+            logger.info("InitProducerId for transactional id %r refused: transactions are not supported",
+                        body.transactional_id)  # fmt: skip
+            response.error_code = ErrorCode.INVALID_REQUEST
+            return Reply(response, request.version)
+        try:
+            response.producer_id = self.replicas.producer_ids.allocate()
+            response.producer_epoch = 0
+        except (LogError, OSError, ProducerIdsExhausted) as exc:
+            logger.error("cannot allocate a producer id: %s", exc)
+            response.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+        return Reply(response, request.version)
+
+
+def register_produce(dispatcher: Dispatcher, replicas: ReplicaManager,
+                     clock_ms: Callable[[], int] = _now_ms) -> ProduceHandlers:
+    """Serve Produce and InitProducerId from `replicas` on `dispatcher`."""
+    handlers = ProduceHandlers(replicas, clock_ms)
+    dispatcher.register(PRODUCE.key, handlers.produce)
+    dispatcher.register(INIT_PRODUCER_ID.key, handlers.init_producer_id)
+    return handlers

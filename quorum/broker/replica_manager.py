@@ -1,0 +1,266 @@
+"""The partitions this broker hosts, kept in step with the metadata image.
+
+`ReplicaManager.apply_image` is the broker's reaction to each new metadata image (KIP-631's
+image-driven brokers, as Kafka's ReplicaManager.applyDelta): it opens or creates the log of
+every partition whose replicas include this broker, marks each leader or follower with the
+image's leader epoch and ISR, applies topic config changes, and deletes the logs of partitions
+it no longer hosts: topics deleted, re-created under a new topic id, or reassigned away.
+
+Partition directories are `<log dir>/<topic>-<partition>` with a `partition.metadata` naming
+the topic id; new ones go to the log dir holding the fewest partitions, as Kafka places them.
+At construction the log dirs are scanned: leftovers of interrupted deletions (`*-delete`) are
+removed, and the partition directories found are opened by the first image that assigns them.
+That first image also deletes the directories (with a `partition.metadata`, so surely ours) that
+it does not assign to this broker: Kafka's stray logs. So only hand `apply_image` an image that
+has caught up with the metadata log, never an empty or partial one at start-up.
+
+It is the `PartitionLookup` of the read path and calls `AppendNotifier.appended()` whenever a
+partition grows or a high watermark or leadership moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from quorum.broker.log_config import LogConfig, LogConfigError, topic_log_config
+from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
+from quorum.broker.partition_view import AppendNotifier
+from quorum.broker.producer_ids import ProducerIdAllocator
+from quorum.image.image import MetadataImage, PartitionInfo, TopicInfo
+from quorum.log.errors import CorruptFileError, LogError
+from quorum.log.partition_metadata import read_partition_metadata
+
+logger = logging.getLogger(__name__)
+
+#: Kafka's defaults: `log.retention.check.interval.ms`, `producer.id.expiration.ms`.
+DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a partition directory name, None for anything else."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not topic or not number.isdigit() or "." in number:
+        return None
+    return topic, int(number)
+
+
+class ReplicaManager:
+    """See the module docstring. Runs on the event loop thread; no method awaits mid-change."""
+
+    def __init__(self, broker_id: int, log_dirs: Sequence[Path | str], properties: Mapping[str, str] | None = None,
+                 notifier: AppendNotifier | None = None) -> None:
+        """`properties` are the node's (NodeConfig.extra): the broker defaults of topic configs
+        (`log.segment.bytes`, `log.retention.ms`, ...), read with Kafka's names and defaults."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.broker_id = broker_id
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.properties = dict(properties or {})
+        self.notifier = notifier if notifier is not None else AppendNotifier()
+        self.producer_ids = ProducerIdAllocator(broker_id, self.log_dirs[0])
+        self.image: MetadataImage | None = None
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._by_id: dict[tuple[uuid.UUID, int], Partition] = {}
+        #: Partitions the image assigns here that could not be opened, with the reason (answered
+        #: KAFKA_STORAGE_ERROR); retried at the next image.
+        self.failed: dict[tuple[str, int], str] = {}
+        self._on_disk = self._scan_log_dirs()
+        self._strays_checked = False
+
+    @classmethod
+    def from_node_config(cls, config: object, notifier: AppendNotifier | None = None) -> ReplicaManager:
+        """From a `quorum.server.config.NodeConfig`: its node id, `log.dirs` and properties."""
+        return cls(config.node_id, config.log_dirs, config.extra, notifier)  # type: ignore[attr-defined]
+
+    # -- PartitionLookup ---------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))
+
+    def get_by_id(self, topic_id: uuid.UUID, partition: int) -> Partition | None:
+        return self._by_id.get((topic_id, partition))
+
+    def partitions(self) -> list[Partition]:
+        return list(self._partitions.values())
+
+    # -- the metadata image ------------------------------------------------------------------
+
+    def apply_image(self, image: MetadataImage) -> None:
+        """Make the hosted partitions what `image` assigns to this broker; see the module docstring."""
+        wanted: dict[tuple[str, int], tuple[TopicInfo, PartitionInfo]] = {}
+        for topic in image.topics.values():
+            for info in topic.partitions:
+                if self.broker_id in info.replicas:
+                    wanted[(topic.name, info.partition)] = (topic, info)
+        for key, partition in list(self._partitions.items()):
+            target = wanted.get(key)
+            if target is None or target[0].topic_id != partition.topic_id:
+                why = "deleted or moved away" if target is None else f"re-created with topic id {target[0].topic_id}"
+                logger.info("%s: no longer hosted here (%s): deleting its log", partition.name, why)
+                self._remove(partition)
+        if not self._strays_checked:
+            self._delete_strays(wanted)
+            self._strays_checked = True
+        self.failed = {key: reason for key, reason in self.failed.items() if key in wanted}
+        for key, (topic, info) in wanted.items():
+            config = self._config_for(image, topic.name)
+            partition = self._partitions.get(key)
+            if partition is None:
+                partition = self._open(topic, info, config)
+                if partition is None:
+                    continue
+            elif partition.config != config:
+                partition.apply_config(config)
+            partition.update_state(info.leader, info.leader_epoch, info.isr)
+        self.image = image
+        self.notifier.appended()
+
+    def _config_for(self, image: MetadataImage, topic: str) -> LogConfig:
+        try:
+            return topic_log_config(image.configs, topic, self.broker_id, self.properties)
+        except LogConfigError as exc:
+            logger.error("topic %s: %s; using the broker defaults", topic, exc)
+            try:
+                return topic_log_config({}, topic, self.broker_id, self.properties)
+            except LogConfigError as broker_exc:
+                logger.error("broker properties: %s; using Kafka's defaults", broker_exc)
+                return LogConfig()
+
+    def _open(self, topic: TopicInfo, info: PartitionInfo, config: LogConfig) -> Partition | None:
+        key = (topic.name, info.partition)
+        directory = self._on_disk.pop(key, None)
+        try:
+            if directory is not None:
+                try:
+                    recorded = read_partition_metadata(directory)
+                except CorruptFileError as exc:
+                    raise LogError(f"{exc}; not loading a log of unknown topic id") from None
+                if recorded is not None and recorded != topic.topic_id:
+                    logger.info("%s: belongs to an earlier topic %s (id %s, now %s): deleting it",
+                                directory, topic.name, recorded, topic.topic_id)  # fmt: skip
+                    delete_partition_dir(directory)
+                    directory = None
+            if directory is None:
+                directory = self._place() / partition_dir_name(topic.name, info.partition)
+            partition = Partition(topic.name, info.partition, topic.topic_id, directory, config, self.broker_id)
+        except (LogError, OSError) as exc:
+            logger.error("%s-%d: cannot open its log: %s", topic.name, info.partition, exc)
+            self.failed[key] = str(exc)
+            if directory is not None and directory.exists():
+                self._on_disk[key] = directory
+            return None
+        self.failed.pop(key, None)
+        self._partitions[key] = partition
+        self._by_id[(topic.topic_id, info.partition)] = partition
+        return partition
+
+    def _remove(self, partition: Partition) -> None:
+        del self._partitions[(partition.topic, partition.partition)]
+        self._by_id.pop((partition.topic_id, partition.partition), None)
+        try:
+            partition.delete()
+        except OSError as exc:
+            logger.error("%s: could not delete %s: %s", partition.name, partition.directory, exc)
+
+    def _place(self) -> Path:
+        """The log dir with the fewest partitions, for a new one (Kafka's default placement)."""
+        counts = {directory: 0 for directory in self.log_dirs}
+        for partition in self._partitions.values():
+            parent = partition.directory.parent
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda directory: counts[directory])
+
+    def _scan_log_dirs(self) -> dict[tuple[str, int], Path]:
+        found: dict[tuple[str, int], Path] = {}
+        for log_dir in self.log_dirs:
+            if not log_dir.is_dir():
+                continue
+            for entry in sorted(log_dir.iterdir()):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_SUFFIX):
+                    logger.info("%s: finishing an interrupted deletion", entry)
+                    shutil.rmtree(entry, ignore_errors=True)
+                    continue
+                parsed = parse_partition_dir(entry.name)
+                if parsed is None or parsed[0] == METADATA_TOPIC:
+                    continue
+                if parsed in found:
+                    raise LogError(f"partition {entry.name} is in two log dirs: {found[parsed]} and {entry}")
+                found[parsed] = entry
+        return found
+
+    def _delete_strays(self, wanted: Mapping[tuple[str, int], tuple[TopicInfo, PartitionInfo]]) -> None:
+        """Directories of ours (they have a `partition.metadata`) that the first image does not assign here."""
+        for key, directory in list(self._on_disk.items()):
+            if key in wanted:
+                continue
+            try:
+                recorded = read_partition_metadata(directory)
+            except CorruptFileError as exc:
+                logger.warning("%s; leaving it alone", exc)
+                continue
+            if recorded is None:
+                continue  # not a partition log of ours: leave it alone
+            logger.info("%s: stray log (topic id %s is not assigned to broker %d): deleting it",
+                        directory, recorded, self.broker_id)  # fmt: skip
+            del self._on_disk[key]
+            try:
+                delete_partition_dir(directory)
+            except OSError as exc:
+                logger.error("%s: could not delete: %s", directory, exc)
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every partition (and producer id expiry); segments deleted."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        expiration = int(self.properties.get("producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS))
+        deleted = 0
+        for partition in list(self._partitions.values()):
+            try:
+                deleted += partition.delete_old_segments(now_ms)
+            except (LogError, OSError) as exc:
+                logger.error("%s: retention failed: %s", partition.name, exc)
+            partition.producers.expire(now_ms, expiration)
+        return deleted
+
+    async def run_retention(self, stop: asyncio.Event) -> None:
+        """Enforce retention every `log.retention.check.interval.ms` until `stop` is set."""
+        interval = int(self.properties.get("log.retention.check.interval.ms", DEFAULT_RETENTION_CHECK_INTERVAL_MS))
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), interval / 1000)
+            except TimeoutError:
+                self.enforce_retention()
+
+    async def wait_for_high_watermarks(self, waits: Iterable[tuple[Partition, int]],
+                                       timeout_s: float) -> set[Partition]:
+        """Wait until each partition's high watermark reaches its offset (acks=all), at most
+        `timeout_s`; returns the partitions that did not get there in time."""
+        pending = {(partition, offset) for partition, offset in waits}
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            pending = {(p, o) for p, o in pending if p.high_watermark < o}
+            remaining = deadline - asyncio.get_running_loop().time()
+            if not pending or remaining <= 0 or not any(p.is_leader for p, _ in pending):
+                return {p for p, _ in pending}
+            await self.notifier.wait(remaining)
+
+    def close(self) -> None:
+        for partition in self._partitions.values():
+            try:
+                partition.close()
+            except (LogError, OSError) as exc:
+                logger.error("%s: close failed: %s", partition.name, exc)
+        self._partitions.clear()
+        self._by_id.clear()

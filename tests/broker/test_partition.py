@@ -1,0 +1,224 @@
+"""The leader append of a partition: validation, offsets and epochs stamped in place, idempotence."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import pytest
+from crc32c import crc32c
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quorum.broker.log_config import LogConfig
+from quorum.broker.partition import AppendError, Partition
+from quorum.broker.partition_view import OffsetOutOfRange
+from quorum.wire.errors import ErrorCode
+from quorum.wire.records import (
+    Compression,
+    CorruptRecordError,
+    InvalidRecordError,
+    Record,
+    RecordTooLargeError,
+    TimestampType,
+    build_batch,
+    iter_batches,
+    validate_produced_batch,
+)
+
+T0 = 1_763_700_000_000
+TOPIC_ID = uuid.UUID(int=0xABC)
+
+
+def client_batch(count: int = 3, pid: int = -1, epoch: int = -1, seq: int = -1, first: int = 0,
+                 compression: Compression = Compression.NONE, value: bytes = b"value") -> bytes:
+    """A batch as a producer sends it: base offset 0, no leader epoch."""
+    records = [Record(i, T0 + i, b"key-%d" % (first + i), value + b"-%d" % (first + i), [("h", b"%d" % i)])
+               for i in range(count)]  # fmt: skip
+    return build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, compression=compression)
+
+
+def open_partition(path, config: LogConfig | None = None, leader: bool = True) -> Partition:
+    partition = Partition("orders", 0, TOPIC_ID, path / "orders-0", config or LogConfig(), broker_id=1)
+    partition.update_state(1 if leader else 2, 7, (1,))
+    return partition
+
+
+def test_offsets_and_leader_epoch_are_stamped_in_place(tmp_path):
+    partition = open_partition(tmp_path)
+    sent = [client_batch(3, compression=Compression.LZ4), client_batch(2),
+            client_batch(1, compression=Compression.GZIP)]
+    results = [partition.append_as_leader(data, T0) for data in sent]
+    assert [r.base_offset for r in results] == [0, 3, 5]
+    assert partition.log_end_offset == partition.high_watermark == 6
+    stored = list(iter_batches(partition.read(0, 1 << 20, partition.high_watermark)))
+    for data, batch, result in zip(sent, stored, results, strict=True):
+        assert batch.base_offset == result.base_offset
+        assert batch.partition_leader_epoch == 7
+        assert bytes(batch.raw)[12:16] != data[12:16] and bytes(batch.raw)[16:] == data[16:], "CRC part untouched"
+        batch.validate()
+        assert [r.offset for r in batch] == list(range(result.base_offset, result.last_offset + 1))
+    assert partition.end_offset_for_epoch(7).end_offset == 6
+    assert partition.end_offset_for_epoch(8).leader_epoch == -1
+    partition.close()
+
+
+def test_log_append_time_topics_stamp_the_brokers_time(tmp_path):
+    partition = open_partition(tmp_path, LogConfig(log_append_time=True))
+    result = partition.append_as_leader(client_batch(2, compression=Compression.LZ4), T0 + 5000)
+    assert result.log_append_time == T0 + 5000
+    (batch,) = iter_batches(partition.read(0, 1 << 20, 2))
+    batch.validate()
+    assert batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+    assert [r.timestamp for r in batch] == [T0 + 5000] * 2
+    partition.close()
+
+
+@pytest.mark.parametrize(("data", "code"), [
+    (client_batch()[:-1], ErrorCode.CORRUPT_MESSAGE),
+    (client_batch()[:30], ErrorCode.CORRUPT_MESSAGE),
+    (client_batch()[:-1] + b"\x01", ErrorCode.CORRUPT_MESSAGE),
+    (client_batch() + client_batch(), ErrorCode.INVALID_RECORD),
+    (client_batch()[:16] + b"\x01" + client_batch()[17:], ErrorCode.INVALID_RECORD),
+    (build_batch([Record(5, T0, b"k", b"v")], base_offset=5), ErrorCode.INVALID_RECORD),
+    (build_batch([Record(0, T0, b"k", b"v"), Record(2, T0, b"k", b"v")]), ErrorCode.INVALID_RECORD),
+    (build_batch([Record(0, T0, b"k", b"v")], producer_id=5, producer_epoch=0), ErrorCode.INVALID_RECORD),
+    (build_batch([Record(0, T0, b"k", b"v")], is_control=True), ErrorCode.INVALID_RECORD),
+    (build_batch([Record(0, T0, b"k", b"v")], producer_id=5, producer_epoch=0, base_sequence=0,
+                 is_transactional=True), ErrorCode.INVALID_RECORD),
+    (build_batch([]), ErrorCode.INVALID_RECORD),
+    (client_batch(value=b"x" * 2000), ErrorCode.MESSAGE_TOO_LARGE),
+    (None, ErrorCode.INVALID_RECORD),
+])  # fmt: skip
+def test_bad_batches_are_refused_with_kafkas_codes_and_nothing_is_written(tmp_path, data, code):
+    partition = open_partition(tmp_path, LogConfig(max_message_bytes=1000))
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(data, T0)
+    assert caught.value.code == code, caught.value.message
+    assert partition.log_end_offset == 0
+    assert partition.append_as_leader(client_batch(), T0).base_offset == 0
+    partition.close()
+
+
+def test_records_with_non_consecutive_offsets_name_the_record(tmp_path):
+    data = build_batch([Record(0, T0, b"k", b"v"), Record(1, T0, b"k", b"v"), Record(3, T0, b"k", b"v")])
+    data = data[:23] + (2).to_bytes(4, "big") + data[27:]  # lastOffsetDelta agrees with the count...
+    data = data[:17] + crc32c(data[21:]).to_bytes(4, "big") + data[21:]  # ... and the CRC is right
+    with pytest.raises(InvalidRecordError) as caught:
+        validate_produced_batch(data, 1 << 20)
+    assert caught.value.record_index == 2
+
+
+def test_not_leader_is_refused(tmp_path):
+    partition = open_partition(tmp_path, leader=False)
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(), T0)
+    assert caught.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    partition.close()
+
+
+def test_read_outside_the_log_raises_offset_out_of_range(tmp_path):
+    partition = open_partition(tmp_path)
+    partition.append_as_leader(client_batch(), T0)
+    with pytest.raises(OffsetOutOfRange):
+        partition.read(4, 100, 3)
+    assert partition.read(3, 100, 3) == b""
+    assert partition.offset_for_timestamp(T0 + 1).offset == 1
+    assert partition.max_timestamp().offset == 2
+    partition.close()
+
+
+# -- idempotent producers ------------------------------------------------------------------------
+
+
+def test_duplicate_of_a_recent_batch_returns_the_original_offsets(tmp_path):
+    partition = open_partition(tmp_path)
+    sent = [client_batch(2, pid=42, epoch=0, seq=2 * n, first=2 * n) for n in range(7)]
+    offsets = [partition.append_as_leader(data, T0).base_offset for data in sent]
+    assert offsets == [0, 2, 4, 6, 8, 10, 12]
+    for n in range(2, 7):  # the last five are remembered
+        result = partition.append_as_leader(sent[n], T0)
+        assert result.duplicate and result.base_offset == offsets[n]
+    assert partition.log_end_offset == 14
+    with pytest.raises(AppendError) as caught:  # older than the last five: out of order
+        partition.append_as_leader(sent[1], T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    partition.close()
+
+
+def test_gap_old_epoch_and_new_epoch_rules(tmp_path):
+    partition = open_partition(tmp_path)
+    partition.append_as_leader(client_batch(2, pid=42, epoch=3, seq=10), T0)  # unknown producer: any sequence
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(1, pid=42, epoch=3, seq=13), T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(1, pid=42, epoch=2, seq=12), T0)
+    assert caught.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(1, pid=42, epoch=4, seq=5), T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert partition.append_as_leader(client_batch(1, pid=42, epoch=3, seq=12), T0).base_offset == 2
+    assert partition.append_as_leader(client_batch(1, pid=42, epoch=4, seq=0), T0).base_offset == 3
+    assert partition.log_end_offset == 4
+    partition.close()
+
+
+def test_sequences_wrap_at_int32_max(tmp_path):
+    partition = open_partition(tmp_path)
+    partition.append_as_leader(client_batch(2, pid=9, epoch=0, seq=2**31 - 2), T0)
+    assert partition.append_as_leader(client_batch(1, pid=9, epoch=0, seq=0), T0).base_offset == 2
+    partition.close()
+
+
+def test_producer_state_is_rebuilt_from_the_log_at_open(tmp_path):
+    partition = open_partition(tmp_path, LogConfig(segment_bytes=400))
+    sent = [client_batch(2, pid=42, epoch=1, seq=2 * n) for n in range(6)]
+    for data in sent:
+        partition.append_as_leader(data, T0)
+    partition.append_as_leader(client_batch(1, pid=77, epoch=0, seq=0), T0)
+    assert len(partition.log.segment_base_offsets) > 1
+    partition.close()
+    partition = open_partition(tmp_path, LogConfig(segment_bytes=400))
+    result = partition.append_as_leader(sent[-1], T0)
+    assert result.duplicate and result.base_offset == 10
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(1, pid=42, epoch=1, seq=20), T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert partition.append_as_leader(client_batch(1, pid=42, epoch=1, seq=12), T0).base_offset == 13
+    assert partition.append_as_leader(client_batch(1, pid=77, epoch=0, seq=1), T0).base_offset == 14
+    partition.close()
+
+
+def test_partition_metadata_names_the_topic_id(tmp_path):
+    open_partition(tmp_path).close()
+    text = (tmp_path / "orders-0" / "partition.metadata").read_text()
+    assert text.startswith("version: 0\ntopic_id: ")
+    with pytest.raises(Exception, match="holds topic id"):
+        Partition("orders", 0, uuid.uuid4(), tmp_path / "orders-0", LogConfig(), 1)
+
+
+# -- garbage in, a clean error out ----------------------------------------------------------------
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_validator_on_garbage_raises_only_corrupt_record_errors(data):
+    with contextlib.suppress(CorruptRecordError):
+        validate_produced_batch(data, 1 << 20)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_validator_on_mutated_batches_raises_only_documented_errors(data):
+    original = bytearray(client_batch(3, pid=5, epoch=0, seq=0,
+                                      compression=data.draw(st.sampled_from(list(Compression)))))  # fmt: skip
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(original) - 1))
+        original[position] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(original)))
+    try:
+        batch = validate_produced_batch(bytes(original[:cut]), data.draw(st.integers(0, 1 << 20)))
+    except (CorruptRecordError, InvalidRecordError, RecordTooLargeError):
+        return
+    assert batch.records_count == len(batch.records())

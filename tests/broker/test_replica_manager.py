@@ -1,0 +1,195 @@
+"""ReplicaManager following metadata images: open, lead, follow, reconfigure, delete; and Produce on top."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from quorum.broker.log_config import BROKER_RESOURCE, TOPIC_RESOURCE
+from quorum.broker.produce import ProduceHandlers, register_produce
+from quorum.broker.producer_ids import ProducerIdAllocator
+from quorum.broker.replica_manager import ReplicaManager
+from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from quorum.server.dispatch import Dispatcher
+from quorum.wire.errors import ErrorCode
+from quorum.wire.framing import RequestHeader
+from quorum.wire.protocol import APIS, Request, decode_body
+from tests.broker.test_partition import T0, client_batch
+
+ORDERS = uuid.UUID(int=1)
+AUDIT = uuid.UUID(int=2)
+
+
+def topic(name: str, topic_id: uuid.UUID, assignments: list[tuple[int, list[int]]], epoch: int = 0,
+          isr: list[int] | None = None) -> TopicInfo:
+    partitions = tuple(PartitionInfo(p, leader, epoch, tuple(replicas), tuple(isr or [leader]))
+                       for p, (leader, replicas) in enumerate(assignments))  # fmt: skip
+    return TopicInfo(name, topic_id, partitions)
+
+
+def image(*topics: TopicInfo, configs=None) -> MetadataImage:
+    brokers = {n: BrokerInfo(n, "127.0.0.1", 9000 + n) for n in (1, 2, 3)}
+    return MetadataImage(cluster_id="c", controller_id=1, brokers=brokers, topics={t.name: t for t in topics},
+                         configs=configs or {})
+
+
+def test_partitions_follow_the_image(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = ReplicaManager(1, dirs, {"log.segment.bytes": "100000"})
+    manager.apply_image(image(topic("orders", ORDERS, [(1, [1, 2]), (2, [2, 1]), (3, [3, 2])])))
+    assert sorted(p.name for p in manager.partitions()) == ["orders-0", "orders-1"]
+    leader, follower = manager.get("orders", 0), manager.get_by_id(ORDERS, 1)
+    assert leader.is_leader and not follower.is_leader and manager.get("orders", 2) is None
+    assert {leader.directory.parent, follower.directory.parent} == set(dirs), "spread over the log dirs"
+    assert leader.config.segment_bytes == 100000
+    leader.append_as_leader(client_batch(), T0)
+    # Leadership moves with a new epoch; a topic config arrives.
+    manager.apply_image(image(topic("orders", ORDERS, [(2, [1, 2]), (1, [2, 1])], epoch=4),
+                              configs={(TOPIC_RESOURCE, "orders"): {"segment.bytes": "5000"},
+                                       (BROKER_RESOURCE, ""): {"log.retention.ms": "60000"}}))
+    assert not leader.is_leader and leader.leader_epoch == 4 and follower.is_leader
+    assert leader.config.segment_bytes == 5000 and leader.log.segment_bytes == 5000
+    assert leader.config.retention_ms == 60000
+    # The topic is re-created under a new id: the old log goes, a new empty one comes.
+    old_dir = leader.directory
+    manager.apply_image(image(topic("orders", uuid.UUID(int=9), [(1, [1])])))
+    fresh = manager.get("orders", 0)
+    assert fresh is not leader and fresh.log_end_offset == 0 and manager.get("orders", 1) is None
+    assert not (old_dir.parent / "orders-1").exists()
+    # Deleted.
+    manager.apply_image(image())
+    assert manager.partitions() == [] and not list(dirs[0].glob("orders-*")) + list(dirs[1].glob("orders-*"))
+    manager.close()
+
+
+def test_restart_reopens_logs_and_deletes_strays(tmp_path):
+    manager = ReplicaManager(1, [tmp_path])
+    manager.apply_image(image(topic("orders", ORDERS, [(1, [1])]), topic("audit", AUDIT, [(1, [1])])))
+    manager.get("orders", 0).append_as_leader(client_batch(5), T0)
+    manager.close()
+    (tmp_path / "__cluster_metadata-0").mkdir()
+    (tmp_path / "not-ours-0").mkdir()
+    (tmp_path / "orders-7.0123-delete").mkdir()  # an interrupted deletion
+    manager = ReplicaManager(1, [tmp_path])
+    assert not (tmp_path / "orders-7.0123-delete").exists()
+    manager.apply_image(image(topic("orders", ORDERS, [(1, [1])])))  # audit was deleted while we were down
+    assert manager.get("orders", 0).log_end_offset == 5
+    assert manager.get("orders", 0).high_watermark == 5
+    assert not (tmp_path / "audit-0").exists()
+    assert (tmp_path / "__cluster_metadata-0").exists() and (tmp_path / "not-ours-0").exists()
+    manager.close()
+
+
+def test_producer_ids_are_unique_per_broker_and_survive_restart(tmp_path):
+    first = ProducerIdAllocator(1, tmp_path / "one", block_size=3)
+    ids = [first.allocate() for _ in range(5)]
+    again = ProducerIdAllocator(1, tmp_path / "one", block_size=3)
+    ids += [again.allocate() for _ in range(5)]
+    other = ProducerIdAllocator(2, tmp_path / "two", block_size=3)
+    others = [other.allocate() for _ in range(10)]
+    assert len(set(ids)) == 10 and not set(ids) & set(others)
+    assert all(0 <= pid < 2**63 for pid in ids + others)
+
+
+# -- the Produce handler ------------------------------------------------------------------------
+
+
+def produce_request(version: int, acks: int, partitions: list[tuple[str, int, bytes | None]],
+                    topic_ids: dict[str, uuid.UUID] | None = None, timeout_ms: int = 1000) -> Request:
+    api = APIS[0]
+    data = api.request.TopicProduceData
+    topics: dict[str, list] = {}
+    for name, index, records in partitions:
+        topics.setdefault(name, []).append(data.PartitionProduceData(index=index, records=records))
+    entries = [data(topic_id=(topic_ids or {})[name], partition_data=parts) if version >= 13
+               else data(name=name, partition_data=parts) for name, parts in topics.items()]  # fmt: skip
+    body = api.request(transactional_id=None, acks=acks, timeout_ms=timeout_ms, topic_data=entries)
+    decoded = decode_body(api.request, body.encode(version=version), 0, version)
+    return Request(RequestHeader(0, version, 1, "test"), api, decoded)
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_produce_answers_each_partition_on_its_own(tmp_path):
+    manager = ReplicaManager(1, [tmp_path], {"message.max.bytes": "1000"})
+    manager.apply_image(image(topic("orders", ORDERS, [(1, [1]), (2, [2, 1])])))
+    handlers = ProduceHandlers(manager, lambda: T0)
+    for version in (3, 8, 9, 12):
+        request = produce_request(version, -1, [
+            ("orders", 0, client_batch()), ("orders", 1, client_batch()), ("orders", 5, client_batch()),
+            ("missing", 0, client_batch()), ("orders", 0, client_batch(value=b"x" * 2000)),
+            ("orders", 0, client_batch()[:-1]),
+        ])  # fmt: skip
+        reply = run(handlers.produce(request))
+        body = reply.body
+        encoded = body.encode(version=version)  # encodes at every version
+        assert encoded
+        codes = [(t.name, p.index, p.error_code) for t in body.responses for p in t.partition_responses]
+        assert codes == [("orders", 0, 0), ("orders", 1, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                         ("orders", 5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                         ("orders", 0, ErrorCode.MESSAGE_TOO_LARGE),
+                         ("orders", 0, ErrorCode.CORRUPT_MESSAGE),
+                         ("missing", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]  # fmt: skip
+    assert manager.get("orders", 0).log_end_offset == 12
+    # v10+: a NOT_LEADER_OR_FOLLOWER answer points at the leader.
+    reply = run(handlers.produce(produce_request(12, 1, [("orders", 1, client_batch())])))
+    (partition,) = reply.body.responses[0].partition_responses
+    assert partition.current_leader.leader_id == 2
+    assert [(n.node_id, n.port) for n in reply.body.node_endpoints] == [(2, 9002)]
+    # v13 names topics by id.
+    reply = run(handlers.produce(produce_request(13, 1, [("orders", 0, client_batch()), ("gone", 0, client_batch())],
+                                                 {"orders": ORDERS, "gone": uuid.UUID(int=77)})))
+    assert [(t.topic_id, t.partition_responses[0].error_code, t.partition_responses[0].base_offset)
+            for t in reply.body.responses] == [(ORDERS, 0, 12), (uuid.UUID(int=77), ErrorCode.UNKNOWN_TOPIC_ID, -1)]
+    # acks=0: no response; bad acks: INVALID_REQUIRED_ACKS.
+    assert run(handlers.produce(produce_request(9, 0, [("orders", 0, client_batch())]))) is None
+    reply = run(handlers.produce(produce_request(9, 2, [("orders", 0, client_batch())])))
+    assert reply.body.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    manager.close()
+
+
+def test_acks_all_waits_for_the_high_watermark_of_a_larger_isr(tmp_path):
+    manager = ReplicaManager(1, [tmp_path])
+    manager.apply_image(image(topic("orders", ORDERS, [(1, [1, 2])], isr=[1, 2])))
+    handlers = ProduceHandlers(manager, lambda: T0)
+    partition = manager.get("orders", 0)
+
+    async def scenario() -> tuple:
+        timed_out = await handlers.produce(produce_request(9, -1, [("orders", 0, client_batch())], timeout_ms=50))
+        acked_by_one = await handlers.produce(produce_request(9, 1, [("orders", 0, client_batch())]))
+        waiting = asyncio.create_task(handlers.produce(produce_request(9, -1, [("orders", 0, client_batch())])))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        partition.advance_high_watermark(9)  # what the replication code will do
+        manager.notifier.appended()
+        return timed_out, acked_by_one, await waiting
+
+    timed_out, acked_by_one, acked = run(scenario())
+    assert timed_out.body.responses[0].partition_responses[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert acked_by_one.body.responses[0].partition_responses[0].error_code == 0
+    assert acked.body.responses[0].partition_responses[0].base_offset == 6
+    assert acked.body.responses[0].partition_responses[0].error_code == 0
+    manager.close()
+
+
+def test_init_producer_id(tmp_path):
+    manager = ReplicaManager(3, [tmp_path])
+    dispatcher = Dispatcher()
+    handlers = register_produce(dispatcher, manager)
+    assert {0, 22} <= set(dispatcher.served)
+    api = APIS[22]
+    ids = []
+    for version in (0, 2, 4):
+        body = api.request(transactional_id=None, transaction_timeout_ms=60000)
+        decoded = decode_body(api.request, body.encode(version=version), 0, version)
+        request = Request(RequestHeader(22, version, 1, "t"), api, decoded)
+        reply = run(handlers.init_producer_id(request))
+        assert reply.body.error_code == 0 and reply.body.producer_epoch == 0
+        ids.append(reply.body.producer_id)
+    assert len(set(ids)) == 3 and all(pid & (2**31 - 1) == 3 for pid in ids)
+    body = api.request(transactional_id="tx", transaction_timeout_ms=60000)
+    request = Request(RequestHeader(22, 4, 1, "t"), api, decode_body(api.request, body.encode(version=4), 0, 4))
+    assert run(handlers.init_producer_id(request)).body.error_code == ErrorCode.INVALID_REQUEST
+    manager.close()
