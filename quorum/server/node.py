@@ -13,14 +13,13 @@ Snapshots are written in turns the active controller gives (KIP-631,
 `quorum.server.snapshot_turns`): a periodic check begins one when it is this node's turn, and
 each Raft Fetch carries the report, each answer the grant.
 
-The broker's Metadata answers come from `quorum.broker.served_image.ServedImage`, which holds
-the KAFKA-6262 test knob (a broker answering with old metadata).
+The broker role (`quorum.server.broker_role`) serves clients: Metadata from the served image
+(which holds the KAFKA-6262 test knob), partitions, produce, fetch, groups.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import random
@@ -30,9 +29,6 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from quorum.broker.forwarding import register_forwarding
-from quorum.broker.metadata import encoded_metadata_response
-from quorum.broker.served_image import ServedImage
 from quorum.controller.controller import ControllerConfig
 from quorum.controller.snapshot_coordinator import OwnSnapshot
 from quorum.image.image import MetadataImage
@@ -47,14 +43,13 @@ from quorum.log.snapshot import SnapshotDirectory
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
 from quorum.server import raft_rpc
-from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
+from quorum.server.broker_role import BrokerRole
 from quorum.server.config import NodeConfig
 from quorum.server.controller_service import ControllerService
 from quorum.server.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
-from quorum.server.refusals import refuse
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.wire.errors import WireError
@@ -63,9 +58,6 @@ from quorum.wire.protocol import Request
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.01
-METADATA = 3
-BROKER_READY_WAIT_S = 10.0
-PAUSE_CHECK_SECONDS = 0.1
 SNAPSHOT_TURN_SECONDS = 0.2
 
 
@@ -140,10 +132,7 @@ class RaftNode:
             self.controller_service.register(self.dispatcher)
         else:
             self.controller_service = None
-        self.lifecycle: BrokerLifecycle | None = None
-        self.served: ServedImage | None = None
-        if config.is_broker and not config.is_controller:
-            self._serve_as_broker()
+        self.broker = BrokerRole(self) if config.is_broker and not config.is_controller else None
 
     # -- the broker role ------------------------------------------------------------------------
 
@@ -155,7 +144,7 @@ class RaftNode:
     @property
     def served_image(self) -> MetadataImage:
         """What this broker answers Metadata from: `image`, unless the KAFKA-6262 test knob holds it back."""
-        return self.image if self.served is None else self.served.image
+        return self.image if self.broker is None else self.broker.image
 
     @staticmethod
     def now_ms() -> int:
@@ -164,32 +153,6 @@ class RaftNode:
     def controller_peer(self) -> PeerClient | None:
         """The channel to the active controller (the quorum leader), when this node knows one."""
         return self.controller_channels.get(self.core.leader_id)
-
-    def _serve_as_broker(self) -> None:
-        """Metadata from the replayed image, admin requests forwarded to the active controller, and
-        the registration and heartbeats that get this broker unfenced (KIP-631)."""
-        config = self.config
-        self.served = ServedImage(lambda: self.image_state.image, config.test_metadata_delay_ms,
-                                  config.pause_metadata_path)
-
-        async def metadata(request: Request) -> Reply:
-            # A Kafka broker opens its listener once unfenced; this one listens at once (tools watch for
-            # it) and holds Metadata answers until then, so a client never bootstraps from an empty image.
-            assert self.lifecycle is not None
-            if not self.lifecycle.ready.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
-            return Reply(encoded_metadata_response(self.served_image, request.body, request.version),
-                         request.version)
-
-        self.dispatcher.register(METADATA, metadata)
-        register_forwarding(self.dispatcher, self.controller_peer, refuse)
-        listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
-                          if e.name not in config.controller_listener_names)
-        self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
-                                         lambda: self.core.cluster_id, self.controller_peer,
-                                         lambda: self.replayer.applied_offset,
-                                         int(config.extra.get("broker.heartbeat.interval.ms", "2000")))
 
     def _build_listener(self) -> KafkaListener:
         endpoint = self.config.controller_endpoint() if self.config.is_controller else self.config.client_endpoint()
@@ -263,8 +226,8 @@ class RaftNode:
             self._update_lag_metrics(action.high_watermark)
             await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
             self._update_lag_metrics(action.high_watermark)
-            if self.served is not None:
-                self.served.replayed()
+            if self.broker is not None:
+                self.broker.image_replayed()
             self._release_hw_waiters(action.high_watermark)
         elif isinstance(action, raft.WriteSnapshotChunk):
             fetched = await asyncio.to_thread(self.snapshot_actions.write_chunk, action)
@@ -276,8 +239,8 @@ class RaftNode:
         elif isinstance(action, raft.InstallSnapshot):
             await asyncio.to_thread(self.snapshot_actions.install, action.snapshot_id)
             self._update_lag_metrics(self.core.high_watermark)
-            if self.served is not None:
-                self.served.replayed()
+            if self.broker is not None:
+                self.broker.image_replayed()
         elif isinstance(action, raft.AdvanceLogStartOffset):
             await asyncio.to_thread(self.snapshot_actions.advance_log_start, action.offset)
         elif isinstance(action, raft.ClusterIdCommitted):
@@ -381,12 +344,6 @@ class RaftNode:
             await asyncio.sleep(TICK_SECONDS)
             await self.drive(lambda: self.core.tick(wall_clock_ms()))
 
-    async def _watch_pause_forever(self, served: ServedImage) -> None:
-        """The KAFKA-6262 pause file takes effect when it appears, not at the next Metadata request."""
-        while True:
-            served.check_pause()
-            await asyncio.sleep(PAUSE_CHECK_SECONDS)
-
     # -- committing through the quorum (the write path controllers and tests use) --------------
 
     async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
@@ -425,10 +382,8 @@ class RaftNode:
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
         if self.controller_service is not None:
             tasks.append(asyncio.create_task(self.controller_service.tick_forever()))
-        if self.lifecycle is not None:
-            tasks.append(asyncio.create_task(self.lifecycle.run()))
-        if self.served is not None:
-            tasks.append(asyncio.create_task(self._watch_pause_forever(self.served)))
+        if self.broker is not None:
+            tasks.extend(self.broker.tasks())
         await self._stopped.wait()
         if self._fatal is None and self.config.is_controller:
             await self._resign_gracefully()
@@ -437,6 +392,8 @@ class RaftNode:
         await self.listener.close()
         for peer in (*self.peers.values(), *self.controller_channels.values()):
             await peer.close()
+        if self.broker is not None:
+            self.broker.close()
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
         await asyncio.to_thread(self.log.close)

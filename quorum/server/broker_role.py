@@ -1,0 +1,147 @@
+"""The broker role of a node: what real clients talk to.
+
+It composes the broker's parts around the node's replayed metadata image: Metadata answers (with
+topics auto-created as `auto.create.topics.enable` allows), admin requests forwarded to the active
+controller, the hosted partitions (`ReplicaManager`) with Produce and the read path (Fetch,
+ListOffsets, OffsetForLeaderEpoch), consumer groups and committed offsets, and the registration
+and heartbeats that get the broker unfenced (KIP-631).
+
+The partitions follow the image only once the broker has caught up with the metadata log to its
+registration (`BrokerLifecycle.ready`), as a Kafka broker starts its ReplicaManager then: the
+first image the ReplicaManager sees decides which logs on disk are strays, so it must not be a
+stale one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from quorum.broker.fetch import register_read_path
+from quorum.broker.fetch_sessions import FetchSessionCache
+from quorum.broker.forwarding import register_forwarding
+from quorum.broker.metadata import encoded_metadata_response
+from quorum.broker.partition_view import AppendNotifier
+from quorum.broker.produce import register_produce
+from quorum.broker.replica_manager import ReplicaManager
+from quorum.broker.served_image import ServedImage
+from quorum.broker.topic_creation import TopicCreator, TopicDefaults
+from quorum.image.image import MetadataImage
+from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
+from quorum.server.dispatch import Reply
+from quorum.server.refusals import refuse
+from quorum.wire.protocol import Request
+
+if TYPE_CHECKING:
+    from quorum.server.node import RaftNode
+
+log = logging.getLogger(__name__)
+
+METADATA = 3
+BROKER_READY_WAIT_S = 10.0
+PAUSE_CHECK_SECONDS = 0.1
+AUTO_CREATE_WAIT_S = 2.0
+AUTO_CREATE_POLL_S = 0.02
+
+
+class BrokerRole:
+    """A node's broker role; `node` gives the replayed image and the controller channel."""
+
+    def __init__(self, node: RaftNode) -> None:
+        config = node.config
+        self._node = node
+        self.served = ServedImage(lambda: node.image_state.image, config.test_metadata_delay_ms,
+                                  config.pause_metadata_path)
+        self.notifier = AppendNotifier()
+        self.replicas = ReplicaManager.from_node_config(config, self.notifier)
+        self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))
+        self._applied_image: MetadataImage | None = None
+        self._stop = asyncio.Event()
+        dispatcher = node.dispatcher
+        dispatcher.register(METADATA, self._metadata)
+        register_forwarding(dispatcher, node.controller_peer, refuse)
+        register_produce(dispatcher, self.replicas)
+        register_read_path(dispatcher, self.replicas, self.notifier, lambda: node.image,
+                           FetchSessionCache.from_properties(config.extra))
+        listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
+                          if e.name not in config.controller_listener_names)
+        self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
+                                         lambda: node.core.cluster_id, node.controller_peer,
+                                         lambda: node.replayer.applied_offset,
+                                         int(config.extra.get("broker.heartbeat.interval.ms", "2000")))
+        self.groups: Any = None
+
+    @property
+    def image(self) -> MetadataImage:
+        """What this broker answers Metadata from: the replayed image, unless the KAFKA-6262 knob holds it back."""
+        return self.served.image
+
+    def image_replayed(self) -> None:
+        """The node replayed more of the metadata log (or installed a snapshot)."""
+        self.served.replayed()
+        self._apply_image()
+
+    def _apply_image(self) -> None:
+        if not self.lifecycle.ready.is_set():
+            return
+        image = self._node.image
+        if image is self._applied_image:
+            return
+        self._applied_image = image
+        self.replicas.apply_image(image)
+        if self.groups is not None:
+            self.groups.image_changed(image)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The broker's background work, cancelled at shutdown."""
+        work = (self.lifecycle.run(), self._watch_pause_forever(), self._apply_when_ready(),
+                self.replicas.run_retention(self._stop))
+        return [asyncio.create_task(job) for job in work]
+
+    def close(self) -> None:
+        self._stop.set()
+        self.replicas.close()
+
+    async def _apply_when_ready(self) -> None:
+        await self.lifecycle.ready.wait()
+        self._apply_image()
+
+    async def _watch_pause_forever(self) -> None:
+        """The KAFKA-6262 pause file takes effect when it appears, not at the next Metadata request."""
+        while True:
+            self.served.check_pause()
+            await asyncio.sleep(PAUSE_CHECK_SECONDS)
+
+    async def _metadata(self, request: Request) -> Reply:
+        # A Kafka broker opens its listener once unfenced; this one listens at once (tools watch for
+        # it) and holds Metadata answers until then, so a client never bootstraps from an empty image.
+        if not self.lifecycle.ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
+        missing = self._to_auto_create(request)
+        if missing:
+            await asyncio.gather(*(self.topics.auto_create(name) for name in missing))
+            await self._wait_for(lambda image: all(name in image.topics for name in missing))
+        return Reply(encoded_metadata_response(self.image, request.body, request.version), request.version)
+
+    def _to_auto_create(self, request: Request) -> list[str]:
+        """The topics a Metadata request names that do not exist and that it allows creating."""
+        body = request.body
+        if not self.topics.defaults.auto_create or body.topics is None:
+            return []
+        if request.version >= 4 and not getattr(body, "allow_auto_topic_creation", False):
+            return []
+        image = self._node.image
+        names = [getattr(entry, "name", None) for entry in body.topics]
+        return [name for name in names if name and name not in image.topics and not name.startswith("__")]
+
+    async def _wait_for(self, condition: Callable[[MetadataImage], bool]) -> None:
+        """Until the replayed image satisfies `condition`, for at most AUTO_CREATE_WAIT_S: the
+        client retries on its own after that (LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + AUTO_CREATE_WAIT_S
+        while not condition(self._node.image) and loop.time() < deadline:
+            await asyncio.sleep(AUTO_CREATE_POLL_S)
