@@ -1,0 +1,726 @@
+"""The sans-IO classic group coordinator: Kafka's GroupCoordinator for the partitions this broker leads.
+
+Events in (a request with the shell's handle, "records are durable", "time is now", "this
+partition is mine / no longer mine"), an `Output` out (answers to send, records to append). No
+clock, socket, thread or file: `now_ms` comes with every event and `next_deadline()` tells the
+shell when to call `tick()`.
+
+The membership rules follow Kafka's classic GroupCoordinator (3.x): JoinGroup answers wait until
+the rebalance completes (every member rejoined, or the rebalance timeout passed, or for a group
+that was empty the `group.initial.rebalance.delay.ms` passed), SyncGroup answers wait until the
+leader's assignment is durable, and a member whose session expires is removed and the group
+rebalances. Static membership (group.instance.id) keeps Kafka's identity rules (one member per
+instance id, FENCED_INSTANCE_ID for the member it replaced) but not its rebalance avoidance: a
+restarted static member rejoins through an ordinary rebalance.
+
+Offsets live beside the groups per partition; a commit answers when its records are durable.
+KIP-232: a commit whose internal metadata is older than the partition's latest is refused with
+INVALID_INTERNAL_METADATA for that partition (see `offsets.check_entry`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.broker.groups.config import GroupConfig, partition_for
+from quorum.broker.groups.events import (
+    Append,
+    CommitAnswer,
+    DescribedGroup,
+    DescribedMember,
+    FetchAnswer,
+    FetchedOffset,
+    Heartbeat,
+    HeartbeatAnswer,
+    JoinAnswer,
+    JoinGroup,
+    JoinMember,
+    LeaveAnswer,
+    LeaveGroup,
+    ListAnswer,
+    ListedGroup,
+    OffsetCommit,
+    OffsetFetch,
+    Output,
+    SyncAnswer,
+    SyncGroup,
+)
+from quorum.broker.groups.group import Group, GroupState, Member
+from quorum.broker.groups.offsets import (
+    check_entry,
+    storage_error_for_commit,
+    storage_error_for_group,
+    value_for,
+)
+from quorum.broker.groups.partition_state import PartitionState, TopicPartition, group_value
+from quorum.wire.consumer_offsets import GroupKey, OffsetKey, OffsetValue, encode_record
+from quorum.wire.errors import ErrorCode
+
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+"""Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member's JoinGroup is dropped after this."""
+
+E = ErrorCode
+
+
+@dataclass(slots=True)
+class _PendingCommit:
+    handle: Any
+    group_id: str
+    partition: int
+    errors: list[int]
+    values: dict[int, tuple[TopicPartition, OffsetValue]]
+    """Entry index -> the value being appended for it."""
+
+
+@dataclass(slots=True)
+class _PendingSync:
+    group_id: str
+    partition: int
+    generation: int
+    assignments: dict[str, bytes]
+
+
+@dataclass(slots=True)
+class _PendingGroupStore:
+    group_id: str
+    partition: int
+
+
+def random_member_id(prefix: str) -> str:
+    """Kafka's member id: the client id (or instance id) and a random UUID."""
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+class GroupCoordinator:
+    def __init__(self, config: GroupConfig | None = None,
+                 new_member_id: Callable[[str], str] = random_member_id) -> None:
+        self.config = config or GroupConfig()
+        self._new_member_id = new_member_id
+        self._partitions: dict[int, PartitionState] = {}
+        self._pending: dict[int, _PendingCommit | _PendingSync | _PendingGroupStore] = {}
+        self._next_token = 0
+        self._out = Output()
+
+    # ----------------------------------------------------------------------------------------
+    # Partition ownership and loading
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker now leads `partition`: its groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded."""
+        self._partitions[partition] = PartitionState(partition)
+
+    def replay(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Apply the partition's records, in log order (may be called several times while loading).
+
+        Raises ConsumerOffsetsRecordError for a corrupt record; the shell should then `unload`.
+        """
+        state = self._partitions[partition]
+        assert state.loading, f"partition {partition} is not loading"
+        for key, value in records:
+            state.replay(key, value)
+
+    def finish_loading(self, partition: int, now_ms: int) -> None:
+        self._partitions[partition].finish_loading(now_ms)
+
+    def unload(self, partition: int) -> Output:
+        """This broker no longer leads `partition`: forget its groups and answer their waiting requests."""
+        state = self._partitions.pop(partition, None)
+        if state is not None:
+            for group in state.groups.values():
+                for member in group.members.values():
+                    self._answer_join(member, JoinAnswer(E.NOT_COORDINATOR, member.member_id))
+                    self._answer_sync(member, SyncAnswer(E.NOT_COORDINATOR))
+                group.state = GroupState.DEAD
+        for token, pending in list(self._pending.items()):
+            if pending.partition == partition:
+                del self._pending[token]
+                if isinstance(pending, _PendingCommit):
+                    errors = [E.NOT_COORDINATOR if i in pending.values else e for i, e in enumerate(pending.errors)]
+                    self._answer(pending.handle, CommitAnswer(tuple(errors)))
+        return self._flush()
+
+    @property
+    def partitions(self) -> dict[int, bool]:
+        """Partitions led here -> True once loaded."""
+        return {p: not s.loading for p, s in self._partitions.items()}
+
+    def _status(self, group_id: str) -> tuple[int, PartitionState | None]:
+        state = self._partitions.get(self.partition_for(group_id))
+        if state is None:
+            return E.NOT_COORDINATOR, None
+        if state.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, None
+        return E.NONE, state
+
+    # ----------------------------------------------------------------------------------------
+    # Durability and time
+
+    def append_done(self, token: int, now_ms: int) -> Output:
+        """The records of the Append with this token are durable."""
+        pending = self._pending.pop(token, None)
+        if isinstance(pending, _PendingCommit):
+            state = self._partitions[pending.partition]
+            offsets = state.offsets.setdefault(pending.group_id, {})
+            for tp, value in pending.values.values():
+                offsets[tp] = value
+            self._answer(pending.handle, CommitAnswer(tuple(pending.errors)))
+        elif isinstance(pending, _PendingSync):
+            group = self._partitions[pending.partition].groups.get(pending.group_id)
+            if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
+                    and group.generation == pending.generation:
+                for member in group.members.values():
+                    member.assignment = pending.assignments.get(member.member_id, b"")
+                    self._answer_sync(member, SyncAnswer(E.NONE, group.protocol_type, group.protocol,
+                                                         member.assignment))
+                group.transition(GroupState.STABLE, now_ms)
+        return self._flush()
+
+    def append_failed(self, token: int, error: int, now_ms: int) -> Output:
+        """The Append with this token failed with `error` (a Kafka error code from the partition log)."""
+        pending = self._pending.pop(token, None)
+        if isinstance(pending, _PendingCommit):
+            code = storage_error_for_commit(error)
+            errors = [code if i in pending.values else e for i, e in enumerate(pending.errors)]
+            self._answer(pending.handle, CommitAnswer(tuple(errors)))
+        elif isinstance(pending, _PendingSync):
+            group = self._partitions[pending.partition].groups.get(pending.group_id)
+            if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
+                    and group.generation == pending.generation:
+                self._reset_syncs(group, storage_error_for_group(error))
+                self._maybe_prepare_rebalance(group, now_ms)
+        return self._flush()
+
+    def next_deadline(self) -> int | None:
+        """The earliest time at which `tick` has something to do, or None."""
+        deadlines: list[int] = []
+        for state in self._partitions.values():
+            for group in state.groups.values():
+                if group.state is GroupState.PREPARING_REBALANCE and group.rebalance_deadline_ms is not None:
+                    deadlines.append(group.rebalance_deadline_ms)
+                deadlines.extend(group.pending_members.values())
+                deadlines.extend(m.heartbeat_deadline_ms for m in group.members.values() if not _kept_alive(m))
+        return min(deadlines, default=None)
+
+    def tick(self, now_ms: int) -> Output:
+        """Expire sessions and pending members, and complete rebalances whose time is up."""
+        for state in list(self._partitions.values()):
+            if state.loading:
+                continue
+            for group in list(state.groups.values()):
+                for member_id, deadline in list(group.pending_members.items()):
+                    if deadline <= now_ms:
+                        del group.pending_members[member_id]
+                for member in list(group.members.values()):
+                    if not _kept_alive(member) and member.heartbeat_deadline_ms <= now_ms:
+                        self._remove_member(group, member, now_ms)
+                self._try_complete_join(group, now_ms)
+        return self._flush()
+
+    # ----------------------------------------------------------------------------------------
+    # JoinGroup
+
+    def join_group(self, handle: Any, request: JoinGroup, now_ms: int) -> Output:
+        error, state = self._status(request.group_id)
+        if not request.group_id:
+            error = E.INVALID_GROUP_ID
+        elif error == E.NONE and not (self.config.group_min_session_timeout_ms <= request.session_timeout_ms
+                                      <= self.config.group_max_session_timeout_ms):
+            error = E.INVALID_SESSION_TIMEOUT
+        if error != E.NONE or state is None:
+            return self._reply(handle, JoinAnswer(error, request.member_id))
+        unknown = request.member_id == ""
+        group = state.groups.get(request.group_id)
+        if group is None:
+            if not unknown:
+                return self._reply(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, request.member_id))
+            group = state.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms)
+        if not self._accepts_joining_member(group, request.member_id):
+            return self._reply(handle, JoinAnswer(E.GROUP_MAX_SIZE_REACHED, request.member_id))
+        if unknown:
+            self._join_new_member(handle, group, request, now_ms)
+        else:
+            self._join_current_member(handle, group, request, now_ms)
+        self._try_complete_join(group, now_ms)
+        return self._flush()
+
+    def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
+        limit = self.config.group_max_size
+        member = group.members.get(member_id)
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.state is GroupState.PREPARING_REBALANCE:
+            awaiting = sum(1 for m in group.members.values() if m.awaiting_join)
+            return (member is not None and member.awaiting_join) or awaiting < limit
+        return member is not None or len(group.members) < limit
+
+    def _join_new_member(self, handle: Any, group: Group, request: JoinGroup, now_ms: int) -> None:
+        if group.state is GroupState.DEAD:
+            self._answer(handle, JoinAnswer(E.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports(request.protocol_type, request.protocols):
+            self._answer(handle, JoinAnswer(E.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        instance = request.group_instance_id
+        member_id = self._new_member_id(instance if instance is not None else request.client_id)
+        if instance is not None:
+            old_id = group.current_member_for_instance(instance)
+            if old_id is not None:
+                # The instance restarted: the member it replaces is fenced (its requests answer
+                # FENCED_INSTANCE_ID from now on) and the group rebalances with the new member id.
+                old = group.members[old_id]
+                self._answer_join(old, JoinAnswer(E.FENCED_INSTANCE_ID, old_id))
+                self._answer_sync(old, SyncAnswer(E.FENCED_INSTANCE_ID))
+                self._remove_member(group, old, now_ms)
+            self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
+        elif request.version >= 4:
+            group.pending_members[member_id] = now_ms + request.session_timeout_ms
+            self._answer(handle, JoinAnswer(E.MEMBER_ID_REQUIRED, member_id))
+        else:
+            self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
+
+    def _join_current_member(self, handle: Any, group: Group, request: JoinGroup, now_ms: int) -> None:
+        member_id = request.member_id
+        if group.state is GroupState.DEAD:
+            self._answer(handle, JoinAnswer(E.COORDINATOR_NOT_AVAILABLE, member_id))
+            return
+        if not group.supports(request.protocol_type, request.protocols):
+            self._answer(handle, JoinAnswer(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return
+        if member_id in group.pending_members:
+            del group.pending_members[member_id]
+            self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
+            return
+        instance = request.group_instance_id
+        if _fenced(group, instance, member_id):
+            self._answer(handle, JoinAnswer(E.FENCED_INSTANCE_ID, member_id))
+            return
+        member = group.members.get(member_id)
+        if member is None or (instance is not None and instance not in group.static_members):
+            self._answer(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, member_id))
+            return
+        state = group.state
+        unchanged = member.matches(request.protocols)
+        if state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(handle, group, member, request, now_ms)
+        elif state is GroupState.COMPLETING_REBALANCE and unchanged:
+            # A member that missed its JoinGroup answer asks again: the current generation's answer.
+            self._answer(handle, self._join_answer(group, member))
+        elif state is GroupState.STABLE and unchanged and group.leader != member_id:
+            self._answer(handle, self._join_answer(group, member))
+        elif state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            # The leader rejoining forces a rebalance (its assignment may depend on topic metadata).
+            self._update_member_and_rebalance(handle, group, member, request, now_ms)
+        else:
+            self._answer(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, member_id))
+
+    def _add_member_and_rebalance(self, handle: Any, group: Group, member_id: str, request: JoinGroup,
+                                  now_ms: int) -> None:
+        member = Member(member_id, request.group_instance_id, request.client_id, request.client_host,
+                        request.rebalance_timeout_ms, request.session_timeout_ms, request.protocol_type,
+                        request.protocols, heartbeat_deadline_ms=now_ms + NEW_MEMBER_JOIN_TIMEOUT_MS,
+                        join_handle=handle, is_new=True)
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation == 0:
+            group.new_member_added = True
+        group.add(member)
+        self._maybe_prepare_rebalance(group, now_ms)
+
+    def _update_member_and_rebalance(self, handle: Any, group: Group, member: Member, request: JoinGroup,
+                                     now_ms: int) -> None:
+        if member.join_handle is not None and member.join_handle != handle:
+            # The member asked again (on another connection): only the newest request is answered.
+            self._answer_join(member, JoinAnswer(E.REBALANCE_IN_PROGRESS, member.member_id))
+        member.protocols = request.protocols
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.session_timeout_ms = request.session_timeout_ms
+        member.join_handle = handle
+        self._maybe_prepare_rebalance(group, now_ms)
+
+    def _maybe_prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        if group.state in (GroupState.EMPTY, GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            self._prepare_rebalance(group, now_ms)
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            self._reset_syncs(group, E.REBALANCE_IN_PROGRESS)
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        if group.state is GroupState.EMPTY:
+            delay = self.config.group_initial_rebalance_delay_ms
+            group.in_initial_delay = True
+            group.initial_delay_remaining_ms = max(timeout - delay, 0)
+            group.rebalance_deadline_ms = now_ms + delay
+            group.new_member_added = False
+        else:
+            group.in_initial_delay = False
+            group.rebalance_deadline_ms = now_ms + timeout
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms)
+        self._try_complete_join(group, now_ms)  # as Kafka's tryCompleteElseWatch: the last member may have left
+
+    def _try_complete_join(self, group: Group, now_ms: int) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE or group.rebalance_deadline_ms is None:
+            return
+        if group.in_initial_delay:
+            while group.rebalance_deadline_ms <= now_ms:
+                if group.new_member_added and group.initial_delay_remaining_ms > 0:
+                    # Members are still arriving: wait another delay, within the rebalance timeout.
+                    delay = min(self.config.group_initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
+                    group.new_member_added = False
+                    group.initial_delay_remaining_ms = max(group.initial_delay_remaining_ms - delay, 0)
+                    group.rebalance_deadline_ms += delay
+                else:
+                    self._complete_join(group, now_ms)
+                    return
+            return
+        if group.all_members_joined() or group.rebalance_deadline_ms <= now_ms:
+            self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: Group, now_ms: int) -> None:
+        """Kafka's onCompleteJoin: drop members that did not rejoin, start the next generation, answer joins."""
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            self._remove_member_quietly(group, member)
+        group.in_initial_delay = False
+        group.rebalance_deadline_ms = None
+        if group.leader is not None and group.leader not in group.members:
+            group.leader = next(iter(group.members), None)
+        group.generation += 1
+        if not group.members:
+            group.protocol = None
+            group.leader = None
+            group.transition(GroupState.EMPTY, now_ms)
+            self._store_group(group, None)
+            return
+        group.protocol = group.select_protocol()
+        group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        for member in group.members.values():
+            self._answer_join(member, self._join_answer(group, member))
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+            member.is_new = False
+
+    def _join_answer(self, group: Group, member: Member) -> JoinAnswer:
+        members: tuple[JoinMember, ...] = ()
+        if group.leader == member.member_id and group.protocol is not None:
+            members = tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata(group.protocol))
+                            for m in group.members.values())
+        return JoinAnswer(E.NONE, member.member_id, group.generation, group.protocol_type, group.protocol,
+                          group.leader or "", members)
+
+    # ----------------------------------------------------------------------------------------
+    # SyncGroup
+
+    def sync_group(self, handle: Any, request: SyncGroup, now_ms: int) -> Output:
+        error, state = self._status(request.group_id)
+        if not request.group_id:
+            error = E.INVALID_GROUP_ID
+        elif error == E.COORDINATOR_LOAD_IN_PROGRESS:
+            # The rebalance's state is lost with the old coordinator: start over at JoinGroup (as Kafka).
+            error = E.REBALANCE_IN_PROGRESS
+        if error != E.NONE or state is None:
+            return self._reply(handle, SyncAnswer(error))
+        group = state.groups.get(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if group is None:
+            error = E.UNKNOWN_MEMBER_ID
+        elif group.state is GroupState.DEAD:
+            error = E.COORDINATOR_NOT_AVAILABLE
+        elif _fenced(group, request.group_instance_id, request.member_id):
+            error = E.FENCED_INSTANCE_ID
+        elif member is None:
+            error = E.UNKNOWN_MEMBER_ID
+        elif request.generation != group.generation:
+            error = E.ILLEGAL_GENERATION
+        elif (request.protocol_type is not None and request.protocol_type != group.protocol_type) or \
+                (request.protocol_name is not None and request.protocol_name != group.protocol):
+            error = E.INCONSISTENT_GROUP_PROTOCOL
+        elif group.state is GroupState.EMPTY:
+            error = E.UNKNOWN_MEMBER_ID
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            error = E.REBALANCE_IN_PROGRESS
+        if error != E.NONE or group is None or member is None:
+            return self._reply(handle, SyncAnswer(error))
+        if group.state is GroupState.STABLE:
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+            return self._reply(handle, SyncAnswer(E.NONE, group.protocol_type, group.protocol, member.assignment))
+        # CompletingRebalance: wait for the leader's assignment to be durable.
+        if member.sync_handle is not None and member.sync_handle != handle:
+            self._answer_sync(member, SyncAnswer(E.REBALANCE_IN_PROGRESS))
+        member.sync_handle = handle
+        if group.leader == request.member_id:
+            given = dict(request.assignments)
+            assignments = {member_id: given.get(member_id, b"") for member_id in group.members}
+            self._store_group(group, assignments)
+        return self._flush()
+
+    def _store_group(self, group: Group, assignments: dict[str, bytes] | None) -> None:
+        partition = self.partition_for(group.group_id)
+        record = encode_record(GroupKey(group.group_id), group_value(group, assignments))
+        token = self._append(partition, [record])
+        if assignments is None:
+            self._pending[token] = _PendingGroupStore(group.group_id, partition)
+        else:
+            self._pending[token] = _PendingSync(group.group_id, partition, group.generation, assignments)
+
+    def _reset_syncs(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            self._answer_sync(member, SyncAnswer(error))
+
+    # ----------------------------------------------------------------------------------------
+    # Heartbeat and LeaveGroup
+
+    def heartbeat(self, handle: Any, request: Heartbeat, now_ms: int) -> Output:
+        error, state = self._status(request.group_id)
+        if not request.group_id:
+            error = E.INVALID_GROUP_ID
+        elif error == E.COORDINATOR_LOAD_IN_PROGRESS:
+            error = E.NONE  # Kafka answers blindly while loading: the member learns the truth after.
+        if error != E.NONE or state is None:
+            return self._reply(handle, HeartbeatAnswer(error))
+        group = state.groups.get(request.group_id)
+        member = group.members.get(request.member_id) if group is not None else None
+        if group is None:
+            error = E.UNKNOWN_MEMBER_ID
+        elif group.state is GroupState.DEAD:
+            error = E.COORDINATOR_NOT_AVAILABLE
+        elif _fenced(group, request.group_instance_id, request.member_id):
+            error = E.FENCED_INSTANCE_ID
+        elif member is None:
+            error = E.UNKNOWN_MEMBER_ID
+        elif request.generation != group.generation:
+            error = E.ILLEGAL_GENERATION
+        elif group.state is GroupState.EMPTY:
+            error = E.UNKNOWN_MEMBER_ID
+        else:
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+            if group.state is GroupState.PREPARING_REBALANCE:
+                error = E.REBALANCE_IN_PROGRESS
+        return self._reply(handle, HeartbeatAnswer(error))
+
+    def leave_group(self, handle: Any, request: LeaveGroup, now_ms: int) -> Output:
+        error, state = self._status(request.group_id)
+        if not request.group_id:
+            error = E.INVALID_GROUP_ID
+        if error != E.NONE or state is None:
+            return self._reply(handle, LeaveAnswer(error))
+        group = state.groups.get(request.group_id)
+        if group is None:
+            return self._reply(handle, LeaveAnswer(E.NONE, tuple((m, E.UNKNOWN_MEMBER_ID) for m in request.members)))
+        if group.state is GroupState.DEAD:
+            return self._reply(handle, LeaveAnswer(E.COORDINATOR_NOT_AVAILABLE))
+        results = []
+        for leaving in request.members:
+            code = E.NONE
+            if leaving.member_id == "":
+                # Administrative removal by group.instance.id alone.
+                current = group.current_member_for_instance(leaving.group_instance_id or "") \
+                    if leaving.group_instance_id is not None else None
+                if current is None:
+                    code = E.UNKNOWN_MEMBER_ID
+                else:
+                    self._remove_member(group, group.members[current], now_ms)
+            elif leaving.member_id in group.pending_members:
+                del group.pending_members[leaving.member_id]
+                self._try_complete_join(group, now_ms)
+            elif _fenced(group, leaving.group_instance_id, leaving.member_id):
+                code = E.FENCED_INSTANCE_ID
+            elif leaving.member_id in group.members:
+                self._remove_member(group, group.members[leaving.member_id], now_ms)
+            else:
+                code = E.UNKNOWN_MEMBER_ID
+            results.append((leaving, code))
+        return self._reply(handle, LeaveAnswer(E.NONE, tuple(results)))
+
+    def _remove_member(self, group: Group, member: Member, now_ms: int) -> None:
+        """Kafka's removeMemberAndUpdateGroup: a member left or expired; the group rebalances without it."""
+        self._remove_member_quietly(group, member)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, now_ms)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group, now_ms)
+
+    def _remove_member_quietly(self, group: Group, member: Member) -> None:
+        self._answer_join(member, JoinAnswer(E.UNKNOWN_MEMBER_ID, ""))
+        self._answer_sync(member, SyncAnswer(E.REBALANCE_IN_PROGRESS))
+        group.remove(member.member_id)
+
+    # ----------------------------------------------------------------------------------------
+    # Offsets
+
+    def offset_commit(self, handle: Any, request: OffsetCommit, now_ms: int) -> Output:
+        entries = request.entries
+        error, state = self._status(request.group_id)
+        if not request.group_id:
+            error = E.INVALID_GROUP_ID
+        if error != E.NONE or state is None:
+            return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
+        group = state.groups.get(request.group_id)
+        if group is None:
+            if request.generation >= 0:
+                return self._reply(handle, CommitAnswer(tuple(E.ILLEGAL_GENERATION for _ in entries)))
+            # A consumer that assigns partitions itself: the group exists only for its offsets.
+            group = state.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms)
+        error = self._validate_commit(group, request)
+        if error == E.NONE and group.state is GroupState.COMPLETING_REBALANCE:
+            error = E.REBALANCE_IN_PROGRESS
+        if error != E.NONE:
+            return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
+        member = group.members.get(request.member_id)
+        if member is not None:
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        self._store_offsets(handle, state, request, now_ms)
+        return self._flush()
+
+    def _validate_commit(self, group: Group, request: OffsetCommit) -> int:
+        """Kafka's validateOffsetCommit: members commit in their generation; others only to an empty group."""
+        if group.state is GroupState.DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if request.generation >= 0 or request.member_id or request.group_instance_id is not None:
+            instance = request.group_instance_id
+            if instance is not None:
+                current = group.current_member_for_instance(instance)
+                if current != request.member_id:
+                    return E.FENCED_INSTANCE_ID if current is not None else E.UNKNOWN_MEMBER_ID
+            elif request.member_id not in group.members:
+                return E.UNKNOWN_MEMBER_ID
+            if request.generation != group.generation:
+                return E.ILLEGAL_GENERATION
+            return E.NONE
+        return E.NONE if group.state is GroupState.EMPTY else E.UNKNOWN_MEMBER_ID
+
+    def _store_offsets(self, handle: Any, state: PartitionState, request: OffsetCommit, now_ms: int) -> None:
+        committed = state.offsets.get(request.group_id, {})
+        latest = dict(committed)
+        for pending in self._pending.values():
+            if isinstance(pending, _PendingCommit) and pending.group_id == request.group_id:
+                latest.update(pending.values.values())
+        errors: list[int] = []
+        values: dict[int, tuple[TopicPartition, OffsetValue]] = {}
+        for index, entry in enumerate(request.entries):
+            tp = (entry.topic, entry.partition)
+            error = check_entry(entry, latest.get(tp), self.config)
+            errors.append(error)
+            if error == E.NONE:
+                value = value_for(entry, now_ms, request.retention_time_ms)
+                values[index] = (tp, value)
+                latest[tp] = value
+        if not values:
+            self._answer(handle, CommitAnswer(tuple(errors)))
+            return
+        records = [encode_record(OffsetKey(request.group_id, tp[0], tp[1]), value) for tp, value in values.values()]
+        token = self._append(state.partition, records)
+        self._pending[token] = _PendingCommit(handle, request.group_id, state.partition, errors, values)
+
+    def offset_fetch(self, request: OffsetFetch) -> FetchAnswer:
+        """Committed offsets (a query: answered at once, changes nothing)."""
+        error, state = self._status(request.group_id)
+        if error != E.NONE or state is None:
+            return FetchAnswer(error)
+        committed = state.offsets.get(request.group_id, {})
+        group = state.groups.get(request.group_id)
+        if group is None or group.state is GroupState.DEAD:
+            committed = {}
+        wanted = request.partitions if request.partitions is not None else tuple(committed)
+        in_flight: set[TopicPartition] = set()
+        if request.require_stable:
+            for pending in self._pending.values():
+                if isinstance(pending, _PendingCommit) and pending.group_id == request.group_id:
+                    in_flight.update(tp for tp, _ in pending.values.values())
+        offsets = []
+        for tp in wanted:
+            value = committed.get(tp)
+            if tp in in_flight:
+                offsets.append(FetchedOffset(tp[0], tp[1], error=E.UNSTABLE_OFFSET_COMMIT))
+            elif value is None:
+                offsets.append(FetchedOffset(tp[0], tp[1]))
+            else:
+                offsets.append(FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata))
+        return FetchAnswer(E.NONE, tuple(offsets))
+
+    # ----------------------------------------------------------------------------------------
+    # DescribeGroups and ListGroups
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        error, state = self._status(group_id)
+        if error != E.NONE or state is None:
+            return DescribedGroup(group_id, error)
+        group = state.groups.get(group_id)
+        if group is None:
+            return DescribedGroup(group_id, E.NONE)
+        stable = group.state is GroupState.STABLE and group.protocol is not None
+        members = tuple(DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                        m.metadata(group.protocol) if stable and group.protocol else b"",
+                                        m.assignment if stable else b"")
+                        for m in group.members.values())
+        return DescribedGroup(group_id, E.NONE, group.state.value, group.protocol_type or "",
+                              (group.protocol or "") if stable else "", members)
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> ListAnswer:
+        """Groups of the loaded partitions; COORDINATOR_LOAD_IN_PROGRESS too while any is loading."""
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        if wanted_types and "classic" not in wanted_types:
+            return ListAnswer(E.NONE)
+        loading = False
+        groups = []
+        for state in self._partitions.values():
+            loading = loading or state.loading
+            for group in state.groups.values():
+                if not wanted_states or group.state.value.lower() in wanted_states:
+                    groups.append(ListedGroup(group.group_id, group.protocol_type or "", group.state.value))
+        error = E.COORDINATOR_LOAD_IN_PROGRESS if loading else E.NONE
+        return ListAnswer(error, tuple(sorted(groups, key=lambda g: g.group_id)))
+
+    def group(self, group_id: str) -> Group | None:
+        """The group's live state (for tests and tools)."""
+        state = self._partitions.get(self.partition_for(group_id))
+        return state.groups.get(group_id) if state is not None else None
+
+    def committed(self, group_id: str) -> dict[TopicPartition, OffsetValue]:
+        state = self._partitions.get(self.partition_for(group_id))
+        return dict(state.offsets.get(group_id, {})) if state is not None else {}
+
+    # ----------------------------------------------------------------------------------------
+    # Output plumbing
+
+    def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        self._next_token += 1
+        self._out.appends.append(Append(self._next_token, partition, tuple(records)))
+        return self._next_token
+
+    def _answer(self, handle: Any, answer: Any) -> None:
+        self._out.answers.append((handle, answer))
+
+    def _answer_join(self, member: Member, answer: JoinAnswer) -> None:
+        if member.join_handle is not None:
+            self._answer(member.join_handle, answer)
+            member.join_handle = None
+
+    def _answer_sync(self, member: Member, answer: SyncAnswer) -> None:
+        if member.sync_handle is not None:
+            self._answer(member.sync_handle, answer)
+            member.sync_handle = None
+
+    def _reply(self, handle: Any, answer: Any) -> Output:
+        self._answer(handle, answer)
+        return self._flush()
+
+    def _flush(self) -> Output:
+        out, self._out = self._out, Output()
+        return out
+
+
+def _kept_alive(member: Member) -> bool:
+    """Kafka's shouldKeepAlive: a member waiting on a join or sync answer is not expired (a new
+    member's join only for NEW_MEMBER_JOIN_TIMEOUT_MS, which its heartbeat deadline holds)."""
+    return member.awaiting_sync or (member.awaiting_join and not member.is_new)
+
+
+def _fenced(group: Group, instance_id: str | None, member_id: str) -> bool:
+    """Kafka's isStaticMemberFenced: the instance id is held by another member id."""
+    if instance_id is None:
+        return False
+    current = group.current_member_for_instance(instance_id)
+    return current is not None and current != member_id

@@ -1,0 +1,99 @@
+"""What the coordinator holds for one `__consumer_offsets` partition it leads, and how records rebuild it.
+
+Loading replays the partition's records in log order: the last value of each key wins and a
+tombstone deletes it, as Kafka's GroupMetadataManager.loadGroupsAndOffsets does. Group metadata
+becomes a live group at the end of the load (a group with members comes back Stable in its
+generation, each member given a fresh session timeout to heartbeat in), and a group with offsets
+but no metadata comes back Empty, as a group of a consumer that commits without group management.
+The records themselves are produced by `group_value` and the commit path, so a replay yields
+exactly the state that wrote them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from quorum.broker.groups.group import Group, GroupState, Member
+from quorum.wire.consumer_offsets import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    UnknownRecordTypeError,
+    decode_record,
+)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class PartitionState:
+    partition: int
+    loading: bool = True
+    groups: dict[str, Group] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
+    loaded_groups: dict[str, GroupValue] = field(default_factory=dict)
+    """Group metadata read while loading, turned into groups when the load finishes."""
+    skipped_records: int = 0
+    """Records of types this project does not use (Kafka 4's KIP-848 records), skipped while loading."""
+
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        """Apply one record of the partition; ConsumerOffsetsRecordError for a corrupt one."""
+        try:
+            decoded_key, decoded_value = decode_record(key, value)
+        except UnknownRecordTypeError:
+            self.skipped_records += 1
+            return
+        if isinstance(decoded_key, OffsetKey):
+            offsets = self.offsets.setdefault(decoded_key.group, {})
+            tp = (decoded_key.topic, decoded_key.partition)
+            if decoded_value is None:
+                offsets.pop(tp, None)
+            else:
+                assert isinstance(decoded_value, OffsetValue)
+                offsets[tp] = decoded_value
+        elif isinstance(decoded_key, GroupKey):
+            if decoded_value is None:
+                self.loaded_groups.pop(decoded_key.group, None)
+            else:
+                assert isinstance(decoded_value, GroupValue)
+                self.loaded_groups[decoded_key.group] = decoded_value
+
+    def finish_loading(self, now_ms: int) -> None:
+        for group_id, value in self.loaded_groups.items():
+            self.groups[group_id] = group_from_value(group_id, value, now_ms)
+        for group_id, offsets in self.offsets.items():
+            if offsets and group_id not in self.groups:
+                self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
+        self.offsets = {group_id: offsets for group_id, offsets in self.offsets.items() if offsets}
+        self.loaded_groups = {}
+        self.loading = False
+
+
+def group_from_value(group_id: str, value: GroupValue, now_ms: int) -> Group:
+    group = Group(group_id, generation=value.generation, protocol_type=value.protocol_type or None,
+                  protocol=value.protocol, state_timestamp_ms=now_ms)
+    for m in value.members:
+        protocols = ((value.protocol, m.subscription),) if value.protocol is not None else ()
+        member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
+                        m.session_timeout, value.protocol_type, protocols, m.assignment,
+                        heartbeat_deadline_ms=now_ms + m.session_timeout)
+        group.add(member)
+    group.protocol_type = value.protocol_type or None
+    group.leader = value.leader if value.leader in group.members else next(iter(group.members), None)
+    group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+    return group
+
+
+def group_value(group: Group, assignments: dict[str, bytes] | None = None) -> GroupValue:
+    """The GroupMetadataValue for a group, with `assignments` replacing the members' current ones."""
+    members = []
+    for member in group.members.values():
+        subscription = member.metadata(group.protocol) if group.protocol is not None else b""
+        assignment = assignments.get(member.member_id, b"") if assignments is not None else member.assignment
+        members.append(MemberValue(member.member_id, member.group_instance_id, member.client_id,
+                                   member.client_host, member.rebalance_timeout_ms, member.session_timeout_ms,
+                                   subscription, assignment))
+    return GroupValue(group.protocol_type or "", group.generation, group.protocol,
+                      group.leader if group.members else None, group.state_timestamp_ms, tuple(members))

@@ -1,0 +1,214 @@
+"""The records of the `__consumer_offsets` log: committed offsets and group metadata, as Kafka writes them.
+
+Each record's key and value start with an int16 version and go on with the struct of that
+version, exactly as Kafka's GroupMetadataManager (and its 4.x coordinator records) lay them out:
+
+* key version 0 or 1: OffsetCommitKey (group, topic, partition) -> OffsetCommitValue;
+* key version 2: GroupMetadataKey (group) -> GroupMetadataValue;
+* a null value is a tombstone: the offset, or the whole group, was deleted.
+
+Values are written at the version Kafka writes (OffsetCommitValue v3, v1 with an explicit expiry,
+GroupMetadataValue v3), except that a commit carrying KIP-232 internal metadata is written at
+v4, the first flexible version, so that its topic_epoch can ride in the tagged field 10232: an
+Apache Kafka broker reading this log skips the tag and keeps every other field.
+
+Key versions above 2 are Kafka 4's KIP-848 records (consumer groups, share groups), which this
+project does not use; decoding them raises `UnknownRecordTypeError` so a loader can skip them
+while refusing anything that is really corrupt.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.api_data import ApiData
+
+from quorum.wire.metadata_records import decode_payload, encode_payload
+from quorum.wire.schema import define_data
+
+OffsetCommitKey = define_data("OffsetCommitKey")
+OffsetCommitValue = define_data("OffsetCommitValue")
+GroupMetadataKey = define_data("GroupMetadataKey")
+GroupMetadataValue = define_data("GroupMetadataValue")
+
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+"""What Kafka writes for a commit without an explicit expiry time."""
+OFFSET_COMMIT_VALUE_EXPIRY_VERSION = 1
+OFFSET_COMMIT_VALUE_TAGGED_VERSION = 4
+"""The first flexible version: the one that can carry the KIP-232 topic_epoch tag."""
+GROUP_METADATA_VALUE_VERSION = 3
+
+TOPIC_EPOCH_TAG = 10232
+"""Tag number of the KIP-232 topic_epoch in OffsetCommitValue v4+ (the same as in TopicRecord)."""
+
+_VERSION = struct.Struct(">h")
+
+
+class ConsumerOffsetsRecordError(ValueError):
+    """A `__consumer_offsets` record key or value that cannot be decoded (or encoded); says why."""
+
+
+class UnknownRecordTypeError(ConsumerOffsetsRecordError):
+    """A well-formed key of a record type this project does not use (Kafka 4's KIP-848 records)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+RecordKey = OffsetKey | GroupKey
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    """One committed offset. `metadata` is the whole committed string; `topic_epoch` is -1 without KIP-232."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    topic_epoch: int = -1
+    expire_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    """A classic group's persisted state: what lets its generation and assignments survive a restart."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberValue, ...] = ()
+
+
+RecordValue = OffsetValue | GroupValue
+
+
+def encode_key(key: RecordKey) -> bytes:
+    if isinstance(key, OffsetKey):
+        data = OffsetCommitKey(group=key.group, topic=key.topic, partition=key.partition)
+        return _versioned(data, OFFSET_COMMIT_KEY_VERSION)
+    return _versioned(GroupMetadataKey(group=key.group), GROUP_METADATA_KEY_VERSION)
+
+
+def encode_value(value: RecordValue | None) -> bytes | None:
+    """The value bytes, or None (a tombstone) for None."""
+    if value is None:
+        return None
+    if isinstance(value, GroupValue):
+        return _encode_group_value(value)
+    if value.topic_epoch >= 0:
+        version = OFFSET_COMMIT_VALUE_TAGGED_VERSION
+    elif value.expire_timestamp >= 0:
+        version = OFFSET_COMMIT_VALUE_EXPIRY_VERSION
+    else:
+        version = OFFSET_COMMIT_VALUE_VERSION
+    data = OffsetCommitValue(offset=value.offset, leader_epoch=value.leader_epoch, metadata=value.metadata,
+                             commit_timestamp=value.commit_timestamp, expire_timestamp=value.expire_timestamp,
+                             topic_epoch=value.topic_epoch)
+    return _versioned(data, version)
+
+
+def _encode_group_value(value: GroupValue) -> bytes:
+    member = GroupMetadataValue.MemberMetadata
+    members = [member(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                      client_host=m.client_host, rebalance_timeout=m.rebalance_timeout,
+                      session_timeout=m.session_timeout, subscription=m.subscription, assignment=m.assignment)
+               for m in value.members]
+    data = GroupMetadataValue(protocol_type=value.protocol_type, generation=value.generation,
+                              protocol=value.protocol, leader=value.leader,
+                              current_state_timestamp=value.current_state_timestamp, members=members)
+    return _versioned(data, GROUP_METADATA_VALUE_VERSION)
+
+
+def encode_record(key: RecordKey, value: RecordValue | None) -> tuple[bytes, bytes | None]:
+    """The (key, value) bytes of one record; a None value is a tombstone."""
+    if value is not None and isinstance(value, GroupValue) != isinstance(key, GroupKey):
+        raise ConsumerOffsetsRecordError(f"{type(value).__name__} cannot be the value of a {type(key).__name__}")
+    return encode_key(key), encode_value(value)
+
+
+def decode_key(data: bytes | bytearray | memoryview) -> RecordKey:
+    version, payload = _split(bytes(data), "key")
+    if version in (0, 1):
+        key = decode_payload(OffsetCommitKey, payload, version, error=ConsumerOffsetsRecordError)
+        return OffsetKey(key.group, key.topic, key.partition)
+    if version == GROUP_METADATA_KEY_VERSION:
+        return GroupKey(decode_payload(GroupMetadataKey, payload, version, error=ConsumerOffsetsRecordError).group)
+    if version > GROUP_METADATA_KEY_VERSION:
+        raise UnknownRecordTypeError(f"record key version {version} is not an offset commit or classic group record")
+    raise ConsumerOffsetsRecordError(f"record key version {version} is negative")
+
+
+def decode_value(key: RecordKey, data: bytes | bytearray | memoryview | None) -> RecordValue | None:
+    """The value of a record whose key is `key`; None for a tombstone."""
+    if data is None:
+        return None
+    if isinstance(key, OffsetKey):
+        version, payload = _split(bytes(data), "OffsetCommitValue")
+        _check_version(OffsetCommitValue, version)
+        v = decode_payload(OffsetCommitValue, payload, version, error=ConsumerOffsetsRecordError)
+        return OffsetValue(v.offset, _or(v, "leader_epoch", -1), v.metadata, v.commit_timestamp,
+                           _or(v, "topic_epoch", -1), _or(v, "expire_timestamp", -1))
+    version, payload = _split(bytes(data), "GroupMetadataValue")
+    _check_version(GroupMetadataValue, version)
+    g = decode_payload(GroupMetadataValue, payload, version, error=ConsumerOffsetsRecordError)
+    members = tuple(MemberValue(m.member_id, _or(m, "group_instance_id", None), m.client_id, m.client_host,
+                                m.rebalance_timeout if version >= 1 else m.session_timeout, m.session_timeout,
+                                bytes(m.subscription), bytes(m.assignment)) for m in g.members)
+    return GroupValue(g.protocol_type, g.generation, g.protocol, g.leader,
+                      _or(g, "current_state_timestamp", -1), members)
+
+
+def decode_record(key: bytes | bytearray | memoryview,
+                  value: bytes | bytearray | memoryview | None) -> tuple[RecordKey, RecordValue | None]:
+    decoded = decode_key(key)
+    return decoded, decode_value(decoded, value)
+
+
+def _versioned(data: ApiData, version: int) -> bytes:
+    return _VERSION.pack(version) + encode_payload(data, version, error=ConsumerOffsetsRecordError)
+
+
+def _split(data: bytes, what: str) -> tuple[int, bytes]:
+    if len(data) < _VERSION.size:
+        raise ConsumerOffsetsRecordError(f"{what} of {len(data)} byte(s) is shorter than its int16 version")
+    return _VERSION.unpack_from(data)[0], data[_VERSION.size:]
+
+
+def _check_version(schema: type[ApiData], version: int) -> None:
+    low, high = schema.valid_versions
+    if not low <= version <= high:
+        raise ConsumerOffsetsRecordError(f"{schema.__name__} v{version} is not supported (versions {low}-{high})")
+
+
+def _or(data: ApiData, name: str, default: Any) -> Any:
+    """A field that older versions lack (the engine leaves it unset or None)."""
+    value = getattr(data, name, None)
+    return default if value is None else value
