@@ -1,1 +1,44 @@
-"""KIP-232 epoch-aware metadata caching and consumers that never rewind on stale metadata."""
+"""KIP-232 epoch-aware metadata: a client that refuses a broker's metadata when it is older than what it knows.
+
+A broker that has not yet learned the latest leader election or topic recreation answers Metadata
+with an old view; a consumer that believes it can rewind or skip (KAFKA-6262). Here:
+
+- `EpochCache` and `judge`/`is_outdated`: the KIP's rule, sans-IO. A response is outdated for a
+  partition when its (topic_epoch, leader_epoch) is lexicographically older; -1 checks nothing;
+  against Apache Kafka (no topic epoch) leader epochs and topic-id changes decide.
+- `MetadataClient`: Metadata with leader and topic epochs from the cluster's brokers over
+  quorum.wire, and `refresh_until_current()` with backoff, counting refused responses.
+
+Internal metadata (the epochs stored with a committed offset) is `quorum.wire.internal_metadata`;
+its `InternalMetadata` works as a floor for `refresh_until_current()` and `EpochCache.check_floors()`.
+"""
+
+from client_epochs.connection import BrokerError, BrokerProtocolError, parse_bootstrap
+from client_epochs.epoch_cache import (
+    EVERYTHING,
+    EpochCache,
+    EpochSource,
+    Interest,
+    Staleness,
+    Verdict,
+    epochs_of,
+    is_outdated,
+    judge,
+)
+from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
+from client_epochs.model import (
+    NO_EPOCH,
+    NO_LEADER,
+    BrokerMetadata,
+    ClusterMetadata,
+    Epochs,
+    PartitionMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "EVERYTHING", "NO_EPOCH", "NO_LEADER",
+    "BrokerError", "BrokerMetadata", "BrokerProtocolError", "ClusterMetadata", "EpochCache", "EpochSource", "Epochs",
+    "Interest", "MetadataClient", "MetadataUnavailableError", "PartitionMetadata", "StaleMetadataError", "Staleness",
+    "TopicPartition", "Verdict", "epochs_of", "is_outdated", "judge", "parse_bootstrap",
+]
