@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
 from quorum.broker.metadata import encoded_metadata_response
+from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.produce import register_produce
 from quorum.broker.replica_manager import ReplicaManager
@@ -72,7 +73,8 @@ class BrokerRole:
                                          lambda: node.core.cluster_id, node.controller_peer,
                                          lambda: node.replayer.applied_offset,
                                          int(config.extra.get("broker.heartbeat.interval.ms", "2000")))
-        self.groups: Any = None
+        self.groups = GroupCoordination(config.node_id, self.replicas, self.topics, group_config(config.extra),
+                                        dispatcher, lambda: node.image)
 
     @property
     def image(self) -> MetadataImage:
@@ -92,17 +94,18 @@ class BrokerRole:
             return
         self._applied_image = image
         self.replicas.apply_image(image)
-        if self.groups is not None:
-            self.groups.image_changed(image)
+        self.groups.image_changed(image)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The broker's background work, cancelled at shutdown."""
+        self.groups.start()
         work = (self.lifecycle.run(), self._watch_pause_forever(), self._apply_when_ready(),
                 self.replicas.run_retention(self._stop))
         return [asyncio.create_task(job) for job in work]
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self._stop.set()
+        await self.groups.close()
         self.replicas.close()
 
     async def _apply_when_ready(self) -> None:

@@ -393,7 +393,7 @@ class RaftNode:
         for peer in (*self.peers.values(), *self.controller_channels.values()):
             await peer.close()
         if self.broker is not None:
-            self.broker.close()
+            await self.broker.close()
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
         await asyncio.to_thread(self.log.close)

@@ -1,0 +1,143 @@
+"""The group coordinator on a broker: `__consumer_offsets` partitions as its durable log.
+
+Kafka keeps committed offsets and group metadata as records of the `__consumer_offsets` topic,
+and the coordinator of a group is the leader of the group's partition. This module maps the
+coordinator's `OffsetsLog` onto the broker's own partition logs (an append completes once the
+high watermark covers it, as Kafka's appends with acks=all do), follows the image to load the
+partitions this broker comes to lead and unload those it loses, and asks the controller for the
+topic the first time a group needs a coordinator (as Kafka's brokers create it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+
+from quorum.broker.groups.config import OFFSETS_TOPIC, GroupConfig
+from quorum.broker.groups.coordinator import GroupCoordinator
+from quorum.broker.groups.find_coordinator import CoordinatorNode, coordinator_from_image
+from quorum.broker.groups.handlers import register_group_apis
+from quorum.broker.groups.offsets_log import OffsetsLogError, Record
+from quorum.broker.groups.shell import GroupCoordinatorShell
+from quorum.broker.partition import AppendError
+from quorum.broker.replica_manager import ReplicaManager
+from quorum.broker.topic_creation import TopicCreator
+from quorum.image.image import MetadataImage
+from quorum.server.dispatch import Dispatcher
+from quorum.wire import records as wire_records
+from quorum.wire.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+APPEND_TIMEOUT_S = 30.0
+REPLAY_CHUNK_BYTES = 1 << 20
+
+
+def group_config(props: Mapping[str, str]) -> GroupConfig:
+    """The coordinator's settings from a node's properties, Kafka's names and defaults."""
+    defaults = GroupConfig()
+    values = {}
+    for field in ("offsets_topic_num_partitions", "group_initial_rebalance_delay_ms", "group_min_session_timeout_ms",
+                  "group_max_session_timeout_ms", "group_max_size", "offset_metadata_max_bytes"):
+        key = field.replace("_", ".")
+        raw = props.get(key)
+        try:
+            values[field] = getattr(defaults, field) if raw is None else int(raw)
+        except ValueError:
+            raise ValueError(f"{key} must be a whole number, not {raw!r}") from None
+    return GroupConfig(**values)
+
+
+class PartitionOffsetsLog:
+    """`OffsetsLog` over the broker's `__consumer_offsets` partition logs."""
+
+    def __init__(self, replicas: ReplicaManager, timeout_s: float = APPEND_TIMEOUT_S) -> None:
+        self.replicas = replicas
+        self.timeout_s = timeout_s
+
+    async def append(self, partition: int, records: Sequence[Record]) -> int:
+        hosted = self.replicas.get(OFFSETS_TOPIC, partition)
+        if hosted is None or not hosted.is_leader:
+            raise OffsetsLogError(ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC}-{partition} is not led here")
+        now = int(time.time() * 1000)
+        batch = wire_records.build_batch([wire_records.Record(i, now, key, value)
+                                          for i, (key, value) in enumerate(records)])
+        try:
+            result = hosted.append_as_leader(batch, now)
+        except AppendError as exc:
+            raise OffsetsLogError(ErrorCode.NOT_COORDINATOR if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                                  else exc.code, exc.message) from None
+        self.replicas.notifier.appended()
+        late = await self.replicas.wait_for_high_watermarks([(hosted, result.last_offset + 1)], self.timeout_s)
+        if late:
+            raise OffsetsLogError(ErrorCode.REQUEST_TIMED_OUT, f"{hosted.name}: not committed in time")
+        return result.base_offset
+
+    async def replay(self, partition: int) -> AsyncIterator[Sequence[Record]]:
+        hosted = self.replicas.get(OFFSETS_TOPIC, partition)
+        if hosted is None:
+            return
+        offset, end = hosted.log_start_offset, hosted.log_end_offset
+        while offset < end:
+            data = hosted.read(offset, REPLAY_CHUNK_BYTES, end)
+            if not data:
+                break
+            chunk: list[Record] = []
+            for batch in wire_records.iter_batches(data):
+                if not batch.is_control:
+                    chunk.extend((record.key or b"", record.value) for record in batch.records()
+                                 if record.offset >= offset)
+                offset = batch.next_offset
+            yield chunk
+
+
+class GroupCoordination:
+    """The coordinator, its shell and handlers, following the image's `__consumer_offsets` leaders."""
+
+    def __init__(self, broker_id: int, replicas: ReplicaManager, topics: TopicCreator,
+                 config: GroupConfig, dispatcher: Dispatcher, image: Callable[[], MetadataImage]) -> None:
+        """`image` gives the broker's current metadata image (FindCoordinator answers from it)."""
+        self.broker_id = broker_id
+        self.replicas = replicas
+        self.topics = topics
+        self._image = image
+        self.shell = GroupCoordinatorShell(GroupCoordinator(config), PartitionOffsetsLog(replicas),
+                                           locate=self._locate)
+        register_group_apis(dispatcher, self.shell)
+        self._led: set[int] = set()
+        self._creating: asyncio.Task[int] | None = None
+
+    def start(self) -> None:
+        self.shell.start()
+
+    async def close(self) -> None:
+        await self.shell.close()
+
+    def _locate(self, partition: int) -> CoordinatorNode | None:
+        """FindCoordinator: the leader of the group's partition; the topic is created on first need."""
+        image = self._image()
+        if OFFSETS_TOPIC not in image.topics and (self._creating is None or self._creating.done()):
+            self._creating = asyncio.get_running_loop().create_task(self.topics.create_offsets_topic())
+        return coordinator_from_image(image, partition)
+
+    def image_changed(self, image: MetadataImage) -> None:
+        """Load the partitions this broker now leads (their partition logs are open: the replica
+        manager saw this image first), unload those it no longer leads."""
+        topic = image.topics.get(OFFSETS_TOPIC)
+        leading = set()
+        if topic is not None:
+            leading = {p.partition for p in topic.partitions if p.leader == self.broker_id
+                       and self.replicas.get(OFFSETS_TOPIC, p.partition) is not None}
+        for partition in sorted(self._led - leading):
+            log.info("%s-%d: no longer its coordinator", OFFSETS_TOPIC, partition)
+            self.shell.resign(partition)
+        for partition in sorted(leading - self._led):
+            asyncio.get_running_loop().create_task(self._load(partition))
+        self._led = leading
+
+    async def _load(self, partition: int) -> None:
+        loaded = await self.shell.become_leader(partition)
+        log.info("%s-%d: %s", OFFSETS_TOPIC, partition,
+                 "coordinator loaded" if loaded else "coordinator not loaded (resigned or corrupt)")
