@@ -84,6 +84,11 @@ def _drain(process: subprocess.Popen[str], output: list[str]) -> None:
 # A local cluster of controller (and later broker) processes: `quorum local-cluster`.
 
 
+DEV_BROKER_DEFAULTS = {"offsets.topic.replication.factor": "1", "group.initial.rebalance.delay.ms": "0"}
+"""What Kafka's shipped config/server.properties sets for development clusters: a `__consumer_offsets`
+that a cluster of any size can create, and consumer groups that balance at once. `settings` override them."""
+
+
 def free_port() -> int:
     """A port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
     import socket
@@ -157,6 +162,8 @@ class LocalCluster:
             "controller.listener.names": "CONTROLLER",
             "log.dirs": str(spec.directory / "data"),
         }
+        if spec.role == "broker":
+            props.update(DEV_BROKER_DEFAULTS)
         props.update(self.settings)
         return props
 
