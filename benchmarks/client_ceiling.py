@@ -2,7 +2,7 @@
 
 A producer can only write to something that speaks Kafka, and a consumer only read from it, so
 the "plain local TCP sink/source" the broker's throughput is set beside is this: a listener on
-127.0.0.1 that answers ApiVersions, Metadata (one broker, one topic, one partition), and
+127.0.0.1 that answers ApiVersions, Metadata (one broker, one topic of `partitions` partitions), and
 InitProducerId like a broker, takes every Produce as written at once and drops the bytes (the
 sink), and answers every Fetch with the same ready-made record batches rebased to the offset
 asked for (the source: a memory copy and the offsets patched, no file, no index, no validation).
@@ -51,8 +51,9 @@ class MemoryEndpoint:
     """The sink/source endpoint, served from a thread of its own; `start()` returns its address."""
 
     def __init__(self, topic: str, message_bytes: int = 1024, batch_records: int = 64, batches: int = 16,
-                 end_offset: int = 10**12) -> None:
+                 end_offset: int = 10**12, partitions: int = 1) -> None:
         self.topic = topic
+        self.partitions = partitions
         self.end_offset = end_offset
         self.batch_records = batch_records
         self._template, self._positions = source_batches(message_bytes, batch_records, batches)
@@ -82,7 +83,7 @@ class MemoryEndpoint:
         self._listener = KafkaListener(dispatcher, "127.0.0.1", 0)
         await self._listener.start()
         port = self._listener.port
-        self._image = single_node_image(1, "127.0.0.1", port, {self.topic: 1})
+        self._image = single_node_image(1, "127.0.0.1", port, {self.topic: self.partitions})
         return f"127.0.0.1:{port}"
 
     async def _metadata(self, request: Request) -> Reply:

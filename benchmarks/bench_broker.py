@@ -1,0 +1,414 @@
+"""Produce and consume throughput of one broker with confluent-kafka, 1 KiB messages on 127.0.0.1,
+beside the same client writing to and reading from an endpoint that stores nothing, in the same run:
+the ceiling the client itself sets on this machine.
+
+Run: `./run bench` (all benchmarks), `.venv/bin/python -m benchmarks.bench_broker`, or
+`.venv/bin/python benchmarks/bench_broker.py`. BENCH_BROKER_MESSAGES sets how many messages each
+run produces and consumes (the default, 2,000,000 messages or 2 GB, takes some ten seconds a
+produce run against the broker, and the broker's four topics then take 8 GB of disk); BENCH_BROKER_DIR
+picks the filesystem of the broker's logs (a temporary directory under the current one by default,
+removed at the end).
+
+The broker is a real cluster from `quorum.launcher.LocalCluster`: one controller and one broker,
+each a `quorum start` process, default settings (no fsync per append: Kafka's defaults, an append
+reaches the page cache). Once the broker lists itself in its Metadata answer (it is unfenced), the
+AdminClient creates the topics, replication factor 1, with 1 partition and with 4. The ceiling is
+`benchmarks.client_ceiling.MemoryEndpoint`: a listener that speaks enough Kafka for the client, drops
+what is produced and answers every Fetch with ready-made batches (see that module).
+
+Each run is one client in a child process of its own, started afresh, the same code and the same
+settings for both targets; it reports its own clock:
+
+* produce: a Producer (`PRODUCER` below: linger.ms, batch.size, no compression, delivery reports
+  for errors only; librdkafka's default queue of 100,000 messages, so `produce()` is paced by the
+  acknowledgements) whose connection and topic metadata are set up first; the clock runs from the
+  first `produce()` to the return of `flush()`, when every message is acknowledged (acks=1: the
+  leader appended; acks=all: the high watermark covers it, which with one broker in the ISR is at
+  once, so the two should be alike). A delivery error fails the run. The broker's high watermarks
+  are checked afterwards to hold exactly the messages sent.
+* consume: a Consumer (`CONSUMER` below) that `assign()`s every partition from offset 0 (no group
+  membership, no commits), the clock running from `assign()` until it has received the messages
+  (`consume()` in batches, each message's error and value looked at). Against the broker it
+  reads back the acks=1 topic and must end exactly at its high watermarks; the endpoint serves
+  records without end, so its run stops once it has as many messages.
+
+Why child processes: the endpoint runs as an asyncio thread of this (parent) process, so a client
+in the same process would share one interpreter lock with it, slowing both, while the broker has a
+process of its own. With the client in a child, the endpoint has the parent's interpreter to
+itself (the parent's main thread only waits on the child), as the broker has its own, and every
+run starts with a fresh client (no threads or queues left over from the previous one). The runs
+go ceiling, then broker, for each row, so drift on a busy machine hits both alike.
+
+"server CPU" is the CPU time the server side used during the run (the client's start-up included):
+the broker process's (/proc), or this process's, in which the endpoint's thread is the only busy
+one. Set beside "seconds" it tells which side was the bottleneck; the endpoint is Python too, and
+answering Fetch (encoding and framing a megabyte a partition) keeps it busy, so for consume it is
+a ceiling of the client and of the project's listener and codec together, which the broker shares.
+
+MB are 10^6 bytes of message values (keys are empty; record and batch headers are not counted).
+Client and server share the machine's cores (and the broker's disk writes reach the page cache
+only), so on a small or busy machine the figures move from run to run: on two shared cores, by a
+third and more between runs; compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.client_ceiling import MemoryEndpoint  # noqa: E402
+from benchmarks.table import ROOT, print_table, progress  # noqa: E402
+
+MESSAGES = int(os.environ.get("BENCH_BROKER_MESSAGES", "2000000"))
+MESSAGE_BYTES = 1024
+PARTITION_COUNTS = (1, 4)
+BROKER = 101
+CEILING_TOPIC = "ceiling"
+CEILING_BATCH_RECORDS = 967
+"""Records in each batch the producer below makes of 1 KiB values (batch.size less the 61-byte batch
+header, over some 1,034 bytes a record; counted at the endpoint): the endpoint serves batches of the
+same size, one a partition per Fetch as the broker's 1 MiB max.partition.fetch.bytes holds one, so
+the consumer does the same work per byte against both."""
+PRODUCER: dict[str, Any] = {
+    "linger.ms": 10,  # let batches fill: throughput over latency
+    "batch.size": 1_000_000,  # librdkafka's default cap, under the broker's max.message.bytes (1048588)
+    "compression.type": "none",  # the client's and the broker's byte-moving costs, not a codec's
+    "delivery.report.only.error": True,  # no Python callback per message: the client's loop is the C path
+}
+CONSUMER: dict[str, Any] = {
+    "group.id": "bench-broker",  # confluent-kafka requires one; assign() never joins the group
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+}
+CLUSTER_SETTINGS = {
+    # One broker: the internal offsets topic (the consumer's coordinator lookup creates it) must fit on it.
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+}
+QUIET = {"log_level": 3}  # librdkafka's errors only
+READY_TIMEOUT_S = 90.0
+CONSUME_BATCH = 10_000
+PROGRESS_EVERY_S = 2.0
+
+
+def run_timeout_s(messages: int) -> float:
+    """How long one client run may take before it is declared stuck: a minute plus 2 MB/s (2,000
+    messages a second), far below any rate worth measuring."""
+    return 60.0 + messages / 2_000
+
+
+# -- the client runs (child processes) ------------------------------------------------------------
+
+
+def produce_run(address: str, topic: str, messages: int, acks: str, label: str) -> dict[str, Any]:
+    """Produce `messages` values of MESSAGE_BYTES to `topic`; the time until all are acknowledged."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:  # called only for failures (delivery.report.only.error)
+        if error is not None and len(errors) < 5:
+            errors.append(str(error))
+
+    deadline = time.monotonic() + run_timeout_s(messages) - 10
+    producer = Producer({"bootstrap.servers": address, "acks": acks, "on_delivery": delivered,
+                         **PRODUCER, **QUIET})  # fmt: skip
+    try:
+        producer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
+        value = bytes(MESSAGE_BYTES)
+        produce, poll = producer.produce, producer.poll
+        clock = time.perf_counter
+        start = clock()
+        next_report = start + PROGRESS_EVERY_S
+        for sent in range(messages):
+            while True:
+                try:
+                    produce(topic, value)
+                    break
+                except BufferError:  # the local queue is full: let acknowledgements drain it
+                    poll(0.001)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{label}: the client's queue stayed full; {sent:,} of {messages:,} "
+                                           "messages produced in time") from None  # fmt: skip
+            if sent % 10_000 == 0:
+                poll(0)
+                now = clock()
+                if now >= next_report:
+                    progress(f"{label}: {sent:,} / {messages:,} messages handed to the client")
+                    next_report = now + PROGRESS_EVERY_S
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{label}: only {sent:,} of {messages:,} messages produced in time")
+        while left := producer.flush(PROGRESS_EVERY_S):
+            progress(f"{label}: all handed to the client, {left:,} awaiting acknowledgement")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{label}: {left:,} messages still unacknowledged at the time limit")
+        seconds = clock() - start
+        if errors:
+            raise RuntimeError(f"{label}: delivery failed: {errors}")
+        return {"seconds": seconds, "messages": messages, "bytes": messages * MESSAGE_BYTES}
+    finally:
+        if len(producer):  # an error path: drop what is left, so that close() does not wait for it
+            producer.purge()
+        producer.close()
+
+
+def consume_run(address: str, topic: str, partitions: int, messages: int, label: str,
+                ends: list[int] | None) -> dict[str, Any]:  # fmt: skip
+    """Read `messages` values back from offset 0 of every partition; `ends`, when given, are the
+    high watermarks at which each partition must end exactly."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    deadline = time.monotonic() + run_timeout_s(messages) - 10
+    consumer = Consumer({"bootstrap.servers": address, **CONSUMER, **QUIET})
+    try:
+        consumer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
+        clock = time.perf_counter
+        start = clock()
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        received = size = 0
+        next_report = start + PROGRESS_EVERY_S
+        while received < messages:
+            batch = consumer.consume(CONSUME_BATCH, 1.0)
+            for message in batch:
+                if message.error() is not None:
+                    raise RuntimeError(f"{label}: {message.error()}")
+                size += len(message.value())
+            received += len(batch)
+            now = clock()
+            if now >= next_report:
+                progress(f"{label}: {received:,} / {messages:,} messages received")
+                next_report = now + PROGRESS_EVERY_S
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{label}: only {received:,} of {messages:,} messages received in time")
+        seconds = clock() - start
+        if ends is not None:
+            if received != sum(ends):
+                raise RuntimeError(f"{label}: received {received:,} messages, the high watermarks hold {sum(ends):,}")
+            positions = [tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)])]
+            if any(position != end for position, end in zip(positions, ends, strict=True) if end > 0):
+                raise RuntimeError(f"{label}: read to offsets {positions}, the high watermarks are {ends}")
+        return {"seconds": seconds, "messages": received, "bytes": size}
+    finally:
+        consumer.close()
+
+
+def child_main(arguments: str) -> None:
+    job = json.loads(arguments)
+    if job["operation"] == "produce":
+        result = produce_run(job["address"], job["topic"], job["messages"], job["acks"], job["label"])
+    else:
+        result = consume_run(job["address"], job["topic"], job["partitions"], job["messages"], job["label"],
+                             job.get("ends"))  # fmt: skip
+    print(json.dumps(result), flush=True)
+
+
+def run_client(job: dict[str, Any]) -> dict[str, Any]:
+    """One client run in a child process (see the module docstring); its progress lines are passed
+    on as they come, its last line is its result. A child past `run_timeout_s` is killed."""
+    progress(job["label"])
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_broker", "--child", json.dumps(job)],
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    timeout = run_timeout_s(job["messages"])
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    try:
+        assert process.stdout is not None
+        last = ""
+        for line in process.stdout:
+            if line.startswith("... "):
+                print(line, end="", flush=True)
+            elif line.strip():
+                last = line
+        code = process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if code != 0:
+        why = f"killed after {timeout:.0f} s" if code == -9 else f"exit {code}; its error is above"
+        raise RuntimeError(f"the client run '{job['label']}' failed ({why})")
+    return json.loads(last)
+
+
+# -- the broker --------------------------------------------------------------------------------------
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float, cluster: Any) -> None:
+    """Poll `check` until it holds; past the timeout, fail naming `what`, with the nodes' last log lines."""
+    deadline = time.monotonic() + timeout_s
+    problem = ""
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception as exc:  # noqa: BLE001 - a node still starting answers with errors; keep the last
+            problem = f" (last error: {exc})"
+        time.sleep(0.2)
+    tails = []
+    for spec in cluster.specs.values():
+        lines = spec.log_path.read_text(errors="replace").splitlines()[-15:] if spec.log_path.exists() else []
+        tails.append(f"--- node {spec.node_id} ({spec.log_path}):\n" + "\n".join(lines))
+    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}{problem}\n" + "\n".join(tails))
+
+
+def start_broker(cluster: Any) -> str:
+    """Start the cluster and return the broker's address once it lists itself (it is unfenced)."""
+    from confluent_kafka.admin import AdminClient
+
+    cluster.format_storage()
+    cluster.start()
+    address = cluster.specs[BROKER].address
+    host, port = address.split(":")
+
+    def listening() -> bool:  # before a client connects: librdkafka would log every refused attempt
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+
+    wait_until(f"broker {BROKER} to listen on {address}", listening, READY_TIMEOUT_S, cluster)
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    wait_until(f"broker {BROKER} to be unfenced (listed in its own Metadata answer)",
+               lambda: BROKER in admin.list_topics(timeout=5).brokers, READY_TIMEOUT_S, cluster)  # fmt: skip
+    return address
+
+
+def create_topic(cluster: Any, address: str, topic: str, partitions: int) -> None:
+    """Create `topic` (replication factor 1) and wait until the broker leads all its partitions."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=60).values():
+        future.result(timeout=90)
+
+    def led() -> bool:
+        found = admin.list_topics(topic, timeout=5).topics.get(topic)
+        return (found is not None and found.error is None and len(found.partitions) == partitions
+                and all(p.leader == BROKER and p.error is None for p in found.partitions.values()))
+
+    wait_until(f"broker {BROKER} to lead every partition of {topic}", led, READY_TIMEOUT_S, cluster)
+
+
+def high_watermarks(address: str, topic: str, partitions: int) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": address, **CONSUMER, **QUIET})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- the parent ---------------------------------------------------------------------------------------
+
+
+def plural(partitions: int) -> str:
+    return f"{partitions} partition{'s' if partitions > 1 else ''}"
+
+
+def main() -> None:
+    from quorum.launcher import LocalCluster
+
+    base = Path(os.environ.get("BENCH_BROKER_DIR", "."))
+    operations = (("produce", "1"), ("produce", "all"), ("consume", None))
+    results: dict[tuple[int, str, str], dict[str, Any]] = {}  # (partitions, operation, target) -> figures
+    with tempfile.TemporaryDirectory(prefix="bench-broker-", dir=base) as name:
+        progress(f"{MESSAGES:,} messages of {MESSAGE_BYTES} bytes a run; broker logs in {Path(name).resolve()}")
+        cluster = LocalCluster(Path(name) / "cluster", controllers=1, brokers=1, settings=CLUSTER_SETTINGS)
+        endpoints = {n: MemoryEndpoint(CEILING_TOPIC, message_bytes=MESSAGE_BYTES, batch_records=CEILING_BATCH_RECORDS,
+                                       batches=1, partitions=n)
+                     for n in PARTITION_COUNTS}  # fmt: skip
+        started: list[MemoryEndpoint] = []
+        try:
+            progress("starting the cluster: 1 controller, 1 broker")
+            address = start_broker(cluster)
+            ceilings = {}
+            broker_pid = cluster.processes[BROKER].pid
+
+            def broker_cpu_s() -> float:
+                return process_cpu_s(broker_pid)
+
+            for n, endpoint in endpoints.items():
+                ceilings[n] = endpoint.start()
+                started.append(endpoint)
+            for partitions in PARTITION_COUNTS:
+                topics = {acks: f"bench-{partitions}p-acks-{acks}" for acks in ("1", "all")}
+                for topic in topics.values():
+                    create_topic(cluster, address, topic, partitions)
+                for operation, acks in operations:
+                    topic = topics[acks or "1"]
+                    what = f"{operation}{f' acks={acks}' if acks else ''}"
+                    for target, where, name_ in (("ceiling", ceilings[partitions], CEILING_TOPIC),
+                                                 ("broker", address, topic)):  # fmt: skip
+                        label = f"{target}, {plural(partitions)}: {what}"
+                        job: dict[str, Any] = {"operation": operation, "address": where, "topic": name_,
+                                               "messages": MESSAGES, "acks": acks, "partitions": partitions,
+                                               "label": label}  # fmt: skip
+                        if operation == "consume" and target == "broker":
+                            job["ends"] = high_watermarks(address, topic, partitions)
+                        cpu = broker_cpu_s if target == "broker" else time.process_time
+                        began = cpu()
+                        run = run_client(job)
+                        run["server_cpu"] = cpu() - began
+                        results[(partitions, what, target)] = run
+                        if operation == "produce" and target == "broker":
+                            ends = high_watermarks(address, topic, partitions)
+                            if sum(ends) != MESSAGES:
+                                raise RuntimeError(f"{topic}: the high watermarks {ends} do not hold the "
+                                                   f"{MESSAGES:,} messages acknowledged")  # fmt: skip
+        finally:
+            for endpoint in started:
+                endpoint.stop()
+            cluster.stop()
+    report(results)
+
+
+def report(results: dict[tuple[int, str, str], dict[str, Any]]) -> None:
+    rows = []
+    for (partitions, operation, target), run in results.items():
+        seconds = run["seconds"]
+        megabytes = run["bytes"] / 1e6
+        row: list[object] = [target, plural(partitions), operation, run["messages"], megabytes, seconds,
+                             megabytes / seconds, round(run["messages"] / seconds),
+                             f"{run['server_cpu']:.1f} s"]  # fmt: skip
+        if target == "broker":
+            ceiling = results[(partitions, operation, "ceiling")]
+            share = (run["bytes"] / seconds) / (ceiling["bytes"] / ceiling["seconds"])
+            row.append(f"{share:.0%}")
+        else:
+            row.append("")
+        rows.append(row)
+    print_table(
+        f"confluent-kafka against one broker (1 controller + 1 broker, `quorum start` processes, 127.0.0.1) and "
+        f"against the client's ceiling (MemoryEndpoint: stores nothing), {MESSAGE_BYTES}-byte messages;\n"
+        f"producer: {', '.join(f'{k}={v}' for k, v in PRODUCER.items() if k != 'delivery.report.only.error')}; "
+        "consumer: assign() from offset 0, defaults; MB = 10^6 bytes of values",
+        ["target", "topic", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "server CPU",
+         "broker % of ceiling"],
+        rows,
+        left=(1, 2),
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child_main(sys.argv[2])
+    else:
+        main()
