@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "Metadata to clients and forward admin requests (default 0)")
     local.add_argument("--dir", required=True, help="directory for the nodes' configs, logs and data")
     local.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting for every node")
+    local.add_argument("--stale-broker", type=int, action="append", default=[], metavar="ID",
+                       help="test only (KAFKA-6262): this broker answers Metadata with old leaders and epochs, "
+                            "--metadata-delay-ms old; repeat for more brokers")
+    local.add_argument("--metadata-delay-ms", type=int, default=None, metavar="N",
+                       help="how old the Metadata answers of the --stale-broker brokers are, in ms "
+                            "(sets quorum.test.metadata.delay.ms=N on them only)")
     return parser
 
 
@@ -130,6 +136,15 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stale_brokers(args: argparse.Namespace) -> dict[int, int]:
+    """--stale-broker ID (repeated) with --metadata-delay-ms N: {ID: N}; one without the other is an error."""
+    if args.stale_broker and args.metadata_delay_ms is None:
+        raise ValueError("--stale-broker needs --metadata-delay-ms N")
+    if args.metadata_delay_ms is not None and not args.stale_broker:
+        raise ValueError("--metadata-delay-ms applies to the --stale-broker brokers: name at least one")
+    return dict.fromkeys(args.stale_broker, args.metadata_delay_ms) if args.stale_broker else {}
+
+
 def _local_cluster(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -139,7 +154,12 @@ def _local_cluster(args: argparse.Namespace) -> int:
     if args.brokers < 0:
         print("error: --brokers must not be negative", file=sys.stderr)
         return 2
-    cluster = LocalCluster(args.dir, args.controllers, args.brokers, _key_values(args.set))
+    try:
+        cluster = LocalCluster(args.dir, args.controllers, args.brokers, _key_values(args.set),
+                               stale_brokers=_stale_brokers(args))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     cluster.format_storage()
     cluster.start()
     for line in cluster.describe_lines():

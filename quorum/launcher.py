@@ -84,6 +84,9 @@ def _drain(process: subprocess.Popen[str], output: list[str]) -> None:
 # A local cluster of controller (and later broker) processes: `quorum local-cluster`.
 
 
+STALE_METADATA_KEY = "quorum.test.metadata.delay.ms"
+"""Test only (KAFKA-6262): a broker with it answers Metadata from an image at least that many ms old."""
+
 DEV_BROKER_DEFAULTS = {"offsets.topic.replication.factor": "1", "group.initial.rebalance.delay.ms": "0"}
 """What Kafka's shipped config/server.properties sets for development clusters: a `__consumer_offsets`
 that a cluster of any size can create, and consumer groups that balance at once. `settings` override them."""
@@ -123,15 +126,27 @@ class LocalCluster:
 
     The directory keeps each node's configuration and data, so a cluster stopped with `stop()`
     (or Ctrl-C on `quorum local-cluster`) starts again from its logs with the same ports.
+
+    `settings` go to every node. `stale_brokers` maps broker ids to a Metadata delay in ms: those
+    brokers alone get `quorum.test.metadata.delay.ms` (test only, KAFKA-6262), so that they answer
+    Metadata with old leaders and epochs while the others are current; it wins over `settings`.
     """
 
     def __init__(self, directory: str | Path, controllers: int, brokers: int = 0,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None, stale_brokers: dict[int, int] | None = None) -> None:
         if controllers < 1:
             raise ValueError("a cluster needs at least one controller")
         self.directory = Path(directory).resolve()
         self.settings = dict(settings or {})
         self.specs = self._load_or_plan(controllers, brokers)
+        self.stale_brokers = dict(stale_brokers or {})
+        broker_ids = sorted(n for n, spec in self.specs.items() if spec.role == "broker")
+        for node_id, delay_ms in self.stale_brokers.items():
+            if node_id not in broker_ids:
+                raise ValueError(f"stale broker {node_id} is not a broker of this cluster (brokers: "
+                                 f"{', '.join(map(str, broker_ids)) or 'none'})")
+            if delay_ms < 0:
+                raise ValueError(f"the metadata delay of broker {node_id} must be 0 or more, got {delay_ms}")
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def _load_or_plan(self, controllers: int, brokers: int) -> dict[int, NodeSpec]:
@@ -165,6 +180,8 @@ class LocalCluster:
         if spec.role == "broker":
             props.update(DEV_BROKER_DEFAULTS)
         props.update(self.settings)
+        if spec.node_id in self.stale_brokers:
+            props[STALE_METADATA_KEY] = str(self.stale_brokers[spec.node_id])
         return props
 
     def write_configs(self) -> None:
@@ -221,6 +238,8 @@ class LocalCluster:
         lines = [f"{s.role:<10} node {s.node_id:<4} {s.address}   config {s.config_path}   log {s.log_path}"
                  for s in self.specs.values()]
         lines.append(f"bootstrap controllers: {self.bootstrap_controllers}")
+        lines += [f"stale broker {node_id}: Metadata answers at least {delay_ms} ms old (test only)"
+                  for node_id, delay_ms in sorted(self.stale_brokers.items())]
         brokers = ",".join(s.address for s in self.specs.values() if s.role == "broker")
         if brokers:
             lines.append(f"bootstrap servers: {brokers}")

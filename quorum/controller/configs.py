@@ -125,10 +125,13 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _keys(
 
 BROKER_CONFIGS: dict[str, ConfigKey] = _keys(
     ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, "true"),
+    ConfigKey("auto.leader.rebalance.enable", ConfigType.BOOLEAN, "true"),
     ConfigKey("broker.heartbeat.interval.ms", ConfigType.INT, "2000"),
     ConfigKey("broker.session.timeout.ms", ConfigType.INT, "9000"),
     ConfigKey("default.replication.factor", ConfigType.INT, "1"),
     ConfigKey("delete.topic.enable", ConfigType.BOOLEAN, "true"),
+    ConfigKey("leader.imbalance.check.interval.seconds", ConfigType.LONG, "300", at_least=1),
+    ConfigKey("leader.imbalance.per.broker.percentage", ConfigType.INT, "10"),
     ConfigKey("log.cleanup.policy", ConfigType.LIST, "delete", one_of=("compact", "delete")),
     ConfigKey("log.retention.hours", ConfigType.INT, "168"),
     ConfigKey("message.max.bytes", ConfigType.INT, "1048588", at_least=0),
@@ -275,6 +278,22 @@ class ConfigEntry:
     is_sensitive: bool = False
 
 
+def topic_config_value(configs: Mapping[tuple[int, str], Mapping[str, str]], topic: str, name: str,
+                       static_default: str | None = None) -> str | None:
+    """The value a topic config takes effect with, as Kafka's controller resolves it
+    (ConfigurationControlManager.getTopicConfig): the topic's own key, else the cluster-wide dynamic
+    broker default (BROKER resource "") of the same name, else the controller's static setting
+    (`static_default`), else Kafka's default. Topic keys and their broker synonyms share their name
+    for the keys the controller reads (`unclean.leader.election.enable`, `min.insync.replicas`)."""
+    for layer in (configs.get((TOPIC, topic), {}), configs.get((BROKER, ""), {})):
+        if name in layer:
+            return layer[name]
+    if static_default is not None:
+        return static_default
+    key = TOPIC_CONFIGS.get(name)
+    return key.default if key is not None else None
+
+
 def describe(resource_type: int, resource_name: str, keys: Iterable[str] | None,
              configs: Mapping[tuple[int, str], Mapping[str, str]],
              static_defaults: Mapping[str, str] | None = None) -> list[ConfigEntry]:
@@ -311,5 +330,5 @@ def describe(resource_type: int, resource_name: str, keys: Iterable[str] | None,
 
 __all__ = [
     "BROKER", "BROKER_CONFIGS", "TOPIC", "TOPIC_CONFIGS", "ConfigEntry", "ConfigKey", "ConfigSource", "ConfigType",
-    "OpType", "alter", "check_resource", "check_topic_configs", "check_value", "describe",
+    "OpType", "alter", "check_resource", "check_topic_configs", "check_value", "describe", "topic_config_value",
 ]

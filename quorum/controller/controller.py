@@ -16,7 +16,19 @@ How the caller drives it (the active controller only; elsewhere the caller answe
 * `next_offset` (register_broker, heartbeat) is the offset the first record of this result
   will get: the log end offset when the batch is appended right after the call.
 * Call `tick(now_ms, view)` at least every `broker.heartbeat.interval.ms`, or when its
-  `next_tick_ms` comes: it fences brokers whose session expired.
+  `next_tick_ms` comes: it fences brokers whose session expired, elects leaders uncleanly for
+  leaderless partitions of topics where `unclean.leader.election.enable` is (or has just been
+  turned) on, and every `leader.imbalance.check.interval.seconds` moves leadership back to
+  preferred replicas (`quorum.controller.balance`).
+
+Unclean leader election (off by default): a partition left without a live ISR member gets the
+first live replica outside the ISR as leader when the topic's `unclean.leader.election.enable`
+is true (topic config, else the cluster-wide dynamic broker default, else this controller's
+static setting), at fencing, unfencing, AlterPartition and every tick, as Kafka's controller
+does (Kafka re-checks leaderless partitions every `unclean.leader.election.interval.ms`, 5
+minutes; the tick does it at once, which costs one pass over the enabled topics). The new
+leader's ISR is itself alone and its LeaderRecoveryState RECOVERING (KIP-704, Kafka 3.2+); the
+leader's next AlterPartition, which says RECOVERED, ends that.
 
 KIP-232: the cluster-wide topic_epoch (the view's counter; 0 when it is still -1) goes up by one
 for each topic created, each topic deleted and each topic that gains partitions, in request
@@ -36,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quorum.controller import balance
 from quorum.controller import configs as cfg
 from quorum.controller import records as rec
 from quorum.controller.election import (
@@ -89,31 +102,56 @@ class ControllerConfig:
     """`broker.session.timeout.ms`."""
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     """`broker.heartbeat.interval.ms`."""
+    unclean_leader_election_enable: bool = False
+    """`unclean.leader.election.enable` (static): the default under topic and cluster-wide configs."""
+    auto_leader_rebalance_enable: bool = True
+    """`auto.leader.rebalance.enable`."""
+    leader_imbalance_check_interval_ms: int = balance.DEFAULT_CHECK_INTERVAL_MS
+    """`leader.imbalance.check.interval.seconds`, in milliseconds so that tests can make it short."""
+    leader_imbalance_per_broker_percentage: int = balance.DEFAULT_IMBALANCE_PERCENTAGE
+    """`leader.imbalance.per.broker.percentage`."""
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
         """From a node's properties (Kafka names); missing keys keep Kafka's defaults."""
         def number(name: str, default: int) -> int:
             return int(properties[name]) if name in properties else default
+
+        def flag(name: str, default: bool) -> bool:
+            return properties[name].strip().lower() == "true" if name in properties else default
+        interval_s = number("leader.imbalance.check.interval.seconds", balance.DEFAULT_CHECK_INTERVAL_MS // 1000)
         return cls(default_num_partitions=number("num.partitions", DEFAULT_NUM_PARTITIONS),
                    default_replication_factor=number("default.replication.factor", DEFAULT_REPLICATION_FACTOR),
                    session_timeout_ms=number("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS),
-                   heartbeat_interval_ms=number("broker.heartbeat.interval.ms", DEFAULT_HEARTBEAT_INTERVAL_MS))
+                   heartbeat_interval_ms=number("broker.heartbeat.interval.ms", DEFAULT_HEARTBEAT_INTERVAL_MS),
+                   unclean_leader_election_enable=flag("unclean.leader.election.enable", False),
+                   auto_leader_rebalance_enable=flag("auto.leader.rebalance.enable", True),
+                   leader_imbalance_check_interval_ms=interval_s * 1000,
+                   leader_imbalance_per_broker_percentage=number("leader.imbalance.per.broker.percentage",
+                                                                 balance.DEFAULT_IMBALANCE_PERCENTAGE))
 
     def broker_defaults(self) -> dict[str, str]:
         """The values DescribeConfigs shows for these keys of a broker when nothing overrides them."""
         return {"num.partitions": str(self.default_num_partitions),
                 "default.replication.factor": str(self.default_replication_factor),
                 "broker.session.timeout.ms": str(self.session_timeout_ms),
-                "broker.heartbeat.interval.ms": str(self.heartbeat_interval_ms)}
+                "broker.heartbeat.interval.ms": str(self.heartbeat_interval_ms),
+                "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+                "auto.leader.rebalance.enable": str(self.auto_leader_rebalance_enable).lower(),
+                "leader.imbalance.check.interval.seconds": str(max(1, self.leader_imbalance_check_interval_ms // 1000)),
+                "leader.imbalance.per.broker.percentage": str(self.leader_imbalance_per_broker_percentage)}
 
 
 @dataclass(frozen=True, slots=True)
 class TickOutcome:
-    """What a tick did: the brokers it fenced, and when the next session can expire (None: no session)."""
+    """What a tick did: the brokers it fenced, the partitions (topic, index) that got a leader from
+    outside their ISR and those whose leadership went back to the preferred replica, and when the
+    next tick is needed: the next session expiry or imbalance check (None: neither)."""
 
     fenced: tuple[int, ...]
     next_tick_ms: int | None
+    unclean_elections: tuple[tuple[str, int], ...] = ()
+    preferred_elections: tuple[tuple[str, int], ...] = ()
 
 
 class _Partitions:
@@ -122,11 +160,14 @@ class _Partitions:
     def __init__(self, view: ControllerView) -> None:
         self._view = view
         self._changed: dict[tuple[uuid.UUID, int], PartitionState] = {}
+        self.applied: list[PartitionChange] = []
 
-    def select(self, wanted: Callable[[int, Sequence[int]], bool]) -> Iterator[PartitionState]:
-        """Every partition for which wanted(leader, isr) holds."""
+    def select(self, wanted: Callable[[int, Sequence[int]], bool],
+               topics: Iterable[str] | None = None) -> Iterator[PartitionState]:
+        """Every partition (of `topics`, default all) for which wanted(leader, isr) holds."""
         changed = self._changed
-        for topic in self._view.topics.values():
+        every = self._view.topics
+        for topic in every.values() if topics is None else (every[name] for name in topics if name in every):
             for partition in topic.partitions:
                 state = changed.get((topic.topic_id, partition.partition)) if changed else None
                 if state is None:
@@ -144,6 +185,12 @@ class _Partitions:
 
     def apply(self, change: PartitionChange) -> None:
         self._changed[change.after.key] = change.after
+        self.applied.append(change)
+
+    def named(self, change: PartitionChange) -> tuple[str, int]:
+        """(topic name, partition index) of a change, for what a tick reports."""
+        topic = self._view.topic_by_id(change.after.topic_id)
+        return (topic.name if topic is not None else str(change.after.topic_id)), change.after.partition
 
 
 class QuorumController:
@@ -155,10 +202,13 @@ class QuorumController:
         self.config = config or ControllerConfig()
         self.rng = rng if rng is not None else random.Random()
         self.heartbeats = BrokerHeartbeatManager(self.config.session_timeout_ms, self.config.heartbeat_interval_ms)
+        self.balancer = balance.LeaderBalancer(self.config.auto_leader_rebalance_enable,
+                                               self.config.leader_imbalance_check_interval_ms)
 
     def deactivate(self) -> None:
         """This node is no longer the active controller: its soft state goes."""
         self.heartbeats.clear()
+        self.balancer.clear()
 
     # -- brokers -------------------------------------------------------------------------------
 
@@ -241,7 +291,9 @@ class QuorumController:
         return _result(out, 0)
 
     def tick(self, now_ms: int, view: ControllerView) -> ControllerResult:
-        """Fence every unfenced broker whose session expired; its partitions get new leaders from the ISR."""
+        """Fence every unfenced broker whose session expired (its partitions get new leaders from the
+        ISR); elect uncleanly where a topic allows it; move leaders back to preferred replicas when the
+        imbalance check is due. All of it in one batch, each step seeing the ones before."""
         unfenced = [broker for broker, registration in view.registrations.items() if not registration.fenced]
         expired = self.heartbeats.expired(unfenced, now_ms)
         partitions = _Partitions(view)
@@ -250,8 +302,30 @@ class QuorumController:
         for broker in expired:
             out += self._fence(view, view.registrations[broker], partitions, fenced)
             self.heartbeats.leave_controlled_shutdown(broker)
+        acceptable = lambda b: self._is_active(view, b, fenced)  # noqa: E731
+        unclean_topics = self._unclean_topics(view)
+        if unclean_topics:  # offline partitions of topics whose config allows it (maybe just turned on)
+            for state in list(partitions.select(lambda leader, _: leader == rec.NO_LEADER, unclean_topics.values())):
+                change = elect_leader(state, is_acceptable_leader=acceptable, unclean=True)
+                if change is not None:
+                    out.append(change.record)
+                    partitions.apply(change)
+        unclean = [partitions.named(change) for change in partitions.applied if change.unclean]
+        preferred: list[tuple[str, int]] = []
+        if self.balancer.due(now_ms):
+            changes, more = balance.plan(partitions.select(lambda _, __: True),
+                                         percentage=self.config.leader_imbalance_per_broker_percentage,
+                                         is_acceptable_leader=acceptable)
+            for change in changes:
+                out.append(change.record)
+                partitions.apply(change)
+                preferred.append(partitions.named(change))
+            self.balancer.checked(now_ms, more)
         remaining = [broker for broker in unfenced if broker not in fenced]
-        return _result(out, TickOutcome(tuple(expired), self.heartbeats.next_expiry_ms(remaining)))
+        deadlines = [t for t in (self.heartbeats.next_expiry_ms(remaining), self.balancer.next_check_ms)
+                     if t is not None]
+        return _result(out, TickOutcome(tuple(expired), min(deadlines) if deadlines else None, tuple(unclean),
+                                        tuple(preferred)))
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -459,6 +533,7 @@ class QuorumController:
             return ControllerResult((), schema(throttle_time_ms=0, error_code=ErrorCode.STALE_BROKER_EPOCH,
                                                topics=[]))
         partitions = _Partitions(view)
+        unclean_topics = self._unclean_topics(view)
         out: list[Any] = []
         topics = []
         for asked in request.topics:
@@ -483,7 +558,8 @@ class QuorumController:
                         partition_epoch=part.partition_epoch, new_isr=new_isr,
                         leader_recovery_state=part.leader_recovery_state,
                         is_eligible=lambda b, e: self._is_eligible_isr_member(view, b, e),
-                        is_acceptable_leader=lambda b: self._is_active(view, b))
+                        is_acceptable_leader=lambda b: self._is_active(view, b),
+                        unclean=topic.topic_id in unclean_topics)
                 except ApiError as error:
                     answers.append(partition_data(partition_index=index, error_code=error.code))
                     continue
@@ -497,7 +573,8 @@ class QuorumController:
                 after = change.after if change is not None else state
                 answers.append(partition_data(partition_index=index, error_code=0, leader_id=after.leader,
                                               leader_epoch=after.leader_epoch, isr=list(after.isr),
-                                              leader_recovery_state=0, partition_epoch=after.partition_epoch))
+                                              leader_recovery_state=after.leader_recovery_state,
+                                              partition_epoch=after.partition_epoch))
             topics.append(topic_data(topic_id=asked.topic_id, partitions=answers))
         return _result(out, schema(throttle_time_ms=0, error_code=0, topics=topics))
 
@@ -521,15 +598,27 @@ class QuorumController:
         return (self._is_active(view, broker) and registration is not None
                 and broker_epoch in (-1, registration.broker_epoch))
 
+    def _unclean_topics(self, view: ControllerView) -> dict[uuid.UUID, str]:
+        """The topics (id -> name) whose `unclean.leader.election.enable` is true, Kafka's way."""
+        static = str(self.config.unclean_leader_election_enable).lower()
+        return {topic.topic_id: name for name, topic in view.topics.items()
+                if (cfg.topic_config_value(view.configs, name, "unclean.leader.election.enable", static) or "")
+                .strip().lower() == "true"}
+
     def _usable_brokers(self, view: ControllerView) -> list[int]:
         return [broker for broker in view.registrations if self._is_active(view, broker)]
 
     def _remove_broker_from_partitions(self, view: ControllerView, broker: int, partitions: _Partitions,
                                        fenced: frozenset[int]) -> list[Any]:
+        """Kafka's generateLeaderAndIsrUpdates for a broker going away: out of every ISR (but the last
+        member stays) and every leadership; a new leader from the ISR, or from outside it where the
+        topic allows unclean election."""
         out = []
         acceptable = lambda b: self._is_active(view, b, fenced)  # noqa: E731
+        unclean_topics = self._unclean_topics(view)
         for state in list(partitions.select(lambda leader, isr: leader == broker or broker in isr)):
-            change = remove_from_isr(state, broker, is_acceptable_leader=acceptable)
+            change = remove_from_isr(state, broker, is_acceptable_leader=acceptable,
+                                     unclean=state.topic_id in unclean_topics)
             if change is not None:
                 out.append(change.record)
                 partitions.apply(change)
@@ -548,8 +637,9 @@ class QuorumController:
         broker = registration.broker_id
         out = [rec.unfence_broker(broker, registration.broker_epoch)]
         acceptable = lambda b: b == broker or self._is_active(view, b)  # noqa: E731
+        unclean_topics = self._unclean_topics(view)
         for state in list(_Partitions(view).select(lambda leader, _: leader == rec.NO_LEADER)):
-            change = elect_leader(state, is_acceptable_leader=acceptable)
+            change = elect_leader(state, is_acceptable_leader=acceptable, unclean=state.topic_id in unclean_topics)
             if change is not None:
                 out.append(change.record)
         return out

@@ -76,10 +76,12 @@ def partition(topic_id: uuid.UUID, index: int, replicas: Sequence[int], isr: Seq
 
 
 def partition_change(topic_id: uuid.UUID, index: int, *, isr: Sequence[int] | None = None,
-                     leader: int = NO_LEADER_CHANGE) -> Any:
-    """Only what changed: ISR when it changes, Leader when it is set (which bumps the leader epoch)."""
+                     leader: int = NO_LEADER_CHANGE, leader_recovery_state: int = -1) -> Any:
+    """Only what changed: ISR when it changes, Leader when it is set (which bumps the leader epoch),
+    LeaderRecoveryState when it changes (-1: unchanged; tagged, so absent from the frame then)."""
     return mr.PartitionChangeRecord(version=0, partition_id=index, topic_id=topic_id,
-                                    isr=None if isr is None else list(isr), leader=leader)
+                                    isr=None if isr is None else list(isr), leader=leader,
+                                    leader_recovery_state=leader_recovery_state)
 
 
 def config(resource_type: int, resource_name: str, name: str, value: str | None) -> Any:

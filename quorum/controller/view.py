@@ -38,6 +38,11 @@ class PartitionView(Protocol):
     @property
     def partition_epoch(self) -> int: ...
 
+    @property
+    def leader_recovery_state(self) -> int:
+        """0 RECOVERED, 1 RECOVERING (KIP-704: the leader was elected uncleanly and has not said it recovered)."""
+        ...
+
 
 class TopicView(Protocol):
     """One topic: its partitions and its KIP-232 topic_epoch."""

@@ -121,5 +121,5 @@ class ControllerService:
                     continue
                 result = controller.tick(self.node.now_ms(), self.node.image)
                 if result.records:
-                    log.info("fencing: %s", result.response)
+                    log.info("controller tick: %s", result.response)
                     await self._commit(result)

@@ -29,6 +29,7 @@ class Partition:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     partition_epoch: int = 0
+    leader_recovery_state: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def replay(view: View, records: Iterable[bytes]) -> View:
         elif isinstance(record, mr.PartitionRecord):
             name = by_id[record.topic_id]
             part = Partition(record.partition_id, record.leader, record.leader_epoch, tuple(record.replicas),
-                             tuple(record.isr), record.partition_epoch)
+                             tuple(record.isr), record.partition_epoch, max(record.leader_recovery_state, 0))
             old = [p for p in topics[name].partitions if p.partition != record.partition_id]
             topics[name] = dataclasses.replace(
                 topics[name], partitions=tuple(sorted([*old, part], key=lambda p: p.partition)))
@@ -129,9 +130,11 @@ def replay(view: View, records: Iterable[bytes]) -> View:
             for p in topics[name].partitions:
                 if p.partition == record.partition_id:
                     bumped = record.leader != NO_LEADER_CHANGE or record.isr is not None  # the image's rule
-                    p = Partition(p.partition, record.leader if bumped else p.leader,
+                    recovery = record.leader_recovery_state
+                    p = Partition(p.partition, p.leader if record.leader == NO_LEADER_CHANGE else record.leader,
                                   p.leader_epoch + 1 if bumped else p.leader_epoch, p.replicas,
-                                  p.isr if record.isr is None else tuple(record.isr), p.partition_epoch + 1)
+                                  p.isr if record.isr is None else tuple(record.isr), p.partition_epoch + 1,
+                                  p.leader_recovery_state if recovery == -1 else recovery)
                 parts.append(p)
             topics[name] = dataclasses.replace(topics[name], partitions=tuple(parts))
         elif isinstance(record, mr.ConfigRecord):

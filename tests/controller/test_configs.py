@@ -142,3 +142,16 @@ def test_describe_broker_layers() -> None:
     assert entries["num.partitions"].value == "6"
     cluster = {e.name: e for e in describe(BROKER, "", None, configs)}
     assert cluster["log.retention.hours"].value == "2"
+
+
+def test_topic_config_value_layers() -> None:
+    from quorum.controller.configs import BROKER, TOPIC, topic_config_value
+
+    key = "unclean.leader.election.enable"
+    assert topic_config_value({}, "t", key) == "false"  # Kafka's default
+    assert topic_config_value({}, "t", key, static_default="true") == "true"  # the controller's own setting
+    cluster = {(BROKER, ""): {key: "true"}}
+    assert topic_config_value(cluster, "t", key, static_default="false") == "true"  # dynamic over static
+    assert topic_config_value({**cluster, (TOPIC, "t"): {key: "false"}}, "t", key) == "false"  # the topic first
+    assert topic_config_value({(BROKER, "1"): {key: "true"}}, "t", key) == "false"  # one broker is no default
+    assert topic_config_value({}, "t", "no.such.key") is None

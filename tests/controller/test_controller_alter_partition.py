@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from quorum.controller import ControllerConfig, QuorumController
+from quorum.controller.results import INVALID_UPDATE_VERSION
 from quorum.wire import metadata_records as mr
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, decode_body
@@ -28,12 +29,13 @@ def test_isr_expansion() -> None:
     result = controller().alter_partition(alter_partition_request(1, 10, T.topic_id, (0, 5, 7, [1, 2, 3])), current())
     (record,) = decoded(result.records)
     assert isinstance(record, mr.PartitionChangeRecord)
+    # The ISR changes, so Leader is set too: the leader epoch goes up (issue 5, KIP-631's IsrChangeRecord).
     assert (record.topic_id, record.partition_id, record.isr, record.leader) == (T.topic_id, 0, [1, 2, 3], 1)
     (topic_answer,) = result.response.topics
     assert topic_answer.topic_id == T.topic_id
     (answer,) = topic_answer.partitions
     assert (answer.partition_index, answer.error_code, answer.leader_id, answer.leader_epoch, answer.isr,
-            answer.partition_epoch) == (0, 0, 1, 6, [1, 2, 3], 8)
+            answer.partition_epoch, answer.leader_recovery_state) == (0, 0, 1, 6, [1, 2, 3], 8, 0)
     after = replay(current(), result.records).topics["t"].partitions[0]
     assert (after.leader, after.leader_epoch, after.isr, after.partition_epoch) == (1, 6, (1, 2, 3), 8)
 
@@ -82,10 +84,12 @@ def test_v3_member_broker_epochs_must_match() -> None:
 
 
 def test_two_changes_of_one_partition_in_one_request() -> None:
-    request = alter_partition_request(1, 10, T.topic_id, (0, 5, 7, [1, 2, 3]), (0, 5, 7, [1]))
+    """The second sees the first: its leader epoch is now one behind."""
+    request = alter_partition_request(1, 10, T.topic_id, (0, 5, 7, [1, 2, 3]), (0, 5, 7, [1]), (0, 6, 7, [1]))
     result = controller().alter_partition(request, current())
     assert len(result.records) == 1
-    assert [p.error_code for p in result.response.topics[0].partitions] == [0, ErrorCode.FENCED_LEADER_EPOCH]
+    assert [p.error_code for p in result.response.topics[0].partitions] == [0, ErrorCode.FENCED_LEADER_EPOCH,
+                                                                            INVALID_UPDATE_VERSION]
 
 
 @pytest.mark.parametrize("version", [2, 3])
