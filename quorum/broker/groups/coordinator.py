@@ -422,25 +422,16 @@ class GroupCoordinator:
             return self._reply(handle, SyncAnswer(error))
         group = state.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
-        if group is None:
-            error = E.UNKNOWN_MEMBER_ID
-        elif group.state is GroupState.DEAD:
-            error = E.COORDINATOR_NOT_AVAILABLE
-        elif _fenced(group, request.group_instance_id, request.member_id):
-            error = E.FENCED_INSTANCE_ID
-        elif member is None:
-            error = E.UNKNOWN_MEMBER_ID
-        elif request.generation != group.generation:
-            error = E.ILLEGAL_GENERATION
-        elif (request.protocol_type is not None and request.protocol_type != group.protocol_type) or \
-                (request.protocol_name is not None and request.protocol_name != group.protocol):
-            error = E.INCONSISTENT_GROUP_PROTOCOL
-        elif group.state is GroupState.EMPTY:
-            error = E.UNKNOWN_MEMBER_ID
-        elif group.state is GroupState.PREPARING_REBALANCE:
-            error = E.REBALANCE_IN_PROGRESS
+        error = _membership_error(group, member, request)
         if error != E.NONE or group is None or member is None:
             return self._reply(handle, SyncAnswer(error))
+        if (request.protocol_type is not None and request.protocol_type != group.protocol_type) or \
+                (request.protocol_name is not None and request.protocol_name != group.protocol):
+            return self._reply(handle, SyncAnswer(E.INCONSISTENT_GROUP_PROTOCOL))
+        if group.state is GroupState.EMPTY:
+            return self._reply(handle, SyncAnswer(E.UNKNOWN_MEMBER_ID))
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return self._reply(handle, SyncAnswer(E.REBALANCE_IN_PROGRESS))
         if group.state is GroupState.STABLE:
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
             return self._reply(handle, SyncAnswer(E.NONE, group.protocol_type, group.protocol, member.assignment))
@@ -481,23 +472,14 @@ class GroupCoordinator:
             return self._reply(handle, HeartbeatAnswer(error))
         group = state.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
-        if group is None:
-            error = E.UNKNOWN_MEMBER_ID
-        elif group.state is GroupState.DEAD:
-            error = E.COORDINATOR_NOT_AVAILABLE
-        elif _fenced(group, request.group_instance_id, request.member_id):
-            error = E.FENCED_INSTANCE_ID
-        elif member is None:
-            error = E.UNKNOWN_MEMBER_ID
-        elif request.generation != group.generation:
-            error = E.ILLEGAL_GENERATION
-        elif group.state is GroupState.EMPTY:
-            error = E.UNKNOWN_MEMBER_ID
-        else:
-            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-            if group.state is GroupState.PREPARING_REBALANCE:
-                error = E.REBALANCE_IN_PROGRESS
-        return self._reply(handle, HeartbeatAnswer(error))
+        error = _membership_error(group, member, request)
+        if error != E.NONE or group is None or member is None:
+            return self._reply(handle, HeartbeatAnswer(error))
+        if group.state is GroupState.EMPTY:
+            return self._reply(handle, HeartbeatAnswer(E.UNKNOWN_MEMBER_ID))
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        rebalancing = group.state is GroupState.PREPARING_REBALANCE
+        return self._reply(handle, HeartbeatAnswer(E.REBALANCE_IN_PROGRESS if rebalancing else E.NONE))
 
     def leave_group(self, handle: Any, request: LeaveGroup, now_ms: int) -> Output:
         error, state = self._status(request.group_id)
@@ -716,6 +698,22 @@ def _kept_alive(member: Member) -> bool:
     """Kafka's shouldKeepAlive: a member waiting on a join or sync answer is not expired (a new
     member's join only for NEW_MEMBER_JOIN_TIMEOUT_MS, which its heartbeat deadline holds)."""
     return member.awaiting_sync or (member.awaiting_join and not member.is_new)
+
+
+def _membership_error(group: Group | None, member: Any, request: Any) -> int:
+    """Kafka's checks of a member's request against its group, shared by SyncGroup and Heartbeat:
+    the group and member must exist, the instance id must not be fenced, the generation must match."""
+    if group is None:
+        return E.UNKNOWN_MEMBER_ID
+    if group.state is GroupState.DEAD:
+        return E.COORDINATOR_NOT_AVAILABLE
+    if _fenced(group, request.group_instance_id, request.member_id):
+        return E.FENCED_INSTANCE_ID
+    if member is None:
+        return E.UNKNOWN_MEMBER_ID
+    if request.generation != group.generation:
+        return E.ILLEGAL_GENERATION
+    return E.NONE
 
 
 def _fenced(group: Group, instance_id: str | None, member_id: str) -> bool:
