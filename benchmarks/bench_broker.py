@@ -56,10 +56,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,7 +67,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.client_ceiling import MemoryEndpoint  # noqa: E402
-from benchmarks.table import ROOT, print_table, progress  # noqa: E402
+from benchmarks.table import print_table, progress, run_child  # noqa: E402
 
 MESSAGES = int(os.environ.get("BENCH_BROKER_MESSAGES", "2000000"))
 MESSAGE_BYTES = 1024
@@ -218,29 +216,7 @@ def run_client(job: dict[str, Any]) -> dict[str, Any]:
     """One client run in a child process (see the module docstring); its progress lines are passed
     on as they come, its last line is its result. A child past `run_timeout_s` is killed."""
     progress(job["label"])
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_broker", "--child", json.dumps(job)],
-                               cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    timeout = run_timeout_s(job["messages"])
-    timer = threading.Timer(timeout, process.kill)
-    timer.start()
-    try:
-        assert process.stdout is not None
-        last = ""
-        for line in process.stdout:
-            if line.startswith("... "):
-                print(line, end="", flush=True)
-            elif line.strip():
-                last = line
-        code = process.wait()
-    finally:
-        timer.cancel()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    if code != 0:
-        why = f"killed after {timeout:.0f} s" if code == -9 else f"exit {code}; its error is above"
-        raise RuntimeError(f"the client run '{job['label']}' failed ({why})")
-    return json.loads(last)
+    return run_child("benchmarks.bench_broker", json.dumps(job), timeout_s=run_timeout_s(job["messages"]))
 
 
 # -- the broker --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,19 +53,32 @@ def progress(message: str) -> None:
     print(f"... {message}", flush=True)
 
 
-def run_child(module: str, *arguments: str) -> dict[str, Any]:
+def run_child(module: str, *arguments: str, timeout_s: float | None = None) -> dict[str, Any]:
     """Run `python -m module --child arguments...` (a step that must have its own process: its own
-    peak memory, a clean heap); its progress lines ("... ") are passed on as they come, its last
-    line is its JSON result."""
+    peak memory, a clean heap, no interpreter lock shared with a server); its progress lines ("... ")
+    are passed on as they come, its last line is its JSON result. A child still running after
+    `timeout_s` is killed, so a stuck client fails the benchmark instead of hanging it."""
     process = subprocess.Popen([sys.executable, "-m", module, "--child", *arguments], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert process.stdout is not None
-    last = ""
-    for line in process.stdout:
-        if line.startswith("... "):
-            print(line, end="", flush=True)
-        elif line.strip():
-            last = line
-    if process.wait() != 0:
-        raise RuntimeError(f"the child step {module} {' '.join(arguments)} failed (exit {process.returncode})")
+    timer = threading.Timer(timeout_s, process.kill) if timeout_s is not None else None
+    if timer is not None:
+        timer.start()
+    try:
+        assert process.stdout is not None
+        last = ""
+        for line in process.stdout:
+            if line.startswith("... "):
+                print(line, end="", flush=True)
+            elif line.strip():
+                last = line
+        code = process.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if code != 0:
+        why = f"killed after {timeout_s:.0f} s" if code == -9 and timeout_s is not None else f"exit {code}"
+        raise RuntimeError(f"the child step {module} {' '.join(arguments)[:200]} failed ({why}; its error is above)")
     return json.loads(last)
