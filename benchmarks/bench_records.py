@@ -8,6 +8,11 @@ DefaultRecordBatchBuilder (append per record, then build). "parse" checks the CR
 every record: `RecordBatch.validate()` plus its records against DefaultRecordBatch.validate_crc()
 plus iteration. Both sides parse the same bytes and compress with the same kafka.codec function,
 so a compressed row shows how much the codec itself weighs next to the record framing.
+
+"produce validation" is the leader's check of a Produce batch (`validate_produced_batch`: CRC,
+then every record's structure and offset delta walked without building records) beside the check
+it replaced, which decoded every record and then compared offsets, on batches of the size
+librdkafka sends (about 1 MB of 1 KiB values): the figure that bounds a broker's produce rate.
 """
 
 from __future__ import annotations
@@ -22,10 +27,18 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder  # noqa: E402
 
 from benchmarks.table import print_table, progress, rate  # noqa: E402
-from quorum.wire.records import Compression, Record, RecordBatch, build_batch  # noqa: E402
+from quorum.wire.records import (  # noqa: E402
+    Compression,
+    Record,
+    RecordBatch,
+    build_batch,
+    validate_produced_batch,
+)
 
 #: (records per batch, value bytes): a typical producer batch first, then small and large records.
 SHAPES = ((1_000, 100), (100, 100), (1_000, 10), (10, 10_000))
+#: Produce batches: librdkafka's 1 MB batch.size filled with 1 KiB values, then small records.
+VALIDATION_SHAPES = ((1_000, 1_024), (10_000, 100))
 CODECS = (Compression.NONE, Compression.LZ4)
 SECONDS_PER_MEASUREMENT = 0.4
 BASE_TIMESTAMP = 1_763_700_000_000
@@ -68,6 +81,30 @@ def our_parse(data: bytes) -> list[Record]:
     return batch.records()
 
 
+def validate_by_decoding(data: bytes) -> RecordBatch:
+    """The produce validation before the structure walk: CRC, every record decoded, then offsets."""
+    batch = RecordBatch(data)
+    batch.validate()
+    for index, record in enumerate(batch.records()):
+        if record.offset != index:
+            raise AssertionError(f"record {index} has offset {record.offset}")
+    return batch
+
+
+def measure_validation(count: int, value_size: int, compression: Compression) -> tuple[object, ...]:
+    """One table row: records per second through the leader's check, walked against decoded, and
+    the walk's rate in MB of values per second, to set beside bench_broker's produce figures."""
+    data = build_batch(make_records(count, value_size), compression=compression)
+    limit = len(data)
+    assert validate_produced_batch(data, limit).records_count == validate_by_decoding(data).records_count == count
+    shape = f"{count:,} x {value_size:,} B"
+    progress(f"produce validation {shape}, {compression.name.lower()}: {len(data):,} bytes per batch")
+    walked = rate(lambda: validate_produced_batch(data, limit), SECONDS_PER_MEASUREMENT) * count
+    decoded = rate(lambda: validate_by_decoding(data), SECONDS_PER_MEASUREMENT) * count
+    values_megabytes = walked * value_size / 1e6  # MB of values, as bench_broker counts them
+    return shape, compression.name.lower(), walked, decoded, f"{walked / decoded:.1f}x", values_megabytes
+
+
 def measure(count: int, value_size: int, compression: Compression) -> list[tuple[object, ...]]:
     """Two table rows (build, parse) for one batch shape and codec."""
     records = make_records(count, value_size)
@@ -95,6 +132,12 @@ def main() -> None:
         "Record batch v2 (records per second; one batch per call)",
         ["batch", "codec", "operation", "quorum.wire", "kafka-python", "ours / kafka-python"],
         rows,
+    )
+    validation = [measure_validation(count, size, codec) for count, size in VALIDATION_SHAPES for codec in CODECS]
+    print_table(
+        "Produce validation (records per second; one batch per call)",
+        ["batch", "codec", "walk (now)", "decode (before)", "walk / decode", "walk, MB/s of values"],
+        validation,
     )
 
 
