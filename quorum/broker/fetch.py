@@ -25,9 +25,12 @@ What a consumer sees is what Kafka's ReplicaManager.fetchMessages gives it:
 * KIP-951 (v16+): a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer names the current leader
   and its endpoint from the metadata image, so the client can move without a Metadata round trip.
 
-Fetches from follower replicas (ReplicaId >= 0) are answered NOT_LEADER_OR_FOLLOWER for every
-partition until partition replication exists: serving them needs the follower's fetch offset to
-move the high watermark, which the write path owns.
+Fetches from follower replicas (ReplicaId >= 0, KIP-903's ReplicaState from v15) are full and
+sessionless, as this cluster's fetchers send them. They read up to the log end offset rather than
+the high watermark, and every read served without an error or a DivergingEpoch is reported to the
+leader's ISR tracker (`FollowerFetchReporter`, with the log end offset as it was at the read),
+which moves the high watermark and the ISR; a broker without replication wired in answers them
+NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from quorum.broker.fetch_resolve import ImageProvider, leader_partition
 from quorum.broker.fetch_sessions import (
@@ -84,6 +87,23 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+class FollowerFetchReporter(Protocol):
+    """The leader side of replication, told of every follower read the Fetch handler serves."""
+
+    def follower_fetched(self, partition: Any, replica_id: int, fetch_offset: int, log_start_offset: int,
+                         broker_epoch: int, leader_log_end: int) -> int:
+        """NONE, or the error to answer the partition with instead (NOT_LEADER_OR_FOLLOWER)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetch:
+    """Who is fetching: a follower broker and its registration epoch (-1 before Fetch v15)."""
+
+    replica_id: int
+    broker_epoch: int
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRead:
     """One partition's answer: an error, or its offsets and the batches read."""
@@ -101,10 +121,10 @@ class PartitionRead:
 
 
 def read_partition(partition: ServedPartition, position: FetchPosition, read_committed: bool,
-                   max_bytes: int, first: bool) -> PartitionRead:
-    """Batches from `position.fetch_offset` up to the high watermark (or last stable offset), at
-    most `max_bytes` unless `first` (KIP-74: the first batch of a response is returned whole).
-    The partition is known to be one this broker may answer for."""
+                   max_bytes: int, first: bool, to_log_end: bool = False) -> PartitionRead:
+    """Batches from `position.fetch_offset` up to the high watermark (or last stable offset; the
+    log end offset for a follower, `to_log_end`), at most `max_bytes` unless `first` (KIP-74: the
+    first batch of a response is returned whole). The partition is one this broker may answer for."""
     offset = position.fetch_offset
     log_start = partition.log_start_offset
     high_watermark = partition.high_watermark
@@ -117,7 +137,7 @@ def read_partition(partition: ServedPartition, position: FetchPosition, read_com
             return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, diverging=end)
     if offset < log_start or offset > partition.log_end_offset:
         return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
-    upto = last_stable if read_committed else high_watermark
+    upto = partition.log_end_offset if to_log_end else last_stable if read_committed else high_watermark
     records = b""
     if offset < upto and (first or max_bytes > 0):
         try:
@@ -152,6 +172,13 @@ def replica_id(body: Any, version: int) -> int:
     return body.replica_id
 
 
+def replica_epoch(body: Any, version: int) -> int:
+    """KIP-903's ReplicaEpoch (the follower's broker epoch); -1 before v15 or when not sent."""
+    if version >= REPLICA_STATE_VERSION and body.replica_state is not None:
+        return body.replica_state.replica_epoch
+    return -1
+
+
 class FetchHandler:
     """Answers Fetch requests from the partitions `lookup` finds, waiting on `notifier`.
 
@@ -161,18 +188,25 @@ class FetchHandler:
     """
 
     def __init__(self, lookup: PartitionLookup, notifier: AppendNotifier, image: ImageProvider,
-                 sessions: FetchSessionCache | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 sessions: FetchSessionCache | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
+                 replication: FollowerFetchReporter | None = None) -> None:
         self._lookup = lookup
         self._notifier = notifier
         self._image = image
         self.sessions = sessions if sessions is not None else FetchSessionCache()
         self._clock_ms = clock_ms
+        self._replication = replication
 
     async def handle(self, request: Request) -> Reply:
         body, version = request.body, request.version
         fetch, forgotten = requested_positions(body, version)
-        if replica_id(body, version) >= 0:
-            reads = {key: PartitionRead(ErrorCode.NOT_LEADER_OR_FOLLOWER) for key in fetch}
+        follower = replica_id(body, version)
+        if follower >= 0:
+            if self._replication is None:
+                reads = {key: PartitionRead(ErrorCode.NOT_LEADER_OR_FOLLOWER) for key in fetch}
+            else:
+                reads = await self._long_poll(list(fetch.items()), body,
+                                              ReplicaFetch(follower, replica_epoch(body, version)))
             return Reply(self._response(version, 0, list(fetch), reads, body.isolation_level), version)
         context = self.sessions.new_context(body.session_id, body.session_epoch, fetch, forgotten,
                                             uses_topic_ids=version >= TOPIC_ID_VERSION, now_ms=self._clock_ms())
@@ -183,12 +217,12 @@ class FetchHandler:
         session_id, named = context.complete({key: read.outcome() for key, read in reads.items()}, self._clock_ms())
         return Reply(self._response(version, session_id, named, reads, body.isolation_level), version)
 
-    async def _long_poll(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any) -> dict[
-            PartitionKey, PartitionRead]:
+    async def _long_poll(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any,
+                         replica: ReplicaFetch | None = None) -> dict[PartitionKey, PartitionRead]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
         marks = self._marks(partitions)
-        reads = self._read_all(partitions, body)
+        reads = self._read_all(partitions, body, replica)
         while not _enough(reads.values(), body.min_bytes):
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -199,7 +233,7 @@ class FetchHandler:
             now_marks = self._marks(partitions)
             if now_marks != marks:
                 marks = now_marks
-                reads = self._read_all(partitions, body)
+                reads = self._read_all(partitions, body, replica)
         return reads
 
     def _marks(self, partitions: list[tuple[PartitionKey, FetchPosition]]) -> list[tuple[Any, ...]]:
@@ -212,8 +246,8 @@ class FetchHandler:
                                                p.log_end_offset, p.high_watermark, p.last_stable_offset))
         return marks
 
-    def _read_all(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any) -> dict[
-            PartitionKey, PartitionRead]:
+    def _read_all(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any,
+                  replica: ReplicaFetch | None = None) -> dict[PartitionKey, PartitionRead]:
         image = self._image()
         read_committed = body.isolation_level == READ_COMMITTED
         remaining = max(body.max_bytes, 0)
@@ -225,12 +259,19 @@ class FetchHandler:
             if partition is None:
                 reads[key] = PartitionRead(error)
                 continue
+            log_end = partition.log_end_offset
             try:
                 read = read_partition(partition, position, read_committed,
-                                      min(position.partition_max_bytes, remaining), first)
+                                      min(position.partition_max_bytes, remaining), first, replica is not None)
             except OSError:
                 log.exception("reading %s-%d at offset %d", partition.topic, index, position.fetch_offset)
                 read = PartitionRead(ErrorCode.KAFKA_STORAGE_ERROR)
+            if replica is not None and read.error_code == ErrorCode.NONE and read.diverging is None:
+                assert self._replication is not None
+                error = self._replication.follower_fetched(partition, replica.replica_id, position.fetch_offset,
+                                                           position.log_start_offset, replica.broker_epoch, log_end)
+                if error != ErrorCode.NONE:
+                    read = PartitionRead(error)
             reads[key] = read
             if read.records:
                 first = False
@@ -304,12 +345,14 @@ class ReadPath:
 
 def register_read_path(dispatcher: Dispatcher, lookup: PartitionLookup, notifier: AppendNotifier,
                        image_provider: ImageProvider, sessions: FetchSessionCache | None = None,
-                       clock_ms: Callable[[], int] = wall_clock_ms) -> ReadPath:
+                       clock_ms: Callable[[], int] = wall_clock_ms,
+                       replication: FollowerFetchReporter | None = None) -> ReadPath:
     """Serve Fetch, ListOffsets and OffsetForLeaderEpoch on `dispatcher` from the partitions
     `lookup` finds; `notifier` wakes waiting fetches, `image_provider` gives the current metadata
     image. `sessions` defaults to a cache of Kafka's default size (see
-    `FetchSessionCache.from_properties` for `max.incremental.fetch.session.cache.slots`)."""
-    fetch = FetchHandler(lookup, notifier, image_provider, sessions, clock_ms)
+    `FetchSessionCache.from_properties` for `max.incremental.fetch.session.cache.slots`);
+    `replication` serves follower fetches (without it they are refused)."""
+    fetch = FetchHandler(lookup, notifier, image_provider, sessions, clock_ms, replication)
     offsets = ListOffsetsHandler(lookup, image_provider)
     dispatcher.register(FETCH_KEY, fetch.handle)
     dispatcher.register(LIST_OFFSETS_KEY, offsets.list_offsets)

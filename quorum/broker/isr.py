@@ -46,9 +46,8 @@ logger = logging.getLogger(__name__)
 NEVER = -(1 << 62)
 """A time before any other: a follower that never caught up (Kafka uses 0 on a wall clock)."""
 UNKNOWN_OFFSET = -1
-# Kafka's codes that quorum.wire.errors.ErrorCode does not name yet (the controller will need them too).
-OPERATION_NOT_ATTEMPTED = 55
-INVALID_UPDATE_VERSION = 95
+OPERATION_NOT_ATTEMPTED = ErrorCode.OPERATION_NOT_ATTEMPTED
+INVALID_UPDATE_VERSION = ErrorCode.INVALID_UPDATE_VERSION
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +200,11 @@ class IsrTracker:
     @property
     def partition_epoch(self) -> int:
         return self._partition_epoch
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        """The partition's replicas as the last LeaderAndIsr gave them."""
+        return self._replicas
 
     @property
     def isr(self) -> tuple[int, ...]:
@@ -552,8 +556,7 @@ class IsrTracker:
 
 
 def _error_name(code: int) -> str:
-    names = {OPERATION_NOT_ATTEMPTED: "OPERATION_NOT_ATTEMPTED", INVALID_UPDATE_VERSION: "INVALID_UPDATE_VERSION"}
     try:
-        return names.get(code) or ErrorCode(code).name
+        return ErrorCode(code).name
     except ValueError:
         return f"error {code}"

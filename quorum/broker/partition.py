@@ -9,9 +9,13 @@ The leader append keeps the producer's bytes: the batch is validated
 (`quorum.broker.producer_state`), and stamped in place with its offset and the leader epoch,
 which lie outside the CRC, so nothing is re-encoded.
 
-The high watermark is a field: while this broker leads with an ISR of itself alone it follows
-the log end offset after every append; otherwise it only moves by `advance_high_watermark`,
-which the replication code (a later issue) calls as followers catch up. Durability follows
+The high watermark is a field. Without replication wired in (unit tests, a single broker's
+tools) it follows the log end offset while this broker leads with an ISR of itself alone. With
+replication (`quorum.broker.leadership`), `hw_follows_log_end` is off and the leader's
+`IsrTracker` alone moves it, by `advance_high_watermark`, so that KIP-966's rule (no progress
+under min.insync.replicas) is not bypassed; a follower's high watermark is the one its fetcher
+sets (`set_follower_high_watermark`). Followers append the leader's batches as they are
+(`append_as_follower`) and truncate where their log parts from the leader's. Durability follows
 Kafka: an append reaches the page cache, which survives `kill -9` of the process; `flush.messages`
 (`log.flush.interval.messages`) makes appends fsync every so many messages before they are
 acknowledged, for a machine crash too.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +39,12 @@ from quorum.log.log import Log
 from quorum.log.partition_metadata import read_partition_metadata, write_partition_metadata
 from quorum.wire.errors import ErrorCode
 from quorum.wire.records import (
+    BATCH_HEADER_SIZE,
     CorruptRecordError,
     InvalidRecordError,
+    RecordBatch,
     RecordTooLargeError,
+    iter_batches,
     patch_base_offset,
     patch_log_append_time,
     patch_partition_leader_epoch,
@@ -106,6 +114,10 @@ class Partition:
         self._isr: tuple[int, ...] = ()
         self._high_watermark = self.log.start_offset
         self._unflushed = 0
+        self.hw_follows_log_end = True
+        """False once replication manages the high watermark (see the module docstring)."""
+        self.append_listener: Callable[[Partition], None] | None = None
+        """Told after every leader append (the leader's ISR tracker counts the new log end)."""
 
     def __repr__(self) -> str:
         return (f"Partition({self.name}, leader={self._leader_id}, epoch={self._leader_epoch}, "
@@ -118,7 +130,10 @@ class Partition:
     # -- leadership (from the metadata image) ----------------------------------------------
 
     def update_state(self, leader_id: int, leader_epoch: int, isr: tuple[int, ...]) -> None:
-        """The image's leader, leader epoch and ISR for this partition."""
+        """The image's leader, leader epoch and ISR for this partition. An older leader epoch is
+        ignored: an AlterPartition answer may have moved the leader to a newer one than the image."""
+        if leader_epoch < self._leader_epoch:
+            return
         if leader_epoch != self._leader_epoch or leader_id != self._leader_id:
             role = "leader" if leader_id == self.broker_id else f"follower of {leader_id}"
             logger.info("%s: %s in leader epoch %d", self.name, role, leader_epoch)
@@ -178,12 +193,16 @@ class Partition:
         """Kafka's leader-epoch cache answer. A leader's own epoch ends at the log end offset even
         before it wrote a batch (Kafka records the epoch when the broker becomes leader); an epoch
         above every known one is undefined."""
-        latest = max(self.log.last_fetched_epoch() if self.log.epoch_entries else -1,
-                     self._leader_epoch if self.is_leader else -1)  # fmt: skip
+        entries = self.log.epoch_entries
+        latest = max(entries[-1].epoch if entries else -1, self._leader_epoch if self.is_leader else -1)
         if leader_epoch > latest or leader_epoch < 0:
             return EpochEndOffset(-1, -1)
         if self.is_leader and leader_epoch == self._leader_epoch:
             return EpochEndOffset(leader_epoch, self.log.end_offset)
+        if entries and leader_epoch < entries[0].epoch:
+            # Kafka's LeaderEpochFileCache.endOffsetFor: an epoch below every entry ends where the
+            # first one starts, so a follower that holds only such epochs truncates to there.
+            return EpochEndOffset(leader_epoch, entries[0].start_offset)
         found = self.log.end_offset_for_epoch(leader_epoch)
         return EpochEndOffset(found.epoch, found.offset)
 
@@ -261,7 +280,56 @@ class Partition:
         if self.config.flush_messages is not None and self._unflushed >= self.config.flush_messages:
             self.flush()
         self._maybe_follow_log_end()
+        if self.append_listener is not None:
+            self.append_listener(self)
         return AppendResult(base, last, append_time, self.log.start_offset)
+
+    # -- the follower's log ------------------------------------------------------------------
+
+    def append_as_follower(self, records: bytes) -> int:
+        """Append the leader's batches as they are (offsets and leader epochs assigned by the
+        leader; `Log.append` checks CRCs, offsets and epochs and fills the epoch cache); the
+        producer state follows, so this replica can dedupe idempotent producers once it leads.
+        Returns the new log end offset; raises LogError or OSError."""
+        end = self.log.append(records)
+        count = 0
+        for batch in iter_batches(records):
+            count += batch.last_offset_delta + 1
+            if batch.producer_id >= 0:
+                self.producers.replay(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                      batch.last_offset_delta, batch.base_offset, batch.max_timestamp)  # fmt: skip
+        self._unflushed += count
+        if self.config.flush_messages is not None and self._unflushed >= self.config.flush_messages:
+            self.flush()
+        return end
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after `offset`; an offset inside a batch takes that whole batch
+        (Kafka's LogSegment.truncateTo). The producer state is rebuilt from what is left."""
+        if offset >= self.log.end_offset:
+            return
+        offset = max(offset, self.log.start_offset)
+        data = self.log.read(offset, BATCH_HEADER_SIZE)
+        if len(data) >= BATCH_HEADER_SIZE:
+            offset = min(offset, RecordBatch(data).base_offset)
+        self.log.truncate_to(offset)
+        self._high_watermark = min(self._high_watermark, self.log.end_offset)
+        self.rebuild_producer_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Replace the log by an empty one at `offset` (the leader's log start is past our end)."""
+        self.log.truncate_fully_and_start_at(offset, 0)
+        self._high_watermark = offset
+        self.producers.clear()
+
+    def set_follower_high_watermark(self, offset: int) -> None:
+        """A follower's high watermark is the leader's as its fetcher last saw it, within our log."""
+        self._high_watermark = max(self.log.start_offset, min(offset, self.log.end_offset))
+
+    def increment_log_start_offset(self, offset: int) -> None:
+        """Follow the leader's log start (retention, DeleteRecords) up to `offset`."""
+        self.log.advance_start_offset(min(offset, self.log.end_offset))
+        self._maybe_follow_log_end()
 
     def flush(self) -> None:
         try:
@@ -283,7 +351,7 @@ class Partition:
 
     def _maybe_follow_log_end(self) -> None:
         """With this broker leading alone (the ISR is itself), everything appended is committed."""
-        if self.is_leader and set(self._isr) <= {self.broker_id}:
+        if self.hw_follows_log_end and self.is_leader and set(self._isr) <= {self.broker_id}:
             self.advance_high_watermark(self.log.end_offset)
         if self._high_watermark < self.log.start_offset:
             self._high_watermark = self.log.start_offset

@@ -3,9 +3,11 @@
 Produce follows Kafka's KafkaApis/ReplicaManager: each partition is answered on its own (one
 bad partition never fails the others), with Kafka's error codes; acks=0 gets no response, acks=1
 is answered once the leader appended, acks=all (-1) once the high watermark covers the append,
-which with the leader alone in the ISR is at once, and otherwise when the replication code
-advances it (REQUEST_TIMED_OUT after the request's timeout). acks=all also refuses to append
-below `min.insync.replicas` (NOT_ENOUGH_REPLICAS). A NOT_LEADER_OR_FOLLOWER answer carries the
+which with the leader alone in the ISR is at once, and otherwise when the followers have
+fetched it (REQUEST_TIMED_OUT after the request's timeout). acks=all also refuses to append
+below `min.insync.replicas` (NOT_ENOUGH_REPLICAS). With replication wired in, the leader's ISR
+tracker decides both (`quorum.broker.leadership`), and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND
+when the ISR shrank below the minimum while the append waited. A NOT_LEADER_OR_FOLLOWER answer carries the
 current leader and its endpoint from v10 on (KIP-951), so clients need not refresh metadata.
 
 Kafka closes the connection of an acks=0 producer whose batch failed, so that it refreshes its
@@ -19,11 +21,12 @@ retriable one would make it retry until its timeout).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quorum.broker.partition import AppendError, AppendResult, Partition
 from quorum.broker.producer_ids import ProducerIdsExhausted
@@ -33,6 +36,9 @@ from quorum.log.errors import LogError
 from quorum.server.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
+
+if TYPE_CHECKING:
+    from quorum.broker.leadership import Leadership
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +60,11 @@ def _now_ms() -> int:
 class ProduceHandlers:
     """The two handlers, sharing a ReplicaManager and a clock (milliseconds, injectable for tests)."""
 
-    def __init__(self, replicas: ReplicaManager, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, replicas: ReplicaManager, clock_ms: Callable[[], int] = _now_ms,
+                 replication: Leadership | None = None) -> None:
         self.replicas = replicas
         self.clock_ms = clock_ms
+        self.replication = replication
 
     # -- Produce -----------------------------------------------------------------------------
 
@@ -89,7 +97,7 @@ class ProduceHandlers:
                     if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
                         self._point_at_leader(response, image, name, data.index, leaders)
                     continue
-                if acks == -1 and partition.is_leader and len(partition.isr) < partition.config.min_insync_replicas:
+                if acks == -1 and partition.is_leader and self._under_min_isr(partition):
                     self._fail(response, ErrorCode.NOT_ENOUGH_REPLICAS,
                                f"the ISR {list(partition.isr)} is below min.insync.replicas "
                                f"{partition.config.min_insync_replicas}")  # fmt: skip
@@ -110,7 +118,13 @@ class ProduceHandlers:
             answers.append((topic_key, responses))
         if appended:
             self.replicas.notifier.appended()
-        if waits:
+        if waits and self.replication is not None:
+            futures = [self.replication.await_replication(p, o, body.timeout_ms) for p, o, _ in waits]
+            for (partition, _, response), code in zip(waits, await asyncio.gather(*futures), strict=True):
+                if code != ErrorCode.NONE:
+                    self._fail(response, ErrorCode(code), f"{partition.name}: acks=all not satisfied within "
+                                                          f"{body.timeout_ms} ms")  # fmt: skip
+        elif waits:
             late = await self.replicas.wait_for_high_watermarks([(p, o) for p, o, _ in waits], body.timeout_ms / 1000)
             for partition, _, response in waits:
                 if partition in late:
@@ -129,6 +143,11 @@ class ProduceHandlers:
                 for node_id in sorted(leaders) if (broker := image.brokers.get(node_id)) is not None
             ]
         return Reply(response, version)
+
+    def _under_min_isr(self, partition: Partition) -> bool:
+        if self.replication is not None:
+            return self.replication.check_append(partition, -1) == ErrorCode.NOT_ENOUGH_REPLICAS
+        return len(partition.isr) < partition.config.min_insync_replicas
 
     def _topic_name(self, image: MetadataImage | None, key: Any, by_id: bool) -> str | None:
         if not by_id:
@@ -203,10 +222,11 @@ class ProduceHandlers:
         return Reply(response, request.version)
 
 
-def register_produce(dispatcher: Dispatcher, replicas: ReplicaManager,
-                     clock_ms: Callable[[], int] = _now_ms) -> ProduceHandlers:
-    """Serve Produce and InitProducerId from `replicas` on `dispatcher`."""
-    handlers = ProduceHandlers(replicas, clock_ms)
+def register_produce(dispatcher: Dispatcher, replicas: ReplicaManager, clock_ms: Callable[[], int] = _now_ms,
+                     replication: Leadership | None = None) -> ProduceHandlers:
+    """Serve Produce and InitProducerId from `replicas` on `dispatcher`; acks=all through
+    `replication` when given."""
+    handlers = ProduceHandlers(replicas, clock_ms, replication)
     dispatcher.register(PRODUCE.key, handlers.produce)
     dispatcher.register(INIT_PRODUCER_ID.key, handlers.init_producer_id)
     return handlers

@@ -25,7 +25,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from quorum.broker.log_config import LogConfig, LogConfigError, topic_log_config
@@ -74,6 +74,9 @@ class ReplicaManager:
         self.failed: dict[tuple[str, int], str] = {}
         self._on_disk = self._scan_log_dirs()
         self._strays_checked = False
+        self.on_open: Callable[[Partition], None] | None = None
+        """Told of every partition opened, before the image marks it leader or follower
+        (replication takes over its high watermark there)."""
 
     @classmethod
     def from_node_config(cls, config: object, notifier: AppendNotifier | None = None) -> ReplicaManager:
@@ -158,6 +161,8 @@ class ReplicaManager:
                 self._on_disk[key] = directory
             return None
         self.failed.pop(key, None)
+        if self.on_open is not None:
+            self.on_open(partition)
         self._partitions[key] = partition
         self._by_id[(topic.topic_id, info.partition)] = partition
         return partition

@@ -13,9 +13,8 @@ from typing import Any
 
 from quorum.wire.errors import ErrorCode, error_name
 
-# Kafka error codes the wire layer's ErrorCode does not list.
-OPERATION_NOT_ATTEMPTED = 55
-INVALID_UPDATE_VERSION = 95
+OPERATION_NOT_ATTEMPTED = ErrorCode.OPERATION_NOT_ATTEMPTED
+INVALID_UPDATE_VERSION = ErrorCode.INVALID_UPDATE_VERSION
 
 
 @dataclass(frozen=True, slots=True)

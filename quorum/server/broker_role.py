@@ -10,6 +10,12 @@ The partitions follow the image only once the broker has caught up with the meta
 registration (`BrokerLifecycle.ready`), as a Kafka broker starts its ReplicaManager then: the
 first image the ReplicaManager sees decides which logs on disk are strays, so it must not be a
 stale one.
+
+Replication: each image goes to the ReplicaManager (which partitions, leader or follower), then
+to `Leadership` (an ISR tracker per partition led here: high watermark, ISR changes sent to the
+controller as AlterPartition, acks=all), then to the `ReplicaFetcherManager` (a fetcher per
+leader broker for the partitions followed here), in that order, so a partition that changes
+role stops being led before it is fetched and the other way round.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ from typing import TYPE_CHECKING
 from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
+from quorum.broker.leadership import Leadership
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.produce import register_produce
+from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.served_image import ServedImage
 from quorum.broker.topic_creation import TopicCreator, TopicDefaults
@@ -58,15 +66,19 @@ class BrokerRole:
                                   config.pause_metadata_path)
         self.notifier = AppendNotifier()
         self.replicas = ReplicaManager.from_node_config(config, self.notifier)
+        self.leadership = Leadership(config.node_id, self.notifier, node.controller_peer, self._broker_epoch,
+                                     config.extra)
+        self.replicas.on_open = self.leadership.manage
+        self.fetchers = ReplicaFetcherManager(config.node_id, self.notifier, self._broker_epoch, config.extra)
         self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))
         self._applied_image: MetadataImage | None = None
         self._stop = asyncio.Event()
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
         register_forwarding(dispatcher, node.controller_peer, refuse)
-        register_produce(dispatcher, self.replicas)
+        register_produce(dispatcher, self.replicas, replication=self.leadership)
         register_read_path(dispatcher, self.replicas, self.notifier, lambda: node.image,
-                           FetchSessionCache.from_properties(config.extra))
+                           FetchSessionCache.from_properties(config.extra), replication=self.leadership)
         listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
                           if e.name not in config.controller_listener_names)
         self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
@@ -94,7 +106,13 @@ class BrokerRole:
             return
         self._applied_image = image
         self.replicas.apply_image(image)
+        partitions = self.replicas.partitions()
+        self.leadership.apply_image(image, partitions)
+        self.fetchers.apply_image(image, partitions)
         self.groups.image_changed(image)
+
+    def _broker_epoch(self) -> int:
+        return self.lifecycle.state.broker_epoch
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The broker's background work, cancelled at shutdown."""
@@ -105,6 +123,8 @@ class BrokerRole:
 
     async def close(self) -> None:
         self._stop.set()
+        await self.fetchers.close()
+        await self.leadership.close()
         await self.groups.close()
         self.replicas.close()
 

@@ -1,0 +1,300 @@
+"""The follower's side of replication on a broker: one `ReplicaFetcher` per leader broker, driven.
+
+Kafka's ReplicaFetcherManager without threads: for every broker that leads a partition this broker
+follows, a `_LeaderLink` owns the sans-IO `ReplicaFetcher` core, a connection to that leader and a
+timer. Every event (the image added or removed partitions, an answer arrived, a request failed,
+a deadline passed) is fed to the core on the event loop thread, and the actions it returns are
+carried out at once and in order (appends, truncations, high watermark and log start moves on
+the `Partition`), so the log is what the core expects before its next event; only its requests
+leave as tasks, whose answers come back as new events.
+
+The image decides what is followed (`apply_image`, called after the ReplicaManager has applied
+the same image): partitions whose leader is another broker, in the image's leader epoch. A newer
+leader epoch for the same leader (an ISR change bumps it in this cluster) is handed to the core
+at once, which is what lets a fenced partition fetch again. A change of this broker's own
+registration epoch restarts every link, since the fetcher sends it as KIP-903's ReplicaEpoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from quorum.broker import replica_fetcher_events as ev
+from quorum.broker import replica_fetcher_rpc as rpc
+from quorum.broker.partition import Partition
+from quorum.broker.partition_view import AppendNotifier
+from quorum.broker.replica_fetcher import ReplicaFetcher
+from quorum.image.image import MetadataImage
+from quorum.log.errors import LogError
+from quorum.raft.interface import OffsetAndEpoch
+from quorum.server.peer_client import PeerClient, PeerUnavailable
+
+logger = logging.getLogger(__name__)
+
+REPLICA_SOCKET_TIMEOUT_MS = 30_000  # Kafka's replica.socket.timeout.ms
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class PartitionFollowerLog:
+    """`FollowerLog` over a `Partition`: always the log as it is now."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.partition.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.partition.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.partition.high_watermark
+
+    def latest_epoch(self) -> int | None:
+        entries = self.partition.log.epoch_entries
+        return entries[-1].epoch if entries else None
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch | None:
+        log = self.partition.log
+        if not log.epoch_entries:
+            return None
+        found = log.end_offset_for_epoch(epoch)
+        return None if found.offset < 0 or found.epoch < 0 else found
+
+
+def fetcher_config(broker_id: int, leader_id: int, broker_epoch: int,
+                   properties: Mapping[str, str]) -> ev.ReplicaFetcherConfig:
+    """Kafka's replica.fetch.* settings from the node's properties, Kafka's defaults otherwise."""
+    defaults = ev.ReplicaFetcherConfig(broker_id, leader_id)
+
+    def number(key: str, default: int) -> int:
+        return int(properties.get(key, default))
+
+    return ev.ReplicaFetcherConfig(
+        broker_id, leader_id, broker_epoch,
+        fetch_backoff_ms=number("replica.fetch.backoff.ms", defaults.fetch_backoff_ms),
+        fetch_max_bytes=number("replica.fetch.max.bytes", defaults.fetch_max_bytes),
+        fetch_response_max_bytes=number("replica.fetch.response.max.bytes", defaults.fetch_response_max_bytes),
+        fetch_wait_max_ms=number("replica.fetch.wait.max.ms", defaults.fetch_wait_max_ms),
+        fetch_min_bytes=number("replica.fetch.min.bytes", defaults.fetch_min_bytes))
+
+
+class _LeaderLink:
+    """One leader broker: its fetcher core, connection, timer and the partitions followed."""
+
+    def __init__(self, config: ev.ReplicaFetcherConfig, address: tuple[str, int], notifier: AppendNotifier,
+                 clock_ms: Callable[[], int]) -> None:
+        self.fetcher = ReplicaFetcher(config)
+        self.address = address
+        self.peer = PeerClient(address[0], address[1], f"replica-fetcher-{config.broker_id}-{config.leader_id}",
+                               REPLICA_SOCKET_TIMEOUT_MS + config.fetch_wait_max_ms)
+        self.followed: dict[ev.TopicPartition, tuple[Partition, int]] = {}  # -> (partition, leader epoch)
+        self._notifier = notifier
+        self._clock_ms = clock_ms
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- events ------------------------------------------------------------------------------
+
+    def follow(self, adds: list[tuple[Partition, int]], removes: Iterable[ev.TopicPartition]) -> None:
+        removed = [tp for tp in removes if self.followed.pop(tp, None) is not None]
+        if removed:
+            self._feed(lambda now: self.fetcher.remove_partitions(removed, now))
+        if adds:
+            for partition, epoch in adds:
+                self.followed[(partition.topic, partition.partition)] = (partition, epoch)
+            batch = [ev.AddPartition((p.topic, p.partition), p.topic_id, epoch, PartitionFollowerLog(p))
+                     for p, epoch in adds]
+            self._feed(lambda now: self.fetcher.add_partitions(batch, now))
+
+    def _feed(self, event: Callable[[int], list[ev.Action]]) -> None:
+        """One event into the core, then its actions carried out in order (a log failure is one more event)."""
+        if self._closed:
+            return
+        pending = [event]
+        while pending:
+            actions = pending.pop(0)(self._clock_ms())
+            for failed_tp, reason in self._carry_out(actions):
+                pending.append(lambda now, tp=failed_tp, why=reason: self.fetcher.on_log_failed(tp, why, now))
+        self._reschedule()
+
+    def _carry_out(self, actions: list[ev.Action]) -> list[tuple[ev.TopicPartition, str]]:
+        failures: list[tuple[ev.TopicPartition, str]] = []
+        changed = False
+        for action in actions:
+            if isinstance(action, ev.Send):
+                self._spawn(self._send(action.request))
+                continue
+            tp = action.topic_partition
+            if any(tp == failed for failed, _ in failures):
+                continue
+            entry = self.followed.get(tp)
+            if entry is None:
+                continue
+            partition = entry[0]
+            try:
+                changed |= self._apply(partition, action)
+            except (LogError, OSError) as exc:
+                logger.error("%s: %s failed: %s", partition.name, type(action).__name__, exc)
+                failures.append((tp, f"{type(action).__name__} failed: {exc}"))
+        if changed:
+            self._notifier.appended()
+        return failures
+
+    @staticmethod
+    def _apply(partition: Partition, action: ev.Action) -> bool:
+        if isinstance(action, ev.AppendAsFollower):
+            partition.append_as_follower(action.records)
+        elif isinstance(action, ev.Truncate):
+            partition.truncate_to(action.offset)
+        elif isinstance(action, ev.TruncateFullyAndStartAt):
+            if action.leader_epochs:
+                logger.warning("%s: leader epochs %s from the out-of-range handler not restored", partition.name,
+                               action.leader_epochs)  # fmt: skip
+            partition.truncate_fully_and_start_at(action.offset)
+        elif isinstance(action, ev.UpdateHighWatermark):
+            partition.set_follower_high_watermark(action.high_watermark)
+        elif isinstance(action, ev.IncrementLogStartOffset):
+            partition.increment_log_start_offset(action.offset)
+        elif isinstance(action, ev.PartitionFailed):
+            logger.error("%s: replication stopped until the next leader epoch: %s", partition.name, action.reason)
+            return False
+        elif isinstance(action, ev.OutOfRangeWork):
+            logger.error("%s: out-of-range work %r has no handler here", partition.name, action.work)
+            return False
+        return True
+
+    async def _send(self, request: ev.Request) -> None:
+        try:
+            response: Any = await rpc.send(self.peer, request)
+        except PeerUnavailable as exc:
+            logger.debug("replica fetcher request to %s:%d failed: %s", *self.address, exc)
+            self._feed(lambda now: self.fetcher.on_send_failed(request, now))
+            return
+        if isinstance(request, ev.FetchRequest):
+            self._feed(lambda now: self.fetcher.on_fetch_response(request, response, now))
+        elif isinstance(request, ev.OffsetsForLeaderEpochRequest):
+            self._feed(lambda now: self.fetcher.on_offsets_for_leader_epoch_response(request, response, now))
+        else:
+            self._feed(lambda now: self.fetcher.on_list_offsets_response(request, response, now))
+
+    def _spawn(self, work: Any) -> None:
+        if self._closed:
+            work.close()
+            return
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _reschedule(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.fetcher.next_deadline_ms()
+        if deadline is None or self._closed:
+            return
+        delay_s = max(0, deadline - self._clock_ms()) / 1000
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._feed(self.fetcher.tick)
+
+    def stop(self) -> None:
+        """No event reaches the core any more; requests in flight are cancelled."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def close(self) -> None:
+        self.stop()
+        await self.peer.close()
+
+
+class ReplicaFetcherManager:
+    """See the module docstring."""
+
+    def __init__(self, broker_id: int, notifier: AppendNotifier, broker_epoch: Callable[[], int],
+                 properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.broker_id = broker_id
+        self._notifier = notifier
+        self._broker_epoch = broker_epoch
+        self._properties = dict(properties or {})
+        self._clock_ms = clock_ms
+        self._links: dict[int, _LeaderLink] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._epoch = -1
+
+    def link(self, leader_id: int) -> _LeaderLink | None:
+        return self._links.get(leader_id)
+
+    def apply_image(self, image: MetadataImage, partitions: Iterable[Partition]) -> None:
+        """Follow what `image` says this broker follows, from whom, in which leader epoch."""
+        epoch = self._broker_epoch()
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._close_links(list(self._links))
+        wanted: dict[int, dict[ev.TopicPartition, tuple[Partition, int]]] = {}
+        for partition in partitions:
+            topic = image.topics.get(partition.topic)
+            if topic is None or topic.topic_id != partition.topic_id:
+                continue
+            info = next((p for p in topic.partitions if p.partition == partition.partition), None)
+            if info is None or info.leader < 0 or info.leader == self.broker_id or self.broker_id not in info.replicas:
+                continue
+            wanted.setdefault(info.leader, {})[(partition.topic, partition.partition)] = (
+                partition, max(info.leader_epoch, partition.leader_epoch))
+        for leader_id in list(self._links):
+            address = _address(image, leader_id)
+            if leader_id not in wanted or (address is not None and address != self._links[leader_id].address):
+                self._close_links([leader_id])
+        for leader_id, followed in wanted.items():
+            link = self._links.get(leader_id)
+            if link is None:
+                address = _address(image, leader_id)
+                if address is None:
+                    logger.info("no endpoint for leader broker %d yet", leader_id)
+                    continue
+                config = fetcher_config(self.broker_id, leader_id, epoch, self._properties)
+                link = self._links[leader_id] = _LeaderLink(config, address, self._notifier, self._clock_ms)
+                logger.info("replicating %d partition(s) from broker %d at %s:%d", len(followed), leader_id,
+                            *address)  # fmt: skip
+            removes = [tp for tp, (p, _) in link.followed.items() if tp not in followed or followed[tp][0] is not p]
+            adds = [(p, e) for tp, (p, e) in followed.items()
+                    if tp in removes or link.followed.get(tp, (None, -1))[1] != e]
+            link.follow(adds, removes)
+
+    def _close_links(self, leader_ids: list[int]) -> None:
+        for leader_id in leader_ids:
+            link = self._links.pop(leader_id)
+            link.stop()
+            task = asyncio.get_running_loop().create_task(link.peer.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            await link.close()
+
+
+def _address(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
+    broker = image.brokers.get(broker_id)
+    if broker is not None:
+        return broker.host, broker.port
+    registration = image.registrations.get(broker_id)
+    endpoint = registration.endpoint(image.listener) if registration is not None else None
+    return None if endpoint is None else (endpoint.host, endpoint.port)
