@@ -99,8 +99,11 @@ def test_acknowledged_messages_survive_rounds_of_kill_9_with_one_stale_broker(tm
         for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
                                           request_timeout=60).values():
             future.result(timeout=90)
-        wait_until("full ISRs", lambda: all(len(p.isr) == 3 for p in metadata(addresses[101])[1][TOPIC]
-                                            .partitions.values()))
+        def full_isrs(address: str) -> bool:
+            topic = metadata(address)[1].get(TOPIC)
+            return topic is not None and all(len(p.isr) == 3 for p in topic.partitions.values())
+
+        wait_until("full ISRs", lambda: full_isrs(addresses[101]))
         producer = BackgroundProducer(bootstrap)
         producer.start()
         for _ in range(ROUNDS):
@@ -110,8 +113,7 @@ def test_acknowledged_messages_survive_rounds_of_kill_9_with_one_stale_broker(tm
             time.sleep(rng.uniform(1, 4))
             cluster.start_node(victim)
             survivor = addresses[next(b for b in BROKERS if b != victim)]
-            wait_until(f"broker {victim} back in every ISR", lambda v=victim, s=survivor: all(
-                v in p.isr for p in metadata(s)[1][TOPIC].partitions.values()), 120)
+            wait_until(f"broker {victim} back in every ISR", lambda s=survivor: full_isrs(s), 120)
         time.sleep(2)
         assert producer.stop() == 0, "the producer could not deliver everything"
         assert not producer.failed, producer.failed[:5]
