@@ -28,6 +28,7 @@ from quorum.broker import replica_fetcher_rpc as rpc
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.replica_fetcher import ReplicaFetcher
+from quorum.broker.replica_fetcher_out_of_range import Fail, OutOfRangePlugin, Step
 from quorum.image.image import MetadataImage
 from quorum.log.errors import LogError
 from quorum.raft.interface import OffsetAndEpoch
@@ -93,8 +94,9 @@ class _LeaderLink:
     """One leader broker: its fetcher core, connection, timer and the partitions followed."""
 
     def __init__(self, config: ev.ReplicaFetcherConfig, address: tuple[str, int], notifier: AppendNotifier,
-                 clock_ms: Callable[[], int]) -> None:
-        self.fetcher = ReplicaFetcher(config)
+                 clock_ms: Callable[[], int], out_of_range: OutOfRangePlugin | None = None) -> None:
+        self.fetcher = ReplicaFetcher(config, out_of_range.handler if out_of_range is not None else None)
+        self._out_of_range = out_of_range
         self.address = address
         self.peer = PeerClient(address[0], address[1], f"replica-fetcher-{config.broker_id}-{config.leader_id}",
                                REPLICA_SOCKET_TIMEOUT_MS + config.fetch_wait_max_ms)
@@ -136,6 +138,9 @@ class _LeaderLink:
             if isinstance(action, ev.Send):
                 self._spawn(self._send(action.request))
                 continue
+            if isinstance(action, ev.OutOfRangeWork) and self._out_of_range is not None:
+                self._spawn(self._perform(action, self._out_of_range))
+                continue
             tp = action.topic_partition
             if any(tp == failed for failed, _ in failures):
                 continue
@@ -174,6 +179,16 @@ class _LeaderLink:
             logger.error("%s: out-of-range work %r has no handler here", partition.name, action.work)
             return False
         return True
+
+    async def _perform(self, action: ev.OutOfRangeWork, plugin: OutOfRangePlugin) -> None:
+        """A `Defer` step's work, off the fetcher's path; its outcome goes back to the core."""
+        try:
+            step: Step = await plugin.perform(action.topic_partition, action.work)
+        except Exception as exc:  # noqa: BLE001 - a plug-in's failure stops this partition only
+            logger.error("%s-%d: out-of-range work failed: %s", *action.topic_partition, exc)
+            step = Fail(f"out-of-range work failed: {exc}")
+        self._feed(lambda now: self.fetcher.resolve_out_of_range(action.topic_partition, action.leader_epoch, step,
+                                                                 now))
 
     async def _send(self, request: ev.Request) -> None:
         try:
@@ -228,8 +243,12 @@ class ReplicaFetcherManager:
     """See the module docstring."""
 
     def __init__(self, broker_id: int, notifier: AppendNotifier, broker_epoch: Callable[[], int],
-                 properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = monotonic_ms) -> None:
+                 properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = monotonic_ms,
+                 out_of_range: OutOfRangePlugin | None = None) -> None:
+        """`out_of_range` replaces Kafka's out-of-range behaviour of every follower (the remote tier's
+        plug-in point, `quorum.broker.replica_fetcher_out_of_range`)."""
         self.broker_id = broker_id
+        self._out_of_range = out_of_range
         self._notifier = notifier
         self._broker_epoch = broker_epoch
         self._properties = dict(properties or {})
@@ -269,7 +288,8 @@ class ReplicaFetcherManager:
                     logger.info("no endpoint for leader broker %d yet", leader_id)
                     continue
                 config = fetcher_config(self.broker_id, leader_id, epoch, self._properties)
-                link = self._links[leader_id] = _LeaderLink(config, address, self._notifier, self._clock_ms)
+                link = self._links[leader_id] = _LeaderLink(config, address, self._notifier, self._clock_ms,
+                                                            self._out_of_range)
                 logger.info("replicating %d partition(s) from broker %d at %s:%d", len(followed), leader_id,
                             *address)  # fmt: skip
             removes = [tp for tp, (p, _) in link.followed.items() if tp not in followed or followed[tp][0] is not p]

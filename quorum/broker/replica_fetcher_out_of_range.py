@@ -132,3 +132,15 @@ class KafkaOutOfRangeHandler:
             return StartAt(earliest.offset)
         return Retry(f"offset {situation.fetch_offset} is within the leader's log [{earliest.offset}, "
                      f"{latest.offset}] by now")
+
+
+class OutOfRangePlugin(Protocol):
+    """What a broker is composed with to change its followers' out-of-range behaviour (a remote
+    tier, KIP-1023): the handler the fetchers consult, and the work its `Defer` steps ask for, run
+    by the broker off the fetcher's path (reading the remote tier is slow). `perform` returns the
+    next step for that partition; an exception counts as `Fail`."""
+
+    handler: OutOfRangeHandler
+
+    async def perform(self, topic_partition: TopicPartition, work: object) -> Step: ...
+

@@ -35,6 +35,7 @@ from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.produce import register_produce
 from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
+from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.served_image import ServedImage
 from quorum.broker.topic_creation import TopicCreator, TopicDefaults
@@ -59,7 +60,9 @@ AUTO_CREATE_POLL_S = 0.02
 class BrokerRole:
     """A node's broker role; `node` gives the replayed image and the controller channel."""
 
-    def __init__(self, node: RaftNode) -> None:
+    def __init__(self, node: RaftNode, out_of_range: OutOfRangePlugin | None = None) -> None:
+        """`out_of_range` is the remote tier's plug-in point (KIP-1023): what followers do when the
+        leader answers OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's way without it."""
         config = node.config
         self._node = node
         self.served = ServedImage(lambda: node.image_state.image, config.test_metadata_delay_ms,
@@ -69,7 +72,8 @@ class BrokerRole:
         self.leadership = Leadership(config.node_id, self.notifier, node.controller_peer, self._broker_epoch,
                                      config.extra)
         self.replicas.on_open = self.leadership.manage
-        self.fetchers = ReplicaFetcherManager(config.node_id, self.notifier, self._broker_epoch, config.extra)
+        self.fetchers = ReplicaFetcherManager(config.node_id, self.notifier, self._broker_epoch, config.extra,
+                                              out_of_range=out_of_range)
         self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))
         self._applied_image: MetadataImage | None = None
         self._stop = asyncio.Event()
