@@ -42,19 +42,19 @@ def one_broker(directory, extra: dict[str, str] | None = None) -> Iterator[tuple
         cluster.stop()
 
 
-def read_all(address: str, topic: str, partitions: int) -> list[bytes]:
-    """Every value of `topic` up to each partition's high watermark, partition by partition."""
+def read_partitions(address: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    """Every value of each partition of `topic` up to its high watermark, in offset order."""
     consumer = Consumer({"bootstrap.servers": address, "group.id": "reader", "enable.auto.commit": False, **QUIET})
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        values: list[bytes] = []
+        values: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
         seen = dict.fromkeys(range(partitions), 0)
 
         def done() -> bool:
             for message in consumer.consume(1000, 1.0):
                 assert message.error() is None, message.error()
-                values.append(message.value())
+                values[message.partition()].append(message.value())
                 seen[message.partition()] = message.offset() + 1
             return all(seen[p] >= ends[p] for p in range(partitions))
 
@@ -62,6 +62,11 @@ def read_all(address: str, topic: str, partitions: int) -> list[bytes]:
         return values
     finally:
         consumer.close()
+
+
+def read_all(address: str, topic: str, partitions: int) -> list[bytes]:
+    """Every value of `topic` up to each partition's high watermark, partition by partition."""
+    return [value for values in read_partitions(address, topic, partitions).values() for value in values]
 
 
 def test_acks_all_messages_survive_kill_9_of_the_broker(tmp_path):

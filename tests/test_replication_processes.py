@@ -8,11 +8,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from quorum.launcher import LocalCluster
 from quorum.log.log import Log
+from tests.test_broker_processes import read_partitions
 from tests.test_controller_processes import create, metadata, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,28 +42,6 @@ def fully_replicated(address: str) -> bool:
     parts = partitions_of(address)
     return len(parts) == PARTITIONS and all(sorted(p.isr) == list(BROKERS) and p.leader in BROKERS
                                             for p in parts.values())
-
-
-def read_partitions(address: str) -> dict[int, list[bytes]]:
-    """Every value of each partition up to its high watermark, in offset order."""
-    consumer = Consumer({"bootstrap.servers": address, "group.id": "checker", "enable.auto.commit": False, **QUIET})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        values: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
-        seen = dict.fromkeys(range(PARTITIONS), 0)
-
-        def done() -> bool:
-            for message in consumer.consume(1000, 1.0):
-                assert message.error() is None, message.error()
-                values[message.partition()].append(message.value())
-                seen[message.partition()] = message.offset() + 1
-            return all(seen[p] >= ends[p] for p in range(PARTITIONS))
-
-        wait_until(f"{TOPIC} read to its high watermarks {ends}", done)
-        return values
-    finally:
-        consumer.close()
 
 
 def log_batches(directory: Path) -> list[bytes]:
@@ -133,7 +112,7 @@ def test_acks_all_survives_kill_9_of_a_follower_and_of_the_leader(tmp_path):
         assert not failed, failed[:5]
         wait_until("the ISR to stay at 3 after the last writes", lambda: fully_replicated(survivor))
 
-        values = read_partitions(survivor)
+        values = read_partitions(survivor, TOPIC, PARTITIONS)
         for p in range(PARTITIONS):
             numbers = [int(v) for v in values[p]]
             assert len(numbers) == len(set(numbers)), f"partition {p}: duplicates"

@@ -20,9 +20,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from quorum.broker import alter_partition_rpc
+from quorum.broker.background import BackgroundTasks
 from quorum.broker.isr import (
     Action,
     AlterPartitionRequest,
@@ -65,8 +65,7 @@ class Leadership:
         self._lag_ms = int(props.get("replica.lag.time.max.ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS))
         self._led: dict[Partition, IsrTracker] = {}
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False
+        self._background = BackgroundTasks()
 
     def manage(self, partition: Partition) -> None:
         """Take over `partition`'s leader high watermark (called for every partition opened)."""
@@ -177,15 +176,7 @@ class Leadership:
                 if not future.done():
                     future.set_result(action.error)
             elif isinstance(action, SendAlterPartition):
-                self._spawn(self._alter_partition(partition, tracker, action.request))
-
-    def _spawn(self, work: Any) -> None:
-        if self._closed:
-            work.close()
-            return
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+                self._background.spawn(self._alter_partition(partition, tracker, action.request))
 
     async def _alter_partition(self, partition: Partition, tracker: IsrTracker, request: AlterPartitionRequest) -> None:
         peer = self._controller()
@@ -219,7 +210,7 @@ class Leadership:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._closed:
+        if self._background.closed:
             return
         deadlines = [d for t in self._led.values() if (d := t.next_deadline_ms()) is not None]
         if not deadlines:
@@ -237,11 +228,9 @@ class Leadership:
         self._reschedule()
 
     async def close(self) -> None:
-        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        self._background.close()
         for partition in list(self._led):
             self._resign(partition, self._clock_ms())
 

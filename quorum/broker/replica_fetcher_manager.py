@@ -25,6 +25,7 @@ from typing import Any
 
 from quorum.broker import replica_fetcher_events as ev
 from quorum.broker import replica_fetcher_rpc as rpc
+from quorum.broker.background import BackgroundTasks
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.replica_fetcher import ReplicaFetcher
@@ -104,8 +105,7 @@ class _LeaderLink:
         self._notifier = notifier
         self._clock_ms = clock_ms
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False
+        self._background = BackgroundTasks()
 
     # -- events ------------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class _LeaderLink:
 
     def _feed(self, event: Callable[[int], list[ev.Action]]) -> None:
         """One event into the core, then its actions carried out in order (a log failure is one more event)."""
-        if self._closed:
+        if self._background.closed:
             return
         pending = [event]
         while pending:
@@ -136,10 +136,10 @@ class _LeaderLink:
         changed = False
         for action in actions:
             if isinstance(action, ev.Send):
-                self._spawn(self._send(action.request))
+                self._background.spawn(self._send(action.request))
                 continue
             if isinstance(action, ev.OutOfRangeWork) and self._out_of_range is not None:
-                self._spawn(self._perform(action, self._out_of_range))
+                self._background.spawn(self._perform(action, self._out_of_range))
                 continue
             tp = action.topic_partition
             if any(tp == failed for failed, _ in failures):
@@ -204,20 +204,12 @@ class _LeaderLink:
         else:
             self._feed(lambda now: self.fetcher.on_list_offsets_response(request, response, now))
 
-    def _spawn(self, work: Any) -> None:
-        if self._closed:
-            work.close()
-            return
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def _reschedule(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         deadline = self.fetcher.next_deadline_ms()
-        if deadline is None or self._closed:
+        if deadline is None or self._background.closed:
             return
         delay_s = max(0, deadline - self._clock_ms()) / 1000
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._tick)
@@ -228,11 +220,9 @@ class _LeaderLink:
 
     def stop(self) -> None:
         """No event reaches the core any more; requests in flight are cancelled."""
-        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        self._background.close()
 
     async def close(self) -> None:
         self.stop()
