@@ -181,6 +181,7 @@ def brokers_demo(cluster: LocalCluster) -> None:
             rows.append((name, f"FAILED: {exc}"))
     print_table(rows, topics)
     data_demo(bootstrap)
+    produced = produce_orders(bootstrap, 2000)
     before = leaders(bootstrap, "orders")
     victim = before[0]
     print(f"\n... orders partition leaders {before}; kill -9 of broker {victim}")
@@ -194,6 +195,42 @@ def brokers_demo(cluster: LocalCluster) -> None:
         time.sleep(0.2)
     print(f"... broker {victim} fenced after {time.monotonic() - started:.1f} s (broker.session.timeout.ms=3000); "
           f"orders partition leaders now {after}")
+    read = count_messages(survivor, "orders", 4)
+    print(f"... {read} of the {produced} acknowledged orders read back from broker "
+          f"{next(s.node_id for s in brokers if s.node_id != victim)} alone (replication factor 2)")
+
+
+def produce_orders(bootstrap: str, messages: int) -> int:
+    """acks=all to the replicated `orders` topic: acknowledged once both replicas have each message."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "log_level": 0})
+    acked = []
+    for n in range(messages):
+        producer.produce("orders", f"order {n}".encode(), key=f"customer-{n % 20}".encode(),
+                         on_delivery=lambda error, _m: acked.append(error is None))
+        producer.poll(0)
+    producer.flush(60)
+    print(f"... confluent-kafka produced {sum(acked)} orders with acks=all (both replicas of each partition)")
+    return sum(acked)
+
+
+def count_messages(address: str, topic: str, partitions: int) -> int:
+    """Messages up to each partition's high watermark, read with kafka-python (assign, from the start)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=address, enable_auto_commit=False, consumer_timeout_ms=5000)
+    assigned = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning()
+    ends = consumer.end_offsets(assigned)
+    count = 0
+    for _ in consumer:
+        count += 1
+        if all(consumer.position(tp) >= ends[tp] for tp in assigned):
+            break
+    consumer.close()
+    return count
 
 
 def data_demo(bootstrap: str, messages: int = 3000) -> None:
