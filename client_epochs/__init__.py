@@ -11,6 +11,9 @@ with an old view; a consumer that believes it can rewind or skip (KAFKA-6262). H
 
 Internal metadata (the epochs stored with a committed offset) is `quorum.wire.internal_metadata`;
 its `InternalMetadata` works as a floor for `refresh_until_current()` and `EpochCache.check_floors()`.
+
+Drop-in consumers: `client_epochs.confluent.Consumer` (confluent-kafka; imported from its own module
+so that confluent-kafka stays an optional dependency).
 """
 
 from client_epochs.connection import BrokerError, BrokerProtocolError, parse_bootstrap
@@ -25,6 +28,7 @@ from client_epochs.epoch_cache import (
     is_outdated,
     judge,
 )
+from client_epochs.errors import TopicRecreatedError
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
 from client_epochs.model import (
     NO_EPOCH,
@@ -40,5 +44,5 @@ __all__ = [
     "EVERYTHING", "NO_EPOCH", "NO_LEADER",
     "BrokerError", "BrokerMetadata", "BrokerProtocolError", "ClusterMetadata", "EpochCache", "EpochSource", "Epochs",
     "Interest", "MetadataClient", "MetadataUnavailableError", "PartitionMetadata", "StaleMetadataError", "Staleness",
-    "TopicPartition", "Verdict", "epochs_of", "is_outdated", "judge", "parse_bootstrap",
+    "TopicPartition", "TopicRecreatedError", "Verdict", "epochs_of", "is_outdated", "judge", "parse_bootstrap",
 ]

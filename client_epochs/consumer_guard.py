@@ -1,0 +1,189 @@
+"""The client-independent half of the epoch-aware consumers: floors, the wait, and recreated topics.
+
+Both wrappers (confluent-kafka, kafka-python) do the same three things around the client they
+wrap, and only the calls into that client differ, so the decisions live here once:
+
+- After an assignment or a seek with internal metadata, each partition's committed epochs are a
+  floor (KIP-232, 6 and 7): the partition stays paused until the cluster's metadata, as the
+  metadata client sees it, is at least that new. A broker answering from an older image
+  (KAFKA-6262) would otherwise send the consumer to an old leader or an old incarnation of the topic.
+- The internal metadata to commit with an offset: the topic epoch the metadata client sees, and
+  the leader epoch of the last consumed message where the client reports it.
+- A topic deleted and created again under its name since the offsets were committed: the old
+  offsets mean nothing in the new log, so by default that is an error, not a silent skip.
+
+Telling recreation from partition growth: both raise the topic epoch, and KIP-232's internal
+metadata does not carry the topic id. So a higher topic epoch counts as a recreation only with
+evidence: the topic id changed from one this guard saw earlier (it remembers the ids of every topic
+it looked at, for its lifetime), or the partition's leader epoch went back (leader epochs only
+restart in a new topic). A consumer started fresh on a recreated topic whose leader epochs did not
+go back is not caught; that needs the topic id in the internal metadata (see the README).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from client_epochs.errors import TopicRecreatedError
+from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
+from client_epochs.model import NO_EPOCH, ClusterMetadata, PartitionMetadata, TopicPartition
+from quorum.wire.internal_metadata import InternalMetadata
+
+log = logging.getLogger(__name__)
+
+RecreatedPolicy = Literal["raise", "earliest", "latest"]
+RECREATED_POLICIES = ("raise", "earliest", "latest")
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What one `settle()` found: partitions now safe to fetch, and recreated ones to reset first."""
+
+    ready: tuple[TopicPartition, ...] = ()
+    recreated: tuple[TopicPartition, ...] = ()
+
+
+class EpochGuard:
+    """Floors per paused partition, the wait for current metadata, and the recreated-topic check.
+
+    Sans client: the wrappers pause what `expect()` returns, call `settle()` from their poll and
+    resume what it reports ready. `wait_timeout_s` bounds how long a partition may wait for
+    current metadata before poll raises StaleMetadataError (None: wait for as long as it takes).
+    """
+
+    def __init__(self, metadata: MetadataClient, *, on_topic_recreated: RecreatedPolicy = "raise",
+                 wait_timeout_s: float | None = None, check_interval_s: float = 5.0) -> None:
+        if on_topic_recreated not in RECREATED_POLICIES:
+            raise ValueError(f"on_topic_recreated must be one of {', '.join(RECREATED_POLICIES)}, "
+                             f"not {on_topic_recreated!r}")
+        self.metadata = metadata
+        self.policy = on_topic_recreated
+        self.wait_timeout_s = wait_timeout_s
+        self.check_interval_s = check_interval_s
+        self.floors: dict[TopicPartition, InternalMetadata] = {}
+        """Partitions paused until the metadata is at least this new."""
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        """The topic id each topic had when this guard last looked; how a recreation is recognised."""
+        self._waiting_since: float | None = None
+        self._next_check = 0.0
+
+    @property
+    def waiting(self) -> frozenset[TopicPartition]:
+        """The partitions kept paused until the cluster's metadata catches up with their floors."""
+        return frozenset(self.floors)
+
+    def expect(self, floors: Mapping[TopicPartition, InternalMetadata | None]) -> list[TopicPartition]:
+        """Take committed or seeked epochs as floors; returns the partitions to pause meanwhile.
+
+        A partition without internal metadata (committed by another client, or never) waits for nothing,
+        as KIP-232 keeps today's behaviour for it; but its topic id is still learned at the next settle.
+        """
+        paused = []
+        for tp, floor in floors.items():
+            if floor is not None and (floor.topic_epoch >= 0 or floor.leader_epoch >= 0):
+                self.floors[tp] = floor
+                paused.append(tp)
+            else:
+                self.floors.pop(tp, None)
+        if paused and self._waiting_since is None:
+            self._waiting_since = time.monotonic()
+        self._next_check = 0.0  # look at the topics' ids soon, for recreations
+        return paused
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Revoked or unassigned partitions wait for nothing any more."""
+        for tp in partitions:
+            self.floors.pop(tp, None)
+        if not self.floors:
+            self._waiting_since = None
+
+    def settle(self, timeout: float) -> Settled:
+        """Try, for up to `timeout` seconds, to get metadata at least as new as every floor.
+
+        Returns every waiting partition as ready once it is; nothing while the metadata is still older
+        (they stay paused). TopicRecreatedError under the default policy; StaleMetadataError once the
+        partitions waited longer than `wait_timeout_s`.
+        """
+        if not self.floors:
+            return Settled()
+        try:
+            current = self.metadata.refresh_until_current([], floors=self.floors, timeout=timeout)
+        except (StaleMetadataError, MetadataUnavailableError) as exc:
+            waited = time.monotonic() - (self._waiting_since or time.monotonic())
+            log.info("partitions %s wait for metadata at least as new as their committed epochs (%.1f s): %s",
+                     ", ".join(map(str, sorted(self.floors))), waited, exc)
+            if self.wait_timeout_s is not None and waited > self.wait_timeout_s:
+                raise
+            return Settled()
+        recreated = {tp: (floor, current.partitions[tp].epochs) for tp, floor in self.floors.items()
+                     if self._is_recreated(floor, current.partitions[tp], tp.topic)}
+        if recreated and self.policy == "raise":
+            raise TopicRecreatedError(recreated)
+        self._learn_ids(current)
+        ready = tuple(sorted(self.floors))
+        self.floors.clear()
+        self._waiting_since = None
+        return Settled(ready, tuple(sorted(recreated)))
+
+    def watch(self, partitions: Iterable[TopicPartition], force: bool = False) -> tuple[TopicPartition, ...]:
+        """Every `check_interval_s`, look at the assigned topics' metadata for a recreation.
+
+        Returns the recreated partitions to reset (policies "earliest"/"latest"); raises
+        TopicRecreatedError under "raise". A deleted topic (not in the metadata) is not yet a recreation.
+        """
+        now = time.monotonic()
+        assigned = sorted(set(partitions) - set(self.floors))
+        if not assigned or (not force and now < self._next_check):
+            return ()
+        self._next_check = now + self.check_interval_s
+        try:
+            current = self.metadata.refresh_until_current(sorted({tp.topic for tp in assigned}), timeout=1.0)
+        except (StaleMetadataError, MetadataUnavailableError) as exc:
+            log.info("metadata check of %s skipped: %s", ", ".join(map(str, assigned)), exc)
+            return ()
+        recreated = {}
+        for tp in assigned:
+            meta = current.partitions.get(tp)
+            known_id = self.topic_ids.get(tp.topic)
+            if meta is not None and known_id is not None and meta.topic_id is not None and meta.topic_id != known_id:
+                recreated[tp] = (InternalMetadata(NO_EPOCH, NO_EPOCH), meta.epochs)
+        if recreated and self.policy == "raise":
+            raise TopicRecreatedError(recreated)
+        self._learn_ids(current)
+        return tuple(sorted(recreated))
+
+    def internal_metadata(self, tp: TopicPartition, leader_epoch: int | None = None,
+                          timeout: float = 10.0) -> InternalMetadata:
+        """The epochs to store with an offset of `tp`: the topic epoch the metadata client sees (asked
+        for when it has none yet) and `leader_epoch`, the epoch of the last message consumed, when the
+        client reports one; else the partition's leader epoch in the metadata."""
+        known = self.metadata.cache.get(tp)
+        if known is None:
+            try:
+                self._learn_ids(self.metadata.refresh_until_current([tp.topic], timeout=timeout))
+            except (StaleMetadataError, MetadataUnavailableError) as exc:
+                log.warning("no metadata for %s, its commit carries no epochs: %s", tp, exc)
+            known = self.metadata.cache.get(tp)
+        topic_epoch = NO_EPOCH if known is None else known.topic_epoch
+        if leader_epoch is None or leader_epoch < 0:
+            leader_epoch = NO_EPOCH if known is None else known.leader_epoch
+        return InternalMetadata(topic_epoch, leader_epoch)
+
+    def _is_recreated(self, floor: InternalMetadata, now: PartitionMetadata, topic: str) -> bool:
+        if floor.topic_epoch < 0 or now.topic_epoch <= floor.topic_epoch:
+            return False
+        known_id = self.topic_ids.get(topic)
+        if known_id is not None and now.topic_id is not None and now.topic_id != known_id:
+            return True
+        return floor.leader_epoch >= 0 and 0 <= now.leader_epoch < floor.leader_epoch
+
+    def _learn_ids(self, metadata: ClusterMetadata) -> None:
+        for tp, meta in metadata.partitions.items():
+            if meta.topic_id is not None:
+                self.topic_ids[tp.topic] = meta.topic_id
+

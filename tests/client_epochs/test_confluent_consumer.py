@@ -1,0 +1,223 @@
+"""`client_epochs.confluent.Consumer` against a real one-broker cluster: commits keep the user's
+metadata and hide the internal one, seek refuses garbage internal metadata by partition, positions
+come with the cluster's epochs, a broker answering from a paused (old) metadata image holds the
+wrapper back while the raw client fetches, and a recreated topic is an error where the raw client
+silently skips."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from client_epochs import MetadataClient
+from client_epochs import TopicPartition as Key
+from client_epochs.confluent import Consumer
+from client_epochs.errors import TopicRecreatedError
+from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
+from tests.test_broker_processes import BROKER, QUIET, one_broker
+from tests.test_controller_processes import create, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+GROUP_SETTINGS = {"enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                  "heartbeat.interval.ms": 500, **QUIET}
+
+
+class Cluster:
+    def __init__(self, cluster, address: str) -> None:
+        self.cluster = cluster
+        self.address = address
+        self.admin = AdminClient({"bootstrap.servers": address, **QUIET})
+        self.pause_file = cluster.specs[BROKER].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
+
+    def topic(self, name: str, messages: int, partitions: int = 1) -> None:
+        create(self.admin, NewTopic(name, partitions, 1))
+        self.produce(name, messages)
+
+    def produce(self, name: str, messages: int) -> None:
+        producer = Producer({"bootstrap.servers": self.address, **QUIET})
+        for n in range(messages):
+            producer.produce(name, f"{name}-{n}".encode(), partition=0)
+        assert producer.flush(30) == 0
+
+    def epochs(self, name: str, partition: int = 0):
+        with MetadataClient(self.address) as client:
+            return client.fetch([name]).partitions[Key(name, partition)]
+
+    def consumer(self, group: str, **options) -> Consumer:
+        return Consumer({"bootstrap.servers": self.address, "group.id": group, **GROUP_SETTINGS}, **options)
+
+    def raw(self, group: str) -> RawConsumer:
+        return RawConsumer({"bootstrap.servers": self.address, "group.id": group, **GROUP_SETTINGS})
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with one_broker(tmp_path_factory.mktemp("confluent-wrapper")) as (cluster, address):
+        yield Cluster(cluster, address)
+
+
+def consume(consumer, count: int, timeout_s: float = 30.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        for message in consumer.consume(count - len(got), 0.5):
+            assert message.error() is None, message.error()
+            got.append(message)
+    return got
+
+
+def test_commit_keeps_user_metadata_and_hides_the_internal_one(cluster):
+    cluster.topic("round-trip", 10)
+    consumer = cluster.consumer("round-trip-group")
+    try:
+        consumer.subscribe(["round-trip"])
+        assert [m.offset() for m in consume(consumer, 10)] == list(range(10))
+        consumer.commit(offsets=[TopicPartition("round-trip", 0, 7, metadata="user says hi\nsecond line")],
+                        asynchronous=False)
+        (got,) = consumer.committed([TopicPartition("round-trip", 0)], timeout=10)
+        assert (got.offset, got.metadata) == (7, "user says hi\nsecond line")
+        consumer.commit(asynchronous=False)  # the consumed position, no user metadata
+        (got,) = consumer.committed([TopicPartition("round-trip", 0)], timeout=10)
+        assert (got.offset, got.metadata, got.leader_epoch) == (10, None, 0)
+    finally:
+        consumer.close()
+    # What is stored: the KIP's internal metadata with the cluster's epochs, ahead of the user's.
+    epochs = cluster.epochs("round-trip")
+    consumer = cluster.consumer("round-trip-group")
+    try:
+        stored = consumer.committed_internal_metadata([Key("round-trip", 0)])
+    finally:
+        consumer.close()
+    assert epochs.topic_epoch >= 1
+    assert stored == {Key("round-trip", 0): InternalMetadata(epochs.topic_epoch, epochs.leader_epoch)}
+
+
+@pytest.mark.parametrize("garbage", [
+    "not json", "{}", '{"version":2,"topic_epoch":1,"leader_epoch":0}', '{"version":1,"topic_epoch":"x"}',
+    "[1,2]", '{"version":1,"topic_epoch":1,"leader_epoch":99999999999}', 42,
+])
+def test_seek_with_garbage_internal_metadata_names_the_partition(cluster, garbage):
+    consumer = cluster.consumer("seek-garbage")
+    try:
+        with pytest.raises(InvalidInternalMetadataError) as caught:
+            consumer.seek(TopicPartition("round-trip", 0), 3, garbage)
+        assert "round-trip-0" in str(caught.value) and repr(garbage) in str(caught.value)
+    finally:
+        consumer.close()
+
+
+def test_position_with_internal_metadata_gives_the_kip_json_with_the_clusters_epochs(cluster):
+    cluster.topic("positions", 6)
+    consumer = cluster.consumer("positions-group")
+    try:
+        consumer.assign([TopicPartition("positions", 0, 0)])
+        assert len(consume(consumer, 6)) == 6
+        offset, internal = consumer.position_with_internal_metadata(TopicPartition("positions", 0))
+    finally:
+        consumer.close()
+    epochs = cluster.epochs("positions")
+    assert offset == 6
+    assert internal == (f'{{"version":1,"topic_epoch":{epochs.topic_epoch},'
+                        f'"leader_epoch":{epochs.leader_epoch}}}')
+    assert InternalMetadata.from_json(internal) == InternalMetadata(epochs.topic_epoch, epochs.leader_epoch)
+
+
+def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):
+    """KAFKA-6262 on one broker: its Metadata answers are frozen (PAUSE_METADATA), then the topic grows a
+    partition, which raises its topic epoch; offsets were committed under the new epoch (by a consumer
+    that saw a current broker). The wrapper must not fetch until the broker's metadata is that new;
+    the raw client fetches at once. Without the wait, the wrapper would deliver offsets 3.. while paused."""
+    cluster.topic("stale", 10)
+    before = cluster.epochs("stale")
+    cluster.pause_file.touch()
+    try:
+        wait_until("Metadata answers paused", lambda: cluster.epochs("stale").topic_epoch == before.topic_epoch)
+        for future in cluster.admin.create_partitions([NewPartitions("stale", 2)]).values():
+            future.result(timeout=30)
+        newer = InternalMetadata(before.topic_epoch + 1, before.leader_epoch)
+        committed = encode("committed through a current broker", newer)
+        for group in ("stale-wrapped", "stale-raw"):
+            writer = cluster.raw(group)
+            writer.commit(offsets=[TopicPartition("stale", 0, 3, metadata=committed)], asynchronous=False)
+            writer.close()
+        assert cluster.epochs("stale").topic_epoch == before.topic_epoch, "the broker still answers old metadata"
+
+        raw = cluster.raw("stale-raw")
+        raw.subscribe(["stale"])
+        raw_got = consume(raw, 7)
+        raw.close()
+        assert [m.offset() for m in raw_got] == list(range(3, 10)), "the raw client fetches with old metadata"
+
+        wrapped = cluster.consumer("stale-wrapped")
+        wrapped.subscribe(["stale"])
+        deadline = time.monotonic() + 4
+        held_back: list = []
+        while time.monotonic() < deadline:
+            held_back += wrapped.consume(10, 0.5)
+        assert held_back == [], "the wrapper fetched although the metadata was older than the committed epochs"
+        assert wrapped.waiting_for_metadata == {Key("stale", 0)}
+        assert wrapped.metadata_client.refusals >= 1
+    finally:
+        cluster.pause_file.unlink(missing_ok=True)
+    try:
+        got = consume(wrapped, 7)
+        assert [m.offset() for m in got] == list(range(3, 10))
+        assert wrapped.waiting_for_metadata == frozenset()
+        (committed_back,) = wrapped.committed([TopicPartition("stale", 0)], timeout=10)
+        assert committed_back.metadata == "committed through a current broker"
+    finally:
+        wrapped.close()
+
+
+def recreate(cluster: Cluster, name: str) -> None:
+    for future in cluster.admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)
+
+    def created() -> bool:
+        try:
+            create(cluster.admin, NewTopic(name, 1, 1))
+        except Exception:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
+            return False
+        return True
+
+    wait_until(f"{name} created again", created, timeout_s=30)
+
+
+def test_a_recreated_topic_raises_while_the_raw_client_silently_skips(cluster):
+    cluster.topic("again", 5)
+    wrapped = cluster.consumer("again-wrapped", metadata_check_interval_s=0.3)
+    raw = cluster.raw("again-raw")
+    try:
+        for consumer in (wrapped, raw):
+            consumer.subscribe(["again"])
+            assert len(consume(consumer, 5)) == 5
+            consumer.commit(asynchronous=False)
+        raw.close()
+        first = cluster.epochs("again")
+        recreate(cluster, "again")
+        cluster.produce("again", 8)
+        second = cluster.epochs("again")
+        assert second.topic_id != first.topic_id and second.topic_epoch > first.topic_epoch
+
+        with pytest.raises(TopicRecreatedError) as caught:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                wrapped.consume(10, 0.5)
+        assert Key("again", 0) in caught.value.partitions and "again-0" in str(caught.value)
+    finally:
+        wrapped.close()
+    # The raw client, from the same commit (offset 5 of the old topic), reads the new topic from 5:
+    # the new topic's first five messages are skipped without a word.
+    raw = cluster.raw("again-raw")
+    try:
+        raw.subscribe(["again"])
+        got = consume(raw, 3)
+        assert [(m.offset(), m.value()) for m in got] == [(n, f"again-{n}".encode()) for n in range(5, 8)]
+    finally:
+        raw.close()
