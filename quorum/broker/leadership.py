@@ -64,6 +64,7 @@ class Leadership:
         self._clock_ms = clock_ms
         self._lag_ms = int(props.get("replica.lag.time.max.ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS))
         self._led: dict[Partition, IsrTracker] = {}
+        self._registrations: object = None  # the last image's registrations mapping (images share it unchanged)
         self._timer: asyncio.TimerHandle | None = None
         self._background = BackgroundTasks()
 
@@ -79,6 +80,8 @@ class Leadership:
 
     def apply_image(self, image: MetadataImage, partitions: Iterable[Partition]) -> None:
         """Lead what the image says this broker leads; resign the rest."""
+        registrations_changed = image.registrations is not self._registrations
+        self._registrations = image.registrations
         epochs = {r.broker_id: r.broker_epoch for r in image.registrations.values()}
         ineligible = {r.broker_id for r in image.registrations.values() if r.fenced or r.in_controlled_shutdown}
         now = self._clock_ms()
@@ -92,12 +95,14 @@ class Leadership:
             tracker = self._led.get(partition)
             config = IsrConfig(self.broker_id, self._broker_epoch(), self._lag_ms,
                                partition.config.min_insync_replicas)  # fmt: skip
+            new = tracker is None
             if tracker is None:
                 tracker = IsrTracker(config, partition.topic_id, partition.partition)
                 self._led[partition] = tracker
             elif tracker.config != config:
                 tracker.config = config
-            self._run(partition, tracker, tracker.update_brokers(epochs, ineligible, now))
+            if new or registrations_changed:  # broker epochs and eligibility come from the registrations
+                self._run(partition, tracker, tracker.update_brokers(epochs, ineligible, now))
             if tracker.is_leader and (info.leader_epoch, info.partition_epoch) <= (
                 tracker.leader_epoch, tracker.partition_epoch
             ) and tuple(info.replicas) == tracker.replicas:

@@ -123,8 +123,14 @@ def resolve_log_config(
     return config
 
 
+def config_layers(topic: str, broker_id: int) -> tuple[tuple[int, str], ...]:
+    """The keys of an image's `configs` a topic's log config is resolved from: the topic's own,
+    this broker's dynamic config, the cluster-wide broker default."""
+    return (TOPIC_RESOURCE, topic), (BROKER_RESOURCE, str(broker_id)), (BROKER_RESOURCE, "")
+
+
 def topic_log_config(configs: Mapping[tuple[int, str], Mapping[str, str]], topic: str, broker_id: int,
                      static: Mapping[str, str]) -> LogConfig:
     """`resolve_log_config` with the layers taken from an image's `configs`."""
-    return resolve_log_config(configs.get((TOPIC_RESOURCE, topic), {}), static,
-                              configs.get((BROKER_RESOURCE, str(broker_id))), configs.get((BROKER_RESOURCE, "")))
+    own, broker, default = (configs.get(key) for key in config_layers(topic, broker_id))
+    return resolve_log_config(own or {}, static, broker, default)

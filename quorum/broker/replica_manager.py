@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from quorum.broker.log_config import LogConfig, LogConfigError, topic_log_config
+from quorum.broker.log_config import LogConfig, LogConfigError, config_layers, topic_log_config
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.producer_ids import ProducerIdAllocator
@@ -74,6 +74,7 @@ class ReplicaManager:
         self.failed: dict[tuple[str, int], str] = {}
         self._on_disk = self._scan_log_dirs()
         self._strays_checked = False
+        self._configs: dict[str, tuple[tuple[int, ...], LogConfig]] = {}
         self.on_open: Callable[[Partition], None] | None = None
         """Told of every partition opened, before the image marks it leader or follower
         (replication takes over its high watermark there)."""
@@ -113,8 +114,11 @@ class ReplicaManager:
             self._delete_strays(wanted)
             self._strays_checked = True
         self.failed = {key: reason for key, reason in self.failed.items() if key in wanted}
+        configs: dict[str, LogConfig] = {}
         for key, (topic, info) in wanted.items():
-            config = self._config_for(image, topic.name)
+            config = configs.get(topic.name)
+            if config is None:
+                config = configs[topic.name] = self._config_for(image, topic.name)
             partition = self._partitions.get(key)
             if partition is None:
                 partition = self._open(topic, info, config)
@@ -127,6 +131,17 @@ class ReplicaManager:
         self.notifier.appended()
 
     def _config_for(self, image: MetadataImage, topic: str) -> LogConfig:
+        """The topic's log config; resolved again only when one of its layers changed (an image
+        shares the config mappings it did not change, so identity tells)."""
+        layers = tuple(id(image.configs.get(key)) for key in config_layers(topic, self.broker_id))
+        memo = self._configs.get(topic)
+        if memo is not None and memo[0] == layers:
+            return memo[1]
+        config = self._resolve_config(image, topic)
+        self._configs[topic] = (layers, config)
+        return config
+
+    def _resolve_config(self, image: MetadataImage, topic: str) -> LogConfig:
         try:
             return topic_log_config(image.configs, topic, self.broker_id, self.properties)
         except LogConfigError as exc:
@@ -177,6 +192,8 @@ class ReplicaManager:
 
     def _place(self) -> Path:
         """The log dir with the fewest partitions, for a new one (Kafka's default placement)."""
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
         counts = {directory: 0 for directory in self.log_dirs}
         for partition in self._partitions.values():
             parent = partition.directory.parent
