@@ -703,8 +703,10 @@ class Log:
             if self.end_offset < self._start:
                 self._empty_at_start()
             # What recovery kept may still be only in the page cache (the process died, the
-            # machine did not): make it durable before calling it flushed.
-            self._segments[-1].flush_all()
+            # machine did not): make it durable before calling it flushed. A log just created
+            # holds empty files only, which the directory's fsync makes durable.
+            if not created:
+                self._segments[-1].flush_all()
             fsync_directory(self.directory)
         except BaseException:
             for segment in self._segments:
