@@ -35,7 +35,10 @@ def live_address(cluster: LocalCluster, *exclude: int) -> str:
 
 
 def partitions_of(address: str) -> dict[int, object]:
-    return metadata(address)[1][TOPIC].partitions
+    """The topic's partitions as `address` sees them; none until that broker has applied the topic
+    (CreateTopics answers once the controller committed it, brokers learn it a moment later)."""
+    topic = metadata(address)[1].get(TOPIC)
+    return topic.partitions if topic is not None else {}
 
 
 def fully_replicated(address: str) -> bool:
