@@ -14,6 +14,15 @@ plus what KIP-232 adds to a consumer:
   outside Kafka.
 - A topic deleted and recreated since its offsets were committed raises TopicRecreatedError from
   poll/consume, unless `on_topic_recreated` is "earliest" or "latest" (then the partition is reset).
+- OFFSET_OUT_OF_RANGE resets only when the data is really gone. librdkafka is given
+  `auto.offset.reset=error`, so it stops the partition and delivers a _AUTO_OFFSET_RESET event
+  instead of resetting on a stale broker's word; the wrapper keeps the user's policy, asks the
+  current leader for its log bounds (EpochGuard.resolve_out_of_range), restarts the partition where
+  the rule says and never hands the event to the user. `resets` counts the real resets. Under
+  policy error/none, poll/consume raise OffsetOutOfRangeError (or NoOffsetForPartitionError) until
+  the partition is seeked. A partition without a committed offset starts by the policy as before.
+  While no current leader answers, the partition stays stopped (nothing skipped, nothing repeated)
+  and is asked about again at the next poll.
 
 Options beyond confluent-kafka's, as keyword arguments: `on_topic_recreated`, `metadata_wait_timeout_s`
 (None: wait for current metadata as long as it takes; else StaleMetadataError after that long) and
@@ -23,23 +32,33 @@ Options beyond confluent-kafka's, as keyword arguments: `on_topic_recreated`, `m
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import confluent_kafka
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException
 
 from client_epochs.committed import encode, parse_internal, split
 from client_epochs.consumer_guard import EpochGuard, RecreatedPolicy
+from client_epochs.errors import InvalidOffsetError
+from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED, LogBoundsError, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
+from client_epochs.out_of_range import normalize_policy
 from quorum.wire.internal_metadata import InternalMetadata
+
+log = logging.getLogger(__name__)
 
 _STEP_S = 0.2
 """How long one poll of librdkafka lasts while partitions wait, so that their metadata is re-checked."""
 _OFFSET_STORED = -1000
+_RESOLVE_MIN_S, _RESOLVE_MAX_S = 5.0, 30.0
+"""Bounds on one out-of-range lookup: a short poll may overrun by up to the minimum, a long one waits
+at most the maximum before the partition is retried at the next poll."""
+_RESET = "auto.offset.reset"
 
 
 def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
@@ -52,15 +71,31 @@ class Consumer(confluent_kafka.Consumer):
     def __init__(self, config: dict[str, Any], *args: Any, on_topic_recreated: RecreatedPolicy = "raise",
                  metadata_wait_timeout_s: float | None = None, metadata_check_interval_s: float = 5.0,
                  **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
         merged = {**config, **{k: v for k, v in kwargs.items() if isinstance(v, str | int | float | bool)}}
+        nested = merged.get("default.topic.config")
+        policy = merged.get(_RESET, nested.get(_RESET) if isinstance(nested, dict) else None)
+        self._policy = str(policy) if policy is not None else "largest"  # librdkafka's default
+        normalize_policy(self._policy)
+        config = {**config, _RESET: "error"}
+        if isinstance(config.get("default.topic.config"), dict):
+            config["default.topic.config"] = {**config["default.topic.config"], _RESET: "error"}
+        kwargs.pop(_RESET, None)
+        super().__init__(config, *args, **kwargs)
         bootstrap = str(merged.get("bootstrap.servers") or merged.get("metadata.broker.list"))
         self._group = merged.get("group.id")
         self._incremental = "cooperative" in str(merged.get("partition.assignment.strategy", ""))
+        isolation = str(merged.get("isolation.level", "read_committed"))  # librdkafka's default
         self._guard = EpochGuard(MetadataClient(bootstrap), on_topic_recreated=on_topic_recreated,
-                                 wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s)
+                                 wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s,
+                                 isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED)
         self._offsets = OffsetFetcher(bootstrap)
         self._leader_epochs: dict[TopicPartition, int] = {}
+        self._positions: dict[TopicPartition, int] = {}
+        """Each partition's position as far as the wrapper knows it: after the last message handed to
+        the user, else the offset it was assigned or seeked to, or its committed offset."""
+        self._stopped: dict[TopicPartition, int | None] = {}
+        """Partitions librdkafka stopped on out-of-range (or no committed offset), with their position."""
+        self._user_paused: set[TopicPartition] = set()
         self._assigned_in_callback = False
 
     @property
@@ -71,6 +106,16 @@ class Consumer(confluent_kafka.Consumer):
     @property
     def metadata_client(self) -> MetadataClient:
         return self._guard.metadata
+
+    @property
+    def resets(self) -> int:
+        """Offset resets done because the current leader no longer holds the position (deleted or truncated)."""
+        return self._guard.resets
+
+    @property
+    def out_of_range_without_reset(self) -> int:
+        """OFFSET_OUT_OF_RANGE answers for positions the current leader holds: resumed, not reset."""
+        return self._guard.out_of_range_without_reset
 
     # --- assignment -------------------------------------------------------------------------------------
 
@@ -88,7 +133,7 @@ class Consumer(confluent_kafka.Consumer):
 
         def revoked(callback: Callable[..., Any] | None) -> Callable[..., None]:
             def handle(_: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
-                self._guard.forget(_key(p) for p in partitions)
+                self._forget([_key(p) for p in partitions])
                 if callback is not None:
                     callback(self, partitions)
             return handle
@@ -99,23 +144,46 @@ class Consumer(confluent_kafka.Consumer):
         super().subscribe(topics, **options)
 
     def assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
-        self._guard.forget(self._guard.waiting)
+        self._forget([*self._guard.waiting, *self._positions, *self._stopped, *self._user_paused])
         super().assign(partitions)
         self._assigned_in_callback = True
+        self._note_starts(partitions)
         self._wait_for_committed_epochs(partitions)
 
     def incremental_assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        self._forget([_key(p) for p in partitions])
         super().incremental_assign(partitions)
         self._assigned_in_callback = True
+        self._note_starts(partitions)
         self._wait_for_committed_epochs(partitions)
 
     def unassign(self) -> None:
-        self._guard.forget(self._guard.waiting)
+        self._forget([*self._guard.waiting, *self._positions, *self._stopped, *self._user_paused])
         super().unassign()
 
     def incremental_unassign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
-        self._guard.forget(_key(p) for p in partitions)
+        self._forget([_key(p) for p in partitions])
         super().incremental_unassign(partitions)
+
+    def _note_starts(self, partitions: Sequence[confluent_kafka.TopicPartition]) -> None:
+        """Positions given with an assignment are known positions (see `_stopped_by`)."""
+        self._positions.update({_key(p): p.offset for p in partitions if p.offset >= 0})
+
+    def _forget(self, partitions: Sequence[TopicPartition]) -> None:
+        """What the wrapper knew of partitions leaving (or entering afresh) the assignment."""
+        self._guard.forget(partitions)
+        for tp in partitions:
+            self._positions.pop(tp, None)
+            self._stopped.pop(tp, None)
+            self._user_paused.discard(tp)
+
+    def pause(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        super().pause(partitions)
+        self._user_paused.update(_key(p) for p in partitions)
+
+    def resume(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        super().resume(partitions)
+        self._user_paused.difference_update(_key(p) for p in partitions)
 
     def _wait_for_committed_epochs(self, partitions: Sequence[confluent_kafka.TopicPartition]) -> None:
         """Partitions starting from their committed offset take its epochs as floors, and pause."""
@@ -123,6 +191,7 @@ class Consumer(confluent_kafka.Consumer):
         if not from_committed or not self._group:
             return
         committed = self._offsets.fetch(self._group, from_committed)
+        self._positions.update({tp: entry.offset for tp, entry in committed.items() if entry.offset >= 0})
         floors = {tp: split(tp, entry.metadata)[1] for tp, entry in committed.items()}
         self._pause_keys(self._guard.expect(floors))
 
@@ -137,7 +206,15 @@ class Consumer(confluent_kafka.Consumer):
         floor = parse_internal(tp, internal_metadata) if internal_metadata is not None else None
         if offset is not None:
             partition = confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
-        super().seek(partition)
+        if tp in self._stopped:  # librdkafka refuses to seek a partition it stopped (_STATE)
+            del self._stopped[tp]
+            self._restart({tp: partition.offset})
+        else:
+            super().seek(partition)
+        if partition.offset >= 0:
+            self._positions[tp] = partition.offset
+        else:
+            self._positions.pop(tp, None)
         if floor is not None:
             self._pause_keys(self._guard.expect({tp: floor}))
 
@@ -153,9 +230,9 @@ class Consumer(confluent_kafka.Consumer):
     def poll(self, timeout: float | None = None) -> confluent_kafka.Message | None:
         deadline = _deadline(timeout)
         while True:
-            self._keep_epochs()
+            self._keep_epochs(deadline)
             message = super().poll(self._step(deadline))
-            if message is not None:
+            if message is not None and not self._stopped_by(message):
                 self._note(message)
                 return message
             if _passed(deadline):
@@ -164,22 +241,102 @@ class Consumer(confluent_kafka.Consumer):
     def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[confluent_kafka.Message]:
         deadline = _deadline(timeout)
         while True:
-            self._keep_epochs()
-            messages = super().consume(num_messages, self._step(deadline))
+            self._keep_epochs(deadline)
+            messages = [m for m in super().consume(num_messages, self._step(deadline)) if not self._stopped_by(m)]
             for message in messages:
                 self._note(message)
             if messages or _passed(deadline):
                 return messages
 
-    def _keep_epochs(self) -> None:
-        """Resume the partitions whose metadata caught up; reset or refuse recreated topics."""
+    def _keep_epochs(self, deadline: float | None) -> None:
+        """Resume the partitions whose metadata caught up; reset or refuse recreated topics; restart
+        the partitions librdkafka stopped on out-of-range where their current leader says."""
         if self._guard.waiting:
             settled = self._guard.settle(timeout=_STEP_S)
             self._reset(settled.recreated)
-            if settled.ready:
-                self.resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in settled.ready])
+            ready = [tp for tp in settled.ready if tp not in self._user_paused]
+            if ready:
+                super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in ready])
         assigned = [_key(p) for p in self.assignment()]
         self._reset(self._guard.watch(assigned))
+        if self._stopped:
+            self._resolve_stopped(set(assigned), deadline)
+
+    # --- out of range -----------------------------------------------------------------------------------
+
+    def _stopped_by(self, message: confluent_kafka.Message) -> bool:
+        """Whether `message` is librdkafka's _AUTO_OFFSET_RESET event (kept from the user, see the module).
+
+        Its offset is the position that got OFFSET_OUT_OF_RANGE; none when nothing was committed, and
+        none when librdkafka found the log truncated (KIP-320 validation). There the position the
+        wrapper knows stands: after the last message delivered, else the one assigned or committed."""
+        error = message.error()
+        if error is None or error.code() != KafkaError._AUTO_OFFSET_RESET or message.topic() is None:
+            return False
+        tp = TopicPartition(message.topic(), message.partition())
+        offset = message.offset()
+        self._stopped[tp] = offset if offset is not None and offset >= 0 else self._positions.get(tp)
+        log.info("%s stopped by librdkafka at position %s: %s", tp, self._stopped[tp], error.str())
+        return True
+
+    def _resolve_stopped(self, assigned: set[TopicPartition], deadline: float | None) -> None:
+        """Resolve every stopped partition, restart those resolved together, then raise the first
+        refusal (policy error/none, or a leader's final error), which stays stopped until seeked."""
+        left = _RESOLVE_MAX_S if deadline is None else deadline - time.monotonic()
+        timeout = min(max(left, _RESOLVE_MIN_S), _RESOLVE_MAX_S)
+        targets: dict[TopicPartition, int] = {}
+        refusal: Exception | None = None
+        for tp, position in sorted(self._stopped.items()):
+            if tp not in assigned:
+                del self._stopped[tp]
+                continue
+            try:
+                targets[tp] = self._guard.resolve_out_of_range(tp, position, self._policy, timeout=timeout).offset
+            except LogBoundsUnavailableError as exc:
+                log.warning("%s stays stopped until its current leader gives its log bounds: %s", tp, exc)
+            except (InvalidOffsetError, LogBoundsError) as exc:
+                refusal = refusal or exc
+        for tp in targets:
+            del self._stopped[tp]
+        if targets:
+            self._restart(targets)
+        if refusal is not None:
+            raise refusal
+
+    def _restart(self, targets: dict[TopicPartition, int]) -> None:
+        """Fetch each partition of `targets` again from its offset. librdkafka cannot seek a partition
+        it stopped, but it starts one assigned again. An eager group allows only assign(), so there
+        the whole assignment is assigned again, each other partition at its position. Afterwards the
+        partitions paused by the user, waiting for metadata, or still stopped are paused, the rest not."""
+        wanted = [confluent_kafka.TopicPartition(tp.topic, tp.partition, offset) for tp, offset in targets.items()]
+        try:
+            super().incremental_unassign(wanted)
+            super().incremental_assign(wanted)
+            restarted = set(targets)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+            current = self.position(self.assignment())
+            super().assign([confluent_kafka.TopicPartition(p.topic, p.partition, self._restart_offset(p, targets))
+                            for p in current])
+            restarted = {_key(p) for p in current}
+        for tp, offset in targets.items():
+            if offset >= 0:
+                self._positions[tp] = offset
+            else:
+                self._positions.pop(tp, None)
+        held = {tp for tp in restarted if tp in self._user_paused or tp in self._guard.waiting or tp in self._stopped}
+        self._pause_keys(held)
+        if restarted - held:
+            super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in restarted - held])
+
+    def _restart_offset(self, partition: confluent_kafka.TopicPartition, targets: dict[TopicPartition, int]) -> int:
+        """Where a partition starts again in an eager restart: its target, else librdkafka's position,
+        else the one the wrapper knows (assigned or restarted, nothing delivered yet), else committed."""
+        tp = _key(partition)
+        if tp in targets:
+            return targets[tp]
+        return partition.offset if partition.offset >= 0 else self._positions.get(tp, OFFSET_INVALID)
 
     def _reset(self, partitions: Iterable[TopicPartition]) -> None:
         offset = OFFSET_BEGINNING if self._guard.policy == "earliest" else OFFSET_END
@@ -192,14 +349,16 @@ class Consumer(confluent_kafka.Consumer):
 
     def _note(self, message: confluent_kafka.Message) -> None:
         if message.error() is None and message.topic() is not None:
+            tp = TopicPartition(message.topic(), message.partition())
+            self._positions[tp] = message.offset() + 1
             epoch = message.leader_epoch()
             if epoch is not None:
-                self._leader_epochs[TopicPartition(message.topic(), message.partition())] = epoch
+                self._leader_epochs[tp] = epoch
 
     def _pause_keys(self, partitions: Iterable[TopicPartition]) -> None:
         partitions = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
         if partitions:
-            self.pause(partitions)
+            super().pause(partitions)
 
     # --- commits ----------------------------------------------------------------------------------------
 
@@ -251,7 +410,7 @@ class Consumer(confluent_kafka.Consumer):
         try:
             super().close(*args, **kwargs)
         finally:
-            self._guard.metadata.close()
+            self._guard.close()
             self._offsets.close()
 
 

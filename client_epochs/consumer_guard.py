@@ -11,6 +11,9 @@ wrap, and only the calls into that client differ, so the decisions live here onc
   the leader epoch of the last consumed message where the client reports it.
 - A topic deleted and created again under its name since the offsets were committed: the old
   offsets mean nothing in the new log, so by default that is an error, not a silent skip.
+- OFFSET_OUT_OF_RANGE: reset only when the current leader's log confirms the data is gone
+  (`resolve_out_of_range`: bounds from `client_epochs.log_bounds`, the rule in
+  `client_epochs.out_of_range`), never on the word of a broker with stale metadata.
 
 Telling recreation from partition growth: both raise the topic epoch, and KIP-232's internal
 metadata does not carry the topic id. So a higher topic epoch counts as a recreation only with
@@ -30,8 +33,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from client_epochs.errors import TopicRecreatedError
+from client_epochs.log_bounds import READ_UNCOMMITTED, BoundsSource, LogBoundsClient
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
 from client_epochs.model import NO_EPOCH, ClusterMetadata, PartitionMetadata, TopicPartition
+from client_epochs.out_of_range import Resolution, normalize_policy, resolve
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -57,7 +62,10 @@ class EpochGuard:
     """
 
     def __init__(self, metadata: MetadataClient, *, on_topic_recreated: RecreatedPolicy = "raise",
-                 wait_timeout_s: float | None = None, check_interval_s: float = 5.0) -> None:
+                 wait_timeout_s: float | None = None, check_interval_s: float = 5.0,
+                 isolation_level: int = READ_UNCOMMITTED, log_bounds: BoundsSource | None = None) -> None:
+        """`isolation_level` (0 read_uncommitted, 1 read_committed: the consumer's) sets which log end
+        out-of-range positions are judged against; `log_bounds` replaces the ListOffsets client (tests)."""
         if on_topic_recreated not in RECREATED_POLICIES:
             raise ValueError(f"on_topic_recreated must be one of {', '.join(RECREATED_POLICIES)}, "
                              f"not {on_topic_recreated!r}")
@@ -71,6 +79,18 @@ class EpochGuard:
         """The topic id each topic had when this guard last looked; how a recreation is recognised."""
         self._waiting_since: float | None = None
         self._next_check = 0.0
+        self.log_bounds: BoundsSource = log_bounds or LogBoundsClient(metadata, isolation_level=isolation_level)
+        self.resets = 0
+        """OFFSET_OUT_OF_RANGE answers that moved a position: records deleted, or the log truncated."""
+        self.out_of_range_without_reset = 0
+        """OFFSET_OUT_OF_RANGE answers for positions the current leader still holds (stale brokers)."""
+
+    def close(self) -> None:
+        """Close the connections of the metadata client and of the log-bounds lookups."""
+        try:
+            self.log_bounds.close()
+        finally:
+            self.metadata.close()
 
     @property
     def waiting(self) -> frozenset[TopicPartition]:
@@ -173,6 +193,31 @@ class EpochGuard:
         if leader_epoch is None or leader_epoch < 0:
             leader_epoch = NO_EPOCH if known is None else known.leader_epoch
         return InternalMetadata(topic_epoch, leader_epoch)
+
+    def resolve_out_of_range(self, tp: TopicPartition, position: int | None, policy: str,
+                             timeout: float = 30.0) -> Resolution:
+        """Where `tp` goes on after an OFFSET_OUT_OF_RANGE answer (or with no committed offset:
+        `position` None), by `policy` (auto.offset.reset, any client's spelling).
+
+        Asks the partition's current leader for its log bounds, the metadata at least as new as
+        any floor this guard holds for `tp`, then applies `client_epochs.out_of_range.resolve`:
+        a position the leader still holds is resumed and counted in `out_of_range_without_reset`;
+        only deleted or truncated data counts in `resets`. Raises OffsetOutOfRangeError or
+        NoOffsetForPartitionError under policy error/none, LogBoundsUnavailableError when no current
+        leader answered within `timeout`, LogBoundsError for a refusal that will not change.
+        """
+        normalize_policy(policy)  # a bad policy is refused before any lookup
+        bounds = self.log_bounds.fetch(tp, self.floors.get(tp), timeout=timeout)
+        resolution = resolve(tp, position, bounds.log_start, bounds.log_end, policy, leader=bounds.leader)
+        if resolution.reset:
+            self.resets += 1
+            log.warning("offset reset: %s", resolution.reason)
+        elif position is not None and position >= 0:
+            self.out_of_range_without_reset += 1
+            log.info("no offset reset: %s", resolution.reason)
+        else:
+            log.info("start position: %s", resolution.reason)
+        return resolution
 
     def _is_recreated(self, floor: InternalMetadata, now: PartitionMetadata, topic: str) -> bool:
         if floor.topic_epoch < 0 or now.topic_epoch <= floor.topic_epoch:

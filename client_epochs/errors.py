@@ -27,3 +27,31 @@ class TopicRecreatedError(RuntimeError):
             f"{now.topic_epoch} with topic id {now.topic_id}"
             for tp, (committed, now) in sorted(self.partitions.items()))
         super().__init__(f"topic deleted and recreated since its offsets were committed: {details}")
+
+
+class InvalidOffsetError(RuntimeError):
+    """A partition's position cannot be used and auto.offset.reset says not to pick another one
+    (librdkafka's `error`, the Java client's and kafka-python's `none`); Kafka's InvalidOffsetException.
+
+    `log_start` and `log_end` are the current leader's log bounds, as the consumer asked them.
+    """
+
+    def __init__(self, partition: TopicPartition, position: int | None, log_start: int, log_end: int,
+                 message: str) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.position = position
+        self.log_start = log_start
+        self.log_end = log_end
+
+
+class OffsetOutOfRangeError(InvalidOffsetError):
+    """The position is outside the current leader's log: its records were deleted, or the log was
+    truncated below it. Raised only after the leader confirmed it, never on a stale broker's word."""
+
+
+class NoOffsetForPartitionError(InvalidOffsetError):
+    """The partition has no committed offset to start from (Kafka's NoOffsetForPartitionException)."""
+
+    def __init__(self, partition: TopicPartition, log_start: int, log_end: int, message: str) -> None:
+        super().__init__(partition, None, log_start, log_end, message)
