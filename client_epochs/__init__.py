@@ -13,7 +13,8 @@ Internal metadata (the epochs stored with a committed offset) is `quorum.wire.in
 its `InternalMetadata` works as a floor for `refresh_until_current()` and `EpochCache.check_floors()`.
 
 Drop-in consumers: `client_epochs.confluent.Consumer` (confluent-kafka; imported from its own module
-so that confluent-kafka stays an optional dependency).
+so that confluent-kafka stays an optional dependency) and `client_epochs.kafka_python.KafkaConsumer`
+(kafka-python, already a dependency as quorum.wire's codec base).
 """
 
 from client_epochs.connection import BrokerError, BrokerProtocolError, parse_bootstrap

@@ -3,8 +3,9 @@
 The rule (`client_epochs.out_of_range.resolve`) as hypothesis properties; the guard's counters with a
 fake bounds source (a position the current leader holds is not a reset, whoever answered out of
 range); `LogBoundsClient` against a real broker, retrying a leader epoch the broker does not know;
-and `client_epochs.confluent.Consumer` against a real broker whose retention deleted the records
-below the committed offset, with no committed offset at all, and with policy error.
+and both wrappers (`client_epochs.confluent.Consumer`, `client_epochs.kafka_python.KafkaConsumer`)
+against a real broker whose retention deleted the records below the committed offset, with no
+committed offset at all, and with policy error/none.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from confluent_kafka import TopicPartition as CkPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
+from kafka import TopicPartition as KafkaPartition
+from kafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRangeError
 
 from client_epochs import MetadataClient, TopicPartition
 from client_epochs.confluent import Consumer
 from client_epochs.consumer_guard import EpochGuard
 from client_epochs.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+from client_epochs.kafka_python import KafkaConsumer
 from client_epochs.log_bounds import LogBounds, LogBoundsClient
 from client_epochs.out_of_range import normalize_policy, resolve
 from quorum.wire.internal_metadata import InternalMetadata
@@ -363,5 +367,78 @@ def test_other_errors_pass_through_unchanged(broker):
         while not errors and time.monotonic() < deadline:
             errors = [m.error() for m in consumer.consume(10, 0.5) if m.error() is not None]
         assert errors and errors[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    finally:
+        consumer.close()
+
+
+# --- the kafka-python wrapper ---------------------------------------------------------------------------------
+
+
+def kafka_python(broker: Broker, group: str, reset: str) -> KafkaConsumer:
+    return KafkaConsumer(bootstrap_servers=broker.address, group_id=group, auto_offset_reset=reset,
+                         enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+
+
+def poll_values(consumer: KafkaConsumer, count: int, timeout_s: float = 30.0) -> list[tuple[int, bytes]]:
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        for records in consumer.poll(500).values():
+            got += [(record.offset, record.value) for record in records]
+    return got
+
+
+def test_kafka_python_wrapper_resets_to_the_new_log_start_when_retention_removed_the_committed_offset(broker):
+    """The same as for confluent-kafka: kafka-python runs with auto_offset_reset="none", its
+    OffsetOutOfRangeError goes to the guard, the leader confirms the data is gone, one reset."""
+    log_start = broker.retained("kp-retained", 10)
+    broker.commit("kp-retained-group", "kp-retained", 2)
+    consumer = kafka_python(broker, "kp-retained-group", "earliest")
+    try:
+        consumer.subscribe(["kp-retained"])
+        got = poll_values(consumer, 10 - log_start)
+        assert got == [(n, f"kp-retained-{n}".encode()) for n in range(log_start, 10)]
+        assert (consumer.resets, consumer.out_of_range_without_reset) == (1, 0)
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_wrapper_without_a_committed_offset_starts_by_the_users_policy(broker):
+    """kafka-python, given "none", raises NoOffsetForPartitionError for a partition never committed; the
+    wrapper starts it where the user's policy says, which is not a reset."""
+    broker.topic("kp-fresh", 4)
+    earliest = kafka_python(broker, "kp-fresh-earliest", "earliest")
+    latest = kafka_python(broker, "kp-fresh-latest", "latest")
+    try:
+        earliest.subscribe(["kp-fresh"])
+        assert [offset for offset, _ in poll_values(earliest, 4)] == [0, 1, 2, 3]
+        latest.subscribe(["kp-fresh"])
+        partition = KafkaPartition("kp-fresh", 0)
+
+        def started_at_the_end() -> bool:
+            assert latest.poll(200) == {}
+            return partition in latest.assignment() and latest.position(partition) == 4
+
+        wait_until("the latest consumer positioned at the log end", started_at_the_end)
+        broker.produce("kp-fresh", range(4, 6))
+        assert poll_values(latest, 2) == [(4, b"kp-fresh-4"), (5, b"kp-fresh-5")]
+        for consumer in (earliest, latest):
+            assert (consumer.resets, consumer.out_of_range_without_reset) == (0, 0)
+    finally:
+        earliest.close()
+        latest.close()
+
+
+def test_kafka_python_wrapper_with_policy_none_raises_kafka_pythons_own_error(broker):
+    broker.retained("kp-retained-none", 10)
+    broker.commit("kp-retained-none-group", "kp-retained-none", 2)
+    consumer = kafka_python(broker, "kp-retained-none-group", "none")
+    try:
+        consumer.subscribe(["kp-retained-none"])
+        with pytest.raises(KafkaOffsetOutOfRangeError) as caught:
+            poll_values(consumer, 1)
+        assert isinstance(caught.value.__cause__, OffsetOutOfRangeError)
+        assert "kp-retained-none-0" in str(caught.value.__cause__)
+        assert consumer.resets == 0
     finally:
         consumer.close()

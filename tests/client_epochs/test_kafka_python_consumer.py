@@ -1,0 +1,320 @@
+"""`client_epochs.kafka_python.KafkaConsumer` against a real one-broker cluster, beside the raw
+kafka-python client in the same scenarios: commits keep the user's metadata and hide the internal
+one (which the raw client sees, prefixed `kip232:`), seek refuses garbage internal metadata by
+partition, positions come with the cluster's epochs, a broker answering from a paused (old)
+metadata image holds the wrapper back while the raw client fetches, and a recreated topic is an
+error (or, asked for, a reset to its beginning) where the raw client silently skips.
+
+One kafka-python group member at a time: kafka-python 3.0.12 misbehaves when several members join
+from one process concurrently, so each raw consumer is closed before the next one joins a group."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kafka import KafkaConsumer as RawConsumer
+from kafka import OffsetAndMetadata, TopicPartition
+
+from client_epochs import MetadataClient
+from client_epochs import TopicPartition as Key
+from client_epochs.errors import TopicRecreatedError
+from client_epochs.kafka_python import KafkaConsumer
+from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
+from tests.test_broker_processes import BROKER, QUIET, one_broker
+from tests.test_controller_processes import create, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+GROUP_SETTINGS = {"enable_auto_commit": False, "auto_offset_reset": "earliest", "session_timeout_ms": 6000,
+                  "heartbeat_interval_ms": 500}
+
+
+class Cluster:
+    def __init__(self, cluster, address: str) -> None:
+        self.cluster = cluster
+        self.address = address
+        self.admin = AdminClient({"bootstrap.servers": address, **QUIET})
+        self.pause_file = cluster.specs[BROKER].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
+
+    def topic(self, name: str, messages: int, partitions: int = 1) -> None:
+        create(self.admin, NewTopic(name, partitions, 1))
+        self.produce(name, messages)
+
+    def produce(self, name: str, messages: int) -> None:
+        producer = Producer({"bootstrap.servers": self.address, **QUIET})
+        for n in range(messages):
+            producer.produce(name, f"{name}-{n}".encode(), partition=0)
+        assert producer.flush(30) == 0
+
+    def epochs(self, name: str, partition: int = 0):
+        with MetadataClient(self.address) as client:
+            return client.fetch([name]).partitions[Key(name, partition)]
+
+    def consumer(self, group: str | None, *topics: str, **options) -> KafkaConsumer:
+        return KafkaConsumer(*topics, bootstrap_servers=self.address, group_id=group, **GROUP_SETTINGS, **options)
+
+    def raw(self, group: str | None, **options) -> RawConsumer:
+        return RawConsumer(bootstrap_servers=self.address, group_id=group, **GROUP_SETTINGS, **options)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with one_broker(tmp_path_factory.mktemp("kafka-python-wrapper")) as (cluster, address):
+        yield Cluster(cluster, address)
+
+
+def consume(consumer, count: int, timeout_s: float = 30.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        for records in consumer.poll(500, max_records=count - len(got)).values():
+            got += records
+    return got
+
+
+def poll_until(consumer, what: str, condition: Callable[[], bool], timeout_s: float = 30.0) -> list:
+    """Poll until `condition` holds or records come (AssertionError naming `what` if neither happens);
+    the records polled."""
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while not condition() and not got:
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        for records in consumer.poll(200).values():
+            got += records
+    return got
+
+
+def test_commit_keeps_user_metadata_and_hides_the_internal_one(cluster):
+    cluster.topic("kp-round-trip", 10)
+    tp = TopicPartition("kp-round-trip", 0)
+    consumer = cluster.consumer("kp-round-trip-group")
+    try:
+        consumer.subscribe(["kp-round-trip"])
+        assert [r.offset for r in consume(consumer, 10)] == list(range(10))
+        consumer.commit({tp: OffsetAndMetadata(7, "user says hi\nsecond line", -1)})
+        assert consumer.committed(tp, metadata=True)[:2] == (7, "user says hi\nsecond line")
+        assert consumer.committed(tp) == 7
+
+        # The user's own metadata may even look like internal metadata; the callback sees it as given.
+        looks_internal = 'kip232:{"version":1,"topic_epoch":999,"leader_epoch":999}\nthe user\'s'
+        answered: list = []
+        consumer.commit_async({tp: OffsetAndMetadata(8, looks_internal, -1)},
+                              callback=lambda offsets, response: answered.append((offsets, response)))
+        poll_until(consumer, "the commit_async callback", lambda: bool(answered))
+        ((offsets, response),) = answered
+        assert not isinstance(response, Exception), response
+        assert offsets == {tp: OffsetAndMetadata(8, looks_internal, -1)}
+        assert consumer.committed(tp, metadata=True)[:2] == (8, looks_internal)
+
+        consumer.commit()  # the consumed position, no user metadata
+        assert consumer.committed(tp, metadata=True) == OffsetAndMetadata(10, "", 0)
+    finally:
+        consumer.close()
+    # What is stored: the KIP's internal metadata with the cluster's epochs, ahead of the user's, as a raw
+    # kafka-python consumer of the same group reads it (the format other clients see).
+    epochs = cluster.epochs("kp-round-trip")
+    assert epochs.topic_epoch >= 1
+    raw = cluster.raw("kp-round-trip-group")
+    try:
+        stored = raw.committed(tp, metadata=True)
+    finally:
+        raw.close()
+    assert stored.metadata == (f'kip232:{{"version":1,"topic_epoch":{epochs.topic_epoch},'
+                               f'"leader_epoch":{epochs.leader_epoch}}}\n')
+    consumer = cluster.consumer("kp-round-trip-group")
+    try:
+        internal = consumer.committed_internal_metadata([tp])
+    finally:
+        consumer.close()
+    assert internal == {Key("kp-round-trip", 0): InternalMetadata(epochs.topic_epoch, epochs.leader_epoch)}
+
+
+@pytest.mark.parametrize("garbage", [
+    "not json", "{}", '{"version":2,"topic_epoch":1,"leader_epoch":0}', '{"version":1,"topic_epoch":"x"}',
+    "[1,2]", '{"version":1,"topic_epoch":1,"leader_epoch":99999999999}', 42,
+])
+def test_seek_with_garbage_internal_metadata_names_the_partition(cluster, garbage):
+    tp = TopicPartition("kp-round-trip", 0)
+    consumer = cluster.consumer(None)
+    try:
+        consumer.assign([tp])
+        with pytest.raises(InvalidInternalMetadataError) as caught:
+            consumer.seek(tp, 3, garbage)
+        assert "kp-round-trip-0" in str(caught.value) and repr(garbage) in str(caught.value)
+        assert consumer.position(tp) == 0, "a refused seek moved the position"
+    finally:
+        consumer.close()
+
+
+def test_position_with_internal_metadata_gives_the_kip_json_with_the_clusters_epochs(cluster):
+    cluster.topic("kp-positions", 6)
+    tp = TopicPartition("kp-positions", 0)
+    consumer = cluster.consumer("kp-positions-group", consumer_timeout_ms=30_000)
+    try:
+        consumer.assign([tp])
+        assert [next(consumer).offset for _ in range(6)] == list(range(6))  # iteration goes through poll
+        offset, internal = consumer.position_with_internal_metadata(tp)
+    finally:
+        consumer.close()
+    epochs = cluster.epochs("kp-positions")
+    assert offset == 6
+    assert internal == (f'{{"version":1,"topic_epoch":{epochs.topic_epoch},'
+                        f'"leader_epoch":{epochs.leader_epoch}}}')
+    # Stored outside Kafka and given back to seek (KIP-232, 7): current metadata, so nothing to wait for.
+    consumer = cluster.consumer(None)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 2, internal)
+        assert [r.offset for r in consume(consumer, 4)] == [2, 3, 4, 5]
+    finally:
+        consumer.close()
+
+
+def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):
+    """KAFKA-6262 on one broker: its Metadata answers are frozen (PAUSE_METADATA), then the topic grows a
+    partition, which raises its topic epoch; offsets were committed under the new epoch (by a consumer
+    that saw a current broker). The wrapper, subscribed (committed epochs) or assigned and seeked with
+    internal metadata, must not fetch until the broker's metadata is that new; the raw kafka-python client
+    fetches at once. Without the wait, the wrappers would deliver offsets 3.. while paused."""
+    cluster.topic("kp-stale", 10)
+    tp = TopicPartition("kp-stale", 0)
+    before = cluster.epochs("kp-stale")
+    cluster.pause_file.touch()
+    wrappers: list[KafkaConsumer] = []
+    try:
+        cluster.epochs("kp-stale")  # a Metadata request: the broker's answers are frozen from here on
+        for future in cluster.admin.create_partitions([NewPartitions("kp-stale", 2)]).values():
+            future.result(timeout=30)
+        newer = InternalMetadata(before.topic_epoch + 1, before.leader_epoch)
+        for group in ("kp-stale-wrapped", "kp-stale-raw"):
+            writer = cluster.raw(group)
+            writer.commit({tp: OffsetAndMetadata(3, encode("committed through a current broker", newer), -1)})
+            writer.close()
+        assert cluster.epochs("kp-stale").topic_epoch == before.topic_epoch, "the broker still answers old metadata"
+
+        raw = cluster.raw("kp-stale-raw")
+        try:
+            raw.subscribe(["kp-stale"])
+            raw_got = consume(raw, 7)
+        finally:
+            raw.close()
+        assert [r.offset for r in raw_got] == list(range(3, 10)), "the raw client fetches with old metadata"
+
+        subscribed = cluster.consumer("kp-stale-wrapped", "kp-stale")  # subscribed by the constructor
+        wrappers.append(subscribed)
+        held_back = poll_until(subscribed, "ten refused Metadata answers",
+                               lambda: subscribed.metadata_client.refusals >= 10)
+        assert held_back == [], "the wrapper fetched although the metadata was older than the committed epochs"
+        assert subscribed.waiting_for_metadata == {Key("kp-stale", 0)}
+
+        seeking = cluster.consumer(None)  # offsets stored outside Kafka (KIP-232, 7)
+        wrappers.append(seeking)
+        seeking.assign([tp])
+        seeking.seek(tp, 3, newer.to_json())
+        held_back = poll_until(seeking, "ten refused Metadata answers", lambda: seeking.metadata_client.refusals >= 10)
+        assert held_back == [], "the wrapper fetched although the metadata was older than the seeked epochs"
+        assert seeking.waiting_for_metadata == {Key("kp-stale", 0)}
+        # The user's resume() does not release a partition that still waits ...
+        refusals = seeking.metadata_client.refusals
+        seeking.pause(tp)
+        seeking.resume(tp)
+        held_back = poll_until(seeking, "ten more refusals", lambda: seeking.metadata_client.refusals >= refusals + 10)
+        assert held_back == [], "resume() released a partition waiting for current metadata"
+        # ... and the end of the wait does not release a partition the user paused.
+        subscribed.pause(tp)
+    finally:
+        cluster.pause_file.unlink(missing_ok=True)
+    try:
+        still_paused = poll_until(subscribed, "the wait to end", lambda: not subscribed.waiting_for_metadata)
+        assert still_paused == [] and subscribed.paused() == {tp}, "the end of the wait resumed a user's pause"
+        subscribed.resume(tp)
+        for wrapper in wrappers:
+            assert [r.offset for r in consume(wrapper, 7)] == list(range(3, 10))
+            assert wrapper.waiting_for_metadata == frozenset()
+        assert subscribed.committed(tp, metadata=True).metadata == "committed through a current broker"
+    finally:
+        for wrapper in wrappers:
+            wrapper.close()
+
+
+def recreate(cluster: Cluster, name: str) -> None:
+    for future in cluster.admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)
+
+    def created() -> bool:
+        try:
+            create(cluster.admin, NewTopic(name, 1, 1))
+        except Exception:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
+            return False
+        return True
+
+    wait_until(f"{name} created again", created, timeout_s=30)
+
+
+def commit_and_recreate(cluster: Cluster, wrapped: KafkaConsumer, name: str) -> None:
+    """`wrapped` consumes `name`'s 5 messages and commits; then the topic is deleted, created again and given
+    8 new messages."""
+    wrapped.subscribe([name])
+    assert len(consume(wrapped, 5)) == 5
+    wrapped.commit()
+    first = cluster.epochs(name)
+    recreate(cluster, name)
+    cluster.produce(name, 8)
+    second = cluster.epochs(name)
+    assert second.topic_id != first.topic_id and second.topic_epoch > first.topic_epoch
+
+
+def test_a_recreated_topic_raises_while_the_raw_client_silently_skips(cluster):
+    """The raw kafka-python consumer, from the same kind of commit (offset 5 of the old topic), reads the
+    new topic from offset 5 (it fetches by name, Fetch v12, and the new topic's leader epoch is again 0,
+    so nothing fences it): the new topic's first five messages are skipped without a word."""
+    cluster.topic("kp-again", 5)
+    tp = TopicPartition("kp-again", 0)
+    raw = cluster.raw("kp-again-raw")
+    try:
+        raw.subscribe(["kp-again"])
+        assert len(consume(raw, 5)) == 5
+        raw.commit()
+    finally:
+        raw.close()
+    wrapped = cluster.consumer("kp-again-wrapped", metadata_check_interval_s=0.3)
+    try:
+        commit_and_recreate(cluster, wrapped, "kp-again")
+        with pytest.raises(TopicRecreatedError) as caught:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                wrapped.poll(500)
+        assert Key("kp-again", 0) in caught.value.partitions and "kp-again-0" in str(caught.value)
+    finally:
+        wrapped.close()
+    raw = cluster.raw("kp-again-raw")
+    try:
+        assert raw.committed(tp) == 5
+        raw.subscribe(["kp-again"])
+        got = consume(raw, 3)
+    finally:
+        raw.close()
+    assert [(r.offset, r.value) for r in got] == [(n, f"kp-again-{n}".encode()) for n in range(5, 8)], (
+        "the raw kafka-python client was expected to go on from the old topic's offset 5, skipping 0..4")
+
+
+def test_a_recreated_topic_is_read_from_its_beginning_when_asked(cluster):
+    """on_topic_recreated="earliest": the new topic's first messages are not skipped. (Records 5.. of the
+    new topic may come once before the recreation is noticed; what matters is that 0..4 come at all.)"""
+    wrapped = cluster.consumer("kp-again-earliest-wrapped", on_topic_recreated="earliest",
+                               metadata_check_interval_s=0.3)
+    try:
+        cluster.topic("kp-again-earliest", 5)
+        commit_and_recreate(cluster, wrapped, "kp-again-earliest")
+        values: set[bytes] = set()
+        deadline = time.monotonic() + 30
+        while len(values) < 8 and time.monotonic() < deadline:
+            for records in wrapped.poll(200).values():
+                values.update(r.value for r in records)
+    finally:
+        wrapped.close()
+    assert values == {f"kp-again-earliest-{n}".encode() for n in range(8)}
