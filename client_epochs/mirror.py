@@ -1,0 +1,476 @@
+"""`Replicator`: a MirrorMaker-style copier of topics from a source cluster to a target that never rewinds.
+
+KAFKA-6262 is what made MirrorMaker rewind: a broker answering with old metadata sends the
+consumer to an old leader, OffsetOutOfRange follows, and `auto.offset.reset=earliest` copies the
+whole topic again. This replicator reads with the epoch-aware `client_epochs.confluent.Consumer`
+(group-managed, explicit commits carrying KIP-232 internal metadata, partitions held back until the
+cluster's metadata is at least as new as their commits) and writes with an idempotent acks=all
+confluent_kafka.Producer, source partition p to target partition p of the same topic name, keys,
+values, timestamps and headers preserved.
+
+What it guarantees, and how:
+
+- A source offset is committed only after the target acknowledged it and every record before it
+  (delivery callbacks; `mirror_progress.PartitionProgress`): a crash never loses a record.
+- Every copy carries its provenance (`client_epochs.source` = "<topic>/<partition>/<offset>", and
+  the epochs it was read under in `client_epochs.source_epochs`). On assignment the replicator reads
+  the tail of each target partition; when the target already holds records beyond the committed
+  offset (a `kill -9` between the target's ack and the commit), it seeks past them with the
+  wrapper's KIP-232 `seek(partition, offset, internal_metadata)`, so the wait for current metadata
+  still applies. A restart after `kill -9` thus copies nothing twice in the normal case.
+- Never rewinds: a record the consumer delivers below the partition's position (an offset reset,
+  a fetch from before the resume seek) is not copied again (counted as rewind_refused), so the
+  provenance offsets in each target partition only ever increase.
+
+Where it is still at-least-once (a record may be present twice in the target):
+
+- Records the target had written but not yet acknowledged, or not yet made visible (below its high
+  watermark), when the replicator was killed: the tail read on restart does not see them, so they
+  are copied again. With a single-broker target this is the requests the broker had received but
+  not processed at the moment of the restart; with replicated targets, also writes still waiting
+  for the in-sync replicas.
+- Other writers to the target topic: the tail read covers the last `tail_records` records of each
+  target partition; when more foreign records than that follow this replicator's last copy, it
+  cannot see the copy and resumes from the committed offset.
+- A second replicator (another source cluster, another group) writing the same topic and partition
+  names into the same target: provenance names the topic, not the cluster.
+- A target that lost acknowledged records (unclean election, recreated topic) is reported and not
+  rewound to: those records stay missing rather than duplicated.
+- A delivery that fails for good (the producer's message timeout) stops the replicator with an
+  error; it commits only what came before it, so the restart copies from there.
+
+Not copied: topic configurations (the target topic is created with the source's partition count
+and the target's default replication factor), consumer offsets of other groups, ACLs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TextIO
+
+import confluent_kafka
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Producer
+
+from client_epochs.confluent import Consumer
+from client_epochs.metadata_client import MetadataClient
+from client_epochs.mirror_progress import (
+    CopiedRecord,
+    MirrorCounts,
+    PartitionProgress,
+    Provenance,
+    copy_headers,
+    decide_resume,
+    last_copied,
+)
+from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
+from client_epochs.model import NO_EPOCH, TopicPartition
+from quorum.wire.internal_metadata import InternalMetadata
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "Replicator", "ReplicatorError"]
+
+DEFAULT_GROUP = "client-epochs-mirror"
+
+
+@dataclass
+class MirrorOptions:
+    """How a `Replicator` runs; the defaults are the command's."""
+
+    group: str = DEFAULT_GROUP
+    instance_id: str | None = None
+    """`group.instance.id` (static membership): a restarted replicator takes its partitions back at
+    once instead of waiting for the dead member's session to time out."""
+    commit_interval_s: float = 1.0
+    status_interval_s: float = 5.0
+    stop_after_idle_s: float | None = None
+    """Stop once the assigned partitions gave nothing for this long (nothing in flight, none waiting)."""
+    tail_records: int = 100
+    """How many records at the end of each target partition are read for provenance on assignment."""
+    topic_wait_s: float = 30.0
+    """How long a source topic may be absent from the source's metadata before it is an error."""
+    flush_timeout_s: float = 60.0
+    consumer_config: dict[str, Any] = field(default_factory=dict)
+    """More librdkafka settings for the source consumer (not those in RESERVED)."""
+    producer_config: dict[str, Any] = field(default_factory=dict)
+    """More librdkafka settings for the target producer (not those in RESERVED)."""
+
+    def check(self) -> None:
+        """ValueError for settings the replicator's guarantees rest on, or intervals that are not positive."""
+        for kind, config in (("consumer", self.consumer_config), ("producer", self.producer_config)):
+            clash = sorted(set(config) & set(RESERVED[kind]))
+            if clash:
+                raise ValueError(f"{kind} setting(s) {', '.join(clash)} cannot be changed: the replicator sets them "
+                                 f"itself")
+        for name in ("commit_interval_s", "status_interval_s", "flush_timeout_s", "topic_wait_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if self.stop_after_idle_s is not None and not self.stop_after_idle_s > 0:
+            raise ValueError(f"stop_after_idle_s must be positive or None, not {self.stop_after_idle_s!r}")
+        if self.tail_records < 1:
+            raise ValueError(f"tail_records must be 1 or more, not {self.tail_records!r}")
+
+
+RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", "group.instance.id"),
+            "producer": ("bootstrap.servers", "acks", "enable.idempotence")}
+"""Settings the replicator's guarantees rest on: set from its own arguments, never overridden."""
+
+
+def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
+    return TopicPartition(partition.topic, partition.partition)
+
+
+def _ck(tp: TopicPartition, offset: int = confluent_kafka.OFFSET_INVALID) -> confluent_kafka.TopicPartition:
+    return confluent_kafka.TopicPartition(tp.topic, tp.partition, offset)
+
+
+class Replicator:
+    """Copies `topics` from `source` to `target` until `stop()` (see the module docstring).
+
+    `run()` blocks: it prepares the target topics, subscribes, copies, and on stop (or error)
+    flushes the producer, commits what the target acknowledged, closes, and prints the summary.
+    `out` receives the status lines and the summary (stdout by default).
+    """
+
+    def __init__(self, source: str, target: str, topics: Sequence[str], options: MirrorOptions | None = None,
+                 out: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if not topics:
+            raise ValueError("no topic to replicate")
+        (options or MirrorOptions()).check()
+        self.source = source
+        self.target = target
+        self.topics = list(dict.fromkeys(topics))
+        self.options = options or MirrorOptions()
+        self.counts = MirrorCounts()
+        self._out = out if out is not None else sys.stdout
+        self._clock = clock
+        self._stopping: str | None = None
+        self._failure: str | None = None
+        self._progress: dict[TopicPartition, PartitionProgress] = {}
+        self._pending_seeks: dict[TopicPartition, tuple[int, str]] = {}
+        """Resume seeks not yet done: (offset, internal metadata JSON) of paused partitions."""
+        self._held: set[TopicPartition] = set()
+        """Partitions this replicator paused for their resume seek, until their metadata wait ends."""
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._source_metadata = MetadataClient(source, client_id="client-epochs-mirror")
+        self._source_cluster_id: str | None = None
+        self._last_activity = clock()
+
+    # --- control ----------------------------------------------------------------------------------------
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask `run()` to finish (flush, commit, close) after the current batch; safe from a signal handler."""
+        if self._stopping is None:
+            self._stopping = reason
+
+    def run(self) -> MirrorCounts:
+        """Copy until stopped; ReplicatorError (after the clean shutdown) when copying cannot go on."""
+        try:
+            partitions = self.prepare_topics()
+        except BaseException:
+            self._source_metadata.close()
+            raise
+        log.info("replicating %s from %s to %s", ", ".join(f"{t} ({n} partitions)" for t, n in partitions.items()),
+                 self.source, self.target)
+        self._producer = Producer({
+            "bootstrap.servers": self.target, "client.id": "client-epochs-mirror", "acks": "all",
+            "enable.idempotence": True, "linger.ms": 5, **self.options.producer_config,
+            "error_cb": self._producer_error})
+        consumer_config = {
+            "bootstrap.servers": self.source, "group.id": self.options.group, "client.id": "client-epochs-mirror",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            # librdkafka postpones a group join until its subscription's metadata arrives; when that
+            # Metadata request dies with its broker, it waits for the periodic refresh (5 minutes by
+            # default) with no partitions at all: a replicator should not stall that long.
+            "topic.metadata.refresh.interval.ms": 10_000, **self.options.consumer_config}
+        if self.options.instance_id:
+            consumer_config["group.instance.id"] = self.options.instance_id
+        self._consumer = Consumer(consumer_config)
+        reason = "stopped"
+        try:
+            self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                     on_lost=self._on_lost)
+            self._loop()
+            reason = f"error: {self._failure}" if self._failure is not None else self._stopping or reason
+        except BaseException as exc:
+            reason = f"error: {exc}"
+            raise
+        finally:
+            self._finish(reason)
+        if self._failure is not None:
+            raise ReplicatorError(self._failure)
+        return self.counts
+
+    # --- topics -----------------------------------------------------------------------------------------
+
+    def prepare_topics(self) -> dict[str, int]:
+        """Each source topic's partition count, the target topics created or checked (mirror_topics)."""
+        counts, self._source_cluster_id = source_partition_counts(self._source_metadata, self.topics,
+                                                                  self.options.topic_wait_s)
+        ensure_target_topics(self.target, counts, self._source_cluster_id, _quiet(self.options.producer_config))
+        return counts
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        assert self._consumer is not None and self._producer is not None
+        now = self._clock()
+        next_commit = now + self.options.commit_interval_s
+        next_status = now + self.options.status_interval_s
+        while self._stopping is None and self._failure is None:
+            if self._held:
+                self._apply_seeks()
+            for message in self._consumer.consume(500, 0.2):
+                self._handle(message)
+            self._producer.poll(0)
+            now = self._clock()
+            if self._in_flight() or self._held or self._consumer.waiting_for_metadata or not self._progress:
+                self._last_activity = now
+            if now >= next_commit:
+                self._commit()
+                next_commit = now + self.options.commit_interval_s
+            if now >= next_status:
+                self._status()
+                next_status = now + self.options.status_interval_s
+            idle = self.options.stop_after_idle_s
+            if idle is not None and self._progress and now - self._last_activity >= idle:
+                self.stop(f"idle for {idle:g} s")
+
+    def _handle(self, message: confluent_kafka.Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer: %s", error)
+                if error.fatal():
+                    raise ReplicatorError(f"the source consumer failed: {error.str()}")
+            return
+        tp = TopicPartition(message.topic(), message.partition())
+        progress = self._progress.get(tp)
+        if progress is None:
+            return  # a partition revoked since the fetch: its new owner copies it
+        self._last_activity = self._clock()
+        offset = message.offset()
+        verdict = progress.admit(offset)
+        if verdict == "skipped":
+            return  # fetched from before the resume seek; counted when the seek was decided
+        if verdict == "rewound":
+            self.counts.of(tp).rewind_refused += 1
+            return
+        leader_epoch = message.leader_epoch()
+        ts_type, timestamp = message.timestamp()
+        extra: dict[str, Any] = {} if ts_type == TIMESTAMP_NOT_AVAILABLE else {"timestamp": timestamp}
+        headers = copy_headers(message.headers(), Provenance(tp.topic, tp.partition, offset),
+                               self._epochs(tp, leader_epoch))
+        on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
+        while True:
+            try:
+                self._producer.produce(tp.topic, value=message.value(), key=message.key(), partition=tp.partition,
+                                       headers=headers, on_delivery=on_delivery, **extra)
+                return
+            except BufferError:  # the producer's queue is full: wait for the target to take some
+                self._producer.poll(0.1)
+
+    def _epochs(self, tp: TopicPartition, leader_epoch: int | None) -> InternalMetadata | None:
+        """The epochs a record was read under: the topic epoch the consumer's metadata client accepted,
+        and the record's own leader epoch (what a resume seek waits for)."""
+        known = self._consumer.metadata_client.cache.get(tp) if self._consumer is not None else None
+        topic_epoch = NO_EPOCH if known is None else known.topic_epoch
+        if leader_epoch is None or leader_epoch < 0:
+            leader_epoch = NO_EPOCH if known is None else known.leader_epoch
+        if topic_epoch < 0 and leader_epoch < 0:
+            return None
+        return InternalMetadata(topic_epoch, leader_epoch)
+
+    def _delivered(self, tp: TopicPartition, progress: PartitionProgress, offset: int, leader_epoch: int | None,
+                   error: KafkaError | None, _: confluent_kafka.Message) -> None:
+        if error is None:
+            progress.acknowledged(offset, leader_epoch)
+            self.counts.of(tp).replicated += 1
+            return
+        progress.failed(offset, error.str())
+        if self._failure is None:
+            self._failure = (f"the target did not take the copy of {tp} offset {offset}: {error.str()}; nothing "
+                             f"from there on is committed, a restart copies it again")
+
+    def _producer_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._failure = self._failure or f"the target producer failed: {error.str()}"
+        else:
+            log.info("target producer: %s", error.str())
+
+    def _in_flight(self) -> int:
+        return sum(p.in_flight for p in self._progress.values())
+
+    # --- assignment -------------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """Resume each partition where the target says the copy got to, then let the wrapper wait."""
+        keys = [_key(p) for p in partitions]
+        committed = {_key(p): (p.offset if p.offset >= 0 else None)
+                     for p in consumer.committed([_ck(tp) for tp in keys], timeout=30)} if keys else {}
+        committed_epochs = consumer.committed_internal_metadata(keys) if keys else {}
+        copies = self._target_copies(keys)
+        decisions = {}
+        for tp in keys:
+            start = 0
+            if committed[tp] is None and copies.get(tp) is not None:
+                start = consumer.get_watermark_offsets(_ck(tp), timeout=30)[0]
+            decisions[tp] = decide_resume(tp, committed[tp], committed_epochs.get(tp), copies.get(tp), start)
+        # A seek right after assign() fails in librdkafka while the partition's fetcher is not started
+        # yet (Local: Erroneous state), so the resume offset goes into the assignment itself; the
+        # partition stays paused until the loop's KIP-232 seek (same offset, with the floor) succeeds.
+        consumer.assign([_ck(tp, decisions[tp].seek_to) if decisions[tp].seek_to is not None else p
+                         for tp, p in zip(keys, partitions, strict=True)])
+        held = []
+        for tp in keys:
+            resume = decisions[tp]
+            log.info("%s", resume.note)
+            floor = resume.floor
+            if resume.seek_to is not None and floor is not None and (floor.topic_epoch >= 0 or floor.leader_epoch >= 0):
+                self._pending_seeks[tp] = (resume.seek_to, floor.to_json())
+                held.append(_ck(tp))
+            self._progress[tp] = PartitionProgress.resumed(committed[tp], resume)
+            counts = self.counts.of(tp)
+            counts.skipped_already_copied += resume.skipped
+            if committed[tp] is not None:
+                counts.committed = committed[tp]
+        if held:
+            consumer.pause(held)
+            self._held.update(_key(p) for p in held)
+        self.counts.assigned = len(self._progress)
+        self._last_activity = self._clock()
+
+    def _apply_seeks(self) -> None:
+        """The resume seeks with their internal metadata: the wrapper then holds each partition until
+        the source's metadata is at least as new as the epochs the last copy was read under; the
+        partition is resumed here once it no longer waits (the wrapper leaves a user's pause alone)."""
+        consumer = self._consumer
+        assert consumer is not None
+        for tp, (offset, floor) in list(self._pending_seeks.items()):
+            try:
+                consumer.seek(_ck(tp), offset, floor)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._STATE:
+                    continue  # the fetcher has not started yet: next time round
+                raise
+            del self._pending_seeks[tp]
+        waiting = consumer.waiting_for_metadata
+        ready = [tp for tp in self._held if tp not in self._pending_seeks and tp not in waiting]
+        if ready:
+            consumer.resume([_ck(tp) for tp in ready])
+            self._held.difference_update(ready)
+
+    def _on_revoke(self, _: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """Before the partitions go: wait for the target's acks and commit them, so the next owner
+        starts exactly after the last copy."""
+        keys = [_key(p) for p in partitions]
+        self._flush()
+        self._commit(keys)
+        self._drop(keys)
+
+    def _on_lost(self, _: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """Lost (the session expired): another member may own them already, so nothing is committed;
+        the new owner's tail read finds what was copied."""
+        self._drop(_key(p) for p in partitions)
+
+    def _drop(self, keys: Iterable[TopicPartition]) -> None:
+        for tp in keys:
+            self._progress.pop(tp, None)
+            self._pending_seeks.pop(tp, None)
+            self._held.discard(tp)
+        self.counts.assigned = len(self._progress)
+
+    def _target_copies(self, keys: Sequence[TopicPartition]) -> dict[TopicPartition, CopiedRecord | None]:
+        """The last copy of each source partition that its target partition holds (tail read)."""
+        if not keys:
+            return {}
+        tails = read_tails(self.target, keys, self.options.tail_records, _quiet(self.options.producer_config))
+        return {tp: last_copied(tails[tp], tp) for tp in keys}
+
+    # --- commits, status, shutdown ----------------------------------------------------------------------
+
+    def _commit(self, keys: Iterable[TopicPartition] | None = None) -> None:
+        """Commit, per partition, the offset after the highest contiguous acknowledged copy."""
+        if self._consumer is None:
+            return
+        wanted = list(self._progress) if keys is None else [tp for tp in keys if tp in self._progress]
+        offsets = []
+        for tp in wanted:
+            commit = self._progress[tp].to_commit()
+            if commit is not None:
+                offset, epoch = commit
+                extra = {"leader_epoch": epoch} if epoch is not None and epoch >= 0 else {}
+                offsets.append(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset, **extra))
+        if not offsets:
+            return
+        try:
+            result = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("commit of %s failed (tried again later): %s",
+                        ", ".join(f"{p.topic}-{p.partition}@{p.offset}" for p in offsets), exc.args[0])
+            return
+        for partition in result or offsets:
+            tp = _key(partition)
+            if partition.error is not None:
+                log.warning("commit of %s@%d refused: %s", tp, partition.offset, partition.error)
+                continue
+            if tp in self._progress:
+                self._progress[tp].committed = partition.offset
+            self.counts.of(tp).committed = partition.offset
+
+    def _flush(self) -> None:
+        if self._producer is not None:
+            left = self._producer.flush(self.options.flush_timeout_s)
+            if left:
+                log.warning("%d copies still unacknowledged after %g s; they are not committed", left,
+                            self.options.flush_timeout_s)
+
+    def _refresh_counts(self) -> None:
+        consumer = self._consumer
+        self.counts.in_flight = self._in_flight()
+        self.counts.assigned = len(self._progress)
+        if consumer is None:
+            return
+        self.counts.stale_metadata_refused = consumer.metadata_client.refusals + self._source_metadata.refusals
+        self.counts.resets = int(getattr(consumer, "resets", 0) or 0)
+        lags = []
+        for tp, progress in self._progress.items():
+            try:
+                _, high = consumer.get_watermark_offsets(_ck(tp), cached=True)
+            except KafkaException:
+                continue
+            lag = progress.lag(high)
+            if lag is not None:
+                lags.append(lag)
+        self.counts.lag = sum(lags) if lags else None
+
+    def _status(self) -> None:
+        self._refresh_counts()
+        print(self.counts.status_line(), file=self._out, flush=True)
+
+    def _finish(self, reason: str) -> None:
+        """Flush, commit what the target acknowledged, leave the group, print the summary."""
+        try:
+            if self._producer is not None:
+                self._flush()
+            self._commit()
+            self._refresh_counts()
+        finally:
+            try:
+                if self._consumer is not None:
+                    self._consumer.close()
+            finally:
+                self._source_metadata.close()
+                self._consumer = None
+                print(self.counts.summary(reason), file=self._out, flush=True)
+
+
+def _quiet(config: dict[str, Any]) -> dict[str, Any]:
+    """The user's log settings, for the helper clients (admin, tail reader)."""
+    return {k: v for k, v in config.items() if k in ("log_level", "debug")}
