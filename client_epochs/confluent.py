@@ -380,7 +380,10 @@ class Consumer(confluent_kafka.Consumer):
         tp = _key(partition)
         epoch = partition.leader_epoch if partition.leader_epoch is not None else self._leader_epochs.get(tp)
         internal = self._guard.internal_metadata(tp, epoch)
-        extra = {"leader_epoch": internal.leader_epoch} if internal.leader_epoch >= 0 else {}
+        # KIP-320's committed leader epoch stays the consumed record's (truncation detection compares it
+        # with the leader's log); the internal metadata carries the metadata's, which never goes back.
+        committed_epoch = epoch if epoch is not None and epoch >= 0 else internal.leader_epoch
+        extra = {"leader_epoch": committed_epoch} if committed_epoch >= 0 else {}
         return confluent_kafka.TopicPartition(tp.topic, tp.partition, partition.offset,
                                               metadata=encode(partition.metadata, internal), **extra)
 

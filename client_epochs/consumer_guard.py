@@ -179,9 +179,16 @@ class EpochGuard:
 
     def internal_metadata(self, tp: TopicPartition, leader_epoch: int | None = None,
                           timeout: float = 10.0) -> InternalMetadata:
-        """The epochs to store with an offset of `tp`: the topic epoch the metadata client sees (asked
-        for when it has none yet) and `leader_epoch`, the epoch of the last message consumed, when the
-        client reports one; else the partition's leader epoch in the metadata."""
+        """The epochs to store with an offset of `tp`: the topic epoch and the leader epoch the metadata
+        client sees (asked for when it has none yet), as KIP-232 has the consumer commit from its
+        cached metadata; `leader_epoch`, the epoch of the last message consumed, only when it is newer.
+
+        Not the message's epoch alone: records written before a leader election carry the older
+        epoch, so a consumer catching up after a resume would commit epochs that go backwards, and
+        the coordinator refuses those (INVALID_INTERNAL_METADATA) for as long as it reads old records.
+        The metadata cache never moves backwards and messages' epochs only grow along a log, so the
+        larger of the two is monotonic for one consumer, and never newer than the cluster's metadata
+        (a floor a restarted consumer can reach)."""
         known = self.metadata.cache.get(tp)
         if known is None:
             try:
@@ -190,9 +197,9 @@ class EpochGuard:
                 log.warning("no metadata for %s, its commit carries no epochs: %s", tp, exc)
             known = self.metadata.cache.get(tp)
         topic_epoch = NO_EPOCH if known is None else known.topic_epoch
-        if leader_epoch is None or leader_epoch < 0:
-            leader_epoch = NO_EPOCH if known is None else known.leader_epoch
-        return InternalMetadata(topic_epoch, leader_epoch)
+        cached = NO_EPOCH if known is None else known.leader_epoch
+        consumed = NO_EPOCH if leader_epoch is None else leader_epoch
+        return InternalMetadata(topic_epoch, max(cached, consumed, NO_EPOCH))
 
     def resolve_out_of_range(self, tp: TopicPartition, position: int | None, policy: str,
                              timeout: float = 30.0) -> Resolution:

@@ -394,8 +394,13 @@ class KafkaConsumer(kafka.KafkaConsumer):
                 continue
             tp = _key(partition)
             given = entry.leader_epoch if entry.leader_epoch is not None and entry.leader_epoch >= 0 else None
-            internal = self._guard.internal_metadata(tp, given if given is not None else self._leader_epochs.get(tp))
-            epoch = internal.leader_epoch if internal.leader_epoch >= 0 else entry.leader_epoch
+            consumed = given if given is not None else self._leader_epochs.get(tp)
+            internal = self._guard.internal_metadata(tp, consumed)
+            # KIP-320's committed leader epoch stays the consumed record's; the internal metadata's never goes back.
+            if consumed is not None:
+                epoch = consumed
+            else:
+                epoch = internal.leader_epoch if internal.leader_epoch >= 0 else entry.leader_epoch
             encoded[partition] = OffsetAndMetadata(entry.offset, encode(entry.metadata, internal), epoch)
         return encoded
 

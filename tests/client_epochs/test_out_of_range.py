@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from kafka import TopicPartition as KafkaPartition
 from kafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRangeError
 
-from client_epochs import MetadataClient, TopicPartition
+from client_epochs import EVERYTHING, MetadataClient, PartitionMetadata, TopicPartition
 from client_epochs.confluent import Consumer
 from client_epochs.consumer_guard import EpochGuard
 from client_epochs.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
@@ -442,3 +442,21 @@ def test_kafka_python_wrapper_with_policy_none_raises_kafka_pythons_own_error(br
         assert consumer.resets == 0
     finally:
         consumer.close()
+
+
+# --- the epochs a commit carries ------------------------------------------------------------------------------
+
+
+@given(st.integers(0, 20), st.lists(st.integers(0, 20), min_size=1, max_size=12), st.integers(0, 5))
+def test_committed_internal_metadata_never_goes_back_while_old_records_are_read(cached_epoch, written, topic_epoch):
+    """KIP-232 has a consumer commit the epochs of its cached metadata. Records written before an
+    election carry older leader epochs; committing theirs would go backwards after a resume, and the
+    coordinator refuses that (INVALID_INTERNAL_METADATA) until the consumer reaches newer records. The
+    internal metadata takes the larger of the cached and the consumed epoch: monotonic along a log."""
+    guard = EpochGuard(MetadataClient("127.0.0.1:1"))
+    guard.metadata.cache.offer({TP: PartitionMetadata(1, cached_epoch, None, topic_epoch)}, interest=EVERYTHING)
+    committed = [guard.internal_metadata(TP, epoch) for epoch in sorted(written)]  # epochs only grow along a log
+    assert committed == sorted(committed)
+    assert all(c.topic_epoch == topic_epoch and c.leader_epoch >= cached_epoch for c in committed)
+    assert committed[-1].leader_epoch == max(cached_epoch, max(written))
+    assert guard.internal_metadata(TP, None) == InternalMetadata(topic_epoch, cached_epoch)
