@@ -41,7 +41,7 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException
 
 from client_epochs.committed import encode, parse_internal, split
-from client_epochs.consumer_guard import EpochGuard, RecreatedPolicy
+from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, RecreatedPolicy
 from client_epochs.errors import InvalidOffsetError
 from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED, LogBoundsError, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
@@ -65,7 +65,7 @@ def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
     return TopicPartition(partition.topic, partition.partition)
 
 
-class Consumer(confluent_kafka.Consumer):
+class Consumer(GuardedConsumer, confluent_kafka.Consumer):
     """confluent_kafka.Consumer that commits, seeks and waits by KIP-232 epochs (see the module docstring)."""
 
     def __init__(self, config: dict[str, Any], *args: Any, on_topic_recreated: RecreatedPolicy = "raise",
@@ -102,20 +102,6 @@ class Consumer(confluent_kafka.Consumer):
     def waiting_for_metadata(self) -> frozenset[TopicPartition]:
         """Partitions paused until the cluster's metadata is at least as new as their committed epochs."""
         return self._guard.waiting
-
-    @property
-    def metadata_client(self) -> MetadataClient:
-        return self._guard.metadata
-
-    @property
-    def resets(self) -> int:
-        """Offset resets done because the current leader no longer holds the position (deleted or truncated)."""
-        return self._guard.resets
-
-    @property
-    def out_of_range_without_reset(self) -> int:
-        """OFFSET_OUT_OF_RANGE answers for positions the current leader holds: resumed, not reset."""
-        return self._guard.out_of_range_without_reset
 
     # --- assignment -------------------------------------------------------------------------------------
 

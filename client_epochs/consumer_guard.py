@@ -239,3 +239,22 @@ class EpochGuard:
             if meta.topic_id is not None:
                 self.topic_ids[tp.topic] = meta.topic_id
 
+
+class GuardedConsumer:
+    """What both wrappers show of the EpochGuard they keep as `_guard` (a mixin, first in their bases)."""
+
+    _guard: EpochGuard
+
+    @property
+    def metadata_client(self) -> MetadataClient:
+        return self._guard.metadata
+
+    @property
+    def resets(self) -> int:
+        """Offset resets done because the current leader no longer holds the position (deleted or truncated)."""
+        return self._guard.resets
+
+    @property
+    def out_of_range_without_reset(self) -> int:
+        """OFFSET_OUT_OF_RANGE answers for positions the current leader holds: resumed, not reset."""
+        return self._guard.out_of_range_without_reset

@@ -48,7 +48,7 @@ from kafka.cluster import collect_hosts
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
 
 from client_epochs.committed import encode, parse_internal, split
-from client_epochs.consumer_guard import EpochGuard, RecreatedPolicy
+from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, RecreatedPolicy
 from client_epochs.errors import InvalidOffsetError
 from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED
 from client_epochs.metadata_client import MetadataClient
@@ -100,7 +100,7 @@ def _bootstrap(servers: str | Iterable[str]) -> str:
     return ",".join(entries)
 
 
-class KafkaConsumer(kafka.KafkaConsumer):
+class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
     """kafka.KafkaConsumer that commits, seeks and waits by KIP-232 epochs (see the module docstring)."""
 
     def __init__(self, *topics: str, on_topic_recreated: RecreatedPolicy = "raise",
@@ -133,20 +133,6 @@ class KafkaConsumer(kafka.KafkaConsumer):
         """Partitions paused until the cluster's metadata is at least as new as their committed epochs
         (including newly assigned ones whose commits poll has not read yet)."""
         return self._guard.waiting | frozenset(self._pending)
-
-    @property
-    def metadata_client(self) -> MetadataClient:
-        return self._guard.metadata
-
-    @property
-    def resets(self) -> int:
-        """Offset resets done because the current leader no longer holds the position (deleted or truncated)."""
-        return self._guard.resets
-
-    @property
-    def out_of_range_without_reset(self) -> int:
-        """OFFSET_OUT_OF_RANGE answers for positions the current leader holds: resumed, not reset."""
-        return self._guard.out_of_range_without_reset
 
     # --- assignment -------------------------------------------------------------------------------------
 

@@ -11,15 +11,15 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer as RawConsumer
-from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewPartitions, NewTopic
 
-from client_epochs import MetadataClient
 from client_epochs import TopicPartition as Key
 from client_epochs.confluent import Consumer
 from client_epochs.errors import TopicRecreatedError
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
-from tests.test_broker_processes import BROKER, QUIET, one_broker
+from tests.client_epochs.wrapper_cluster import OneBrokerCluster, consume
+from tests.test_broker_processes import QUIET, one_broker
 from tests.test_controller_processes import create, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,27 +28,7 @@ GROUP_SETTINGS = {"enable.auto.commit": False, "auto.offset.reset": "earliest", 
                   "heartbeat.interval.ms": 500, **QUIET}
 
 
-class Cluster:
-    def __init__(self, cluster, address: str) -> None:
-        self.cluster = cluster
-        self.address = address
-        self.admin = AdminClient({"bootstrap.servers": address, **QUIET})
-        self.pause_file = cluster.specs[BROKER].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
-
-    def topic(self, name: str, messages: int, partitions: int = 1) -> None:
-        create(self.admin, NewTopic(name, partitions, 1))
-        self.produce(name, messages)
-
-    def produce(self, name: str, messages: int) -> None:
-        producer = Producer({"bootstrap.servers": self.address, **QUIET})
-        for n in range(messages):
-            producer.produce(name, f"{name}-{n}".encode(), partition=0)
-        assert producer.flush(30) == 0
-
-    def epochs(self, name: str, partition: int = 0):
-        with MetadataClient(self.address) as client:
-            return client.fetch([name]).partitions[Key(name, partition)]
-
+class Cluster(OneBrokerCluster):
     def consumer(self, group: str, **options) -> Consumer:
         return Consumer({"bootstrap.servers": self.address, "group.id": group, **GROUP_SETTINGS}, **options)
 
@@ -60,16 +40,6 @@ class Cluster:
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
     with one_broker(tmp_path_factory.mktemp("confluent-wrapper")) as (cluster, address):
         yield Cluster(cluster, address)
-
-
-def consume(consumer, count: int, timeout_s: float = 30.0) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        for message in consumer.consume(count - len(got), 0.5):
-            assert message.error() is None, message.error()
-            got.append(message)
-    return got
 
 
 def test_commit_keeps_user_metadata_and_hides_the_internal_one(cluster):

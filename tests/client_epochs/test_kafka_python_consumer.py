@@ -14,17 +14,16 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 from kafka import KafkaConsumer as RawConsumer
 from kafka import OffsetAndMetadata, TopicPartition
 
-from client_epochs import MetadataClient
 from client_epochs import TopicPartition as Key
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.kafka_python import KafkaConsumer
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
-from tests.test_broker_processes import BROKER, QUIET, one_broker
+from tests.client_epochs.wrapper_cluster import OneBrokerCluster
+from tests.test_broker_processes import one_broker
 from tests.test_controller_processes import create, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -33,27 +32,7 @@ GROUP_SETTINGS = {"enable_auto_commit": False, "auto_offset_reset": "earliest", 
                   "heartbeat_interval_ms": 500}
 
 
-class Cluster:
-    def __init__(self, cluster, address: str) -> None:
-        self.cluster = cluster
-        self.address = address
-        self.admin = AdminClient({"bootstrap.servers": address, **QUIET})
-        self.pause_file = cluster.specs[BROKER].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
-
-    def topic(self, name: str, messages: int, partitions: int = 1) -> None:
-        create(self.admin, NewTopic(name, partitions, 1))
-        self.produce(name, messages)
-
-    def produce(self, name: str, messages: int) -> None:
-        producer = Producer({"bootstrap.servers": self.address, **QUIET})
-        for n in range(messages):
-            producer.produce(name, f"{name}-{n}".encode(), partition=0)
-        assert producer.flush(30) == 0
-
-    def epochs(self, name: str, partition: int = 0):
-        with MetadataClient(self.address) as client:
-            return client.fetch([name]).partitions[Key(name, partition)]
-
+class Cluster(OneBrokerCluster):
     def consumer(self, group: str | None, *topics: str, **options) -> KafkaConsumer:
         return KafkaConsumer(*topics, bootstrap_servers=self.address, group_id=group, **GROUP_SETTINGS, **options)
 

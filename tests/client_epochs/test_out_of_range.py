@@ -33,6 +33,7 @@ from client_epochs.kafka_python import KafkaConsumer
 from client_epochs.log_bounds import LogBounds, LogBoundsClient
 from client_epochs.out_of_range import normalize_policy, resolve
 from quorum.wire.internal_metadata import InternalMetadata
+from tests.client_epochs.wrapper_cluster import consume
 from tests.test_broker_processes import BROKER, QUIET, one_broker
 from tests.test_controller_processes import create, wait_until
 
@@ -219,16 +220,6 @@ def broker(tmp_path_factory) -> Iterator[Broker]:
     with one_broker(tmp_path_factory.mktemp("out-of-range"), {"log.retention.check.interval.ms": "200"}) as (
             cluster, address):
         yield Broker(cluster, address)
-
-
-def consume(consumer: Consumer, count: int, timeout_s: float = 30.0) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        for message in consumer.consume(count - len(got), 0.5):
-            assert message.error() is None, message.error()
-            got.append(message)
-    return got
 
 
 def test_log_bounds_come_from_the_leader_and_an_unknown_leader_epoch_is_asked_again(broker):

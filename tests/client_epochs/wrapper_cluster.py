@@ -1,0 +1,48 @@
+"""What the wrapper tests share: a one-broker cluster that makes topics, writes numbered records,
+reads a partition's epochs and freezes the broker's Metadata answers (its PAUSE_METADATA file), and
+a confluent-kafka consume loop. Each client's test adds its own consumers on top."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from client_epochs import MetadataClient, PartitionMetadata, TopicPartition
+from tests.test_broker_processes import BROKER, QUIET
+from tests.test_controller_processes import create
+
+
+class OneBrokerCluster:
+    def __init__(self, cluster, address: str) -> None:
+        self.cluster = cluster
+        self.address = address
+        self.admin = AdminClient({"bootstrap.servers": address, **QUIET})
+        self.pause_file = cluster.specs[BROKER].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
+
+    def topic(self, name: str, messages: int, partitions: int = 1) -> None:
+        create(self.admin, NewTopic(name, partitions, 1))
+        self.produce(name, messages)
+
+    def produce(self, name: str, messages: int) -> None:
+        """Records "<name>-<n>" for n below `messages`, to partition 0."""
+        producer = Producer({"bootstrap.servers": self.address, **QUIET})
+        for n in range(messages):
+            producer.produce(name, f"{name}-{n}".encode(), partition=0)
+        assert producer.flush(30) == 0
+
+    def epochs(self, name: str, partition: int = 0) -> PartitionMetadata:
+        with MetadataClient(self.address) as client:
+            return client.fetch([name]).partitions[TopicPartition(name, partition)]
+
+
+def consume(consumer, count: int, timeout_s: float = 30.0) -> list:
+    """Up to `count` messages from a confluent-kafka consumer (wrapped or raw), none with an error."""
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        for message in consumer.consume(count - len(got), 0.5):
+            assert message.error() is None, message.error()
+            got.append(message)
+    return got
