@@ -80,8 +80,11 @@ class BackgroundConsumer:
         self.seen: list[bytes] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
+        # A Metadata request lost with a killed broker can leave librdkafka waiting for "up-to-date
+        # metadata" before it joins, until its next periodic refresh (5 minutes by default).
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-readers",
-                                   "auto.offset.reset": "earliest", **QUIET})
+                                   "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 10_000,
+                                   **QUIET})
         self._thread = threading.Thread(target=self._run, name="chaos-consumer", daemon=True)
 
     def _run(self) -> None:
