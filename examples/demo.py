@@ -8,7 +8,8 @@ leader still down, the others commit on, snapshot (KIP-630) and drop the log bel
 snapshot, so the old leader, restarted, rejoins by FetchSnapshot. Part 4: the same cluster's
 two brokers, registered with the active controller; confluent-kafka's AdminClient creates topics
 through them, all three clients list them, and a broker killed with SIGKILL is fenced: its
-partitions get new leaders.
+partitions get new leaders. Part 5: `client-epochs-mirror` (KIP-232 epoch-aware consumer, idempotent
+producer) copies `orders` to a second local cluster and commits with internal metadata.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from examples.mirror_demo import mirror_demo
 from quorum.admin import QuorumStatus, commit_values, format_replication, format_status, wait_for_leader
 from quorum.launcher import LocalCluster, start_standalone
 from quorum.log.log import Log
@@ -198,6 +200,7 @@ def brokers_demo(cluster: LocalCluster) -> None:
     read = count_messages(survivor, "orders", 4)
     print(f"... {read} of the {produced} acknowledged orders read back from broker "
           f"{next(s.node_id for s in brokers if s.node_id != victim)} alone (replication factor 2)")
+    mirror_demo(survivor)
 
 
 def produce_orders(bootstrap: str, messages: int) -> int:
