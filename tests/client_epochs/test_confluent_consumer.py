@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka.admin import NewPartitions
 
 from client_epochs import TopicPartition as Key
 from client_epochs.confluent import Consumer
@@ -20,7 +20,7 @@ from client_epochs.errors import TopicRecreatedError
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster, consume
 from tests.test_broker_processes import QUIET, one_broker
-from tests.test_controller_processes import create, wait_until
+from tests.test_controller_processes import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -145,20 +145,6 @@ def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_clie
         wrapped.close()
 
 
-def recreate(cluster: Cluster, name: str) -> None:
-    for future in cluster.admin.delete_topics([name], request_timeout=30).values():
-        future.result(timeout=30)
-
-    def created() -> bool:
-        try:
-            create(cluster.admin, NewTopic(name, 1, 1))
-        except Exception:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
-            return False
-        return True
-
-    wait_until(f"{name} created again", created, timeout_s=30)
-
-
 def test_a_recreated_topic_raises_while_the_raw_client_silently_skips(cluster):
     cluster.topic("again", 5)
     wrapped = cluster.consumer("again-wrapped", metadata_check_interval_s=0.3)
@@ -170,7 +156,7 @@ def test_a_recreated_topic_raises_while_the_raw_client_silently_skips(cluster):
             consumer.commit(asynchronous=False)
         raw.close()
         first = cluster.epochs("again")
-        recreate(cluster, "again")
+        cluster.recreate("again")
         cluster.produce("again", 8)
         second = cluster.epochs("again")
         assert second.topic_id != first.topic_id and second.topic_epoch > first.topic_epoch

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka.admin import NewPartitions
 from kafka import KafkaConsumer as RawConsumer
 from kafka import OffsetAndMetadata, TopicPartition
 
@@ -24,7 +24,6 @@ from client_epochs.kafka_python import KafkaConsumer
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster
 from tests.test_broker_processes import one_broker
-from tests.test_controller_processes import create, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -220,20 +219,6 @@ def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_clie
             wrapper.close()
 
 
-def recreate(cluster: Cluster, name: str) -> None:
-    for future in cluster.admin.delete_topics([name], request_timeout=30).values():
-        future.result(timeout=30)
-
-    def created() -> bool:
-        try:
-            create(cluster.admin, NewTopic(name, 1, 1))
-        except Exception:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
-            return False
-        return True
-
-    wait_until(f"{name} created again", created, timeout_s=30)
-
-
 def commit_and_recreate(cluster: Cluster, wrapped: KafkaConsumer, name: str) -> None:
     """`wrapped` consumes `name`'s 5 messages and commits; then the topic is deleted, created again and given
     8 new messages."""
@@ -241,7 +226,7 @@ def commit_and_recreate(cluster: Cluster, wrapped: KafkaConsumer, name: str) -> 
     assert len(consume(wrapped, 5)) == 5
     wrapped.commit()
     first = cluster.epochs(name)
-    recreate(cluster, name)
+    cluster.recreate(name)
     cluster.produce(name, 8)
     second = cluster.epochs(name)
     assert second.topic_id != first.topic_id and second.topic_epoch > first.topic_epoch

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs import MetadataClient, PartitionMetadata, TopicPartition
 from tests.test_broker_processes import BROKER, QUIET
-from tests.test_controller_processes import create
+from tests.test_controller_processes import create, wait_until
 
 
 class OneBrokerCluster:
@@ -31,6 +31,20 @@ class OneBrokerCluster:
         for n in range(messages):
             producer.produce(name, f"{name}-{n}".encode(), partition=0)
         assert producer.flush(30) == 0
+
+    def recreate(self, name: str) -> None:
+        """Delete topic `name` and create it again (1 partition): a new topic id and a higher topic epoch."""
+        for future in self.admin.delete_topics([name], request_timeout=30).values():
+            future.result(timeout=30)
+
+        def created() -> bool:
+            try:
+                create(self.admin, NewTopic(name, 1, 1))
+            except Exception:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
+                return False
+            return True
+
+        wait_until(f"{name} created again", created, timeout_s=30)
 
     def epochs(self, name: str, partition: int = 0) -> PartitionMetadata:
         with MetadataClient(self.address) as client:
