@@ -48,7 +48,12 @@ a ceiling of the client and of the project's listener and codec together, which 
 MB are 10^6 bytes of message values (keys are empty; record and batch headers are not counted).
 Client and server share the machine's cores (and the broker's disk writes reach the page cache
 only), so on a small or busy machine the figures move from run to run: on two shared cores, by a
-third and more between runs; compare rows of one run.
+third and more between runs; compare rows of one run. On a virtual machine that hands freed memory
+back to its host (virtio-balloon free-page reporting, as on the team's Firecracker VMs), writing
+gigabytes into the page cache costs the kernel twice as much once that memory has gone back: the
+broker's user CPU stays flat while its system CPU doubles, and produce falls from ~65% of the
+ceiling on the first 2 GB to ~33% on the next rows (perf: copy_folio_from_iter_atomic). Comparing
+commits, use the first produce row or a smaller BENCH_BROKER_MESSAGES (400,000).
 """
 
 from __future__ import annotations
