@@ -130,3 +130,23 @@ class BrokerConnection:
         if left <= 0:
             raise TimeoutError
         return left
+
+
+class ConnectionPool:
+    """One BrokerConnection per broker address, opened on first use and kept until `close()`: the
+    metadata client, the offset fetcher and the log-bounds client each ask the same brokers again."""
+
+    def __init__(self, client_id: str = "client-epochs") -> None:
+        self.client_id = client_id
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+
+    def get(self, address: tuple[str, int]) -> BrokerConnection:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = self._connections[address] = BrokerConnection(*address, client_id=self.client_id)
+        return connection
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from client_epochs.connection import BrokerConnection, BrokerError
+from client_epochs.connection import BrokerConnection, BrokerError, ConnectionPool
 from client_epochs.epoch_cache import EpochSource
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
 from client_epochs.model import TopicPartition
@@ -107,14 +107,12 @@ class LogBoundsClient:
         self._request_timeout_s = request_timeout_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._connections = ConnectionPool()
         self.retries = 0
         """Attempts that had to be made again (fenced, moved or unreachable leader), for tests and logs."""
 
     def close(self) -> None:
-        for connection in self._connections.values():
-            connection.close()
-        self._connections.clear()
+        self._connections.close()
 
     def fetch(self, tp: TopicPartition, floor: EpochSource | None = None, timeout: float = 30.0) -> LogBounds:
         """The bounds of `tp` from its current leader, retried with backoff until `timeout`.
@@ -155,7 +153,7 @@ class LogBoundsClient:
         if meta.leader_id < 0 or broker is None:
             raise _Retry(f"metadata from {current.answered_by} names no reachable leader for {tp} "
                          f"(leader {meta.leader_id})")
-        connection = self._connection((broker.host, broker.port))
+        connection = self._connections.get((broker.host, broker.port))
         request_deadline = min(deadline, time.monotonic() + self._request_timeout_s)
         log_start = self._list(connection, tp, EARLIEST, meta.leader_epoch, meta.leader_id, request_deadline)
         log_end = self._list(connection, tp, LATEST, meta.leader_epoch, meta.leader_id, request_deadline)
@@ -182,9 +180,3 @@ class LogBoundsClient:
         if answer.offset < 0:
             raise _Retry(f"broker {leader_id} ({connection.address}) has no {what} offset for {tp} yet")
         return answer.offset
-
-    def _connection(self, address: tuple[str, int]) -> BrokerConnection:
-        connection = self._connections.get(address)
-        if connection is None:
-            connection = self._connections[address] = BrokerConnection(*address, client_id="client-epochs")
-        return connection

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from client_epochs.connection import BrokerConnection, BrokerError, BrokerProtocolError, parse_bootstrap
+from client_epochs.connection import BrokerConnection, BrokerError, BrokerProtocolError, ConnectionPool, parse_bootstrap
 from client_epochs.epoch_cache import EpochCache, EpochSource, Interest, Verdict
 from client_epochs.model import (
     NO_EPOCH,
@@ -80,11 +80,10 @@ class MetadataClient:
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, backoff_s: float = DEFAULT_BACKOFF_S,
                  backoff_max_s: float = DEFAULT_BACKOFF_MAX_S, cache: EpochCache | None = None) -> None:
         self._addresses: list[tuple[str, int]] = parse_bootstrap(bootstrap)
-        self._client_id = client_id
         self._request_timeout_s = request_timeout_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._connections = ConnectionPool(client_id)
         self._cursor = 0
         self.cache = cache if cache is not None else EpochCache()
         self.refusals = 0
@@ -99,9 +98,7 @@ class MetadataClient:
         self.close()
 
     def close(self) -> None:
-        for connection in self._connections.values():
-            connection.close()
-        self._connections.clear()
+        self._connections.close()
 
     @property
     def brokers(self) -> list[str]:
@@ -201,14 +198,8 @@ class MetadataClient:
             if address not in self._addresses:
                 self._addresses.append(address)
 
-    def _connection(self, address: tuple[str, int]) -> BrokerConnection:
-        connection = self._connections.get(address)
-        if connection is None:
-            connection = self._connections[address] = BrokerConnection(*address, client_id=self._client_id)
-        return connection
-
     def _fetch_from(self, address: tuple[str, int], topics: list[str] | None, deadline: float) -> ClusterMetadata:
-        connection = self._connection(address)
+        connection = self._connections.get(address)
         request_deadline = min(deadline, time.monotonic() + self._request_timeout_s)
         version = self._metadata_version(connection, request_deadline)
         response = connection.request(METADATA, version, _metadata_request(topics, version), request_deadline)

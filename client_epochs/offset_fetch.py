@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client_epochs.connection import BrokerConnection, BrokerError, parse_bootstrap
+from client_epochs.connection import BrokerError, ConnectionPool, parse_bootstrap
 from client_epochs.model import NO_EPOCH, TopicPartition
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
@@ -46,15 +46,12 @@ class OffsetFetcher:
 
     def __init__(self, bootstrap: str, client_id: str = "client-epochs", retry_backoff_s: float = 0.1) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
-        self._client_id = client_id
         self._backoff_s = retry_backoff_s
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._connections = ConnectionPool(client_id)
         self._coordinators: dict[str, tuple[str, int]] = {}
 
     def close(self) -> None:
-        for connection in self._connections.values():
-            connection.close()
-        self._connections.clear()
+        self._connections.close()
 
     def fetch(self, group: str, partitions: Iterable[TopicPartition], timeout: float = 30.0
               ) -> dict[TopicPartition, CommittedOffset]:
@@ -75,7 +72,7 @@ class OffsetFetcher:
 
     def _fetch_once(self, group: str, wanted: list[TopicPartition], deadline: float
                     ) -> dict[TopicPartition, CommittedOffset]:
-        connection = self._connection(self._coordinator(group, deadline))
+        connection = self._connections.get(self._coordinator(group, deadline))
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in wanted:
             by_topic[tp.topic].append(tp.partition)
@@ -103,7 +100,7 @@ class OffsetFetcher:
             return known
         failures = []
         for address in self._bootstrap:
-            connection = self._connection(address)
+            connection = self._connections.get(address)
             try:
                 response = connection.request(FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
                                               FIND_COORDINATOR.request(key=group, key_type=0), deadline)
@@ -116,10 +113,4 @@ class OffsetFetcher:
             self._coordinators[group] = (response.host, response.port)
             return self._coordinators[group]
         raise failures[-1]
-
-    def _connection(self, address: tuple[str, int]) -> BrokerConnection:
-        connection = self._connections.get(address)
-        if connection is None:
-            connection = self._connections[address] = BrokerConnection(*address, client_id=self._client_id)
-        return connection
 
