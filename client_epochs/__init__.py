@@ -11,6 +11,8 @@ with an old view; a consumer that believes it can rewind or skip (KAFKA-6262). H
 
 Internal metadata (the epochs stored with a committed offset) is `quorum.wire.internal_metadata`;
 its `InternalMetadata` works as a floor for `refresh_until_current()` and `EpochCache.check_floors()`.
+Both it and `InvalidInternalMetadataError` (unparsable internal metadata, naming the partition) are
+importable from here, beside `TopicRecreatedError`: users catch them from the package they use.
 
 Drop-in consumers: `client_epochs.confluent.Consumer` (confluent-kafka; imported from its own module
 so that confluent-kafka stays an optional dependency) and `client_epochs.kafka_python.KafkaConsumer`
@@ -40,10 +42,12 @@ from client_epochs.model import (
     PartitionMetadata,
     TopicPartition,
 )
+from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError
 
 __all__ = [
     "EVERYTHING", "NO_EPOCH", "NO_LEADER",
     "BrokerError", "BrokerMetadata", "BrokerProtocolError", "ClusterMetadata", "EpochCache", "EpochSource", "Epochs",
-    "Interest", "MetadataClient", "MetadataUnavailableError", "PartitionMetadata", "StaleMetadataError", "Staleness",
+    "Interest", "InternalMetadata", "InvalidInternalMetadataError", "MetadataClient", "MetadataUnavailableError",
+    "PartitionMetadata", "StaleMetadataError", "Staleness",
     "TopicPartition", "TopicRecreatedError", "Verdict", "epochs_of", "is_outdated", "judge", "parse_bootstrap",
 ]
