@@ -20,7 +20,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from quorum.raft.control import build_leader_change_batch, find_cluster_id, generate_cluster_id, scan_batches
+from quorum.raft.cluster_id import ClusterIdTracker, ids_conflict
+from quorum.raft.control import build_leader_change_batch, scan_batches
 from quorum.raft.divergence import check_fetch, truncation_offset
 from quorum.raft.interface import (
     AbandonSnapshotFetch,
@@ -115,9 +116,7 @@ class RaftCore:
         self._now = now_ms
         self._actions: list[Action] = []
         self._fatal: str | None = None
-        self._committed_cluster_id = cluster_id
-        # (offset, id) of the first LeaderChange in the log that carries a cluster id.
-        self._log_cluster_id = find_cluster_id(log.read, log.start_offset, log.end_offset)
+        self._cluster = ClusterIdTracker(cluster_id, log, self._snapshots)  # the rule: quorum/raft/cluster_id.py
         # What a snapshot holds is committed: the high watermark starts at least there.
         self._high_watermark = max(log.start_offset, latest.offset if latest else 0)
         self._pending_append_end: int | None = None  # asked to append, not yet reported durable
@@ -173,7 +172,7 @@ class RaftCore:
     @property
     def cluster_id(self) -> str | None:
         """The cluster id known to be committed (what belongs in meta.properties), or None."""
-        return self._committed_cluster_id
+        return self._cluster.committed
 
     @property
     def is_voter(self) -> bool:
@@ -227,9 +226,9 @@ class RaftCore:
     def start(self, now_ms: int) -> list[Action]:
         """First call after construction: announces the state and starts fetching or campaigning."""
         self._begin(now_ms)
-        log_id = self._log_cluster_id[1] if self._log_cluster_id else None
-        if self._committed_cluster_id is not None and log_id is not None and log_id != self._committed_cluster_id:
-            self._die(f"the log carries cluster id {log_id}, meta.properties says {self._committed_cluster_id}")
+        conflict = self._cluster.start_conflict()
+        if conflict is not None:
+            self._die(conflict)
             return self._take()
         self._announce()
         if isinstance(self._state, Resigned):
@@ -443,16 +442,6 @@ class RaftCore:
             return state.fetching
         return None
 
-    def _known_cluster_id(self) -> str | None:
-        if self._committed_cluster_id is not None:
-            return self._committed_cluster_id
-        return self._log_cluster_id[1] if self._log_cluster_id else None
-
-    @staticmethod
-    def _cluster_ids_conflict(theirs: str | None, ours: str | None) -> bool:
-        """Only two known ids can conflict: a null one is a node that does not know it yet."""
-        return theirs is not None and ours is not None and theirs != ours
-
     def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
         """Raft's election restriction: the candidate's log ends at or after ours."""
         ours = log_position(self._log, self._snapshots)
@@ -525,11 +514,7 @@ class RaftCore:
         start = self._next_offset()
         leader = LeaderState(self._id, candidate.epoch, self._voters, start, candidate.campaign.granted, self._now)
         self._transition(leader)
-        cluster_id = self._known_cluster_id()
-        if cluster_id is None:
-            cluster_id = generate_cluster_id(self._rng)
-        if self._log_cluster_id is None:
-            self._log_cluster_id = (start, cluster_id)
+        cluster_id = self._cluster.for_new_leader(start, self._log, self._snapshots, self._rng)
         for voter in self._voters:
             if voter != self._id:
                 self._send_begin_quorum_epoch(leader, voter)
@@ -547,7 +532,7 @@ class RaftCore:
 
     def _send_end_quorum(self, resigned: Resigned) -> None:
         for voter in sorted(resigned.unacked):
-            self._send(voter, EndQuorumEpochRequest(self._committed_cluster_id, self._id, resigned.epoch,
+            self._send(voter, EndQuorumEpochRequest(self._cluster.committed, self._id, resigned.epoch,
                                                     resigned.preferred_successors))
         resigned.end_sent_ms = self._now
 
@@ -651,7 +636,7 @@ class RaftCore:
 
     def _send_votes(self, campaign: Campaign, candidate_epoch: int, pre_vote: bool) -> None:
         ours = log_position(self._log, self._snapshots)
-        request = VoteRequest(self._committed_cluster_id, candidate_epoch, self._id, ours.epoch, ours.offset, pre_vote)
+        request = VoteRequest(self._cluster.committed, candidate_epoch, self._id, ours.epoch, ours.offset, pre_vote)
         for voter in self._voters:
             if voter != self._id:
                 campaign.sent[voter] = request
@@ -661,7 +646,7 @@ class RaftCore:
         def answer(granted: bool, error: int = ErrorCode.NONE) -> None:
             self._reply(request_id, VoteResponse(int(error), self.leader_id, self.epoch, granted, request.pre_vote))
 
-        if self._cluster_ids_conflict(request.cluster_id, self._committed_cluster_id):
+        if ids_conflict(request.cluster_id, self._cluster.committed):
             answer(False, ErrorCode.INCONSISTENT_CLUSTER_ID)  # a vote rejection, never fatal: we may be the odd one
             return
         candidate = request.candidate_id
@@ -747,16 +732,16 @@ class RaftCore:
 
     def _send_begin_quorum_epoch(self, leader: LeaderState, voter: int) -> None:
         leader.begin_quorum_sent_ms[voter] = self._now
-        self._send(voter, BeginQuorumEpochRequest(self._committed_cluster_id, self._id, leader.epoch))
+        self._send(voter, BeginQuorumEpochRequest(self._cluster.committed, self._id, leader.epoch))
 
     def _on_begin_quorum_epoch(self, request_id: int, request: BeginQuorumEpochRequest) -> None:
         def answer(error: int = ErrorCode.NONE) -> None:
             self._reply(request_id, BeginQuorumEpochResponse(int(error), self.leader_id, self.epoch))
 
-        if self._cluster_ids_conflict(request.cluster_id, self._committed_cluster_id):
+        if ids_conflict(request.cluster_id, self._cluster.committed):
             answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
             self._die(f"BeginQuorumEpoch from elected leader {request.leader_id} (epoch {request.leader_epoch}) "
-                      f"carries cluster id {request.cluster_id}, ours is {self._committed_cluster_id}")
+                      f"carries cluster id {request.cluster_id}, ours is {self._cluster.committed}")
             return
         if request.leader_epoch < self.epoch:
             answer(ErrorCode.FENCED_LEADER_EPOCH)
@@ -779,7 +764,7 @@ class RaftCore:
         def answer(error: int = ErrorCode.NONE) -> None:
             self._reply(request_id, EndQuorumEpochResponse(int(error), self.leader_id, self.epoch))
 
-        if self._cluster_ids_conflict(request.cluster_id, self._committed_cluster_id):
+        if ids_conflict(request.cluster_id, self._cluster.committed):
             answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
             return
         if request.leader_epoch < self.epoch:
@@ -853,7 +838,7 @@ class RaftCore:
         if not isinstance(state, LeaderState):
             self._reply(request_id, self._fetch_error(self._epoch_error(request.current_leader_epoch)))
             return
-        if self._cluster_ids_conflict(request.cluster_id, self._known_cluster_id()):
+        if ids_conflict(request.cluster_id, self._cluster.known()):
             self._reply(request_id, self._fetch_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
         if request.current_leader_epoch != state.epoch:
@@ -924,11 +909,11 @@ class RaftCore:
         if new <= self._high_watermark:
             return
         self._high_watermark = new
+        committed = self._cluster.high_watermark(new)
+        if committed is not None:
+            # First: a snapshot taken at this high watermark must carry the id in its header.
+            self._emit(ClusterIdCommitted(committed))
         self._emit(HighWatermarkAdvanced(new))
-        found = self._log_cluster_id
-        if self._committed_cluster_id is None and found is not None and new > found[0]:
-            self._committed_cluster_id = found[1]
-            self._emit(ClusterIdCommitted(found[1]))
 
     # -----------------------------------------------------------------------------------------
     # Followers and observers: fetching, appending, truncating.
@@ -965,10 +950,10 @@ class RaftCore:
         if fetch is not None:
             if fetch.completing or destination != fetch.leader_id:
                 return  # the driver is finishing the file; or (briefly) the leader changed and it will be abandoned
-            request = FetchSnapshotRequest(self._committed_cluster_id, self._id, self.epoch, fetch.snapshot_id,
+            request = FetchSnapshotRequest(self._cluster.committed, self._id, self.epoch, fetch.snapshot_id,
                                            fetch.position, self._config.snapshot_fetch_max_bytes)
         else:
-            request = FetchRequest(self._committed_cluster_id, self._id, self.epoch, self._log.end_offset,
+            request = FetchRequest(self._cluster.committed, self._id, self.epoch, self._log.end_offset,
                                    self._log.last_fetched_epoch(), self._config.fetch_max_bytes,
                                    self._config.fetch_max_wait_ms)
         fetching.outstanding = request
@@ -1027,7 +1012,7 @@ class RaftCore:
         leader and epoch, errors; returns the follower state when the answer is our leader's data."""
         if error == ErrorCode.INCONSISTENT_CLUSTER_ID:
             self._die(f"Fetch from {sender_id} (epoch {leader_epoch}) refused our cluster id "
-                      f"{self._committed_cluster_id}")
+                      f"{self._cluster.committed}")
             return None
         if self._handle_common_response(leader_id, leader_epoch):
             return None
@@ -1060,8 +1045,7 @@ class RaftCore:
             return
         self._emit(Truncate(offset))
         self._log_stale = True
-        if self._log_cluster_id is not None and self._log_cluster_id[0] >= offset:
-            self._log_cluster_id = None
+        self._cluster.truncated(offset)
 
     def _append_fetched(self, records: bytes, fetch_offset: int) -> None:
         """Append the whole batches that continue our log exactly where the fetch started."""
@@ -1074,8 +1058,9 @@ class RaftCore:
                 if info.base_offset != expected or info.epoch > self.epoch:
                     break
                 if info.leader_change is not None and info.leader_change.cluster_id is not None:
-                    self._learn_cluster_id(info.base_offset, info.leader_change.cluster_id)
-                    if self._fatal:
+                    conflict = self._cluster.fetched(info.base_offset, info.leader_change.cluster_id)
+                    if conflict is not None:
+                        self._die(conflict)
                         return
                 expected = info.next_offset
                 size += info.size
@@ -1083,13 +1068,6 @@ class RaftCore:
             pass  # keep the good prefix; the rest is fetched again
         if size:
             self._append(bytes(records[:size]), expected)
-
-    def _learn_cluster_id(self, offset: int, cluster_id: str) -> None:
-        if self._cluster_ids_conflict(cluster_id, self._committed_cluster_id):
-            self._die(f"the leader's log carries cluster id {cluster_id}, ours is {self._committed_cluster_id}")
-            return
-        if self._log_cluster_id is None or offset < self._log_cluster_id[0]:
-            self._log_cluster_id = (offset, cluster_id)
 
     # -----------------------------------------------------------------------------------------
     # KIP-630 snapshots: serving and fetching them, installing, the log start offset.
@@ -1103,7 +1081,7 @@ class RaftCore:
         if not isinstance(state, LeaderState):
             answer(self._epoch_error(request.current_leader_epoch))
             return
-        if self._cluster_ids_conflict(request.cluster_id, self._known_cluster_id()):
+        if ids_conflict(request.cluster_id, self._cluster.known()):
             answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
             return
         if request.current_leader_epoch != state.epoch:
@@ -1182,7 +1160,9 @@ class RaftCore:
 
     def _install(self, snapshot_id: OffsetAndEpoch) -> None:
         """The log restarts at the snapshot (if it was behind it) and the state machine loads it;
-        fetching resumes from its end offset and epoch."""
+        fetching resumes from its end offset and epoch. The log's own cluster id record below the
+        snapshot's end no longer counts (quorum/raft/cluster_id.py, rule 3)."""
+        self._cluster.installed(snapshot_id, self._log.last_fetched_epoch())
         self._emit(InstallSnapshot(snapshot_id))
         self._log_stale = True
         self._snapshot_seen = (snapshot_id, self._now)
@@ -1192,12 +1172,11 @@ class RaftCore:
             fetching.retry_at_ms = self._now
 
     def _learn_committed_cluster_id(self, cluster_id: str) -> None:
-        if self._cluster_ids_conflict(cluster_id, self._committed_cluster_id):
-            self._die(f"the leader's snapshot carries cluster id {cluster_id}, ours is {self._committed_cluster_id}")
-            return
-        if self._committed_cluster_id is None:
-            self._committed_cluster_id = cluster_id
-            self._emit(ClusterIdCommitted(cluster_id))
+        committed, conflict = self._cluster.from_snapshot(cluster_id)
+        if conflict is not None:
+            self._die(conflict)
+        elif committed is not None:
+            self._emit(ClusterIdCommitted(committed))
 
     def _note_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
         seen = self._snapshot_seen
