@@ -73,7 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--metadata-delay-ms", type=int, default=None, metavar="N",
                        help="how old the Metadata answers of the --stale-broker brokers are, in ms "
                             "(sets quorum.test.metadata.delay.ms=N on them only)")
+    local.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
+                       help="give up (exit 1, naming what was not ready and the node log to read) unless the "
+                            "cluster is ready within S seconds (default 60)")
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
 
 
 def _key_values(items: list[str]) -> dict[str, str]:
@@ -150,6 +163,7 @@ def _local_cluster(args: argparse.Namespace) -> int:
     import threading
 
     from quorum.launcher import LocalCluster
+    from quorum.readiness import ClusterNotReadyError
 
     if args.brokers < 0:
         print("error: --brokers must not be negative", file=sys.stderr)
@@ -161,13 +175,21 @@ def _local_cluster(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cluster.format_storage()
-    cluster.start()
-    for line in cluster.describe_lines():
-        print(line, flush=True)
-    print("press Ctrl-C to stop", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    for line in cluster.describe_lines():
+        print(line, flush=True)
+    print(f"starting {args.controllers} controller(s) and {args.brokers} broker(s); waiting up to "
+          f"{args.timeout:g} s until they are ready", flush=True)
+    try:
+        cluster.start(timeout=args.timeout, progress=lambda note: print(note, flush=True))
+    except ClusterNotReadyError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        cluster.stop()
+        return 1
+    print("press Ctrl-C to stop", flush=True)
+    print(cluster.ready_line(), flush=True)
     reported: set[int] = set()
     while not stop.wait(1.0):
         for node_id in set(cluster.specs) - set(cluster.alive()) - reported:

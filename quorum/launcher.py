@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +91,10 @@ STALE_METADATA_KEY = "quorum.test.metadata.delay.ms"
 DEV_BROKER_DEFAULTS = {"offsets.topic.replication.factor": "1", "group.initial.rebalance.delay.ms": "0"}
 """What Kafka's shipped config/server.properties sets for development clusters: a `__consumer_offsets`
 that a cluster of any size can create, and consumer groups that balance at once. `settings` override them."""
+
+
+DEFAULT_READY_TIMEOUT_S = 60.0
+"""How long `LocalCluster.start()` waits for the cluster to be ready by default."""
 
 
 def free_port() -> int:
@@ -199,10 +204,48 @@ class LocalCluster:
         for spec in self.specs.values():
             format_storage(node_config(self.properties(spec)), cluster_id, ignore_formatted=True)
 
-    def start(self) -> None:
+    def start(self, wait: bool = True, timeout: float = DEFAULT_READY_TIMEOUT_S,
+              progress: Callable[[str], None] | None = None) -> None:
+        """Start every node; with `wait` (the default) return only once the cluster is ready for
+        clients (see `wait_ready`), so that a script may create a replication-factor-N topic at once.
+        `wait=False` returns as soon as the processes are started (tests of what happens before)."""
         self.write_configs()
         for node_id in self.specs:
             self.start_node(node_id)
+        if wait:
+            self.wait_ready(timeout, progress)
+
+    def wait_ready(self, timeout: float = DEFAULT_READY_TIMEOUT_S, progress: Callable[[str], None] | None = None,
+                   progress_interval_s: float = 5.0) -> None:
+        """Until the quorum has a leader and every broker is registered, unfenced and answers Metadata
+        listing every broker. ClusterNotReadyError naming what was still missing, and the node log to
+        read, after `timeout` s or as soon as a node process exits; `progress` gets the same, every
+        `progress_interval_s` s while it waits."""
+        from quorum.readiness import ClusterNotReadyError, Node, check, exit_note
+
+        def nodes(role: str) -> list[Node]:
+            return [Node(s.node_id, s.address, s.log_path) for s in self.specs.values()
+                    if s.role == role and s.node_id in self.processes]
+
+        started = time.monotonic()
+        next_progress = started + progress_interval_s
+        while True:
+            for node_id, process in self.processes.items():
+                if process.poll() is not None:
+                    spec = self.specs[node_id]
+                    raise ClusterNotReadyError(exit_note(Node(node_id, spec.address, spec.log_path),
+                                                         process.returncode))
+            state = check(nodes("controller"), nodes("broker"))
+            if state.ready:
+                return
+            waited = time.monotonic() - started
+            if waited >= timeout:
+                raise ClusterNotReadyError(f"the cluster in {self.directory} was not ready after {timeout:g} s: "
+                                           f"still waiting for {state.describe()}")
+            if progress is not None and time.monotonic() >= next_progress:
+                progress(f"waiting {waited:.0f} s for {state.describe()}")
+                next_progress = time.monotonic() + progress_interval_s
+            time.sleep(0.2)
 
     def start_node(self, node_id: int) -> None:
         spec = self.specs[node_id]
@@ -234,16 +277,25 @@ class LocalCluster:
     def alive(self) -> list[int]:
         return [node_id for node_id, p in self.processes.items() if p.poll() is None]
 
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(s.address for s in self.specs.values() if s.role == "broker")
+
+    def ready_line(self) -> str:
+        """The line `quorum local-cluster` prints last, once `wait_ready` returned: scripts wait for it."""
+        roles = [s.role for s in self.specs.values()]
+        line = f"ready: {roles.count('controller')} controllers, {roles.count('broker')} brokers; "
+        if self.bootstrap_servers:
+            return line + f"bootstrap servers: {self.bootstrap_servers}"
+        return line + f"bootstrap controllers: {self.bootstrap_controllers}"
+
     def describe_lines(self) -> list[str]:
         lines = [f"{s.role:<10} node {s.node_id:<4} {s.address}   config {s.config_path}   log {s.log_path}"
                  for s in self.specs.values()]
         lines.append(f"bootstrap controllers: {self.bootstrap_controllers}")
         lines += [f"stale broker {node_id}: Metadata answers at least {delay_ms} ms old (test only)"
                   for node_id, delay_ms in sorted(self.stale_brokers.items())]
-        brokers = ",".join(s.address for s in self.specs.values() if s.role == "broker")
-        if brokers:
-            lines.append(f"bootstrap servers: {brokers}")
-        return lines
+        return lines  # the bootstrap servers come with the ready line, once clients can use them
 
 
 def _configured_port(path: Path) -> int | None:

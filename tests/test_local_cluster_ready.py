@@ -1,0 +1,79 @@
+"""`quorum local-cluster`'s readiness contract, as a script uses it: the moment the `ready:` line
+appears, a replication-factor-3 topic can be created; `--timeout` gives up naming what was not ready."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.timeout(180)
+
+READY = re.compile(r"^ready: 3 controllers, 3 brokers; bootstrap servers: (?P<bootstrap>\S+)$")
+
+
+def local_cluster(directory: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "quorum.cli", "local-cluster", "--dir", str(directory), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    """SIGTERM, as Ctrl-C; the rest of its output."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=60)
+    return rest
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_a_replication_factor_3_topic_is_created_the_moment_the_ready_line_appears(tmp_path, attempt):
+    process = local_cluster(tmp_path, "--controllers", "3", "--brokers", "3", "--timeout", "120")
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            ready = READY.match(line.rstrip("\n"))
+            if ready:
+                break
+        else:
+            raise AssertionError("local-cluster ended without a ready line:\n" + "".join(lines))
+        assert not any(line.startswith("bootstrap servers:") for line in lines), "".join(lines)
+        admin = AdminClient({"bootstrap.servers": ready["bootstrap"], "log_level": 0})
+        futures = admin.create_topics([NewTopic(f"replicated-{attempt}", 3, 3)], request_timeout=30)
+        for future in futures.values():
+            future.result(timeout=60)  # raises INVALID_REPLICATION_FACTOR while a broker is still fenced
+    finally:
+        rest = stop(process)
+    assert process.returncode == 0, "".join(lines) + rest
+    assert "all nodes stopped" in rest
+
+
+def test_timeout_names_what_was_not_ready_and_the_log_to_read(tmp_path):
+    # No controller stands for election before its 10-minute election timeout: no leader for sure.
+    process = local_cluster(tmp_path, "--controllers", "3", "--brokers", "1", "--timeout", "2",
+                            "--set", "quorum.election.timeout.ms=600000")
+    output = stop_after_exit(process)
+    assert process.returncode == 1, output
+    assert re.search(r"error: the cluster in \S+ was not ready after 2 s: still waiting for a leader of the "
+                     r"metadata quorum \(controllers 1, 2, 3\).*\(see \S+/node-1/node\.log\)", output), output
+    assert "ready:" not in output
+
+
+def test_a_node_that_exits_is_named_at_once(tmp_path):
+    process = local_cluster(tmp_path, "--controllers", "1", "--brokers", "1", "--timeout", "120",
+                            "--set", "broker.session.timeout.ms=not-a-number")
+    output = stop_after_exit(process)
+    assert process.returncode == 1, output
+    assert re.search(r"error: node \d+ exited with code 1 before the cluster was ready \(see \S+/node\.log\)",
+                     output), output
+
+
+def stop_after_exit(process: subprocess.Popen[str]) -> str:
+    output, _ = process.communicate(timeout=120)
+    return output
