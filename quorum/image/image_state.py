@@ -8,6 +8,15 @@ holds a `MetadataImage` that brokers serve Metadata from (`image`).
 Records go into a pending `MetadataDelta`; the image is built from it when someone asks for it,
 so a burst of records (a snapshot load, a long catch-up) builds one image, not one per record.
 
+Threads: a node replays on a worker thread (`MetadataReplayer.catch_up` under
+`asyncio.to_thread`) while its event loop reads `image` for every Metadata request. A reader
+must never build the delta the worker is replaying into: the image would hold half a batch (a
+TopicRecord without its PartitionRecords), and a record the worker was adding at that moment
+would go into a delta that is never applied again, lost until a restart replays the log (issue
+21). So the replayer wraps each catch-up in `replaying()`: meanwhile readers get the image of
+the last whole catch-up, and only outside it does a reader build the pending delta, under a
+lock that `replaying()` also takes to begin. `load` swaps in the loaded image under the same lock.
+
 Snapshots describe each entity in the fewest records (KIP-631), in this order: one
 FeatureLevelRecord per feature (first, as Kafka writes metadata.version first); one
 RegisterBrokerRecord v1 per broker (its current fenced flag); one TopicRecord per topic (its
@@ -27,8 +36,10 @@ an image has nowhere to put them, and Kafka's broker would stop on them.)
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import threading
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import overload
 
@@ -198,6 +209,8 @@ class ImageState(SnapshotCounts):
         self._counted: set[Hashable] = set()
         self._skipped = 0
         self._counts: tuple[MetadataImage, int] | None = None  # (image, record_count(image)), cached
+        self._lock = threading.Lock()  # a reader building the delta vs a catch-up beginning (module docstring)
+        self._replaying = False
 
     def __repr__(self) -> str:
         image = self.image
@@ -206,22 +219,43 @@ class ImageState(SnapshotCounts):
 
     @property
     def image(self) -> MetadataImage:
-        """The image of every record applied so far (built now if records are pending)."""
+        """The image of every record applied so far (built now if records are pending); while a
+        catch-up runs on another thread, the image as of the end of the previous one."""
         if self._delta is not None:
-            self._image = self._delta.apply()
-            self._delta = None
+            with self._lock:
+                if self._delta is not None and not self._replaying:
+                    self._image = self._delta.apply()
+                    self._delta = None
         return self._image
+
+    @contextlib.contextmanager
+    def replaying(self) -> Iterator[None]:
+        """Around a catch-up (`MetadataReplayer.catch_up`): readers on other threads keep the image
+        of the previous one until it ends, and never touch the delta being replayed into."""
+        with self._lock:
+            self._replaying = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._replaying = False
 
     def set_identity(self, cluster_id: str | None = None, controller_id: int | None = None) -> None:
         """Set what the log does not hold: the cluster id (from meta.properties or the snapshot header)
         and the controller id Metadata answers with. The topic memo carries over: it holds neither."""
         image = self.image
-        self._image = MetadataImage(
-            cluster_id=image.cluster_id if cluster_id is None else cluster_id,
-            controller_id=image.controller_id if controller_id is None else controller_id,
-            brokers=image.brokers, topics=image.topics, encoded=image.encoded, offset=image.offset,
-            topic_epoch=image.topic_epoch, registrations=image.registrations, configs=image.configs,
-            features=image.features, listener=image.listener, topics_by_id=image.topics_by_id)  # fmt: skip
+        with self._lock:
+            if self._delta is not None:  # a catch-up is running: its delta must carry the identity
+                image = self._delta.image
+            renamed = MetadataImage(
+                cluster_id=image.cluster_id if cluster_id is None else cluster_id,
+                controller_id=image.controller_id if controller_id is None else controller_id,
+                brokers=image.brokers, topics=image.topics, encoded=image.encoded, offset=image.offset,
+                topic_epoch=image.topic_epoch, registrations=image.registrations, configs=image.configs,
+                features=image.features, listener=image.listener, topics_by_id=image.topics_by_id)  # fmt: skip
+            if self._delta is not None:
+                self._delta.image = renamed
+            self._image = renamed
 
     def __len__(self) -> int:
         """The number of records a snapshot of the state holds."""
@@ -315,11 +349,13 @@ class ImageState(SnapshotCounts):
                     replay(value)
                 except MetadataRecordError as exc:
                     self._skip(None, exc)
-            self._image = delta.apply()
+            loaded = delta.apply()
         finally:
             if collecting:
                 gc.enable()
-        self._delta = None
+        with self._lock:
+            self._image = loaded
+            self._delta = None
         self._last_offset = offset
         self.mark_snapshot()
 

@@ -9,9 +9,11 @@ state machine only says what counts as a change (its `apply`) and how many recor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 _LENGTH = struct.Struct(">I")
@@ -21,6 +23,8 @@ class ReplayedState(Protocol):
     def apply(self, offset: int, value: bytes) -> None: ...
 
     def load(self, values: Iterable[bytes]) -> None: ...
+
+    def replaying(self) -> AbstractContextManager[None]: ...
 
     def snapshot_values(self) -> Sequence[bytes]: ...
 
@@ -49,6 +53,12 @@ class SnapshotCounts:
 
     def snapshot_values(self) -> Iterable[bytes]:
         raise NotImplementedError
+
+    def replaying(self) -> AbstractContextManager[None]:
+        """Around a catch-up: the records applied inside it are one step for readers on other
+        threads (see `quorum.image.image_state.ImageState.replaying`); nothing to do for a state
+        that only the replaying thread reads."""
+        return contextlib.nullcontext()
 
     def mark_snapshot(self) -> None:
         """The state was just written to a snapshot (or loaded from one): restart the change counts."""
