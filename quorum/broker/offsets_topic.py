@@ -4,8 +4,10 @@ Kafka keeps committed offsets and group metadata as records of the `__consumer_o
 and the coordinator of a group is the leader of the group's partition. This module maps the
 coordinator's `OffsetsLog` onto the broker's own partition logs (an append completes once the
 high watermark covers it, as Kafka's appends with acks=all do), follows the image to load the
-partitions this broker comes to lead and unload those it loses, and asks the controller for the
-topic the first time a group needs a coordinator (as Kafka's brokers create it).
+partitions this broker comes to lead and unload those it loses, tells the coordinator which topics
+went away (their offsets are deleted with them, as Kafka's metadata publisher calls the coordinator's
+onPartitionsDeleted), and asks the controller for the topic the first time a group needs a
+coordinator (as Kafka's brokers create it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from quorum.broker.groups.config import OFFSETS_TOPIC, GroupConfig
@@ -104,9 +107,12 @@ class GroupCoordination:
         self.topics = topics
         self._image = image
         self.shell = GroupCoordinatorShell(GroupCoordinator(config), PartitionOffsetsLog(replicas),
-                                           locate=self._locate)
+                                           locate=self._locate, partition_exists=self._partition_exists,
+                                           current_topic_id=self._topic_id)
         register_group_apis(dispatcher, self.shell)
         self._led: set[int] = set()
+        self._topic_ids: Mapping[uuid.UUID, object] | None = None
+        """The topic ids of the image last applied (None before the first): deletions are ids that left it."""
         self._creating: asyncio.Task[int] | None = None
 
     def start(self) -> None:
@@ -122,9 +128,27 @@ class GroupCoordination:
             self._creating = asyncio.get_running_loop().create_task(self.topics.create_offsets_topic())
         return coordinator_from_image(image, partition)
 
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        """Kafka's OffsetCommit check: a commit to a partition the broker's metadata lacks is refused."""
+        info = self._image().topics.get(topic)
+        return info is not None and 0 <= partition < len(info.partitions)
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self._image().topics.get(topic)
+        return None if info is None else info.topic_id
+
     def image_changed(self, image: MetadataImage) -> None:
-        """Load the partitions this broker now leads (their partition logs are open: the replica
-        manager saw this image first), unload those it no longer leads."""
+        """Tell the coordinator about deleted topics; load the partitions this broker now leads (their
+        partition logs are open: the replica manager saw this image first), unload those it no longer
+        leads. A deletion is a topic id that left the image, whether the image got there record by
+        record or from a snapshot; one that happened while this broker was down is found when the
+        partitions load (the coordinator checks loaded offsets against the image)."""
+        if self._topic_ids is not None and image.topics_by_id is not self._topic_ids:
+            gone = [topic_id for topic_id in self._topic_ids if topic_id not in image.topics_by_id]
+            if gone:
+                log.info("%d topic(s) deleted: their committed offsets are deleted too", len(gone))
+                self.shell.topics_deleted(gone)
+        self._topic_ids = image.topics_by_id
         topic = image.topics.get(OFFSETS_TOPIC)
         leading = set()
         if topic is not None:

@@ -9,8 +9,10 @@ version, exactly as Kafka's GroupMetadataManager (and its 4.x coordinator record
 
 Values are written at the version Kafka writes (OffsetCommitValue v3, v1 with an explicit expiry,
 GroupMetadataValue v3), except that a commit carrying KIP-232 internal metadata is written at
-v4, the first flexible version, so that its topic_epoch can ride in the tagged field 10232: an
-Apache Kafka broker reading this log skips the tag and keeps every other field.
+v4, the first flexible version, so that its topic_epoch can ride in the tagged field 10232, and so
+is a commit to a topic whose id the coordinator knows (tagged field 10233): an Apache Kafka broker
+reading this log skips the tags and keeps every other field. The topic id is what lets a coordinator
+that loads the log after a topic was deleted, or deleted and created again, drop that topic's offsets.
 
 Key versions above 2 are Kafka 4's KIP-848 records (consumer groups, share groups), which this
 project does not use; decoding them raises `UnknownRecordTypeError` so a loader can skip them
@@ -20,6 +22,7 @@ while refusing anything that is really corrupt.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +47,9 @@ GROUP_METADATA_VALUE_VERSION = 3
 
 TOPIC_EPOCH_TAG = 10232
 """Tag number of the KIP-232 topic_epoch in OffsetCommitValue v4+ (the same as in TopicRecord)."""
+TOPIC_ID_TAG = 10233
+"""Tag number of the committed topic's id in OffsetCommitValue v4+."""
+_ZERO_UUID = uuid.UUID(int=0)
 
 _VERSION = struct.Struct(">h")
 
@@ -73,7 +79,8 @@ RecordKey = OffsetKey | GroupKey
 
 @dataclass(frozen=True, slots=True)
 class OffsetValue:
-    """One committed offset. `metadata` is the whole committed string; `topic_epoch` is -1 without KIP-232."""
+    """One committed offset. `metadata` is the whole committed string; `topic_epoch` is -1 without KIP-232;
+    `topic_id` is the id of the topic committed to, None when the coordinator did not know it."""
 
     offset: int
     leader_epoch: int
@@ -81,6 +88,7 @@ class OffsetValue:
     commit_timestamp: int
     topic_epoch: int = -1
     expire_timestamp: int = -1
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +131,7 @@ def encode_value(value: RecordValue | None) -> bytes | None:
         return None
     if isinstance(value, GroupValue):
         return _encode_group_value(value)
-    if value.topic_epoch >= 0:
+    if value.topic_epoch >= 0 or value.topic_id is not None:
         version = OFFSET_COMMIT_VALUE_TAGGED_VERSION
     elif value.expire_timestamp >= 0:
         version = OFFSET_COMMIT_VALUE_EXPIRY_VERSION
@@ -131,7 +139,7 @@ def encode_value(value: RecordValue | None) -> bytes | None:
         version = OFFSET_COMMIT_VALUE_VERSION
     data = OffsetCommitValue(offset=value.offset, leader_epoch=value.leader_epoch, metadata=value.metadata,
                              commit_timestamp=value.commit_timestamp, expire_timestamp=value.expire_timestamp,
-                             topic_epoch=value.topic_epoch)
+                             topic_epoch=value.topic_epoch, topic_id=value.topic_id)
     return _versioned(data, version)
 
 
@@ -174,8 +182,10 @@ def decode_value(key: RecordKey, data: bytes | bytearray | memoryview | None) ->
         version, payload = _split(bytes(data), "OffsetCommitValue")
         _check_version(OffsetCommitValue, version)
         v = decode_payload(OffsetCommitValue, payload, version, error=ConsumerOffsetsRecordError)
+        topic_id = _or(v, "topic_id", None)
         return OffsetValue(v.offset, _or(v, "leader_epoch", -1), v.metadata, v.commit_timestamp,
-                           _or(v, "topic_epoch", -1), _or(v, "expire_timestamp", -1))
+                           _or(v, "topic_epoch", -1), _or(v, "expire_timestamp", -1),
+                           None if topic_id in (None, _ZERO_UUID) else topic_id)
     version, payload = _split(bytes(data), "GroupMetadataValue")
     _check_version(GroupMetadataValue, version)
     g = decode_payload(GroupMetadataValue, payload, version, error=ConsumerOffsetsRecordError)

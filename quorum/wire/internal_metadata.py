@@ -1,6 +1,14 @@
 """KIP-232 internal metadata, and how it shares a committed offset's one metadata string with the user's.
 
 The KIP gives the internal metadata as JSON: `{"version": 1, "topic_epoch": int, "leader_epoch": int}`.
+This project adds an optional `"topic_id"`: the topic's id as Kafka prints it (URL-safe base64 of the
+16 bytes, unpadded), so an offset says which incarnation of its topic it belongs to. A topic epoch
+alone cannot tell a recreated topic from one that gained partitions; the id can, with certainty.
+The key is optional within version 1 rather than a version 2 because readers ignore keys they do
+not know: an older SDK or broker reads a new string and keeps its epoch checks, where a version 2
+would make it refuse every commit a newer consumer makes (INVALID_INTERNAL_METADATA); and a
+string without the key (older commits, clusters without topic ids) still parses.
+
 Real clients (confluent-kafka, kafka-python) commit one metadata string per offset, so the SDK stores
 both in it:
 
@@ -17,7 +25,10 @@ and reads these strings) use this module, so the format lives in exactly one pla
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import uuid
 from dataclasses import dataclass
 from functools import total_ordering
 
@@ -26,6 +37,26 @@ PREFIX = "kip232:"
 VERSION = 1
 """The only internal metadata version (KIP-232)."""
 _INT32 = range(-(2**31), 2**31)
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """A topic id as Kafka prints it (Uuid.toString): URL-safe base64 of its 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def parse_topic_id(text: object) -> uuid.UUID:
+    """The topic id Kafka's text names; InvalidInternalMetadataError for anything else."""
+    if not isinstance(text, str) or len(text) != 22:
+        raise InvalidInternalMetadataError(f"internal metadata topic_id {text!r} is not a 22-character "
+                                           f"base64 topic id")
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 16 or topic_id_text(uuid.UUID(bytes=raw)) != text:
+        raise InvalidInternalMetadataError(f"internal metadata topic_id {text!r} is not a base64 topic id")
+    return uuid.UUID(bytes=raw)
 
 
 class InvalidInternalMetadataError(ValueError):
@@ -37,11 +68,17 @@ class InvalidInternalMetadataError(ValueError):
 class InternalMetadata:
     """The epochs a committed offset was read under; ordered as KIP-232 compares them.
 
-    Older means a smaller topic_epoch, or the same topic_epoch and a smaller leader_epoch.
+    Older means a smaller topic_epoch, or the same topic_epoch and a smaller leader_epoch. The
+    topic id (None: unknown) is not part of that order: a different id is another topic altogether.
     """
 
     topic_epoch: int
     leader_epoch: int
+    topic_id: uuid.UUID | None = None
+
+    def __post_init__(self) -> None:
+        if self.topic_id == _ZERO_UUID:  # Kafka's "no topic id"
+            object.__setattr__(self, "topic_id", None)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, InternalMetadata):
@@ -49,8 +86,11 @@ class InternalMetadata:
         return (self.topic_epoch, self.leader_epoch) < (other.topic_epoch, other.leader_epoch)
 
     def to_json(self) -> str:
-        return json.dumps({"version": VERSION, "topic_epoch": self.topic_epoch, "leader_epoch": self.leader_epoch},
-                          separators=(",", ":"))
+        data: dict[str, object] = {"version": VERSION, "topic_epoch": self.topic_epoch,
+                                   "leader_epoch": self.leader_epoch}
+        if self.topic_id is not None:
+            data["topic_id"] = topic_id_text(self.topic_id)
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> InternalMetadata:
@@ -72,7 +112,8 @@ class InternalMetadata:
             if type(value) is not int or value not in _INT32:
                 raise InvalidInternalMetadataError(f"internal metadata {name} {value!r} is not an int32")
             epochs.append(value)
-        return cls(*epochs)
+        topic_id = data.get("topic_id")
+        return cls(*epochs, None if topic_id is None else parse_topic_id(topic_id))
 
 
 def encode(user_metadata: str | None, internal: InternalMetadata | None) -> str:

@@ -14,14 +14,17 @@ instance id, FENCED_INSTANCE_ID for the member it replaced) but not its rebalanc
 restarted static member rejoins through an ordinary rebalance.
 
 Offsets live beside the groups per partition; a commit answers when its records are durable.
-KIP-232: a commit whose internal metadata is older than the partition's latest is refused with
-INVALID_INTERNAL_METADATA for that partition (see `offsets.check_entry`).
+KIP-232: a commit whose internal metadata is older than the partition's latest, or names a topic id
+that is not the topic's current one, is refused with INVALID_INTERNAL_METADATA for that partition
+(see `offsets.check_entry`). The offsets of a deleted topic are deleted with it (`topics_deleted`,
+Kafka's onPartitionsDeleted), and a partition loaded later drops any it still holds
+(`drop_stale_offsets`), so a topic created again under the name starts without them.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +106,8 @@ class GroupCoordinator:
         self._pending: dict[int, _PendingCommit | _PendingSync | _PendingGroupStore] = {}
         self._next_token = 0
         self._out = Output()
+        self._deleted_topic_ids: set[uuid.UUID] = set()
+        """Ids of topics deleted while this coordinator ran: a commit to one still in flight is dropped."""
 
     # ----------------------------------------------------------------------------------------
     # Partition ownership and loading
@@ -144,6 +149,37 @@ class GroupCoordinator:
                     self._answer(pending.handle, CommitAnswer(tuple(errors)))
         return self._flush()
 
+    # ----------------------------------------------------------------------------------------
+    # Offsets of deleted topics
+
+    def topics_deleted(self, topic_ids: Collection[uuid.UUID], current_topic_id: Callable[[str], uuid.UUID | None],
+                       now_ms: int) -> Output:
+        """Topics with these ids were deleted (the broker's metadata no longer has them): tombstone their
+        offsets in every loaded partition. `current_topic_id` names a topic's id now (None: no such topic).
+
+        A failed tombstone append needs no retry: the offsets are gone from memory, and the partition's
+        next load drops them again (`drop_stale_offsets`)."""
+        self._deleted_topic_ids.update(topic_ids)
+        for state in self._partitions.values():
+            if not state.loading:
+                self._drop_stale(state, current_topic_id)
+        return self._flush()
+
+    def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None],
+                           now_ms: int) -> Output:
+        """Tombstone the offsets of a loaded partition whose topics are gone (deleted while this broker
+        was down or did not lead the partition, or deleted and created again)."""
+        state = self._partitions.get(partition)
+        if state is not None and not state.loading:
+            self._drop_stale(state, current_topic_id)
+        return self._flush()
+
+    def _drop_stale(self, state: PartitionState, current_topic_id: Callable[[str], uuid.UUID | None]) -> None:
+        busy = {p.group_id for p in self._pending.values() if isinstance(p, _PendingCommit)}
+        records = state.drop_stale_offsets(current_topic_id, busy)
+        if records:
+            self._append(state.partition, records)
+
     @property
     def partitions(self) -> dict[int, bool]:
         """Partitions led here -> True once loaded."""
@@ -166,8 +202,14 @@ class GroupCoordinator:
         if isinstance(pending, _PendingCommit):
             state = self._partitions[pending.partition]
             offsets = state.offsets.setdefault(pending.group_id, {})
+            late = []
             for tp, value in pending.values.values():
-                offsets[tp] = value
+                if value.topic_id in self._deleted_topic_ids:  # the topic was deleted while it was written
+                    late.append(encode_record(OffsetKey(pending.group_id, tp[0], tp[1]), None))
+                else:
+                    offsets[tp] = value
+            if late:
+                self._append(pending.partition, late)
             self._answer(pending.handle, CommitAnswer(tuple(pending.errors)))
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)

@@ -9,6 +9,7 @@ opaque `handle` chosen by the shell; its answer comes back paired with that hand
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,9 @@ class CommitEntry:
     offset: int
     leader_epoch: int = NO_EPOCH
     metadata: str | None = ""
+    topic_id: uuid.UUID | None = None
+    """The topic's current id in the broker's metadata (None: unknown): stored with the offset, and what
+    internal metadata naming a topic id must match."""
 
 
 @dataclass(frozen=True, slots=True)

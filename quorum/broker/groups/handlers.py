@@ -167,6 +167,7 @@ class _GroupHandlers:
     async def offset_commit(self, request: Request) -> Reply:
         body, version = request.body, request.version
         exists: Callable[[str, int], bool] = self.shell.partition_exists or (lambda topic, partition: True)
+        topic_id: Callable[[str], Any] = self.shell.current_topic_id or (lambda topic: None)
         slots: list[tuple[str, int, int | None]] = []  # topic, partition, index in the core's entries or None
         entries: list[CommitEntry] = []
         for topic in body.topics:
@@ -174,7 +175,8 @@ class _GroupHandlers:
                 if exists(topic.name, p.partition_index):
                     slots.append((topic.name, p.partition_index, len(entries)))
                     entries.append(CommitEntry(topic.name, p.partition_index, p.committed_offset,
-                                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+                                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
+                                               topic_id(topic.name)))
                 else:
                     slots.append((topic.name, p.partition_index, None))
         errors: tuple[int, ...] = ()

@@ -7,6 +7,8 @@ partition's error or the value to store.
 
 from __future__ import annotations
 
+import uuid
+
 from quorum.broker.groups.config import GroupConfig
 from quorum.broker.groups.events import NO_EPOCH, CommitEntry
 from quorum.wire.consumer_offsets import OffsetValue
@@ -29,9 +31,11 @@ def stored_internal(value: OffsetValue | None) -> InternalMetadata | None:
 def check_entry(entry: CommitEntry, latest: OffsetValue | None, config: GroupConfig) -> int:
     """The error for committing `entry` over `latest` (the newest committed or in-flight value), or NONE.
 
-    Kafka's check first (metadata length), then KIP-232: internal metadata must parse, and must
-    not be older than the latest internal metadata committed for the partition. A commit without
-    internal metadata passes as it does on Apache Kafka.
+    Kafka's check first (metadata length), then KIP-232: internal metadata must parse, must name
+    the topic's current id if it names one (an offset read from a deleted topic means nothing in
+    the topic created again under its name), and must not be older than the latest internal
+    metadata committed for the same topic id. A commit without internal metadata passes as it does
+    on Apache Kafka.
     """
     metadata = entry.metadata or ""
     if len(metadata) > config.offset_metadata_max_bytes:
@@ -40,18 +44,38 @@ def check_entry(entry: CommitEntry, latest: OffsetValue | None, config: GroupCon
         _, internal = decode(metadata)
     except InvalidInternalMetadataError:
         return ErrorCode.INVALID_INTERNAL_METADATA
-    if internal is not None:
-        previous = stored_internal(latest)
-        if previous is not None and internal < previous:
-            return ErrorCode.INVALID_INTERNAL_METADATA
+    if internal is None:
+        return ErrorCode.NONE
+    if not same_topic(internal.topic_id, entry.topic_id):
+        return ErrorCode.INVALID_INTERNAL_METADATA
+    previous = stored_internal(latest)
+    if previous is not None and latest is not None and same_topic(latest.topic_id, entry.topic_id) \
+            and internal < previous:
+        return ErrorCode.INVALID_INTERNAL_METADATA
     return ErrorCode.NONE
+
+
+def same_topic(named: uuid.UUID | None, current: uuid.UUID | None) -> bool:
+    """Whether an id something names is the topic's current one; an unknown id on either side is no
+    evidence of another topic (older commits, clusters or clients without topic ids)."""
+    return named is None or current is None or named == current
+
+
+def is_stale(value: OffsetValue, current_topic_id: uuid.UUID | None) -> bool:
+    """Whether a committed offset belongs to a topic that is gone: deleted (the topic has no current
+    id: it is not in the metadata), or deleted and created again under its name (the offset's stored
+    id is not the current one). Kafka deletes such offsets with the topic
+    (GroupCoordinator.onPartitionsDeleted); keeping them would start the new topic's consumers at the
+    old topic's position."""
+    return current_topic_id is None or not same_topic(value.topic_id, current_topic_id)
 
 
 def value_for(entry: CommitEntry, now_ms: int, retention_time_ms: int = -1) -> OffsetValue:
     """The OffsetCommitValue to store for an accepted entry.
 
     With internal metadata the topic_epoch goes into the record's tag, and its leader_epoch fills
-    in the committed leader epoch when the client sent none, so OffsetFetch returns it too.
+    in the committed leader epoch when the client sent none, so OffsetFetch returns it too. The
+    topic's current id goes into its own tag, so a later load can tell whose offset it is.
     """
     metadata = entry.metadata or ""
     internal = decode(metadata)[1]
@@ -62,7 +86,7 @@ def value_for(entry: CommitEntry, now_ms: int, retention_time_ms: int = -1) -> O
         if leader_epoch == NO_EPOCH:
             leader_epoch = internal.leader_epoch
     expire = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
-    return OffsetValue(entry.offset, leader_epoch, metadata, now_ms, topic_epoch, expire)
+    return OffsetValue(entry.offset, leader_epoch, metadata, now_ms, topic_epoch, expire, entry.topic_id)
 
 
 def storage_error_for_commit(code: int) -> int:

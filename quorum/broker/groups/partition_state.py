@@ -11,9 +11,12 @@ exactly the state that wrote them.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from quorum.broker.groups.group import Group, GroupState, Member
+from quorum.broker.groups.offsets import is_stale
 from quorum.wire.consumer_offsets import (
     GroupKey,
     GroupValue,
@@ -22,6 +25,7 @@ from quorum.wire.consumer_offsets import (
     OffsetValue,
     UnknownRecordTypeError,
     decode_record,
+    encode_record,
 )
 
 TopicPartition = tuple[str, int]
@@ -69,6 +73,28 @@ class PartitionState:
         self.offsets = {group_id: offsets for group_id, offsets in self.offsets.items() if offsets}
         self.loaded_groups = {}
         self.loading = False
+
+    def drop_stale_offsets(self, current_topic_id: Callable[[str], uuid.UUID | None],
+                           busy_groups: Collection[str] = ()) -> list[tuple[bytes, bytes | None]]:
+        """Forget the offsets of topics that are gone (`offsets.is_stale`; `current_topic_id` names a
+        topic's id, None when it does not exist) and return their tombstones, as Kafka's
+        cleanupGroupMetadata does for deleted partitions. An Empty group left without offsets is
+        removed too (a group tombstone), unless it is in `busy_groups` (commits in flight)."""
+        records: list[tuple[bytes, bytes | None]] = []
+        for group_id, offsets in list(self.offsets.items()):
+            stale = [tp for tp, value in offsets.items() if is_stale(value, current_topic_id(tp[0]))]
+            for tp in stale:
+                del offsets[tp]
+                records.append(encode_record(OffsetKey(group_id, tp[0], tp[1]), None))
+            if offsets or not stale:
+                continue
+            del self.offsets[group_id]
+            group = self.groups.get(group_id)
+            if group is not None and group.state is GroupState.EMPTY and group_id not in busy_groups:
+                group.state = GroupState.DEAD
+                del self.groups[group_id]
+                records.append(encode_record(GroupKey(group_id), None))
+        return records
 
 
 def group_from_value(group_id: str, value: GroupValue, now_ms: int) -> Group:

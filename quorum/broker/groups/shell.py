@@ -13,7 +13,8 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from typing import Any
 
@@ -36,14 +37,19 @@ class GroupCoordinatorShell:
     def __init__(self, coordinator: GroupCoordinator, offsets_log: OffsetsLog,
                  locate: CoordinatorLocator = lambda partition: None,
                  clock: Callable[[], int] = wall_clock_ms,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 current_topic_id: Callable[[str], uuid.UUID | None] | None = None) -> None:
         """`locate` names the broker leading a `__consumer_offsets` partition (FindCoordinator);
-        `partition_exists`, when given, makes OffsetCommit refuse unknown partitions as Kafka does."""
+        `partition_exists`, when given, makes OffsetCommit refuse unknown partitions as Kafka does;
+        `current_topic_id`, when given, names a topic's id in the broker's metadata (None: no such
+        topic), which commits store and which a partition loaded later checks its offsets against
+        (without it, as with no metadata at all, offsets are kept whatever their topic)."""
         self.core = coordinator
         self.offsets_log = offsets_log
         self.locate = locate
         self.clock = clock
         self.partition_exists = partition_exists
+        self.current_topic_id = current_topic_id
         self._handles = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._append_locks: dict[int, asyncio.Lock] = {}
@@ -86,8 +92,15 @@ class GroupCoordinatorShell:
         if self.core.partitions.get(partition) is not False:
             return False
         self.core.finish_loading(partition, self.clock())
+        if self.current_topic_id is not None:
+            self._apply(self.core.drop_stale_offsets(partition, self.current_topic_id, self.clock()))
         self._wake.set()
         return True
+
+    def topics_deleted(self, topic_ids: Collection[uuid.UUID]) -> None:
+        """The broker's metadata no longer has these topics: their committed offsets go too."""
+        if self.current_topic_id is not None:
+            self._apply(self.core.topics_deleted(topic_ids, self.current_topic_id, self.clock()))
 
     def resign(self, partition: int) -> None:
         """This broker no longer leads `partition`."""

@@ -3,6 +3,7 @@ bytes, and garbage in -> a clean error out."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import struct
@@ -105,9 +106,40 @@ def test_corrupted_valid_records_raise_a_clean_error(record, position, junk) -> 
 # Internal metadata
 
 
-@given(st.none() | TEXT, st.none() | st.builds(InternalMetadata, INT32, INT32))
+TOPIC_IDS = st.none() | st.uuids().filter(lambda u: u.int != 0)
+
+
+@given(st.none() | TEXT, st.none() | st.builds(InternalMetadata, INT32, INT32, TOPIC_IDS))
 def test_internal_metadata_round_trips(user, internal) -> None:
     assert decode(encode(user, internal)) == (user or "", internal)
+
+
+@given(INT32, INT32, st.uuids())
+def test_topic_id_is_optional_and_written_as_kafka_prints_it(topic_epoch, leader_epoch, topic_id) -> None:
+    """A string without the key (older commits) parses with no topic id; with it, the id is Kafka's
+    base64 text and an older reader that ignores the key still gets the epochs."""
+    without = json.dumps({"version": 1, "topic_epoch": topic_epoch, "leader_epoch": leader_epoch})
+    assert InternalMetadata.from_json(without) == InternalMetadata(topic_epoch, leader_epoch)
+    with_id = InternalMetadata(topic_epoch, leader_epoch, topic_id)
+    data = json.loads(with_id.to_json())
+    if topic_id.int == 0:  # Kafka's "no topic id"
+        assert "topic_id" not in data and with_id.topic_id is None
+        return
+    text = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+    assert data == {"version": 1, "topic_epoch": topic_epoch, "leader_epoch": leader_epoch, "topic_id": text}
+    assert InternalMetadata.from_json(with_id.to_json()).topic_id == topic_id
+
+
+@given(st.one_of(TEXT, st.integers(), st.lists(st.integers(), max_size=2), st.binary(max_size=20).map(
+    lambda b: base64.urlsafe_b64encode(b).decode())))
+def test_any_bad_topic_id_is_refused_cleanly(value) -> None:
+    text = json.dumps({"version": 1, "topic_epoch": 1, "leader_epoch": 1, "topic_id": value})
+    try:
+        parsed = InternalMetadata.from_json(text)
+    except InvalidInternalMetadataError as exc:
+        assert "topic_id" in str(exc)
+    else:
+        assert parsed.topic_id is None or base64.urlsafe_b64encode(parsed.topic_id.bytes).rstrip(b"=").decode() == value
 
 
 def test_combined_format_is_prefix_json_newline_user() -> None:
@@ -133,6 +165,10 @@ def test_internal_metadata_orders_as_kip232_compares() -> None:
     ('kip232:{"version": 1, "topic_epoch": true, "leader_epoch": 1}\n', "topic_epoch True"),
     ('kip232:{"version": 1, "topic_epoch": 1}\n', "leader_epoch None"),
     ('kip232:{"version": 1, "topic_epoch": 1, "leader_epoch": 4294967296}\n', "not an int32"),
+    ('kip232:{"version": 1, "topic_epoch": 1, "leader_epoch": 1, "topic_id": 7}\n', "topic_id 7"),
+    ('kip232:{"version": 1, "topic_epoch": 1, "leader_epoch": 1, "topic_id": "AAAA"}\n', "topic_id 'AAAA'"),
+    ('kip232:{"version": 1, "topic_epoch": 1, "leader_epoch": 1, "topic_id": "!!!!!!!!!!!!!!!!!!!!!!"}\n',
+     "not a base64 topic id"),
 ])
 def test_invalid_internal_metadata_names_what_is_wrong(text, complaint) -> None:
     with pytest.raises(InvalidInternalMetadataError, match=complaint):
