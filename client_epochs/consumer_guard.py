@@ -15,12 +15,19 @@ wrap, and only the calls into that client differ, so the decisions live here onc
   (`resolve_out_of_range`: bounds from `client_epochs.log_bounds`, the rule in
   `client_epochs.out_of_range`), never on the word of a broker with stale metadata.
 
-Telling recreation from partition growth: both raise the topic epoch, and KIP-232's internal
-metadata does not carry the topic id. So a higher topic epoch counts as a recreation only with
+Telling recreation from partition growth: both raise the topic epoch. The internal metadata this
+SDK writes carries the topic id, so an offset committed or stored with one is checked with
+certainty: a different current id is a recreation, whatever the epochs say. Without an id (older
+commits, a cluster without topic ids) a higher topic epoch counts as a recreation only with
 evidence: the topic id changed from one this guard saw earlier (it remembers the ids of every topic
 it looked at, for its lifetime), or the partition's leader epoch went back (leader epochs only
-restart in a new topic). A consumer started fresh on a recreated topic whose leader epochs did not
-go back is not caught; that needs the topic id in the internal metadata (see the README).
+restart in a new topic).
+
+A topic deleted under a running consumer: the check that finds it gone holds its partitions (paused,
+floored at the id they were read under) until the topic is back, so nothing of a topic created
+again under the name is delivered from the old position before the ids are compared. The commits
+name the id the positions were read under (the one this guard holds, not the metadata cache's), so
+the coordinator refuses an old position committed onto the new topic (INVALID_INTERNAL_METADATA).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Literal
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.log_bounds import READ_UNCOMMITTED, BoundsSource, LogBoundsClient
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
-from client_epochs.model import NO_EPOCH, ClusterMetadata, PartitionMetadata, TopicPartition
+from client_epochs.model import NO_EPOCH, ZERO_UUID, ClusterMetadata, PartitionMetadata, TopicPartition
 from client_epochs.out_of_range import Resolution, normalize_policy, resolve
 from quorum.wire.internal_metadata import InternalMetadata
 
@@ -43,6 +50,8 @@ log = logging.getLogger(__name__)
 
 RecreatedPolicy = Literal["raise", "earliest", "latest"]
 RECREATED_POLICIES = ("raise", "earliest", "latest")
+WAIT_LOG_INTERVAL_S = 10.0
+"""How often a consumer waiting for current metadata logs what it waits for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +60,8 @@ class Settled:
 
     ready: tuple[TopicPartition, ...] = ()
     recreated: tuple[TopicPartition, ...] = ()
+    held: tuple[TopicPartition, ...] = ()
+    """Partitions whose topic is gone from the metadata: to pause until it is back (`watch`)."""
 
 
 class EpochGuard:
@@ -78,6 +89,7 @@ class EpochGuard:
         self.topic_ids: dict[str, uuid.UUID] = {}
         """The topic id each topic had when this guard last looked; how a recreation is recognised."""
         self._waiting_since: float | None = None
+        self._next_wait_log = 0.0
         self._next_check = 0.0
         self.log_bounds: BoundsSource = log_bounds or LogBoundsClient(metadata, isolation_level=isolation_level)
         self.resets = 0
@@ -105,7 +117,7 @@ class EpochGuard:
         """
         paused = []
         for tp, floor in floors.items():
-            if floor is not None and (floor.topic_epoch >= 0 or floor.leader_epoch >= 0):
+            if floor is not None and (floor.topic_epoch >= 0 or floor.leader_epoch >= 0 or floor.topic_id is not None):
                 self.floors[tp] = floor
                 paused.append(tp)
             else:
@@ -134,13 +146,18 @@ class EpochGuard:
         try:
             current = self.metadata.refresh_until_current([], floors=self.floors, timeout=timeout)
         except (StaleMetadataError, MetadataUnavailableError) as exc:
-            waited = time.monotonic() - (self._waiting_since or time.monotonic())
-            log.info("partitions %s wait for metadata at least as new as their committed epochs (%.1f s): %s",
-                     ", ".join(map(str, sorted(self.floors))), waited, exc)
+            now = time.monotonic()
+            waited = now - (self._waiting_since or now)
+            if now >= self._next_wait_log:  # settle() runs at every poll: say it at a pace a reader can follow
+                self._next_wait_log = now + WAIT_LOG_INTERVAL_S
+                log.warning("waiting %.0f s for metadata at least as new as the committed epochs of %s: %s", waited,
+                            "; ".join(f"{tp} (topic_epoch {f.topic_epoch}, leader_epoch {f.leader_epoch})"
+                                      for tp, f in sorted(self.floors.items())), exc)
             if self.wait_timeout_s is not None and waited > self.wait_timeout_s:
                 raise
             return Settled()
-        recreated = {tp: (floor, current.partitions[tp].epochs) for tp, floor in self.floors.items()
+        recreated = {tp: (self._named(floor, tp.topic), current.partitions[tp].epochs)
+                     for tp, floor in self.floors.items()
                      if self._is_recreated(floor, current.partitions[tp], tp.topic)}
         if recreated and self.policy == "raise":
             raise TopicRecreatedError(recreated)
@@ -150,32 +167,43 @@ class EpochGuard:
         self._waiting_since = None
         return Settled(ready, tuple(sorted(recreated)))
 
-    def watch(self, partitions: Iterable[TopicPartition], force: bool = False) -> tuple[TopicPartition, ...]:
+    def watch(self, partitions: Iterable[TopicPartition], force: bool = False) -> Settled:
         """Every `check_interval_s`, look at the assigned topics' metadata for a recreation.
 
-        Returns the recreated partitions to reset (policies "earliest"/"latest"); raises
-        TopicRecreatedError under "raise". A deleted topic (not in the metadata) is not yet a recreation.
+        Returns the recreated partitions to reset (policies "earliest"/"latest"), and those of topics
+        gone from the metadata, to pause: they wait here (a floor at the id they were read under) until
+        the topic is back, and `settle` then tells a recreation from the same topic. Raises
+        TopicRecreatedError under "raise".
         """
         now = time.monotonic()
         assigned = sorted(set(partitions) - set(self.floors))
         if not assigned or (not force and now < self._next_check):
-            return ()
+            return Settled()
         self._next_check = now + self.check_interval_s
+        before = {tp: self.metadata.cache.get(tp) for tp in assigned}
         try:
             current = self.metadata.refresh_until_current(sorted({tp.topic for tp in assigned}), timeout=1.0)
         except (StaleMetadataError, MetadataUnavailableError) as exc:
             log.info("metadata check of %s skipped: %s", ", ".join(map(str, assigned)), exc)
-            return ()
+            return Settled()
         recreated = {}
+        gone: dict[TopicPartition, InternalMetadata] = {}
         for tp in assigned:
             meta = current.partitions.get(tp)
             known_id = self.topic_ids.get(tp.topic)
-            if meta is not None and known_id is not None and meta.topic_id is not None and meta.topic_id != known_id:
-                recreated[tp] = (InternalMetadata(NO_EPOCH, NO_EPOCH), meta.epochs)
+            if meta is None and known_id is not None and tp.topic in current.topic_errors:
+                cached = before[tp]
+                gone[tp] = InternalMetadata(NO_EPOCH if cached is None else cached.topic_epoch,
+                                            NO_EPOCH if cached is None else cached.leader_epoch, known_id)
+            elif meta is not None and known_id is not None and meta.topic_id is not None and meta.topic_id != known_id:
+                recreated[tp] = (InternalMetadata(NO_EPOCH, NO_EPOCH, known_id), meta.epochs)
         if recreated and self.policy == "raise":
             raise TopicRecreatedError(recreated)
         self._learn_ids(current)
-        return tuple(sorted(recreated))
+        if gone:
+            log.warning("%s: the topic is gone from the metadata; its partitions wait until it is back",
+                        ", ".join(map(str, sorted(gone))))
+        return Settled(recreated=tuple(sorted(recreated)), held=tuple(self.expect(gone)))
 
     def internal_metadata(self, tp: TopicPartition, leader_epoch: int | None = None,
                           timeout: float = 10.0) -> InternalMetadata:
@@ -199,7 +227,14 @@ class EpochGuard:
         topic_epoch = NO_EPOCH if known is None else known.topic_epoch
         cached = NO_EPOCH if known is None else known.leader_epoch
         consumed = NO_EPOCH if leader_epoch is None else leader_epoch
-        return InternalMetadata(topic_epoch, max(cached, consumed, NO_EPOCH))
+        # The id the positions were read under: the one this guard holds, which moves on only once a
+        # recreation was raised or reset; the cache may already know the new topic's.
+        topic_id = self.topic_ids.get(tp.topic)
+        if topic_id is None and known is not None:
+            topic_id = getattr(known, "topic_id", None)
+            if topic_id is not None and topic_id != ZERO_UUID:
+                self.topic_ids[tp.topic] = topic_id
+        return InternalMetadata(topic_epoch, max(cached, consumed, NO_EPOCH), topic_id)
 
     def resolve_out_of_range(self, tp: TopicPartition, position: int | None, policy: str,
                              timeout: float = 30.0) -> Resolution:
@@ -227,6 +262,9 @@ class EpochGuard:
         return resolution
 
     def _is_recreated(self, floor: InternalMetadata, now: PartitionMetadata, topic: str) -> bool:
+        current_id = now.topic_id if now.topic_id != ZERO_UUID else None
+        if floor.topic_id is not None and current_id is not None:
+            return floor.topic_id != current_id  # the offset names its topic: certainty
         if floor.topic_epoch < 0 or now.topic_epoch <= floor.topic_epoch:
             return False
         known_id = self.topic_ids.get(topic)
@@ -234,9 +272,15 @@ class EpochGuard:
             return True
         return floor.leader_epoch >= 0 and 0 <= now.leader_epoch < floor.leader_epoch
 
+    def _named(self, floor: InternalMetadata, topic: str) -> InternalMetadata:
+        """`floor` with the topic id this guard saw where it names none (for the error's message)."""
+        if floor.topic_id is not None or topic not in self.topic_ids:
+            return floor
+        return InternalMetadata(floor.topic_epoch, floor.leader_epoch, self.topic_ids[topic])
+
     def _learn_ids(self, metadata: ClusterMetadata) -> None:
         for tp, meta in metadata.partitions.items():
-            if meta.topic_id is not None:
+            if meta.topic_id is not None and meta.topic_id != ZERO_UUID:
                 self.topic_ids[tp.topic] = meta.topic_id
 
 

@@ -66,9 +66,12 @@ from client_epochs.mirror_progress import (
     copy_headers,
     decide_resume,
     last_copied,
+    newest,
 )
 from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
+from client_epochs.mirror_waits import WaitTimer, diagnose
 from client_epochs.model import NO_EPOCH, TopicPartition
+from client_epochs.offset_fetch import OffsetFetcher
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,9 @@ class MirrorOptions:
     topic_wait_s: float = 30.0
     """How long a source topic may be absent from the source's metadata before it is an error."""
     flush_timeout_s: float = 60.0
+    give_up_after_s: float = 300.0
+    """How long the replicator waits for what it lacks (its group's coordinator, metadata as new as its
+    commits, a partition's leader; named on the status line) before it stops with that reason as its error."""
     consumer_config: dict[str, Any] = field(default_factory=dict)
     """More librdkafka settings for the source consumer (not those in RESERVED)."""
     producer_config: dict[str, Any] = field(default_factory=dict)
@@ -107,7 +113,7 @@ class MirrorOptions:
             if clash:
                 raise ValueError(f"{kind} setting(s) {', '.join(clash)} cannot be changed: the replicator sets them "
                                  f"itself")
-        for name in ("commit_interval_s", "status_interval_s", "flush_timeout_s", "topic_wait_s"):
+        for name in ("commit_interval_s", "status_interval_s", "flush_timeout_s", "topic_wait_s", "give_up_after_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
         if self.stop_after_idle_s is not None and not self.stop_after_idle_s > 0:
@@ -161,6 +167,12 @@ class Replicator:
         self._source_metadata = MetadataClient(source, client_id="client-epochs-mirror")
         self._source_cluster_id: str | None = None
         self._last_activity = clock()
+        self._offsets = OffsetFetcher(source, client_id="client-epochs-mirror")
+        """The group's coordinator, asked directly when the replicator has no partitions (mirror_waits)."""
+        self._waits = WaitTimer()
+        self._floors: dict[TopicPartition, InternalMetadata] = {}
+        """The epochs each assigned partition waits for before it is fetched (commits, resume seeks)."""
+        self._copied_since_status = False
 
     # --- control ----------------------------------------------------------------------------------------
 
@@ -255,6 +267,7 @@ class Replicator:
         if progress is None:
             return  # a partition revoked since the fetch: its new owner copies it
         self._last_activity = self._clock()
+        self._copied_since_status = True
         offset = message.offset()
         verdict = progress.admit(offset)
         if verdict == "skipped":
@@ -336,6 +349,9 @@ class Replicator:
                 self._pending_seeks[tp] = (resume.seek_to, floor.to_json())
                 held.append(_ck(tp))
             self._progress[tp] = PartitionProgress.resumed(committed[tp], resume)
+            waits_for = newest(committed_epochs.get(tp), floor)
+            if waits_for is not None:
+                self._floors[tp] = waits_for
             counts = self.counts.of(tp)
             counts.skipped_already_copied += resume.skipped
             if committed[tp] is not None:
@@ -384,6 +400,7 @@ class Replicator:
             self._progress.pop(tp, None)
             self._pending_seeks.pop(tp, None)
             self._held.discard(tp)
+            self._floors.pop(tp, None)
         self.counts.assigned = len(self._progress)
 
     def _target_copies(self, keys: Sequence[TopicPartition]) -> dict[TopicPartition, CopiedRecord | None]:
@@ -451,8 +468,23 @@ class Replicator:
         self.counts.lag = sum(lags) if lags else None
 
     def _status(self) -> None:
+        """The counts, and what the replicator waits for when it is not copying; gives up past give_up_after_s."""
         self._refresh_counts()
-        print(self.counts.status_line(), file=self._out, flush=True)
+        consumer = self._consumer
+        assert consumer is not None
+        waiting = consumer.waiting_for_metadata
+        wait = diagnose(self._source_metadata, self._offsets, self.options.group, self.topics, self._progress,
+                        {tp: floor for tp, floor in self._floors.items() if tp in waiting},
+                        self._copied_since_status)
+        self._copied_since_status = False
+        now = self._clock()
+        self._waits.observe(wait, now)
+        waiting_line = self._waits.line(now)
+        line = self.counts.status_line()
+        print(line if waiting_line is None else f"{line} {waiting_line}", file=self._out, flush=True)
+        gave_up = self._waits.expired(now, self.options.give_up_after_s)
+        if gave_up is not None and self._failure is None:
+            self._failure = gave_up
 
     def _finish(self, reason: str) -> None:
         """Flush, commit what the target acknowledged, leave the group, print the summary."""
@@ -467,6 +499,7 @@ class Replicator:
                     self._consumer.close()
             finally:
                 self._source_metadata.close()
+                self._offsets.close()
                 self._consumer = None
                 print(self.counts.summary(reason), file=self._out, flush=True)
 

@@ -2,11 +2,16 @@
 
     client-epochs-mirror --source-bootstrap HOST:PORT[,..] --target-bootstrap HOST:PORT[,..] --topics t1,t2
                          [--group NAME] [--instance-id ID] [--status-interval-s S] [--stop-after-idle-s S]
+                         [--give-up-after-s S]
                          [--commit-interval-s S] [--consumer-property K=V ..] [--producer-property K=V ..]
 
 SIGTERM and SIGINT stop it cleanly: the copies in flight are flushed, what the target acknowledged
 is committed, the consumer leaves the group, and the summary is printed. Exit status 0 after a
 clean stop, 1 when copying could not go on (the error is printed), 2 for bad arguments.
+
+While it cannot copy (no group coordinator, metadata refused as stale, a partition without a
+leader) its status line ends with what it waits for and for how long; past --give-up-after-s it
+stops with that reason as its error (exit status 1).
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
                    help="print a status line every S seconds (default: %(default)g)")
     p.add_argument("--stop-after-idle-s", type=_seconds, default=None, metavar="S",
                    help="stop once the assigned partitions gave no record for S seconds")
+    p.add_argument("--give-up-after-s", type=_seconds, default=300.0, metavar="S",
+                   help="stop with an error once the status line has named what is missing (the group's "
+                        "coordinator, current metadata, a partition's leader) for S seconds (default: %(default)g)")
     p.add_argument("--commit-interval-s", type=_seconds, default=1.0, metavar="S",
                    help="commit what the target acknowledged every S seconds (default: %(default)g)")
     p.add_argument("--consumer-property", type=_property, action="append", default=[], metavar="KEY=VALUE",
@@ -97,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     options = MirrorOptions(group=args.group, instance_id=args.instance_id, commit_interval_s=args.commit_interval_s,
                             status_interval_s=args.status_interval_s, stop_after_idle_s=args.stop_after_idle_s,
+                            give_up_after_s=args.give_up_after_s,
                             consumer_config=dict(args.consumer_property),
                             producer_config=dict(args.producer_property))
     try:
