@@ -1,9 +1,14 @@
+import os
 import shutil
 from collections.abc import Iterator
 
 import pytest
 
 from quorum.launcher import RunningNode, start_standalone
+
+# Issue 21: every node a test starts checks, after each catch-up, that its image equals a replay of
+# its snapshot plus log, and stops naming the first difference (quorum.image.verify).
+os.environ.setdefault("QUORUM_TEST_VERIFY_IMAGE", "true")
 
 DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 

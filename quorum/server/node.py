@@ -37,6 +37,7 @@ from quorum.image.metrics import NodeMetrics
 from quorum.image.replay import MetadataReplayer, SnapshotJob
 from quorum.image.snapshot_actions import SnapshotActions
 from quorum.image.snapshot_policy import SnapshotPolicy
+from quorum.image.verify import ImageDivergenceError, ImageVerifier, verify_image_enabled
 from quorum.log.log import Log
 from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
 from quorum.log.snapshot import SnapshotDirectory
@@ -84,6 +85,12 @@ class RaftNode:
         self.replayer = MetadataReplayer(directory, self.log, self.image_state, policy, self.metrics, self.snapshots)
         self.replayer.boot()
         self.snapshot_actions = SnapshotActions(self.replayer, self.snapshots)
+        # Test only (issue 21): after each catch-up, the image must equal a replay of snapshot plus log.
+        self.verifier = (ImageVerifier(config.node_id, directory, self.log, self.snapshots)
+                         if verify_image_enabled(config.extra) else None)  # fmt: skip
+        if self.verifier is not None:
+            log.warning("test setting quorum.test.verify.image: each catch-up is checked against a replay of "
+                        "snapshot plus log")
         if cluster_id is None and self.replayer.cluster_id is not None:
             cluster_id = self.replayer.cluster_id  # committed, since a snapshot holds committed records only
             record_cluster_id(config, cluster_id)
@@ -224,7 +231,10 @@ class RaftNode:
         elif isinstance(action, raft.HighWatermarkAdvanced):
             # Replayed first: whoever waited for this commit then reads a state that holds it.
             self._update_lag_metrics(action.high_watermark)
-            await asyncio.to_thread(self.snapshot_actions.catch_up, action.high_watermark)
+            divergence = await asyncio.to_thread(self._verified, self.snapshot_actions.catch_up,
+                                                 action.high_watermark)
+            if self._stop_on_divergence(divergence):
+                return []
             self._update_lag_metrics(action.high_watermark)
             if self.broker is not None:
                 self.broker.image_replayed()
@@ -237,7 +247,9 @@ class RaftNode:
         elif isinstance(action, raft.AbandonSnapshotFetch):
             await asyncio.to_thread(self.snapshot_actions.abandon, action.snapshot_id)
         elif isinstance(action, raft.InstallSnapshot):
-            await asyncio.to_thread(self.snapshot_actions.install, action.snapshot_id)
+            divergence = await asyncio.to_thread(self._verified, self.snapshot_actions.install, action.snapshot_id)
+            if self._stop_on_divergence(divergence):
+                return []
             self._update_lag_metrics(self.core.high_watermark)
             if self.broker is not None:
                 self.broker.image_replayed()
@@ -255,6 +267,27 @@ class RaftNode:
             self._fatal = action.reason
             self._stopped.set()
         return []
+
+    def _verified(self, step: Callable[[Any], object], argument: Any) -> str | None:
+        """Run a replay step (on a worker thread); with `quorum.test.verify.image`, then compare the
+        image with a replay of snapshot plus log: the difference, naming the field, or None."""
+        step(argument)
+        if self.verifier is None:
+            return None
+        try:
+            self.verifier.check(self.image_state.image, self.replayer.applied_offset)
+        except ImageDivergenceError as exc:
+            return str(exc)
+        return None
+
+    def _stop_on_divergence(self, divergence: str | None) -> bool:
+        """Stop the node (exit 1) when the image check found a difference; True then."""
+        if divergence is None:
+            return False
+        log.critical("fatal: %s", divergence)
+        self._fatal = divergence
+        self._stopped.set()
+        return True
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -397,6 +430,9 @@ class RaftNode:
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
         await asyncio.to_thread(self.log.close)
+        if self.verifier is not None:
+            log.warning("image checked against a replay of snapshot plus log %d times (%d skipped: log start "
+                        "past the snapshot)", self.verifier.checks, self.verifier.skipped)
         print(f"node {self.config.node_id} stopped" + (f": {self._fatal}" if self._fatal else ""), flush=True)
         return 1 if self._fatal else 0
 
