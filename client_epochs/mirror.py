@@ -168,7 +168,9 @@ class Replicator:
         self._source_cluster_id: str | None = None
         self._last_activity = clock()
         self._offsets = OffsetFetcher(source, client_id="client-epochs-mirror")
-        """The group's coordinator, asked directly when the replicator has no partitions (mirror_waits)."""
+        self._probe = MetadataClient(source, client_id="client-epochs-mirror")
+        """The group's coordinator and the source's metadata, asked directly when the replicator is not
+        copying (mirror_waits); apart from the consumer's, so that probing counts no refusal of its own."""
         self._waits = WaitTimer()
         self._floors: dict[TopicPartition, InternalMetadata] = {}
         """The epochs each assigned partition waits for before it is fetched (commits, resume seeks)."""
@@ -186,7 +188,8 @@ class Replicator:
         try:
             partitions = self.prepare_topics()
         except BaseException:
-            self._source_metadata.close()
+            for client in (self._source_metadata, self._probe, self._offsets):
+                client.close()
             raise
         log.info("replicating %s from %s to %s", ", ".join(f"{t} ({n} partitions)" for t, n in partitions.items()),
                  self.source, self.target)
@@ -473,7 +476,7 @@ class Replicator:
         consumer = self._consumer
         assert consumer is not None
         waiting = consumer.waiting_for_metadata
-        wait = diagnose(self._source_metadata, self._offsets, self.options.group, self.topics, self._progress,
+        wait = diagnose(self._probe, self._offsets, self.options.group, self.topics, self._progress,
                         {tp: floor for tp, floor in self._floors.items() if tp in waiting},
                         self._copied_since_status)
         self._copied_since_status = False
@@ -500,6 +503,7 @@ class Replicator:
             finally:
                 self._source_metadata.close()
                 self._offsets.close()
+                self._probe.close()
                 self._consumer = None
                 print(self.counts.summary(reason), file=self._out, flush=True)
 
