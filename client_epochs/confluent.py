@@ -244,7 +244,9 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             if ready:
                 super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in ready])
         assigned = [_key(p) for p in self.assignment()]
-        self._reset(self._guard.watch(assigned))
+        watched = self._guard.watch(assigned)
+        self._pause_keys(watched.held)
+        self._reset(watched.recreated)
         if self._stopped:
             self._resolve_stopped(set(assigned), deadline)
 

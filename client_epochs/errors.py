@@ -6,10 +6,11 @@ same classes, and users catch one type whichever client they wrap.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 
 from client_epochs.model import Epochs, TopicPartition
-from quorum.wire.internal_metadata import InternalMetadata
+from quorum.wire.internal_metadata import InternalMetadata, topic_id_text
 
 
 class TopicRecreatedError(RuntimeError):
@@ -18,15 +19,22 @@ class TopicRecreatedError(RuntimeError):
     Its offsets belong to the old topic: a raw client goes on from them (skipping the new topic's
     first messages, or resetting with auto.offset.reset), which silently loses or repeats data.
     The wrappers raise this instead, unless built with `on_topic_recreated="earliest"`/`"latest"`.
+
+    `partitions` maps each partition to (the epochs and topic id its offset was read under, what the
+    metadata says now); both ids appear in the message as Kafka prints topic ids.
     """
 
     def __init__(self, partitions: Mapping[TopicPartition, tuple[InternalMetadata, Epochs]]) -> None:
         self.partitions = dict(partitions)
-        details = "; ".join(
-            f"{tp}: committed under topic_epoch {committed.topic_epoch}, the topic is now at topic_epoch "
-            f"{now.topic_epoch} with topic id {now.topic_id}"
-            for tp, (committed, now) in sorted(self.partitions.items()))
+        details = "; ".join(f"{tp}: read under {_described(committed.topic_id, committed.topic_epoch)}, the topic "
+                            f"is now {_described(now.topic_id, now.topic_epoch)}"
+                            for tp, (committed, now) in sorted(self.partitions.items()))
         super().__init__(f"topic deleted and recreated since its offsets were committed: {details}")
+
+
+def _described(topic_id: uuid.UUID | None, topic_epoch: int) -> str:
+    named = "an unknown topic id" if topic_id is None else f"topic id {topic_id_text(topic_id)}"
+    return named if topic_epoch < 0 else f"{named} at topic_epoch {topic_epoch}"
 
 
 class InvalidOffsetError(RuntimeError):

@@ -267,7 +267,10 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             settled = self._guard.settle(timeout=_STEP_MS / 1000)
             self._reset(settled.recreated)
             self._release(settled.ready)
-        self._reset(self._guard.watch({_key(p) for p in self.assignment()}))
+        watched = self._guard.watch({_key(p) for p in self.assignment()})
+        if watched.held:
+            super().pause(*map(_kafka, watched.held))
+        self._reset(watched.recreated)
 
     def _take_committed_floors(self) -> None:
         assigned = {_key(p) for p in self.assignment()}

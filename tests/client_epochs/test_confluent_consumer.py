@@ -1,8 +1,8 @@
 """`client_epochs.confluent.Consumer` against a real one-broker cluster: commits keep the user's
 metadata and hide the internal one, seek refuses garbage internal metadata by partition, positions
 come with the cluster's epochs, a broker answering from a paused (old) metadata image holds the
-wrapper back while the raw client fetches, and a recreated topic is an error where the raw client
-silently skips."""
+wrapper back while the raw client fetches, and a recreated topic is an error for a consumer running
+through it, while the raw client (whose commit went with the topic) starts again by its reset policy."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from client_epochs import TopicPartition as Key
 from client_epochs.confluent import Consumer
 from client_epochs.errors import TopicRecreatedError
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
-from tests.client_epochs.wrapper_cluster import OneBrokerCluster, consume
+from tests.client_epochs.wrapper_cluster import OneBrokerCluster, consume, internal_of, kip_json
 from tests.test_broker_processes import QUIET, one_broker
 from tests.test_controller_processes import wait_until
 
@@ -65,7 +65,7 @@ def test_commit_keeps_user_metadata_and_hides_the_internal_one(cluster):
     finally:
         consumer.close()
     assert epochs.topic_epoch >= 1
-    assert stored == {Key("round-trip", 0): InternalMetadata(epochs.topic_epoch, epochs.leader_epoch)}
+    assert stored == {Key("round-trip", 0): internal_of(epochs)}
 
 
 @pytest.mark.parametrize("garbage", [
@@ -93,9 +93,8 @@ def test_position_with_internal_metadata_gives_the_kip_json_with_the_clusters_ep
         consumer.close()
     epochs = cluster.epochs("positions")
     assert offset == 6
-    assert internal == (f'{{"version":1,"topic_epoch":{epochs.topic_epoch},'
-                        f'"leader_epoch":{epochs.leader_epoch}}}')
-    assert InternalMetadata.from_json(internal) == InternalMetadata(epochs.topic_epoch, epochs.leader_epoch)
+    assert internal == kip_json(epochs)
+    assert InternalMetadata.from_json(internal) == internal_of(epochs)
 
 
 def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):
@@ -145,7 +144,10 @@ def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_clie
         wrapped.close()
 
 
-def test_a_recreated_topic_raises_while_the_raw_client_silently_skips(cluster):
+def test_a_recreated_topic_raises_while_the_raw_client_starts_again_by_its_reset_policy(cluster):
+    """The wrapper, running through the recreation, raises. The raw client's commit went with the deleted
+    topic (the broker deletes a topic's offsets with it, as Apache Kafka does), so it starts the new topic
+    by auto.offset.reset (earliest here), not at the old offset 5. More in tests/client_epochs/test_recreation.py."""
     cluster.topic("again", 5)
     wrapped = cluster.consumer("again-wrapped", metadata_check_interval_s=0.3)
     raw = cluster.raw("again-raw")
@@ -168,12 +170,12 @@ def test_a_recreated_topic_raises_while_the_raw_client_silently_skips(cluster):
         assert Key("again", 0) in caught.value.partitions and "again-0" in str(caught.value)
     finally:
         wrapped.close()
-    # The raw client, from the same commit (offset 5 of the old topic), reads the new topic from 5:
-    # the new topic's first five messages are skipped without a word.
     raw = cluster.raw("again-raw")
     try:
+        (committed,) = raw.committed([TopicPartition("again", 0)], timeout=10)
+        assert committed.offset < 0, "the commit of offset 5 went with the deleted topic"
         raw.subscribe(["again"])
-        got = consume(raw, 3)
-        assert [(m.offset(), m.value()) for m in got] == [(n, f"again-{n}".encode()) for n in range(5, 8)]
+        got = consume(raw, 8)
+        assert [(m.offset(), m.value()) for m in got] == [(n, f"again-{n}".encode()) for n in range(8)]
     finally:
         raw.close()

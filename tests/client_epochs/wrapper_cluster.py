@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs import MetadataClient, PartitionMetadata, TopicPartition
+from quorum.wire.internal_metadata import InternalMetadata, topic_id_text
 from tests.test_broker_processes import BROKER, QUIET
 from tests.test_controller_processes import create, wait_until
 
@@ -25,17 +26,24 @@ class OneBrokerCluster:
         create(self.admin, NewTopic(name, partitions, 1))
         self.produce(name, messages)
 
-    def produce(self, name: str, messages: int) -> None:
-        """Records "<name>-<n>" for n below `messages`, to partition 0."""
+    def produce(self, name: str, messages: int, partition: int = 0) -> None:
+        """Records "<name>-<n>" for n below `messages`, to `partition`."""
         producer = Producer({"bootstrap.servers": self.address, **QUIET})
         for n in range(messages):
-            producer.produce(name, f"{name}-{n}".encode(), partition=0)
+            producer.produce(name, f"{name}-{n}".encode(), partition=partition)
         assert producer.flush(30) == 0
 
     def recreate(self, name: str) -> None:
         """Delete topic `name` and create it again (1 partition): a new topic id and a higher topic epoch."""
+        self.delete(name)
+        self.create_again(name)
+
+    def delete(self, name: str) -> None:
         for future in self.admin.delete_topics([name], request_timeout=30).values():
             future.result(timeout=30)
+
+    def create_again(self, name: str) -> None:
+        """Create the deleted topic `name` again (1 partition), once the deletion is applied."""
 
         def created() -> bool:
             try:
@@ -60,3 +68,14 @@ def consume(consumer, count: int, timeout_s: float = 30.0) -> list:
             assert message.error() is None, message.error()
             got.append(message)
     return got
+
+
+def kip_json(epochs: PartitionMetadata) -> str:
+    """The internal metadata JSON the wrappers write for a partition now at `epochs`: the KIP's, plus
+    the topic id as Kafka prints it."""
+    return (f'{{"version":1,"topic_epoch":{epochs.topic_epoch},"leader_epoch":{epochs.leader_epoch},'
+            f'"topic_id":"{topic_id_text(epochs.topic_id)}"}}')
+
+
+def internal_of(epochs: PartitionMetadata) -> InternalMetadata:
+    return InternalMetadata(epochs.topic_epoch, epochs.leader_epoch, epochs.topic_id)

@@ -1,0 +1,304 @@
+"""A topic deleted and created again under its name, for both wrappers on one shared one-broker cluster:
+
+(a) a fresh consumer of a group whose topic was recreated starts from auto.offset.reset: the broker
+    deleted the group's offsets with the topic, as Apache Kafka does;
+(b) seek(partition, 20, internal_metadata) with internal metadata taken before the recreation raises
+    TopicRecreatedError naming both topic ids;
+(c) a consumer running through the deletion and the recreation raises before delivering anything of
+    the new topic, and its late commit of the old position is refused by the broker;
+(d) partition growth (CreatePartitions) raises nothing and loses nothing;
+
+and a broker restart after a topic deletion does not bring the deleted topic's offsets back.
+
+The broker runs with auto.create.topics.enable=false, and kafka-python's consumers with
+allow_auto_create_topics=False: otherwise a client's Metadata request may create the topic again
+while it is deleted (the wrapper then rightly raises TopicRecreatedError, but earlier than a
+scenario expects).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka
+import kafka
+import kafka.errors
+import pytest
+from confluent_kafka.admin import NewPartitions
+
+from client_epochs.confluent import Consumer
+from client_epochs.errors import TopicRecreatedError
+from client_epochs.kafka_python import KafkaConsumer
+from quorum.wire.errors import ErrorCode
+from quorum.wire.internal_metadata import topic_id_text
+from tests.client_epochs.wrapper_cluster import OneBrokerCluster
+from tests.test_broker_processes import QUIET, one_broker
+from tests.test_client_compat import restart_broker
+from tests.test_controller_processes import wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+Record = tuple[int, int, bytes]
+"""(partition, offset, value) of a delivered record."""
+
+
+class ConfluentSide:
+    """client_epochs.confluent.Consumer, driven through the calls every scenario needs."""
+
+    name = "confluent"
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def consumer(self, group: str, **options: Any) -> Consumer:
+        return Consumer({"bootstrap.servers": self.address, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "topic.metadata.refresh.interval.ms": 1000, **QUIET},
+                        metadata_check_interval_s=0.3, **options)
+
+    def subscribe(self, consumer: Consumer, topic: str) -> None:
+        consumer.subscribe([topic])
+
+    def assign(self, consumer: Consumer, topic: str) -> None:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0)])
+
+    def poll(self, consumer: Consumer) -> list[Record]:
+        """What one consume call delivers; error events (the topic is gone) are not records."""
+        return [(m.partition(), m.offset(), m.value()) for m in consumer.consume(100, 0.3) if m.error() is None]
+
+    def commit(self, consumer: Consumer, topic: str, offsets: dict[int, int]) -> None:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+
+    def is_refusal(self, error: Exception) -> bool:
+        """Whether a commit failed with INVALID_INTERNAL_METADATA (librdkafka keeps codes it does not know)."""
+        return isinstance(error, confluent_kafka.KafkaException) and \
+            error.args[0].code() == ErrorCode.INVALID_INTERNAL_METADATA
+
+    def committed(self, consumer: Consumer, topic: str, partition: int = 0) -> int | None:
+        (entry,) = consumer.committed([confluent_kafka.TopicPartition(topic, partition)], timeout=10)
+        return entry.offset if entry.offset >= 0 else None
+
+    def seek(self, consumer: Consumer, topic: str, offset: int, internal: str) -> None:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, offset)])
+        consumer.seek(confluent_kafka.TopicPartition(topic, 0), offset, internal)
+
+    def position(self, consumer: Consumer, topic: str) -> tuple[int, str]:
+        return consumer.position_with_internal_metadata(confluent_kafka.TopicPartition(topic, 0))
+
+
+class KafkaPythonSide:
+    """client_epochs.kafka_python.KafkaConsumer, driven through the same calls."""
+
+    name = "kafka-python"
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def consumer(self, group: str, **options: Any) -> KafkaConsumer:
+        return KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
+                             metadata_max_age_ms=1000, allow_auto_create_topics=False,
+                             metadata_check_interval_s=0.3, **options)
+
+    def subscribe(self, consumer: KafkaConsumer, topic: str) -> None:
+        consumer.subscribe([topic])
+
+    def assign(self, consumer: KafkaConsumer, topic: str) -> None:
+        consumer.assign([kafka.TopicPartition(topic, 0)])
+
+    def poll(self, consumer: KafkaConsumer) -> list[Record]:
+        return [(r.partition, r.offset, r.value) for records in consumer.poll(300).values() for r in records]
+
+    def commit(self, consumer: KafkaConsumer, topic: str, offsets: dict[int, int]) -> None:
+        consumer.commit({kafka.TopicPartition(topic, p): kafka.OffsetAndMetadata(o, "", -1)
+                         for p, o in offsets.items()})
+
+    def is_refusal(self, error: Exception) -> bool:
+        """kafka-python raises an UnknownError subclass carrying a code it does not know (INVALID_INTERNAL_METADATA)."""
+        return isinstance(error, kafka.errors.UnknownError) and error.errno == ErrorCode.INVALID_INTERNAL_METADATA
+
+    def committed(self, consumer: KafkaConsumer, topic: str, partition: int = 0) -> int | None:
+        return consumer.committed(kafka.TopicPartition(topic, partition))
+
+    def seek(self, consumer: KafkaConsumer, topic: str, offset: int, internal: str) -> None:
+        consumer.assign([kafka.TopicPartition(topic, 0)])
+        consumer.seek(kafka.TopicPartition(topic, 0), offset, internal)
+
+    def position(self, consumer: KafkaConsumer, topic: str) -> tuple[int, str]:
+        offset, internal = consumer.position_with_internal_metadata(kafka.TopicPartition(topic, 0))
+        assert offset is not None
+        return offset, internal
+
+
+Side = ConfluentSide | KafkaPythonSide
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[OneBrokerCluster]:
+    with one_broker(tmp_path_factory.mktemp("recreation"), {"auto.create.topics.enable": "false"}) as (cluster,
+                                                                                                      address):
+        yield OneBrokerCluster(cluster, address)
+
+
+@pytest.fixture(params=[ConfluentSide, KafkaPythonSide], ids=["confluent", "kafka-python"])
+def side(request, cluster: OneBrokerCluster) -> Side:
+    return request.param(cluster.address)
+
+
+def consume(side: Side, consumer: Any, count: int, timeout_s: float = 30.0) -> list[Record]:
+    got: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += side.poll(consumer)
+    return got
+
+
+def raised_before_delivering(side: Side, consumer: Any, timeout_s: float = 30.0) -> tuple[TopicRecreatedError,
+                                                                                        list[Record]]:
+    """Poll until TopicRecreatedError; the error and whatever was delivered before it."""
+    delivered: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            delivered += side.poll(consumer)
+    except TopicRecreatedError as exc:
+        return exc, delivered
+    raise AssertionError(f"no TopicRecreatedError within {timeout_s} s; delivered {delivered[:5]}...")
+
+
+def offsets_of(records: list[Record]) -> list[int]:
+    return [offset for _, offset, _ in records]
+
+
+def test_a_fresh_consumer_of_a_recreated_topic_starts_from_auto_offset_reset(cluster, side):
+    """A restarted job, the common case: the group's commit went with the deleted topic, so the new
+    consumer starts at auto.offset.reset (earliest: offset 0 of the new topic), never at offset 20."""
+    topic = f"{side.name}-fresh"
+    cluster.topic(topic, 20)
+    first = side.consumer(f"{topic}-group")
+    try:
+        side.subscribe(first, topic)
+        assert offsets_of(consume(side, first, 20)) == list(range(20))
+        side.commit(first, topic, {0: 20})
+        assert side.committed(first, topic) == 20
+    finally:
+        first.close()
+    cluster.recreate(topic)
+    cluster.produce(topic, 30)
+    fresh = side.consumer(f"{topic}-group")
+    try:
+        assert side.committed(fresh, topic) is None, "the broker deleted the commit with the topic"
+        side.subscribe(fresh, topic)
+        got = consume(side, fresh, 30)
+    finally:
+        fresh.close()
+    assert offsets_of(got) == list(range(30))
+
+
+def test_seek_with_internal_metadata_from_before_the_recreation_raises_naming_both_topic_ids(cluster, side):
+    """Offsets kept outside Kafka (a database, a Spark checkpoint) with their internal metadata."""
+    topic = f"{side.name}-seek"
+    cluster.topic(topic, 20)
+    old = cluster.epochs(topic)
+    consumer = side.consumer(f"{topic}-group")
+    try:
+        side.assign(consumer, topic)
+        assert offsets_of(consume(side, consumer, 20)) == list(range(20))
+        offset, internal = side.position(consumer, topic)
+    finally:
+        consumer.close()
+    assert offset == 20 and topic_id_text(old.topic_id) in internal
+    cluster.recreate(topic)
+    cluster.produce(topic, 30)
+    new = cluster.epochs(topic)
+    consumer = side.consumer(f"{topic}-group")
+    try:
+        side.seek(consumer, topic, 20, internal)
+        error, delivered = raised_before_delivering(side, consumer)
+    finally:
+        consumer.close()
+    assert delivered == []
+    assert f"{topic}-0" in str(error)
+    assert topic_id_text(old.topic_id) in str(error) and topic_id_text(new.topic_id) in str(error), str(error)
+
+
+def test_a_consumer_running_through_delete_and_recreate_raises_and_its_late_commit_is_refused(cluster, side):
+    topic = f"{side.name}-running"
+    cluster.topic(topic, 20)
+    old = cluster.epochs(topic)
+    consumer = side.consumer(f"{topic}-group")
+    try:
+        side.assign(consumer, topic)
+        assert offsets_of(consume(side, consumer, 20)) == list(range(20))
+        side.commit(consumer, topic, {0: 20})
+        cluster.delete(topic)
+        # It keeps polling while the topic is gone: nothing comes, and its metadata check holds the partition.
+        wait_until("the wrapper to hold the deleted topic's partition",
+                   lambda: side.poll(consumer) == [] and bool(consumer.waiting_for_metadata))
+        cluster.create_again(topic)
+        cluster.produce(topic, 30)
+        new = cluster.epochs(topic)
+        error, delivered = raised_before_delivering(side, consumer)
+        assert delivered == []
+        assert topic_id_text(old.topic_id) in str(error) and topic_id_text(new.topic_id) in str(error), str(error)
+        with pytest.raises(Exception) as refused:  # noqa: PT011 - each client raises its own class (is_refusal)
+            side.commit(consumer, topic, {0: 20})
+        assert side.committed(consumer, topic) is None, "the old position was not committed onto the new topic"
+    finally:
+        consumer.close()
+    assert side.is_refusal(refused.value), repr(refused.value)
+
+
+def test_partition_growth_raises_nothing_and_loses_nothing(cluster, side):
+    topic = f"{side.name}-grow"
+    cluster.topic(topic, 10)
+    consumer = side.consumer(f"{topic}-group")
+    try:
+        side.subscribe(consumer, topic)
+        assert offsets_of(consume(side, consumer, 10)) == list(range(10))
+        side.commit(consumer, topic, {0: 10})
+        for future in cluster.admin.create_partitions([NewPartitions(topic, 2)]).values():
+            future.result(timeout=30)
+        cluster.produce(topic, 10, partition=0)
+        cluster.produce(topic, 10, partition=1)
+        # The group rebalances onto the new partition (an eager one starts partition 0 again from its commit,
+        # so records may come twice); every record comes, and nothing raises.
+        expected = {(0, o) for o in range(10, 20)} | {(1, o) for o in range(10)}
+        seen: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while not expected <= seen and time.monotonic() < deadline:
+            seen |= {(p, o) for p, o, _ in side.poll(consumer)}
+        assert seen == expected
+        side.commit(consumer, topic, {0: 20, 1: 10})
+    finally:
+        consumer.close()
+    again = side.consumer(f"{topic}-group")
+    try:
+        assert (side.committed(again, topic, 0), side.committed(again, topic, 1)) == (20, 10)
+    finally:
+        again.close()
+
+
+def test_a_broker_restart_after_a_deletion_does_not_bring_the_offsets_back(cluster):
+    side = ConfluentSide(cluster.address)
+    cluster.topic("restart-gone", 5)
+    cluster.topic("restart-kept", 5)
+    consumer = side.consumer("restart-group")
+    try:
+        side.commit(consumer, "restart-gone", {0: 5})
+        side.commit(consumer, "restart-kept", {0: 3})
+        cluster.delete("restart-gone")
+        wait_until("the deleted topic's offsets to go", lambda: side.committed(consumer, "restart-gone") is None)
+    finally:
+        consumer.close()
+    restart_broker(cluster.cluster, cluster.address, signal.SIGKILL)
+    consumer = side.consumer("restart-group")
+    try:
+        assert side.committed(consumer, "restart-kept") == 3, "the other topic's offsets are kept"
+        assert side.committed(consumer, "restart-gone") is None
+    finally:
+        consumer.close()
