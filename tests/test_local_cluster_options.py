@@ -60,3 +60,13 @@ def test_cli_refuses_a_stale_controller_before_starting_anything(tmp_path: Path,
     assert code == 2
     assert "not a broker" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing formatted, nothing started
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "soon", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(tmp_path: Path, timeout: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["local-cluster", "--dir", str(tmp_path), "--timeout", timeout])
+    assert exited.value.code == 2
+    assert "--timeout" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
