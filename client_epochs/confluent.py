@@ -14,6 +14,10 @@ plus what KIP-232 adds to a consumer:
   outside Kafka.
 - A topic deleted and recreated since its offsets were committed raises TopicRecreatedError from
   poll/consume, unless `on_topic_recreated` is "earliest" or "latest" (then the partition is reset).
+  The internal metadata names the topic id, so a commit or a seek's internal metadata from another
+  incarnation of the topic is recognised with certainty; a running consumer holds a topic's
+  partitions while the topic is gone, and never commits an old position onto a new topic (the
+  coordinator refuses internal metadata naming an old id). See consumer_guard.
 - OFFSET_OUT_OF_RANGE resets only when the data is really gone. librdkafka is given
   `auto.offset.reset=error`, so it stops the partition and delivers a _AUTO_OFFSET_RESET event
   instead of resetting on a stale broker's word; the wrapper keeps the user's policy, asks the

@@ -15,6 +15,10 @@ iteration goes through the overridden `poll`), plus what KIP-232 adds to a consu
   outside Kafka.
 - A topic deleted and recreated since its offsets were committed raises TopicRecreatedError from
   poll (and iteration), unless `on_topic_recreated` is "earliest" or "latest" (then it is reset).
+  The internal metadata names the topic id, so a commit or a seek's internal metadata from another
+  incarnation of the topic is recognised with certainty; a running consumer holds a topic's
+  partitions while the topic is gone, and never commits an old position onto a new topic (the
+  coordinator refuses internal metadata naming an old id). See consumer_guard.
 - OFFSET_OUT_OF_RANGE resets only when the data is really gone: kafka-python runs with
   auto_offset_reset="none" and reports what it would have reset; the wrapper asks the partition's
   current leader for its log bounds (EpochGuard.resolve_out_of_range) and applies the user's policy
