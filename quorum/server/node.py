@@ -53,7 +53,7 @@ from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.storage import check_storage, record_cluster_id
-from quorum.wire.errors import WireError
+from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
 from quorum.wire.protocol import Request
 
 log = logging.getLogger(__name__)
@@ -360,7 +360,12 @@ class RaftNode:
         await self.drive(lambda: self.core.on_response(destination, response, wall_clock_ms(), request=message))
 
     async def _handle_raft_request(self, request: Request) -> Reply:
-        sender, message = raft_rpc.decode_request(request.api.key, request.body)
+        try:
+            sender, message = raft_rpc.decode_request(request.api.key, request.body)
+        except MalformedRequestError as exc:
+            # Kafka's KafkaRaftClient: a request for another topic partition is an INVALID_REQUEST answer.
+            log.info("%s refused with INVALID_REQUEST: %s", request.api.name, exc)
+            return Reply(request.api.response(error_code=ErrorCode.INVALID_REQUEST), request.version)
         request_id = next(self._request_ids)
         future: asyncio.Future[raft.Message] = asyncio.get_running_loop().create_future()
         self._replies[request_id] = future

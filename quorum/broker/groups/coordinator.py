@@ -185,7 +185,12 @@ class GroupCoordinator:
         """Partitions led here -> True once loaded."""
         return {p: not s.loading for p, s in self._partitions.items()}
 
-    def _status(self, group_id: str) -> tuple[int, PartitionState | None]:
+    def _status(self, group_id: str | None) -> tuple[int, PartitionState | None]:
+        """Kafka's validateGroupStatus: a null group id first (INVALID_GROUP_ID: it has no partition;
+        a string the schema does not let be null still decodes as one), then NOT_COORDINATOR and
+        COORDINATOR_LOAD_IN_PROGRESS."""
+        if group_id is None:
+            return E.INVALID_GROUP_ID, None
         state = self._partitions.get(self.partition_for(group_id))
         if state is None:
             return E.NOT_COORDINATOR, None

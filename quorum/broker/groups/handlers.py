@@ -147,7 +147,7 @@ class _GroupHandlers:
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                 client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in d.members]
-            groups.append(response.DescribedGroup(error_code=d.error, error_message=None, group_id=d.group_id,
+            groups.append(response.DescribedGroup(error_code=d.error, error_message=None, group_id=d.group_id or "",
                                                   group_state=d.state, protocol_type=d.protocol_type,
                                                   protocol_data=d.protocol_data, members=members,
                                                   authorized_operations=-2147483648))
@@ -155,8 +155,9 @@ class _GroupHandlers:
 
     async def list_groups(self, request: Request) -> Reply:
         body = request.body
-        answer = self.core.list_groups(getattr(body, "states_filter", None) or (),
-                                       getattr(body, "types_filter", None) or ())
+        # A null inside a filter (the schema does not allow one, the engine decodes it) matches no group.
+        answer = self.core.list_groups([s or "" for s in getattr(body, "states_filter", None) or ()],
+                                       [t or "" for t in getattr(body, "types_filter", None) or ()])
         response = APIS[LIST_GROUPS].response
         groups = [response.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
                                        group_type=g.group_type) for g in answer.groups]
