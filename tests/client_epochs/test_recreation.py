@@ -45,22 +45,26 @@ Record = tuple[int, int, bytes]
 """(partition, offset, value) of a delivered record."""
 
 
-class ConfluentSide:
-    """client_epochs.confluent.Consumer, driven through the calls every scenario needs."""
-
-    name = "confluent"
+class _Side:
+    """One wrapper, driven through the calls every scenario needs (each subclass translates them)."""
 
     def __init__(self, address: str) -> None:
         self.address = address
+
+    def subscribe(self, consumer: Any, topic: str) -> None:
+        consumer.subscribe([topic])
+
+
+class ConfluentSide(_Side):
+    """client_epochs.confluent.Consumer."""
+
+    name = "confluent"
 
     def consumer(self, group: str, **options: Any) -> Consumer:
         return Consumer({"bootstrap.servers": self.address, "group.id": group, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
                          "topic.metadata.refresh.interval.ms": 1000, **QUIET},
                         metadata_check_interval_s=0.3, **options)
-
-    def subscribe(self, consumer: Consumer, topic: str) -> None:
-        consumer.subscribe([topic])
 
     def assign(self, consumer: Consumer, topic: str) -> None:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0)])
@@ -90,22 +94,16 @@ class ConfluentSide:
         return consumer.position_with_internal_metadata(confluent_kafka.TopicPartition(topic, 0))
 
 
-class KafkaPythonSide:
-    """client_epochs.kafka_python.KafkaConsumer, driven through the same calls."""
+class KafkaPythonSide(_Side):
+    """client_epochs.kafka_python.KafkaConsumer."""
 
     name = "kafka-python"
-
-    def __init__(self, address: str) -> None:
-        self.address = address
 
     def consumer(self, group: str, **options: Any) -> KafkaConsumer:
         return KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
                              auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
                              metadata_max_age_ms=1000, allow_auto_create_topics=False,
                              metadata_check_interval_s=0.3, **options)
-
-    def subscribe(self, consumer: KafkaConsumer, topic: str) -> None:
-        consumer.subscribe([topic])
 
     def assign(self, consumer: KafkaConsumer, topic: str) -> None:
         consumer.assign([kafka.TopicPartition(topic, 0)])
