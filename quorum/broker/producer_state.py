@@ -20,9 +20,11 @@ needed; Kafka keeps `.snapshot` files to bound that replay, a later optimisation
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from quorum.wire.errors import ErrorCode
+from quorum.wire.producer_snapshot import ProducerSnapshotEntry
 
 #: Batches remembered per producer, Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN.
 BATCHES_TO_RETAIN = 5
@@ -147,3 +149,24 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self._producers.clear()
+
+    def snapshot(self) -> list[ProducerSnapshotEntry]:
+        """Each producer's last batch, as Kafka's producer snapshot keeps it."""
+        entries = []
+        for producer_id, entry in sorted(self._producers.items()):
+            if not entry.batches:
+                continue
+            last = entry.batches[-1]
+            entries.append(ProducerSnapshotEntry(producer_id, entry.epoch, last.last_sequence, last.last_offset,
+                                                 last.last_offset - last.first_offset, last.timestamp))
+        return entries
+
+    def load_snapshot(self, entries: Iterable[ProducerSnapshotEntry]) -> None:
+        """Replace the state by a snapshot's (a replica starting above offset 0, tiered storage)."""
+        self._producers.clear()
+        for e in entries:
+            first_seq = e.last_sequence - e.offset_delta
+            if first_seq < 0:
+                first_seq += _INT32_MAX + 1
+            self.update(e.producer_id, e.producer_epoch, first_seq, e.last_sequence, e.last_offset - e.offset_delta,
+                        e.last_offset, e.timestamp)

@@ -1,0 +1,186 @@
+"""S3 remote storage and metadata against moto's server, directly and through a fault proxy."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from quorum.broker.remote_tier import (
+    IndexType,
+    RemoteSegmentMetadata,
+    RemoteSegmentState,
+    RemoteStorageError,
+    SegmentUpload,
+    TopicIdPartition,
+)
+from quorum.log.epoch_cache import EpochEntry
+from tests.tiered.fault_proxy import FaultProxy
+from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
+from tiered_follower.s3_client import MIN_PART_SIZE, S3Client, S3Config, S3ConfigError
+from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
+from tiered_follower.s3_storage import S3RemoteStorage
+
+PARTITION = TopicIdPartition("orders", uuid.UUID("00000000-0000-0000-0000-0000000000aa"), 3)
+
+
+def client_for(endpoint: str, bucket: str, **extra: str) -> S3Client:
+    properties = s3_properties(endpoint, bucket, key_prefix="tiered/")
+    properties.update({f"rsm.config.{k}": v for k, v in extra.items()})
+    config = S3Config.from_properties(properties)
+    return S3Client(config, sleep=lambda _s: None)
+
+
+def metadata(start: int, end: int, size: int, state: RemoteSegmentState = RemoteSegmentState.COPY_SEGMENT_STARTED,
+             epochs: tuple[EpochEntry, ...] | None = None) -> RemoteSegmentMetadata:
+    return RemoteSegmentMetadata(PARTITION, uuid.uuid4(), start, end, epochs or (EpochEntry(0, start),), size,
+                                 1_700_000_000_000 + end, 101, 1, state)
+
+
+def upload(tmp_path: Path, segment: RemoteSegmentMetadata, data: bytes) -> SegmentUpload:
+    path = tmp_path / f"{segment.start_offset:020d}.log"
+    path.write_bytes(data)
+    return SegmentUpload(str(path), len(data), {IndexType.OFFSET: b"O" * 16, IndexType.TIMESTAMP: b"T" * 24,
+                                                IndexType.LEADER_EPOCH: b"0\n1\n0 0\n",
+                                                IndexType.PRODUCER_SNAPSHOT: b"P" * 10})
+
+
+def test_segment_objects_follow_the_layout_and_read_back(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
+    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    data = os.urandom(10_000)
+    segment = metadata(100, 199, len(data))
+    storage.copy_segment(segment, upload(tmp_path, segment, data))
+    keys = storage.client.list_keys("")
+    stem = f"tiered/orders-{PARTITION.topic_id}/3/{100:020d}-{segment.segment_id}"
+    assert keys == [stem + ".indexes", stem + ".log", stem + ".rsm-manifest"]
+    assert storage.fetch_log(segment, 0, 10_000) == data
+    assert storage.fetch_log(segment, 1234, 5678) == data[1234:5678]
+    assert storage.fetch_log(segment, 9_000, 20_000) == data[9_000:]  # clipped to the object
+    assert storage.fetch_index(segment, IndexType.TIMESTAMP) == b"T" * 24
+    assert storage.fetch_index(segment, IndexType.LEADER_EPOCH) == b"0\n1\n0 0\n"
+    assert storage.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT) == b"P" * 10
+    storage.delete_segment(segment)
+    assert storage.client.list_keys("") == []
+
+
+def test_a_segment_without_its_manifest_is_not_readable(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
+    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    data = b"x" * 500
+    segment = metadata(0, 9, len(data))
+    storage.copy_segment(segment, upload(tmp_path, segment, data))
+    storage.client.delete([storage.key(segment, ".rsm-manifest")])
+    fresh = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    with pytest.raises(RemoteStorageError, match=r"s3://tiered-test-\d+/tiered/orders-.*rsm-manifest.*NoSuchKey"):
+        fresh.fetch_log(segment, 0, 100)
+
+
+def test_a_manifest_that_disagrees_with_the_metadata_is_refused(s3_server: EmbeddedS3, bucket: str,
+                                                                tmp_path: Path) -> None:
+    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    segment = metadata(0, 9, 500)
+    storage.copy_segment(segment, upload(tmp_path, segment, b"y" * 500))
+    other = RemoteSegmentMetadata(PARTITION, segment.segment_id, 0, 19, segment.leader_epochs, 500, 0, 101, 0)
+    with pytest.raises(RemoteStorageError, match="does not describe segment"):
+        S3RemoteStorage(storage.client).fetch_log(other, 0, 10)
+
+
+def test_large_logs_go_up_in_parts(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
+    client = client_for(s3_server.endpoint_url, bucket, **{"storage.s3.multipart.upload.part.size": str(MIN_PART_SIZE)})
+    storage = S3RemoteStorage(client)
+    data = os.urandom(2 * MIN_PART_SIZE + 12345)
+    segment = metadata(0, 999, len(data))
+    storage.copy_segment(segment, upload(tmp_path, segment, data))
+    assert client.stats["upload_part"] == 3
+    assert client.stats["complete_multipart_upload"] == 1
+    assert storage.fetch_log(segment, 0, len(data)) == data
+
+
+def test_permanent_errors_name_bucket_and_key(s3_server: EmbeddedS3, tmp_path: Path) -> None:
+    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, "no-such-bucket-here"))
+    segment = metadata(0, 9, 100)
+    with pytest.raises(RemoteStorageError) as caught:
+        storage.copy_segment(segment, upload(tmp_path, segment, b"z" * 100))
+    assert "s3://no-such-bucket-here/tiered/orders-" in str(caught.value)
+    assert "NoSuchBucket" in str(caught.value)
+    assert not caught.value.retriable
+    assert storage.client.stats["retries"] == 0
+
+
+def test_missing_and_bad_settings_are_named() -> None:
+    with pytest.raises(S3ConfigError, match="rsm.config.storage.s3.bucket.name is required"):
+        S3Config.from_properties({"remote.log.storage.system.enable": "true"})
+    with pytest.raises(S3ConfigError, match=r"rsm.config.storage.s3.multipart.upload.part.size must be at least"):
+        S3Config.from_properties({"rsm.config.storage.s3.bucket.name": "b",
+                                  "rsm.config.storage.s3.multipart.upload.part.size": "1000"})
+    config = S3Config.from_properties({"remote.log.storage.manager.impl.prefix": "s3.",
+                                       "s3.storage.s3.bucket.name": "b", "s3.key.prefix": "p/"})
+    assert (config.bucket, config.key_prefix) == ("b", "p/")
+
+
+def test_metadata_events_survive_a_new_store_and_keep_the_latest_state(s3_server: EmbeddedS3, bucket: str) -> None:
+    store = S3RemoteLogMetadataStore(client_for(s3_server.endpoint_url, bucket))
+    first = metadata(0, 99, 1000, epochs=(EpochEntry(0, 0), EpochEntry(2, 50)))
+    second = metadata(100, 199, 1000, epochs=(EpochEntry(2, 100),))
+    for event in (first, second, first.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, 101, 5)):
+        store.publish(event)
+    loaded = S3RemoteLogMetadataStore(client_for(s3_server.endpoint_url, bucket)).list_segments(PARTITION)
+    assert [(s.segment_id, s.state) for s in loaded] == [
+        (first.segment_id, RemoteSegmentState.COPY_SEGMENT_FINISHED),
+        (second.segment_id, RemoteSegmentState.COPY_SEGMENT_STARTED)]
+    assert loaded[0].leader_epochs == (EpochEntry(0, 0), EpochEntry(2, 50))
+    deleting = loaded[0].moved_to(RemoteSegmentState.DELETE_SEGMENT_STARTED, 102, 6)
+    store.publish(deleting)
+    store.publish(deleting.moved_to(RemoteSegmentState.DELETE_SEGMENT_FINISHED, 102, 7))
+    keys = store.client.list_keys("")
+    assert len([k for k in keys if str(first.segment_id) in k]) == 1  # earlier events of a deleted segment go
+    again = store.list_segments(PARTITION)
+    assert again[0].state == RemoteSegmentState.DELETE_SEGMENT_FINISHED and again[0].broker_id == 102
+    assert store.delete_partition(PARTITION) == 2
+    assert store.list_segments(PARTITION) == []
+
+
+def test_transient_faults_are_retried_until_the_data_is_right(s3_server: EmbeddedS3, bucket: str,
+                                                              tmp_path: Path) -> None:
+    proxy = FaultProxy(s3_server.endpoint_url, rate=0.4, seed=7, slow_s=0.05,
+                       kinds=("500", "slowdown", "throttle", "reset", "truncate", "slow"))
+    try:
+        client = client_for(proxy.endpoint_url, bucket, **{"storage.retries": "30"})
+        storage = S3RemoteStorage(client)
+        store = S3RemoteLogMetadataStore(client)
+        segments = []
+        for number in range(6):
+            data = os.urandom(20_000 + number)
+            segment = metadata(number * 100, number * 100 + 99, len(data))
+            store.publish(segment)
+            storage.copy_segment(segment, upload(tmp_path, segment, data))
+            store.publish(segment.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, 101, 2))
+            segments.append((segment, data))
+        for segment, data in segments:
+            fresh = S3RemoteStorage(client)
+            assert fresh.fetch_log(segment, 0, len(data)) == data
+            assert fresh.fetch_log(segment, 777, 9999) == data[777:9999]
+            assert fresh.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT) == b"P" * 10
+        listed = store.list_segments(PARTITION)
+        assert [s.state for s in listed] == [RemoteSegmentState.COPY_SEGMENT_FINISHED] * 6
+    finally:
+        proxy.stop()
+    retries = client.stats["retries"]
+    print(f"faults injected: {dict(proxy.injected)} ({proxy.total_injected} in all), retries: {retries}")
+    assert {"500", "slowdown", "throttle", "reset", "truncate", "slow"} <= set(proxy.injected)
+    # every fault but a slow answer costs exactly one retry
+    assert client.stats["retries"] == proxy.total_injected - proxy.injected["slow"]
+
+
+def test_faults_that_outlast_the_retries_fail_retriably(s3_server: EmbeddedS3, bucket: str) -> None:
+    proxy = FaultProxy(s3_server.endpoint_url, rate=1.0, kinds=("slowdown",))
+    try:
+        client = client_for(proxy.endpoint_url, bucket, **{"storage.retries": "3"})
+        failed = r"put_object s3://tiered-test-\d+/k failed 3 times.*SlowDown"
+        with pytest.raises(RemoteStorageError, match=failed) as e:
+            client.put("k", b"v")
+        assert e.value.retriable
+    finally:
+        proxy.stop()
+    assert proxy.injected["slowdown"] == 3

@@ -1,0 +1,72 @@
+"""An S3 endpoint on 127.0.0.1 for tests, benchmarks and `quorum local-cluster --tiered`.
+
+moto's `ThreadedMotoServer` is a real HTTP server speaking the S3 API (boto3 talks to it over
+sockets exactly as to AWS), so what is tested is the wire path, not an in-process mock. moto is in
+the `test` extra; the error says so when it is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+
+import boto3
+
+ACCESS_KEY = "quorum-local"
+SECRET_KEY = "quorum-local-secret"
+REGION = "us-east-1"
+
+
+@dataclass
+class EmbeddedS3:
+    """A running moto server; `endpoint_url` is what brokers get as `rsm.config.storage.s3.endpoint.url`."""
+
+    endpoint_url: str
+    server: object
+
+    def stop(self) -> None:
+        self.server.stop()  # type: ignore[attr-defined]
+
+    def client(self) -> object:
+        return boto3.client("s3", region_name=REGION, endpoint_url=self.endpoint_url,
+                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
+
+    def properties(self, bucket: str, key_prefix: str = "") -> dict[str, str]:
+        """The broker settings that point tiered storage at this endpoint and bucket."""
+        return s3_properties(self.endpoint_url, bucket, key_prefix)
+
+
+def s3_properties(endpoint_url: str, bucket: str, key_prefix: str = "") -> dict[str, str]:
+    return {
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.storage.s3.bucket.name": bucket,
+        "rsm.config.storage.s3.endpoint.url": endpoint_url,
+        "rsm.config.storage.s3.region": REGION,
+        "rsm.config.storage.aws.access.key.id": ACCESS_KEY,
+        "rsm.config.storage.aws.secret.access.key": SECRET_KEY,
+        "rsm.config.key.prefix": key_prefix,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_embedded_s3(port: int = 0) -> EmbeddedS3:
+    """Start moto's S3 server on 127.0.0.1 (`port` 0 picks a free one)."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:
+        raise RuntimeError("the embedded S3 needs moto's server: pip install 'moto[server]==5.2.5' "
+                           "(it is in this project's `test` extra)") from exc
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port or _free_port(), verbose=False)
+    server.start()
+    host, bound = server.get_host_and_port()
+    return EmbeddedS3(f"http://{host}:{bound}", server)
