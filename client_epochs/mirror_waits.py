@@ -72,7 +72,7 @@ def diagnose(metadata: MetadataClient, offsets: OffsetFetcher, group: str, topic
     except MetadataUnavailableError as exc:
         return Wait(f"the source cluster's metadata: {exc}")
     leaderless = sorted(tp for tp, p in current.partitions.items()
-                        if p.leader == NO_LEADER and (tp in assigned or not assigned) and tp.topic in topics)
+                        if p.leader_id == NO_LEADER and (tp in assigned or not assigned) and tp.topic in topics)
     if leaderless:
         return Wait(f"a leader for partition(s) {_partitions(leaderless)} (LEADER_NOT_AVAILABLE)")
     if not assigned:
