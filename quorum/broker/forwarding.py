@@ -3,8 +3,11 @@
 Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and
 DescribeConfigs to the node that Metadata names as controller, which on a KRaft cluster is a
 broker: the broker passes the request, unchanged and at the client's version, to the quorum
-leader, and the answer back. While no controller answers, the request is retried until the
-client's own timeout is near, then answered with REQUEST_TIMED_OUT for every resource it named.
+leader, and the answer back. While no controller answers, or the one asked answers NOT_CONTROLLER
+(it resigned, for instance to take its snapshot turn, before the broker learned of the new leader),
+the request is retried until the client's own timeout is near, then answered with REQUEST_TIMED_OUT
+for every resource it named. As Kafka's NodeToControllerChannelManager: clients never see NOT_CONTROLLER
+from a broker (librdkafka's admin client does not retry it).
 """
 
 from __future__ import annotations
@@ -38,15 +41,28 @@ def register_forwarding(dispatcher: Dispatcher, controller: Callable[[], PeerCli
             peer = controller()
             if peer is not None:
                 try:
-                    return Reply(await peer.request(request.api, request.version, request.body), request.version)
+                    response = await peer.request(request.api, request.version, request.body)
                 except PeerUnavailable as exc:
                     log.info("forwarding %s: %s", request.api.name, exc)
+                else:
+                    if not _not_controller(response.to_dict()):
+                        return Reply(response, request.version)
+                    log.info("forwarding %s: %s:%d is no longer the active controller", request.api.name,
+                             peer.host, peer.port)
             if time.monotonic() + RETRY_SECONDS >= deadline:
                 return Reply(refuse(request, ErrorCode.REQUEST_TIMED_OUT), request.version)
             await asyncio.sleep(RETRY_SECONDS)
 
     for api_key in FORWARDED:
         dispatcher.register(api_key, forward)
+
+
+def _not_controller(answer: Any) -> bool:
+    """Whether any error code in the answer (a response's to_dict()) is NOT_CONTROLLER."""
+    if isinstance(answer, dict):
+        return answer.get("error_code") == ErrorCode.NOT_CONTROLLER or any(
+            _not_controller(v) for v in answer.values() if isinstance(v, dict | list))
+    return isinstance(answer, list) and any(_not_controller(item) for item in answer)
 
 
 def _client_timeout_s(body: Any, default: float) -> float:
