@@ -3,6 +3,7 @@
     python -m quorum.sim --seeds 1000 --voters 3 --observers 1            # many seeds, a summary
     python -m quorum.sim --seeds 200 --scenario all                       # every scenario
     python -m quorum.sim --seed 42 --voters 3 --observers 1 --scenario chaos   # replay one, traced
+    python -m quorum.sim --seeds 10000 --scenario snapshot --jobs 2          # seeds spread over 2 processes
 
 A failing seed prints its reason and the one-line command that replays it; the exit status is 1.
 """
@@ -10,14 +11,15 @@ A failing seed prints its reason and the one-line command that replays it; the e
 from __future__ import annotations
 
 import argparse
-import logging
+import multiprocessing
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from quorum.sim.cluster import RunStats, SimulationFailure, run_seed
 from quorum.sim.scenarios import SCENARIOS
+from quorum.sim.workers import Outcome, quiet_logs, run_one
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +35,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="simulated time with faults (default: the scenario's)")
     parser.add_argument("--quiet", action="store_true", help="with --seed: no event trace, only the outcome")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing seed")
+    parser.add_argument("--jobs", type=_positive, default=1,
+                        help="with --seeds: run seeds on this many processes (the table is the same as with 1)")
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be at least 1, not {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,10 +80,11 @@ def _many(args: argparse.Namespace, scenarios: list[str]) -> int:
         results: list[RunStats] = []
         scenario_failures = 0
         scenario_started = time.perf_counter()
-        for seed in range(args.first, args.first + args.seeds):
-            try:
-                results.append(run_seed(seed, args.voters, args.observers, scenario, args.duration_ms))
-            except SimulationFailure as failure:
+        for outcome in _outcomes(args, scenario):
+            if isinstance(outcome, RunStats):
+                results.append(outcome)
+            else:
+                failure = SimulationFailure(*outcome)
                 failures.append(failure)
                 scenario_failures += 1
                 print(f"\nFAILED {failure}", file=sys.stderr)
@@ -96,6 +108,18 @@ def _many(args: argparse.Namespace, scenarios: list[str]) -> int:
             print(f"  {failure.command}")
         return 1
     return 0
+
+
+def _outcomes(args: argparse.Namespace, scenario: str) -> Iterator[Outcome]:
+    """Each seed's outcome in seed order, run here or spread over `--jobs` worker processes
+    (each seed is deterministic on its own, so the outcomes do not depend on how many)."""
+    jobs = [(seed, args.voters, args.observers, scenario, args.duration_ms)
+            for seed in range(args.first, args.first + args.seeds)]
+    if args.jobs == 1:
+        yield from map(run_one, jobs)
+        return
+    with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=quiet_logs) as pool:
+        yield from pool.imap(run_one, jobs, chunksize=4)
 
 
 def _row(scenario: str, results: list[RunStats], failed: int, seconds: float) -> list[str]:
@@ -145,7 +169,5 @@ def _describe(stats: RunStats) -> str:
 
 
 if __name__ == "__main__":
-    # A refused snapshot or a removed .part is logged by quorum.log and quorum.image as it would be
-    # on a node; here the trace and the summary tell of them, thousands of times over.
-    logging.getLogger("quorum").setLevel(logging.CRITICAL)
+    quiet_logs()
     sys.exit(main())

@@ -38,7 +38,7 @@ from quorum.image.replay import MetadataReplayer
 from quorum.image.snapshot_actions import SnapshotActions
 from quorum.image.snapshot_policy import SnapshotPolicy
 from quorum.log.errors import SnapshotExistsError
-from quorum.log.snapshot import SnapshotDirectory, SnapshotWriter
+from quorum.log.snapshot import SnapshotDirectory, SnapshotReader, SnapshotWriter
 from quorum.log.snapshot_files import SnapshotState, snapshot_files
 from quorum.raft.core import RaftCore
 from quorum.raft.interface import (
@@ -451,6 +451,9 @@ class Simulation:
                 created = node.actions.committed(action.high_watermark)
                 if created is not None:
                     self.stats.snapshots_taken += 1
+                    with SnapshotReader.open(node.snapshots.directory, created) as reader:
+                        header_id = reader.cluster_id
+                    self.checker.check_snapshot_cluster_id(node.node_id, created, created.offset, header_id, "written")
                     followups.append((("snapshot created", created),
                                       lambda core, created=created: core.on_snapshot_created(created, self.now)))
             elif kind is ClusterIdCommitted:
@@ -492,6 +495,8 @@ class Simulation:
             return
         if outcome.error is None:
             self.stats.snapshots_fetched += 1
+            self.checker.check_snapshot_cluster_id(node.node_id, outcome.snapshot_id, outcome.snapshot_id.offset,
+                                                   outcome.cluster_id, "fetched")
             what: tuple[object, ...] = ("snapshot fetched", outcome.snapshot_id)
         else:
             if _CORRUPT.search(outcome.error):

@@ -7,7 +7,12 @@
 - Every committed offset is held, durably and identically, by a majority of voters.
 - Committed prefixes are identical on every replica: what a node calls committed is exactly the
   committed log.
-- At most one cluster id is ever committed.
+- The cluster id (KIP-595, "Cluster Bootstrapping"; the rule is `quorum.raft.cluster_id`'s):
+  every committed LeaderChange that carries an id carries the same one, the committed id; every
+  node that records an id (meta.properties, and the core that acts on it) records exactly that
+  one, never one that is not committed yet; and every snapshot header carries it once the
+  committed log below the snapshot's end holds it (`check_snapshot_cluster_id`, called by the
+  simulator as each snapshot is written or fetched).
 - KIP-630: a live node whose log starts above 0 holds a snapshot ending exactly at its log start
   offset (and not past its high watermark), so nothing below the start is lost, and none ending
   below it ("When to Delete Snapshots").
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from quorum.image.records_state import MetadataRecordsState
+from quorum.raft.control import scan_batches
 from quorum.raft.state import Role
 from quorum.sim.memory_log import MemoryLog
 
@@ -95,7 +101,9 @@ class InvariantChecker:
     high_watermarks: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (incarnation, hw)
     committed_end: int = 0
     committed_digests: dict[int, int] = field(default_factory=lambda: {0: 0})  # batch end offset -> digest
-    cluster_ids: set[str] = field(default_factory=set)
+    committed_cluster_id: tuple[int, str, str] | None = None
+    """(offset, id, where it was seen) of the committed id: the first committed LeaderChange that
+    carries one, or else the header of a snapshot of committed records."""
     check_states: bool = False
     """Compare every node's metadata state with the reference (the simulator turns it on with
     snapshots: its workload then touches a few entities, so a digest stays cheap)."""
@@ -117,11 +125,7 @@ class InvariantChecker:
         nodes = list(nodes)
         check_states = self.check_states
         for node in nodes:
-            cluster_id = node.meta_cluster_id
-            if cluster_id is not None and cluster_id not in self.cluster_ids:
-                self.cluster_ids.add(cluster_id)
-                if len(self.cluster_ids) > 1:
-                    self._fail(f"two cluster ids committed: {sorted(self.cluster_ids)}")
+            self._check_recorded_cluster_id(node)
             if not node.alive:
                 continue
             self._check_epoch(node)
@@ -244,7 +248,50 @@ class InvariantChecker:
         first = 0 if start_index is None else start_index + 1
         for batch in log.batches[first:end_index + 1]:
             self.committed_digests[batch.next_offset] = batch.digest
+            for info in scan_batches(batch.data):
+                if info.leader_change is not None and info.leader_change.cluster_id is not None:
+                    self._commit_cluster_id(info.base_offset, info.leader_change.cluster_id,
+                                            f"the LeaderChange at offset {info.base_offset}")
         self.committed_end = hw
+
+    # -- the cluster id ----------------------------------------------------------------------------
+
+    def _commit_cluster_id(self, offset: int, cluster_id: str, where: str) -> None:
+        known = self.committed_cluster_id
+        if known is None:
+            self.committed_cluster_id = (offset, cluster_id, where)
+        elif known[1] != cluster_id:
+            self._fail(f"two cluster ids committed: {known[1]} ({known[2]}) and {cluster_id} ({where})")
+
+    def _check_recorded_cluster_id(self, node: ReplicaView) -> None:
+        """What a node records (meta.properties) and what its core acts on is the committed id."""
+        core = getattr(node, "core", None)
+        recorded = [("meta.properties", node.meta_cluster_id)]
+        if core is not None:
+            recorded.append(("its core", core.cluster_id))
+        known = self.committed_cluster_id
+        for what, cluster_id in recorded:
+            if cluster_id is None or (known is not None and known[1] == cluster_id):
+                continue
+            if known is None:
+                self._fail(f"node {node.node_id} records cluster id {cluster_id} ({what}), but no committed "
+                           f"LeaderChange or snapshot carries one yet")
+            self._fail(f"node {node.node_id} records cluster id {cluster_id} ({what}), but the committed one is "
+                       f"{known[1]} ({known[2]})")
+
+    def check_snapshot_cluster_id(self, node_id: int, snapshot_id: object, end_offset: int,
+                                  cluster_id: str | None, how: str) -> None:
+        """A snapshot of the committed log up to `end_offset` was `how` ("written", "fetched") by
+        `node_id`, its header carrying `cluster_id`: the committed id once the log below its end has
+        it (a header without it leaves whoever installs the snapshot with no id, and as leader that
+        node would generate a second one), and never another."""
+        known = self.committed_cluster_id
+        if cluster_id is None:
+            if known is not None and known[0] < end_offset:
+                self._fail(f"node {node_id}: snapshot {snapshot_id} ({how}) has no cluster id in its header, but "
+                           f"the committed log below its end carries {known[1]} ({known[2]})")
+            return
+        self._commit_cluster_id(-1, cluster_id, f"the header of snapshot {snapshot_id} {how} by node {node_id}")
 
     def _check_majority(self, nodes: list[ReplicaView]) -> None:
         # A voter whose log starts at `end` holds it by the digest of its snapshot's prefix (durable
