@@ -58,6 +58,7 @@ from quorum.broker.partition_view import (
     PartitionLookup,
     ServedPartition,
 )
+from quorum.broker.remote_tier import RemoteReadError, RemoteTier
 from quorum.image.image import MetadataImage
 from quorum.server.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
@@ -114,6 +115,9 @@ class PartitionRead:
     log_start_offset: int = -1
     records: bytes = b""
     diverging: EpochEndOffset | None = None
+    remote: ServedPartition | None = None
+    """Set when the records are only in the remote tier: the partition to read them from there."""
+    fetch_offset: int = -1
 
     def outcome(self) -> PartitionOutcome:
         return PartitionOutcome(self.error_code, self.high_watermark, self.last_stable_offset,
@@ -137,6 +141,13 @@ def read_partition(partition: ServedPartition, position: FetchPosition, read_com
             return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, diverging=end)
     if offset < log_start or offset > partition.log_end_offset:
         return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
+    if offset < partition.local_log_start_offset:
+        # KIP-405: only in the remote tier. A follower is told so (it rebuilds its log from the
+        # remote tier); a consumer gets the records, read from the remote segment.
+        if to_log_end:
+            return PartitionRead(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, high_watermark, last_stable, log_start)
+        return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, remote=partition,
+                             fetch_offset=offset)
     upto = partition.log_end_offset if to_log_end else last_stable if read_committed else high_watermark
     records = b""
     if offset < upto and (first or max_bytes > 0):
@@ -189,13 +200,14 @@ class FetchHandler:
 
     def __init__(self, lookup: PartitionLookup, notifier: AppendNotifier, image: ImageProvider,
                  sessions: FetchSessionCache | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
-                 replication: FollowerFetchReporter | None = None) -> None:
+                 replication: FollowerFetchReporter | None = None, remote: RemoteTier | None = None) -> None:
         self._lookup = lookup
         self._notifier = notifier
         self._image = image
         self.sessions = sessions if sessions is not None else FetchSessionCache()
         self._clock_ms = clock_ms
         self._replication = replication
+        self._remote = remote
 
     async def handle(self, request: Request) -> Reply:
         body, version = request.body, request.version
@@ -234,7 +246,44 @@ class FetchHandler:
             if now_marks != marks:
                 marks = now_marks
                 reads = self._read_all(partitions, body, replica)
+        if any(read.remote is not None for read in reads.values()):
+            reads = await self._read_remote(partitions, reads, body)
         return reads
+
+    async def _read_remote(self, partitions: list[tuple[PartitionKey, FetchPosition]],
+                           reads: dict[PartitionKey, PartitionRead], body: Any) -> dict[PartitionKey, PartitionRead]:
+        """Fill the reads that wait for the remote tier (Kafka's DelayedRemoteFetch), within what
+        is left of the response's MaxBytes; a failed remote read is KAFKA_STORAGE_ERROR, which
+        consumers retry, never wrong or partial data."""
+        remaining = max(body.max_bytes, 0) - sum(len(read.records) for read in reads.values())
+        first = not any(read.records for read in reads.values())
+        done = dict(reads)
+        for key, position in partitions:
+            read = reads[key]
+            if read.remote is None:
+                continue
+            partition = read.remote
+            max_bytes = min(position.partition_max_bytes, max(remaining, 0))
+            records = b""
+            error = ErrorCode.NONE
+            if self._remote is None:
+                error = ErrorCode.KAFKA_STORAGE_ERROR
+            elif first or max_bytes > 0:
+                try:
+                    records = await self._remote.read(partition, read.fetch_offset, max_bytes)  # type: ignore[arg-type]
+                except RemoteReadError as exc:
+                    log.warning("%s-%d: remote read at offset %d failed: %s", partition.topic, partition.partition,
+                                read.fetch_offset, exc)  # fmt: skip
+                    error = ErrorCode.KAFKA_STORAGE_ERROR
+                if not first and len(records) > max_bytes:
+                    records = b""
+            done[key] = (PartitionRead(error) if error != ErrorCode.NONE else
+                         PartitionRead(ErrorCode.NONE, read.high_watermark, read.last_stable_offset,
+                                       read.log_start_offset, records))  # fmt: skip
+            if records:
+                first = False
+                remaining -= len(records)
+        return done
 
     def _marks(self, partitions: list[tuple[PartitionKey, FetchPosition]]) -> list[tuple[Any, ...]]:
         """What would change a read: leadership, epoch and offsets of each partition."""
@@ -310,7 +359,7 @@ class FetchHandler:
 def _enough(reads: Iterable[PartitionRead], min_bytes: int) -> bool:
     total = 0
     for read in reads:
-        if read.error_code != ErrorCode.NONE or read.diverging is not None:
+        if read.error_code != ErrorCode.NONE or read.diverging is not None or read.remote is not None:
             return True
         total += len(read.records)
     return total >= min_bytes
@@ -346,14 +395,15 @@ class ReadPath:
 def register_read_path(dispatcher: Dispatcher, lookup: PartitionLookup, notifier: AppendNotifier,
                        image_provider: ImageProvider, sessions: FetchSessionCache | None = None,
                        clock_ms: Callable[[], int] = wall_clock_ms,
-                       replication: FollowerFetchReporter | None = None) -> ReadPath:
+                       replication: FollowerFetchReporter | None = None, remote: RemoteTier | None = None) -> ReadPath:
     """Serve Fetch, ListOffsets and OffsetForLeaderEpoch on `dispatcher` from the partitions
     `lookup` finds; `notifier` wakes waiting fetches, `image_provider` gives the current metadata
     image. `sessions` defaults to a cache of Kafka's default size (see
     `FetchSessionCache.from_properties` for `max.incremental.fetch.session.cache.slots`);
-    `replication` serves follower fetches (without it they are refused)."""
-    fetch = FetchHandler(lookup, notifier, image_provider, sessions, clock_ms, replication)
-    offsets = ListOffsetsHandler(lookup, image_provider)
+    `replication` serves follower fetches (without it they are refused); `remote` reads what only
+    the remote tier holds (KIP-405)."""
+    fetch = FetchHandler(lookup, notifier, image_provider, sessions, clock_ms, replication, remote)
+    offsets = ListOffsetsHandler(lookup, image_provider, remote)
     dispatcher.register(FETCH_KEY, fetch.handle)
     dispatcher.register(LIST_OFFSETS_KEY, offsets.list_offsets)
     dispatcher.register(OFFSET_FOR_LEADER_EPOCH_KEY, offsets.offset_for_leader_epoch)

@@ -5,12 +5,19 @@ ListOffsets maps a target timestamp to an offset, as Kafka's Partition.fetchOffs
 * -1 LATEST: the high watermark (READ_UNCOMMITTED) or the last stable offset (READ_COMMITTED), with
   the current leader epoch; the log end offset for a follower or debugging request, which has no
   isolation level.
-* -2 EARLIEST: the log start offset. -4 EARLIEST_LOCAL (KIP-405): the first offset in the local log,
-  which is the log start offset until a remote tier holds the head of the log.
+* -2 EARLIEST: the log start offset, remote segments included. -4 EARLIEST_LOCAL (KIP-405): the
+  first offset in the local log, which is the log start offset until a remote tier holds the head
+  of the log.
 * -3 MAX_TIMESTAMP (KIP-734): the record with the largest timestamp.
-* -5 LATEST_TIERED (KIP-1005) and -6 EARLIEST_PENDING_UPLOAD (KIP-1023): offset -1 and epoch -1, as
-  Kafka answers for a topic without remote storage; the remote-tier plug-in will answer them.
-* a timestamp >= 0: the first offset whose record timestamp is >= it.
+* -5 LATEST_TIERED (KIP-1005): the highest offset uploaded to the remote tier; -1 when the topic is
+  not tiered or nothing is uploaded (or not known yet).
+* -6 EARLIEST_PENDING_UPLOAD (KIP-1023, v11): the next offset to upload, by the KIP's rules: -1
+  when the topic is not tiered; when the highest uploaded offset is unknown (a new leader that has
+  not read the remote metadata yet, or nothing uploaded), the log start offset if the local log
+  starts there (nothing can be in the remote tier alone), else -1; otherwise max(highest uploaded
+  + 1, log start offset). Its epoch is the leader epoch of that offset.
+* a timestamp >= 0: the first offset whose record timestamp is >= it, in the remote segments'
+  time indexes first, then the local log.
 
 Found offsets come with the leader epoch of the batch holding them (clients keep it to validate
 their position after a leader change, KIP-320). For a consumer, an offset at or past what it may
@@ -29,15 +36,19 @@ CurrentLeaderEpoch as Fetch does.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
 from quorum.broker.fetch_resolve import ImageProvider, leader_partition
 from quorum.broker.partition_view import OffsetOutOfRange, PartitionLookup, ServedPartition, TimestampOffset
+from quorum.broker.remote_tier import RemoteReadError, RemoteTier
 from quorum.server.dispatch import Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 from quorum.wire.records import BATCH_HEADER_SIZE, RecordBatch
+
+log = logging.getLogger(__name__)
 
 LIST_OFFSETS = APIS[2]
 OFFSET_FOR_LEADER_EPOCH = APIS[23]
@@ -63,7 +74,11 @@ UNKNOWN = -1
 
 
 def epoch_at(partition: ServedPartition, offset: int) -> int:
-    """The leader epoch of the batch holding `offset`, -1 when the log holds no such batch."""
+    """The leader epoch of the batch holding `offset`, -1 when the log holds no such batch;
+    from the remote segment's metadata below the local log."""
+    remote = partition.remote
+    if remote is not None and offset < partition.local_log_start_offset:
+        return remote.epoch_for(offset)
     try:
         data = partition.read(offset, 1, partition.log_end_offset)
     except OffsetOutOfRange:
@@ -97,10 +112,19 @@ def offset_for(partition: ServedPartition, timestamp: int, isolation_level: int 
             raise OffsetNotAvailable
         return UNKNOWN, fetchable, partition.leader_epoch
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-        start = partition.log_start_offset
+        start = partition.log_start_offset if timestamp == EARLIEST_TIMESTAMP else partition.local_log_start_offset
         return UNKNOWN, start, epoch_at(partition, start)
-    if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
-        return UNKNOWN, UNKNOWN, UNKNOWN
+    if timestamp == LATEST_TIERED_TIMESTAMP:
+        uploaded = partition.remote.highest_uploaded_offset if partition.remote is not None else None
+        if uploaded is None or uploaded < 0:
+            return UNKNOWN, UNKNOWN, UNKNOWN
+        return UNKNOWN, uploaded, epoch_at(partition, uploaded)
+    if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+        pending = earliest_pending_upload_offset(partition)
+        if pending < 0:
+            return UNKNOWN, UNKNOWN, UNKNOWN
+        epoch = partition.leader_epoch if pending >= partition.log_end_offset else epoch_at(partition, pending)
+        return UNKNOWN, pending, epoch
     found: TimestampOffset | None
     found = partition.max_timestamp() if timestamp == MAX_TIMESTAMP else partition.offset_for_timestamp(timestamp)
     if found is None or (isolation_level is not None and found.offset >= fetchable):
@@ -110,13 +134,26 @@ def offset_for(partition: ServedPartition, timestamp: int, isolation_level: int 
     return found.timestamp, found.offset, epoch_at(partition, found.offset)
 
 
+def earliest_pending_upload_offset(partition: ServedPartition) -> int:
+    """KIP-1023's -6 (see the module docstring); -1 when it cannot be answered."""
+    remote = partition.remote
+    if remote is None:
+        return UNKNOWN
+    uploaded = remote.highest_uploaded_offset
+    log_start = partition.log_start_offset
+    if uploaded is None or uploaded < 0:
+        return log_start if partition.local_log_start_offset == log_start else UNKNOWN
+    return max(uploaded + 1, log_start)
+
+
 class ListOffsetsHandler:
     """Answers ListOffsets and OffsetForLeaderEpoch from the partitions `lookup` finds; `image`
     gives the broker's metadata image, to tell an unknown partition from one led elsewhere."""
 
-    def __init__(self, lookup: PartitionLookup, image: ImageProvider) -> None:
+    def __init__(self, lookup: PartitionLookup, image: ImageProvider, remote: RemoteTier | None = None) -> None:
         self._lookup = lookup
         self._image = image
+        self._remote = remote
 
     async def list_offsets(self, request: Request) -> Reply:
         body, version = request.body, request.version
@@ -138,7 +175,13 @@ class ListOffsetsHandler:
                     answers.append(_list_error(p.partition_index, error))
                     continue
                 try:
-                    timestamp, offset, epoch = offset_for(partition, p.timestamp, isolation)
+                    found = await self._remote_offset_for(partition, p.timestamp)
+                    timestamp, offset, epoch = found if found else offset_for(partition, p.timestamp, isolation)
+                except RemoteReadError as exc:
+                    log.warning("%s-%d: looking up timestamp %d in the remote tier failed: %s", topic.name,
+                                p.partition_index, p.timestamp, exc)  # fmt: skip
+                    answers.append(_list_error(p.partition_index, ErrorCode.KAFKA_STORAGE_ERROR))
+                    continue
                 except OffsetNotAvailable:
                     answers.append(_list_error(p.partition_index, ErrorCode.OFFSET_NOT_AVAILABLE))
                     continue
@@ -147,6 +190,19 @@ class ListOffsetsHandler:
                                               leader_epoch=epoch))
             topics.append(_ListTopic(name=topic.name, partitions=answers))
         return Reply(_ListResponse(throttle_time_ms=0, topics=topics), version)
+
+    async def _remote_offset_for(self, partition: ServedPartition, timestamp: int) -> tuple[int, int, int] | None:
+        """A timestamp's answer from the remote segments' time indexes, None to look locally."""
+        remote = partition.remote
+        if timestamp < 0 or remote is None or self._remote is None:
+            return None
+        local_start = partition.local_log_start_offset
+        if not any(s.max_timestamp_ms >= timestamp and s.start_offset < local_start for s in remote.finished):
+            return None
+        found = await self._remote.offset_for_timestamp(partition, timestamp)  # type: ignore[arg-type]
+        if found is None or found.offset >= local_start:
+            return None
+        return found.timestamp, found.offset, epoch_at(partition, found.offset)
 
     async def offset_for_leader_epoch(self, request: Request) -> Reply:
         body, version = request.body, request.version

@@ -32,6 +32,13 @@ class LogConfig:
     log_append_time: bool = False
     min_insync_replicas: int = 1
     flush_messages: int | None = None
+    remote_storage_enable: bool = False
+    """KIP-405's topic `remote.storage.enable`; takes effect only on brokers with
+    `remote.log.storage.system.enable` (those composed with a remote tier)."""
+    local_retention_ms: int | None = 7 * 24 * _HOUR_MS
+    """`local.retention.ms` resolved: -2 (the default) follows `retention.ms`."""
+    local_retention_bytes: int | None = None
+    """`local.retention.bytes` resolved: -2 (the default) follows `retention.bytes`."""
 
 
 # (topic config, broker config, Kafka's default as text)
@@ -45,7 +52,12 @@ _KEYS = {
     "timestamp_type": ("message.timestamp.type", "log.message.timestamp.type", "CreateTime"),
     "min_insync_replicas": ("min.insync.replicas", "min.insync.replicas", "1"),
     "flush_messages": ("flush.messages", "log.flush.interval.messages", str(_LONG_MAX)),
+    "remote_storage_enable": ("remote.storage.enable", "", "false"),
+    "local_retention_ms": ("local.retention.ms", "log.local.retention.ms", "-2"),
+    "local_retention_bytes": ("local.retention.bytes", "log.local.retention.bytes", "-2"),
 }
+FOLLOW_RETENTION = -2
+"""`local.retention.*`'s default: the same as `retention.*` (KIP-405)."""
 
 
 class LogConfigError(ValueError):
@@ -97,6 +109,8 @@ def resolve_log_config(
                                            "log.retention.hours", 168)
         elif name == "segment_ms":
             values[name] = _broker_time_ms(broker, "log.roll.ms", None, "log.roll.hours", 168)
+        elif not broker_key:
+            values[name] = default or ""
         else:
             found = _broker_value(broker, broker_key)
             values[name] = found if found is not None else (default or "")
@@ -104,6 +118,14 @@ def resolve_log_config(
     retention_bytes = _int("retention.bytes", values["retention_bytes"])
     segment_ms = _int("segment.ms", values["segment_ms"])
     flush = _int("flush.messages", values["flush_messages"])
+    local_ms = _int("local.retention.ms", values["local_retention_ms"])
+    local_bytes = _int("local.retention.bytes", values["local_retention_bytes"])
+    remote = values["remote_storage_enable"].strip().lower()
+    if remote not in ("true", "false"):
+        raise LogConfigError(f"remote.storage.enable must be true or false, got {values['remote_storage_enable']!r}")
+    for key, value in (("local.retention.ms", local_ms), ("local.retention.bytes", local_bytes)):
+        if value < FOLLOW_RETENTION:
+            raise LogConfigError(f"{key} must be -2 (follow retention), -1 (unlimited) or more, got {value}")
     timestamp_type = values["timestamp_type"].strip()
     if timestamp_type not in ("CreateTime", "LogAppendTime"):
         raise LogConfigError(f"message.timestamp.type must be CreateTime or LogAppendTime, got {timestamp_type!r}")
@@ -117,6 +139,11 @@ def resolve_log_config(
         log_append_time=timestamp_type == "LogAppendTime",
         min_insync_replicas=_int("min.insync.replicas", values["min_insync_replicas"]),
         flush_messages=flush if 0 < flush < _LONG_MAX else None,
+        remote_storage_enable=remote == "true",
+        local_retention_ms=(retention_ms if 0 <= retention_ms < _LONG_MAX else None) if local_ms == FOLLOW_RETENTION
+        else (local_ms if 0 <= local_ms < _LONG_MAX else None),
+        local_retention_bytes=(retention_bytes if retention_bytes >= 0 else None) if local_bytes == FOLLOW_RETENTION
+        else (local_bytes if local_bytes >= 0 else None),
     )
     if not 14 <= config.segment_bytes <= 2**31 - 1:
         raise LogConfigError(f"segment.bytes must be 14..{2**31 - 1}, got {config.segment_bytes}")

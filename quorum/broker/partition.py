@@ -33,6 +33,7 @@ from pathlib import Path
 from quorum.broker.log_config import LogConfig
 from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, TimestampOffset
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
+from quorum.broker.remote_tier import RemoteLogState
 from quorum.log.atomic import fsync_directory
 from quorum.log.errors import LogError, OffsetOutOfRangeError
 from quorum.log.log import Log
@@ -118,6 +119,9 @@ class Partition:
         """False once replication manages the high watermark (see the module docstring)."""
         self.append_listener: Callable[[Partition], None] | None = None
         """Told after every leader append (the leader's ISR tracker counts the new log end)."""
+        self.remote: RemoteLogState | None = None
+        """The remote tier's view of this partition's uploaded segments (KIP-405), set by the
+        broker's remote tier when the topic has `remote.storage.enable`; None otherwise."""
 
     def __repr__(self) -> str:
         return (f"Partition({self.name}, leader={self._leader_id}, epoch={self._leader_epoch}, "
@@ -169,7 +173,21 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset of the whole log: the first remote segment's when a remote tier holds
+        the head of the log (KIP-405), else the local log's."""
+        local = self.log.start_offset
+        remote = self.remote.start_offset if self.remote is not None else None
+        return local if remote is None else min(remote, local)
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on this broker's disk (ListOffsets -4)."""
         return self.log.start_offset
+
+    @property
+    def tiered(self) -> bool:
+        """Whether this partition's old segments go to a remote tier."""
+        return self.remote is not None
 
     @property
     def log_end_offset(self) -> int:
@@ -359,9 +377,19 @@ class Partition:
     # -- housekeeping ------------------------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int) -> int:
-        """`retention.ms` and `retention.bytes`, never past the high watermark."""
-        deleted = self.log.delete_old_segments(now_ms, self.config.retention_ms, self.config.retention_bytes,
-                                               upto=self._high_watermark)  # fmt: skip
+        """`retention.ms` and `retention.bytes`, never past the high watermark. A tiered partition
+        keeps `local.retention.*` on its disk instead and deletes only segments already uploaded
+        (KIP-405): none before its remote metadata is loaded; the remote tier applies `retention.*`
+        to the whole log."""
+        upto = self._high_watermark
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        if self.remote is not None:
+            uploaded = self.remote.highest_uploaded_offset
+            if uploaded is None or uploaded < 0:
+                return 0
+            upto = min(upto, uploaded + 1)
+            retention_ms, retention_bytes = self.config.local_retention_ms, self.config.local_retention_bytes
+        deleted = self.log.delete_old_segments(now_ms, retention_ms, retention_bytes, upto=upto)
         self._maybe_follow_log_end()
         return deleted
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from quorum.broker.remote_tier import RemoteLogState
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,17 @@ class ServedPartition(Protocol):
 
     @property
     def log_start_offset(self) -> int: ...
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on this broker's disk: the log start offset unless a remote tier
+        holds the head of the log (KIP-405)."""
+        ...
+
+    @property
+    def remote(self) -> RemoteLogState | None:
+        """The remote tier's view of the partition's uploaded segments; None when not tiered."""
+        ...
 
     @property
     def log_end_offset(self) -> int: ...

@@ -211,6 +211,15 @@ class RemoteLogState:
                 return segment
         return None
 
+    def epoch_for(self, offset: int) -> int:
+        """The leader epoch of `offset` from any segment whose copy finished (deleted ones too),
+        -1 when none holds it."""
+        for segment in sorted(self._segments.values(), key=lambda s: -s.event_timestamp_ms):
+            if segment.state != RemoteSegmentState.COPY_SEGMENT_STARTED and \
+                    segment.start_offset <= offset <= segment.end_offset:
+                return segment.epoch_at(offset)
+        return -1
+
     @property
     def size_in_bytes(self) -> int:
         return sum(segment.size_in_bytes for segment in self._finished)

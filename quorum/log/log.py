@@ -48,6 +48,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.log.atomic import fsync_directory
@@ -81,6 +82,19 @@ _INT32_MAX = 2**31 - 1
 #: Bytes read at a time by `Log.iter_batches`.
 _ITER_CHUNK = 1 << 20
 _UNDEFINED = OffsetAndEpoch(-1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFiles:
+    """A rolled segment's offsets, size, largest timestamp (-1 when none) and files."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int
+    log_path: Path
+    index_path: Path
+    time_index_path: Path | None
 
 
 class Log:
@@ -628,6 +642,15 @@ class Log:
     def segment_base_offsets(self) -> list[int]:
         with self._lock:
             return list(self._bases)
+
+    def rolled_segments(self) -> list[SegmentFiles]:
+        """The segments before the active one (no longer written: their files and indexes are
+        final and durable, so they may be copied elsewhere, KIP-405), oldest first."""
+        with self._lock:
+            self._check_open()
+            return [SegmentFiles(s.base_offset, s.next_offset, s.size, s.max_timestamp[0], s.path, s.index_path,
+                                 s.time_index_path if s.has_time_index else None)
+                    for s in self._segments[:-1]]  # fmt: skip
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ class FakePartition:
         self.is_leader = is_leader
         self.leader_epoch = leader_epoch
         self.log_start_offset = 0
+        self.remote = None  # not tiered
         self.batches: list[bytes] = []
         self._high_watermark: int | None = None
         self._last_stable_offset: int | None = None
@@ -56,6 +57,10 @@ class FakePartition:
         self.log_start_offset = offset
 
     # -- the contract -----------------------------------------------------------------------------
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return self.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
