@@ -11,7 +11,7 @@ import base64
 import random
 import uuid
 
-from quorum.raft.control import generate_cluster_id, scan_batches
+from quorum.raft.control import build_leader_change_batch, generate_cluster_id, scan_batches
 from quorum.raft.interface import (
     AppendBatches,
     BeginQuorumEpochRequest,
@@ -20,13 +20,19 @@ from quorum.raft.interface import (
     Fatal,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    HighWatermarkAdvanced,
+    InstallSnapshot,
+    OffsetAndEpoch,
     PersistState,
     VoteRequest,
     VoteResponse,
 )
 from quorum.raft.state import Role
+from quorum.sim.memory_log import MemoryLog
 from quorum.wire.errors import ErrorCode
-from tests.raft.harness import Node, elect, grant, log_with, of_type, replied, sent
+from tests.raft.harness import MemorySnapshots, Node, elect, grant, log_with, of_type, replied, sent
 
 ID = "MkU3OEVBNTcwNTJENDM2Qk"
 OTHER = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -173,4 +179,85 @@ def test_a_log_that_contradicts_meta_properties_stops_the_node() -> None:
     leader.start()
     elect(leader)
     node = Node(1, log=leader.log, cluster_id=OTHER)
+    assert of_type(node.start(), Fatal)
+
+
+# -- quorum/raft/cluster_id.py's rule: what chaos seeds 1520, 1765, 1929, 3284 and 3839 broke ---------
+
+
+def test_the_id_is_committed_before_the_high_watermark_that_commits_it_is_announced() -> None:
+    # A snapshot taken at HighWatermarkAdvanced must carry the id in its header: a header without it
+    # left a replica that installed it with no id, and as leader it generated a second one.
+    leader = Node(1, log=log_with([]))
+    leader.start()
+    generated = leader_change_cluster_id(elect(leader))
+    leader.flush()
+    actions = leader.request(2, FetchRequest(None, 2, 1, 1, 1, max_wait_ms=0))
+    kinds = [type(a) for a in actions]
+    assert ClusterIdCommitted(generated) in actions
+    assert kinds.index(ClusterIdCommitted) < kinds.index(HighWatermarkAdvanced)
+
+
+def own_leader_change_log(cluster_id: str, epoch: int = 1) -> MemoryLog:
+    """Node 2's log when it led `epoch` alone: its LeaderChange (carrying `cluster_id`) at offset 0,
+    never committed."""
+    log = MemoryLog()
+    log.append(build_leader_change_batch(0, epoch, 2, (1, 2, 3), (2,), cluster_id, 0))
+    log.flush()
+    return log
+
+
+def install(node: Node, snapshot_id: OffsetAndEpoch, header_id: str | None) -> list:
+    """Node follows 1 in epoch 3; the leader answers its Fetch with `snapshot_id`, which it pulls
+    whole and installs; `header_id` is the cluster id of the snapshot's header."""
+    (fetch,) = sent(node.started, FetchRequest)
+    actions = node.response(1, FetchResponse(ErrorCode.NONE, 1, 3, 40, snapshot_id.offset, snapshot_id=snapshot_id),
+                            fetch.message)
+    request = next(s.message for s in sent(actions + node.tick(node.now + 50), FetchSnapshotRequest))
+    node.response(1, FetchSnapshotResponse(ErrorCode.NONE, 1, 3, snapshot_id, 10, 0, b"0123456789"), request)
+    return node.apply(node.core.on_snapshot_fetched(snapshot_id, None, node.now, header_id))
+
+
+def following(log: MemoryLog) -> Node:
+    node = Node(2, log=log, persisted=PersistState(3, -1, 1))
+    node.started = node.start()
+    return node
+
+
+def test_an_installed_snapshot_does_not_commit_the_uncommitted_id_of_the_log_it_replaces() -> None:
+    # Seed 3284: node 2's own LeaderChange of epoch 1 (never committed) was below the high watermark
+    # the snapshot brought, and its id was recorded as committed beside the leader's.
+    for snapshot_id in (OffsetAndEpoch(34, 3), OffsetAndEpoch(34, 1)):  # replaces the log; or not, ends past it
+        node = following(own_leader_change_log(OTHER))
+        actions = install(node, snapshot_id, None)
+        assert InstallSnapshot(snapshot_id) in actions and node.core.high_watermark == 34
+        assert not of_type(actions, ClusterIdCommitted) and node.core.cluster_id is None
+        # The header's id is the committed one.
+        node = following(own_leader_change_log(OTHER))
+        actions = install(node, snapshot_id, ID)
+        assert of_type(actions, ClusterIdCommitted) == [ClusterIdCommitted(ID)] and node.core.cluster_id == ID
+        assert node.core.fatal is None
+
+
+def test_a_leader_whose_history_starts_at_a_snapshot_never_generates_an_id() -> None:
+    snapshots = MemorySnapshots({OffsetAndEpoch(5, 1): b"snapshot"})
+    log = MemoryLog(start_offset=5)
+    log.set_snapshot_boundary(OffsetAndEpoch(5, 1))
+    node = Node(1, log=log, persisted=PersistState(1, -1, -1), snapshots=snapshots)
+    node.start()
+    assert leader_change_cluster_id(elect(node)) is None  # unknown: written as such, not invented
+    log = MemoryLog(start_offset=5)
+    log.set_snapshot_boundary(OffsetAndEpoch(5, 1))
+    node = Node(1, log=log, persisted=PersistState(1, -1, -1), snapshots=snapshots, cluster_id=ID)
+    node.start()
+    assert leader_change_cluster_id(elect(node)) == ID
+
+
+def test_at_start_a_leader_change_below_the_latest_snapshot_does_not_speak_for_the_log() -> None:
+    snapshots = MemorySnapshots({OffsetAndEpoch(1, 3): b"snapshot"})
+    node = Node(2, log=own_leader_change_log(OTHER), persisted=PersistState(3, -1, 1), cluster_id=ID,
+                snapshots=snapshots)
+    assert not of_type(node.start(), Fatal) and node.core.cluster_id == ID
+    # Above the snapshot it does: a log that contradicts meta.properties stops the node.
+    node = Node(2, log=own_leader_change_log(OTHER), persisted=PersistState(3, -1, 1), cluster_id=ID)
     assert of_type(node.start(), Fatal)
