@@ -95,6 +95,8 @@ that a cluster of any size can create, and consumer groups that balance at once.
 
 DEFAULT_READY_TIMEOUT_S = 60.0
 """How long `LocalCluster.start()` waits for the cluster to be ready by default."""
+MAX_PORT_MOVES = 3
+"""How many times `wait_ready` moves a node whose port was taken before it could listen."""
 
 
 def free_port() -> int:
@@ -153,6 +155,8 @@ class LocalCluster:
             if delay_ms < 0:
                 raise ValueError(f"the metadata delay of broker {node_id} must be 0 or more, got {delay_ms}")
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self._log_starts: dict[int, int] = {}
+        """Where each node's log stood when its current process started: what that process wrote."""
 
     def _load_or_plan(self, controllers: int, brokers: int) -> dict[int, NodeSpec]:
         specs: dict[int, NodeSpec] = {}
@@ -229,12 +233,16 @@ class LocalCluster:
 
         started = time.monotonic()
         next_progress = started + progress_interval_s
+        moves = 0
         while True:
-            for node_id, process in self.processes.items():
-                if process.poll() is not None:
-                    spec = self.specs[node_id]
-                    raise ClusterNotReadyError(exit_note(Node(node_id, spec.address, spec.log_path),
-                                                         process.returncode))
+            exited = [(n, p.returncode) for n, p in self.processes.items() if p.poll() is not None]
+            for node_id, code in exited:
+                if moves < MAX_PORT_MOVES and self._port_was_taken(node_id):
+                    moves += 1
+                    self._move_port(node_id, progress)
+                    break
+                spec = self.specs[node_id]
+                raise ClusterNotReadyError(exit_note(Node(node_id, spec.address, spec.log_path), code))
             state = check(nodes("controller"), nodes("broker"))
             if state.ready:
                 return
@@ -252,9 +260,31 @@ class LocalCluster:
         if node_id in self.processes and self.processes[node_id].poll() is None:
             return
         with open(spec.log_path, "ab") as out:
+            self._log_starts[node_id] = out.tell()
             self.processes[node_id] = subprocess.Popen(
                 [sys.executable, "-m", "quorum.cli", "start", str(spec.config_path)],
                 stdout=out, stderr=subprocess.STDOUT)
+
+    def _port_was_taken(self, node_id: int) -> bool:
+        """Whether the node's last process exited because another socket took its port meanwhile: ports
+        are picked free when the cluster is planned, and any client's connection may take one before
+        the node binds it."""
+        with open(self.specs[node_id].log_path, "rb") as log:
+            log.seek(self._log_starts.get(node_id, 0))
+            return b"address already in use" in log.read()
+
+    def _move_port(self, node_id: int, progress: Callable[[str], None] | None) -> None:
+        """Give the node a new free port and start it again; a controller's port is in every node's
+        controller.quorum.voters, so then every node starts again with the new voters."""
+        spec = self.specs[node_id]
+        old, spec.port = spec.port, free_port()
+        if progress is not None:
+            progress(f"node {node_id}: port {old} was taken before it could listen; moved to {spec.port}")
+        if spec.role == "controller":
+            self.stop()
+        self.write_configs()
+        for other in self.specs:
+            self.start_node(other)
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         process = self.processes.get(node_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,29 @@ def test_a_node_that_exits_is_named_at_once(tmp_path):
 def stop_after_exit(process: subprocess.Popen[str]) -> str:
     output, _ = process.communicate(timeout=120)
     return output
+
+
+def test_a_node_whose_port_was_taken_before_it_listened_moves_to_another(tmp_path):
+    """Ports are picked free when the cluster is planned; any client's connection may take one before
+    the node binds it. start() moves such a node (a controller: every node, for the voters) and goes on."""
+    from quorum.launcher import LocalCluster
+
+    cluster = LocalCluster(tmp_path, controllers=1, brokers=1)
+    cluster.format_storage()
+    taken = {node_id: cluster.specs[node_id].port for node_id in (1, 101)}
+    squatters = []
+    for port in taken.values():
+        squatter = socket.socket()
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        squatters.append(squatter)
+    notes: list[str] = []
+    try:
+        cluster.start(timeout=120, progress=notes.append)
+        assert all(cluster.specs[n].port != port for n, port in taken.items())
+        assert any(f"port {taken[1]} was taken" in note for note in notes), notes
+        assert any(f"port {taken[101]} was taken" in note for note in notes), notes
+    finally:
+        cluster.stop()
+        for squatter in squatters:
+            squatter.close()
