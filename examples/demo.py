@@ -8,8 +8,12 @@ leader still down, the others commit on, snapshot (KIP-630) and drop the log bel
 snapshot, so the old leader, restarted, rejoins by FetchSnapshot. Part 4: the same cluster's
 two brokers, registered with the active controller; confluent-kafka's AdminClient creates topics
 through them, all three clients list them, and a broker killed with SIGKILL is fenced: its
-partitions get new leaders. Part 5: `client-epochs-mirror` (KIP-232 epoch-aware consumer, idempotent
-producer) copies `orders` to a second local cluster and commits with internal metadata.
+partitions get new leaders. Part 5: the killed broker is restarted (and the cluster waited for until
+it is ready again), then `client-epochs-mirror` (KIP-232 epoch-aware consumer, idempotent producer)
+copies `orders` to a second local cluster and commits with internal metadata.
+
+Every step that waits has a deadline (examples.demo_waits): past it the demo stops with exit status 1,
+naming what it waited for and the node logs to read. Its last line says whether it succeeded.
 """
 
 from __future__ import annotations
@@ -19,14 +23,22 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
+from examples.demo_waits import DemoFailure, scratch_directory, wait_for
 from examples.mirror_demo import mirror_demo
-from quorum.admin import QuorumStatus, commit_values, format_replication, format_status, wait_for_leader
+from quorum.admin import (
+    QuorumStatus,
+    QuorumToolError,
+    commit_values,
+    format_replication,
+    format_status,
+    wait_for_leader,
+)
 from quorum.launcher import LocalCluster, start_standalone
 from quorum.log.log import Log
 from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset
+from quorum.readiness import ClusterNotReadyError
 from quorum.server.config import node_config
 from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
 
@@ -78,20 +90,36 @@ def print_table(rows: list[tuple[str, dict[str, int] | str]], topics: list[str])
             print("  ".join("-" * width for width in widths))
 
 
+def logs(cluster: LocalCluster, role: str | None = None) -> list:
+    """The node logs of `cluster` (of one role), for a failure message."""
+    return [s.log_path for s in cluster.specs.values() if role is None or s.role == role]
+
+
 def leader_status(cluster: LocalCluster, not_node: int | None = None) -> QuorumStatus:
-    return wait_for_leader(lambda: [cluster.specs[n].address for n in cluster.alive()], not_node, 30.0)
+    try:
+        return wait_for_leader(lambda: [cluster.specs[n].address for n in cluster.alive()], not_node, 30.0)
+    except QuorumToolError as exc:
+        raise DemoFailure(f"a leader of the metadata quorum{'' if not_node is None else f' other than node {not_node}'}"
+                          f": {exc}", logs(cluster, "controller")) from None
 
 
 def commit(cluster: LocalCluster, values: list[bytes]) -> int:
-    return commit_values(cluster.bootstrap_controllers.split(","), values)
+    try:
+        return commit_values(cluster.bootstrap_controllers.split(","), values)
+    except QuorumToolError as exc:
+        raise DemoFailure(f"a commit through the metadata quorum: {exc}", logs(cluster, "controller")) from None
 
 
 def quorum_demo() -> None:
     print("\n== Part 2: a KRaft quorum of three controllers (quorum local-cluster --controllers 3)")
-    with tempfile.TemporaryDirectory(prefix="quorum-demo-") as directory:
+    with scratch_directory("quorum-demo-") as directory:
         cluster = LocalCluster(directory, controllers=3, brokers=2, settings=SNAPSHOT_SETTINGS)
         cluster.format_storage()
-        cluster.start()
+        try:
+            cluster.start(timeout=60)
+        except ClusterNotReadyError as exc:
+            cluster.stop()
+            raise DemoFailure(str(exc)) from None
         try:
             for line in cluster.describe_lines():
                 print(line)
@@ -112,6 +140,10 @@ def quorum_demo() -> None:
             brokers_demo(cluster)
         finally:
             cluster.stop()
+
+
+def caught_up(status: QuorumStatus) -> bool:
+    return all(status.lag(r) == 0 for r in status.replicas)
 
 
 def snapshot_demo(cluster: LocalCluster, down: int) -> None:
@@ -141,12 +173,8 @@ def snapshot_demo(cluster: LocalCluster, down: int) -> None:
     print(f"... node {leader.leader_id} (leader): log start offset {start}, snapshots {snapshots}")
     print(f"... restarting node {down}: its log ends below the leader's log start")
     cluster.start_node(down)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        status = leader_status(cluster)
-        if all(status.lag(r) == 0 for r in status.replicas):
-            break
-        time.sleep(0.2)
+    wait_for(f"node {down} to catch up with the leader by FetchSnapshot (lag 0 on every replica)",
+             lambda: caught_up(leader_status(cluster)), 60, [cluster.specs[down].log_path])
     for line in cluster.specs[down].log_path.read_text().splitlines():
         if "snapshot fetched" in line or "installed snapshot" in line:
             print("   " + line.split(": ", 1)[-1].replace(str(cluster.specs[down].log_path.parent), "node-dir"))
@@ -173,7 +201,8 @@ def brokers_demo(cluster: LocalCluster) -> None:
     for name, future in futures.items():
         future.result(timeout=60)
         print(f"... created {name} with confluent-kafka's AdminClient (forwarded to the active controller)")
-    time.sleep(1)  # every broker replays the new records
+    wait_for("orders and payments, with a leader for every partition, on every broker",
+             lambda: all(has_topics(s.address, {"orders": 4, "payments": 2}) for s in brokers), 30, logs(cluster))
     topics = ["orders", "payments"]
     rows: list[tuple[str, dict[str, int] | str]] = []
     for name, view in (("confluent-kafka", confluent_view), ("kafka-python", kafka_python_view), ("kcat", kcat_view)):
@@ -182,7 +211,7 @@ def brokers_demo(cluster: LocalCluster) -> None:
         except Exception as exc:  # the demo reports every client, even when one fails
             rows.append((name, f"FAILED: {exc}"))
     print_table(rows, topics)
-    data_demo(bootstrap)
+    data_demo(bootstrap, logs(cluster, "broker"))
     produced = produce_orders(bootstrap, 2000)
     before = leaders(bootstrap, "orders")
     victim = before[0]
@@ -190,17 +219,35 @@ def brokers_demo(cluster: LocalCluster) -> None:
     cluster.kill(victim, signal.SIGKILL)
     survivor = next(s.address for s in brokers if s.node_id != victim)
     started = time.monotonic()
-    while time.monotonic() - started < 30:
-        after = leaders(survivor, "orders")
-        if victim not in after.values():
-            break
-        time.sleep(0.2)
+    after = wait_for(f"broker {victim} to be fenced and every orders partition to lead elsewhere",
+                     lambda: (now := leaders(survivor, "orders")) and victim not in now.values() and now, 30,
+                     logs(cluster, "controller"))
     print(f"... broker {victim} fenced after {time.monotonic() - started:.1f} s (broker.session.timeout.ms=3000); "
           f"orders partition leaders now {after}")
     read = count_messages(survivor, "orders", 4)
     print(f"... {read} of the {produced} acknowledged orders read back from broker "
           f"{next(s.node_id for s in brokers if s.node_id != victim)} alone (replication factor 2)")
-    mirror_demo(survivor)
+    if read != produced:
+        raise DemoFailure(f"all {produced} acknowledged orders read back, got {read}", logs(cluster, "broker"))
+    # The demo's groups keep their offsets in a __consumer_offsets of replication factor 1 (local-cluster's
+    # dev default): the killed broker held some of its partitions, so part 5 starts only once it is back.
+    print(f"\n... restarting broker {victim}, and waiting until the cluster is ready again")
+    cluster.start_node(victim)
+    try:
+        cluster.wait_ready(60)
+    except ClusterNotReadyError as exc:
+        raise DemoFailure(str(exc)) from None
+    mirror_demo(bootstrap, logs(cluster, "broker"))
+
+
+def has_topics(address: str, expected: dict[str, int]) -> bool:
+    """Whether `address` lists each topic with its partition count, every partition with a leader."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": address, "log_level": 0}).list_topics(timeout=5)
+    return all(name in metadata.topics and len(metadata.topics[name].partitions) == count
+               and all(p.leader >= 0 for p in metadata.topics[name].partitions.values())
+               for name, count in expected.items())
 
 
 def produce_orders(bootstrap: str, messages: int) -> int:
@@ -213,8 +260,10 @@ def produce_orders(bootstrap: str, messages: int) -> int:
         producer.produce("orders", f"order {n}".encode(), key=f"customer-{n % 20}".encode(),
                          on_delivery=lambda error, _m: acked.append(error is None))
         producer.poll(0)
-    producer.flush(60)
+    unsent = producer.flush(60)
     print(f"... confluent-kafka produced {sum(acked)} orders with acks=all (both replicas of each partition)")
+    if unsent or sum(acked) != messages:
+        raise DemoFailure(f"acks for all {messages} orders within 60 s: {sum(acked)} acknowledged, {unsent} unsent")
     return sum(acked)
 
 
@@ -236,7 +285,7 @@ def count_messages(address: str, topic: str, partitions: int) -> int:
     return count
 
 
-def data_demo(bootstrap: str, messages: int = 3000) -> None:
+def data_demo(bootstrap: str, broker_logs: list, messages: int = 3000) -> None:
     """Each client on the data path: confluent-kafka produces (idempotent, lz4, keys and headers),
     kafka-python consumes in a group and commits with a metadata string, kcat reads it all too."""
     from confluent_kafka import Producer
@@ -246,7 +295,8 @@ def data_demo(bootstrap: str, messages: int = 3000) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     for future in admin.create_topics([NewTopic("events", 3, 1)], request_timeout=30).values():
         future.result(timeout=60)
-    time.sleep(1)  # every broker replays the new records
+    wait_for("events, with a leader for every partition, on every broker",
+             lambda: all(has_topics(a, {"events": 3}) for a in bootstrap.split(",")), 30, broker_logs)
     started = time.monotonic()
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "compression.type": "lz4",
                          "linger.ms": 5, "log_level": 0})
@@ -257,6 +307,8 @@ def data_demo(bootstrap: str, messages: int = 3000) -> None:
     unsent = producer.flush(60)
     print(f"... confluent-kafka produced {messages - unsent} messages to events (idempotent, lz4) "
           f"in {time.monotonic() - started:.2f} s")
+    if unsent:
+        raise DemoFailure(f"acks for all {messages} events within 60 s: {unsent} unsent", broker_logs)
     started = time.monotonic()
     consumer = KafkaConsumer("events", bootstrap_servers=bootstrap, group_id="demo-readers",
                              auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=10_000)
@@ -265,6 +317,10 @@ def data_demo(bootstrap: str, messages: int = 3000) -> None:
         seen += 1
         if seen == messages:
             break
+    if seen != messages:
+        consumer.close()
+        raise DemoFailure(f"group demo-readers to read all {messages} events (it read {seen}, then nothing for "
+                          f"10 s)", broker_logs)
     consumer.commit({tp: OffsetAndMetadata(consumer.position(tp), "read by the demo", -1)
                      for tp in consumer.assignment()})
     consumer.close()
@@ -285,6 +341,25 @@ def data_demo(bootstrap: str, messages: int = 3000) -> None:
 
 
 def main() -> int:
+    started = time.monotonic()
+    try:
+        failures = standalone_demo()
+        quorum_demo()
+    except DemoFailure as exc:
+        print(f"\ndemo FAILED: {exc}", flush=True)
+        return 1
+    except Exception as exc:  # a client's error: the demo still says that it failed, and how
+        print(f"\ndemo FAILED: {type(exc).__name__}: {exc}", flush=True)
+        raise
+    if failures:
+        print(f"\ndemo FAILED: {failures} client(s) could not list the standalone node's metadata (part 1)")
+        return 1
+    print(f"\ndemo succeeded: all five parts ran in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+def standalone_demo() -> int:
+    """Part 1; the number of clients that failed."""
     print("== Part 1: real clients list a node's metadata")
     print("Starting a local node: quorum standalone --listen 127.0.0.1:0 " + " ".join(f"--topic {t}" for t in TOPICS))
     node = start_standalone(*TOPICS)
@@ -307,8 +382,7 @@ def main() -> int:
         node.stop()
     print()
     print("All three clients listed the node's metadata." if not failures else f"{failures} client(s) failed.")
-    quorum_demo()
-    return 1 if failures else 0
+    return failures
 
 
 if __name__ == "__main__":

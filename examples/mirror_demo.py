@@ -10,42 +10,45 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
-import time
+import threading
+from pathlib import Path
 
+from examples.demo_waits import DemoFailure, scratch_directory
 from quorum.launcher import LocalCluster
+from quorum.readiness import ClusterNotReadyError
 
 GROUP = "client-epochs-mirror"
 TARGET_SETTINGS = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+GIVE_UP_S = 60
+"""The replicator stops with an error once it has waited this long for what it lacks (--give-up-after-s)."""
+MIRROR_DEADLINE_S = 240
+"""The demo stops the replicator itself past this (a replicator that neither copies nor gives up)."""
 
 
-def wait_for_broker(address: str, timeout_s: float = 30.0) -> None:
-    """Until the broker lists itself in its Metadata answer (registered and unfenced)."""
-    from confluent_kafka.admin import AdminClient
+def mirror(source: str, target: str, topic: str, source_logs: list[Path]) -> None:
+    """Run the replicator as a user would, until it has been idle 3 s; its output is shown as it comes.
 
-    admin = AdminClient({"bootstrap.servers": address, "log_level": 0})
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if admin.list_topics(timeout=2).brokers:
-                return
-        except Exception:  # not listening yet
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"the target broker at {address} did not come up in {timeout_s:.0f} s")
-
-
-def mirror(source: str, target: str, topic: str) -> int:
-    """Run the replicator as a user would, until it has been idle 3 s; its output is shown as it comes."""
+    DemoFailure when it exits non-zero (its status lines and error, just printed, say what it waited
+    for) or has not finished within MIRROR_DEADLINE_S."""
     command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
                "--target-bootstrap", target, "--topics", topic, "--status-interval-s", "2",
-               "--stop-after-idle-s", "3"]
+               "--stop-after-idle-s", "3", "--give-up-after-s", str(GIVE_UP_S)]
     print("$ client-epochs-mirror " + " ".join(command[3:]), flush=True)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
-    for line in process.stdout:
-        print(f"    {line}", end="", flush=True)
-    return process.wait(timeout=120)
+    watchdog = threading.Timer(MIRROR_DEADLINE_S, process.kill)
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(f"    {line}", end="", flush=True)
+        code = process.wait()
+    finally:
+        watchdog.cancel()
+    if code == -9:
+        raise DemoFailure(f"client-epochs-mirror to finish copying {topic} within {MIRROR_DEADLINE_S} s (killed; "
+                          f"its last status line says what it waited for)", source_logs)
+    if code != 0:
+        raise DemoFailure(f"client-epochs-mirror exited {code} (its error is above)", source_logs)
 
 
 def count(address: str, topic: str) -> int:
@@ -84,19 +87,23 @@ def show_commits(source: str, topic: str) -> None:
     print(f"... stored metadata string, as any other client reads it: {stored.metadata!r}")
 
 
-def mirror_demo(source: str, topic: str = "orders") -> None:
+def mirror_demo(source: str, source_logs: list[Path], topic: str = "orders") -> None:
     print(f"\n== Part 5: KIP-232 epoch-aware clients: client-epochs-mirror copies {topic} to a second cluster")
-    with tempfile.TemporaryDirectory(prefix="quorum-demo-target-") as directory:
+    with scratch_directory("quorum-demo-target-") as directory:
         target = LocalCluster(directory, controllers=1, brokers=1, settings=TARGET_SETTINGS)
         target.format_storage()
-        target.start()
         try:
-            address = next(s.address for s in target.specs.values() if s.role == "broker")
-            wait_for_broker(address)
+            target.start(timeout=60)
+            address = target.bootstrap_servers
             print(f"... target cluster: 1 controller, broker at {address}")
-            code = mirror(source, address, topic)
+            mirror(source, address, topic, source_logs)
             copied, there = count(address, topic), count(source, topic)
-            print(f"... replicator exited {code}; the target holds {copied} of the source's {there} {topic} records")
+            print(f"... replicator exited 0; the target holds {copied} of the source's {there} {topic} records")
+            if copied != there:
+                raise DemoFailure(f"all {there} {topic} records in the target, it holds {copied}",
+                                  [s.log_path for s in target.specs.values()])
             show_commits(source, topic)
+        except ClusterNotReadyError as exc:
+            raise DemoFailure(str(exc)) from None
         finally:
             target.stop()
