@@ -125,7 +125,6 @@ class InvariantChecker:
         nodes = list(nodes)
         check_states = self.check_states
         for node in nodes:
-            self._check_recorded_cluster_id(node)
             if not node.alive:
                 continue
             self._check_epoch(node)
@@ -139,6 +138,8 @@ class InvariantChecker:
                 if replayer is not None:
                     self._check_state(node, replayer)
         self._check_majority(nodes)
+        for node in nodes:  # after the commits this event made are observed
+            self._check_recorded_cluster_id(node)
 
     # -- the replayed state (KIP-630: a snapshot and the log after it make the same state) -------
 
