@@ -436,8 +436,8 @@ class RaftNode:
         self.metrics.close()
         await asyncio.to_thread(self.log.close)
         if self.verifier is not None:
-            log.warning("image checked against a replay of snapshot plus log %d times (%d skipped: log start "
-                        "past the snapshot)", self.verifier.checks, self.verifier.skipped)
+            log.warning("image checked %d times against snapshot plus log (%d full replays, %d skipped: log start "
+                        "past the snapshot)", self.verifier.checks, self.verifier.full_replays, self.verifier.skipped)
         print(f"node {self.config.node_id} stopped" + (f": {self._fatal}" if self._fatal else ""), flush=True)
         return 1 if self._fatal else 0
 

@@ -80,21 +80,37 @@ def test_topics_by_id_and_order_are_compared() -> None:
     assert image_difference(image, stale_index).startswith("image.topics_by_id[UUID(")
 
 
-def test_replay_from_the_log_and_from_a_snapshot_equals_the_incremental_image(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("step_s", "full_replays"), [(0.0, 1), (1e9, len(BATCHES))])
+def test_replay_from_the_log_and_from_a_snapshot_equals_the_incremental_image(tmp_path: Path, step_s: float,
+                                                                               full_replays: int) -> None:
+    """A clock that stands still: one full replay, then the reference advances by the log; one that
+    races: a full replay (from the snapshot once there is one) at every check."""
+    now = [0.0]
     with write_log(tmp_path, BATCHES) as log:
         state = ImageState()
         replayer = MetadataReplayer(tmp_path, log, state, NEVER)
         replayer.boot()
-        verifier = ImageVerifier(1, tmp_path, log, replayer.snapshots)
+        verifier = ImageVerifier(1, tmp_path, log, replayer.snapshots, clock=lambda: now[0])
         end = 0
         for values in BATCHES:
             end += len(values)
             replayer.catch_up(end)
+            now[0] += step_s
             verifier.check(state.image, replayer.applied_offset)
             if end == 9:
                 replayer.snapshot_now()  # later checks load it and replay the rest of the log
-        assert verifier.checks == len(BATCHES) and verifier.skipped == 0
+        assert (verifier.checks, verifier.full_replays, verifier.skipped) == (len(BATCHES), full_replays, 0)
         assert replayer.snapshots.latest_snapshot() is not None
+
+
+def test_the_reference_advanced_by_the_log_still_finds_a_lost_record(tmp_path: Path) -> None:
+    with write_log(tmp_path, BATCHES[:2]) as log:
+        verifier = ImageVerifier(101, tmp_path, log, SnapshotDirectory(tmp_path), clock=lambda: 0.0)
+        verifier.check(image_of(flat(BATCHES[:1])).image, 4)  # the full replay, up to offset 4
+        lost = image_of(flat(BATCHES[:2])[:-1]).image
+        with pytest.raises(ImageDivergenceError, match=r"read by the check .*partitions: 1 items != 2 items"):
+            verifier.check(lost, 7)
+    assert verifier.full_replays == 1
 
 
 def test_a_divergence_names_node_offset_and_field(tmp_path: Path) -> None:
