@@ -103,6 +103,19 @@ def test_the_command_line_runs_many_seeds_and_prints_a_summary(capsys: pytest.Ca
     assert "seeds/s" in out and "crash" in out
 
 
+def test_jobs_spread_the_seeds_over_processes_and_print_the_same_table(capsys: pytest.CaptureFixture[str]) -> None:
+    def table(jobs: str) -> list[list[str]]:
+        assert main(["--seeds", "6", "--voters", "3", "--observers", "1", "--scenario", "chaos", "--jobs", jobs]) == 0
+        header, row = capsys.readouterr().out.splitlines()[-2:]
+        speed = header.split().index("seeds/s")
+        return [cells[:speed] + cells[speed + 1:] for cells in (header.split(), row.split())]
+
+    assert table("2") == table("1")
+    with pytest.raises(SystemExit):
+        main(["--seeds", "6", "--jobs", "0"])
+    assert "--jobs must be at least 1" in capsys.readouterr().err
+
+
 def test_the_command_line_replays_one_seed_with_its_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--seed", "3", "--voters", "3", "--scenario", "resign"]) == 0
     out = capsys.readouterr().out
