@@ -2,8 +2,9 @@
 
 KIP-595's last revision puts the cluster id in the LeaderChangeMessage: the first leader
 generates it, every later leader repeats it, and a node caches it in meta.properties once the
-record carrying it is committed. Apache Kafka's schema has no such field, so the project carries it
-in a KIP-482 tagged field (tag 10595) that Kafka skips.
+record carrying it is committed (the rule in full, and the invariant it keeps: `cluster_id.py`).
+Apache Kafka's schema has no such field, so the project carries it in a KIP-482 tagged field
+(tag 10595) that Kafka skips.
 """
 
 from __future__ import annotations
