@@ -12,7 +12,9 @@ The rule
    requests and compares fatally) only when (a) the LeaderChange carrying it lies below its high
    watermark in its own log, (b) a snapshot header carries it (a snapshot holds committed records
    only), or (c) meta.properties had it at start. An id read from the log but not committed is
-   used only where being wrong is harmless: to validate a Fetch as leader, and to repeat it.
+   used by a leader only, to repeat it and to validate Fetch and FetchSnapshot against it: a
+   leader's log holds every committed record (Raft's leader completeness), so the first id in it
+   is the committed one whenever one is committed.
 3. **Forgotten with the record that carried it.** A truncation at or below the LeaderChange drops
    the log's id; so does installing a snapshot that ends past it (the snapshot stands for every
    record below its end offset, and only its header speaks for them: the log's own records there
