@@ -168,7 +168,12 @@ class GroupCoordinator:
     def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None],
                            now_ms: int) -> Output:
         """Tombstone the offsets of a loaded partition whose topics are gone (deleted while this broker
-        was down or did not lead the partition, or deleted and created again)."""
+        was down or did not lead the partition, or deleted and created again).
+
+        Safe against an image that lags: every offset in the log was committed by a leader whose
+        metadata held the topic, before the record that made this broker the leader (a deposed leader
+        refuses appends), and this broker's metadata holds that record when it loads the partition;
+        so a topic missing from it, or there under another id, really went away."""
         state = self._partitions.get(partition)
         if state is not None and not state.loading:
             self._drop_stale(state, current_topic_id)
