@@ -24,6 +24,7 @@ from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, RequestHeader, decode_response, encode_request
 from tests.support.null_requests import MODES, nullable_paths, request_body
 from tests.test_broker_processes import BROKER, one_broker
+from tests.test_server_bad_input import _recv_exactly
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,16 +60,6 @@ EXPECTED: dict[str, tuple[frozenset[str], set[int]]] = {
 def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     with one_broker(tmp_path_factory.mktemp("null-fields")) as (running, _):
         yield running
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 def error_codes(body: Any) -> set[int]:
