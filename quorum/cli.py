@@ -115,12 +115,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         from quorum.server.config import load_config
         from quorum.server.node import run_node
 
-        return run_node(load_config(args.config, _key_values(args.override)))
+        config = load_config(args.config, _key_values(args.override))
+        return run_node(config, _remote_tier(config))
     if args.command == "describe":
         return _describe(args)
     if args.command == "local-cluster":
         return _local_cluster(args)
     return 2
+
+
+def _remote_tier(config: object) -> object | None:
+    """The entry point composes the broker with `tiered_follower`'s remote tier (KIP-405) when
+    `remote.log.storage.system.enable` is true; `quorum` itself never imports it."""
+    properties = config.extra  # type: ignore[attr-defined]
+    if properties.get("remote.log.storage.system.enable", "false").strip().lower() != "true":
+        return None
+    if not config.is_broker or config.is_controller:  # type: ignore[attr-defined]
+        return None
+    from tiered_follower.remote_log_manager import RemoteLogManager
+    from tiered_follower.s3_client import S3ConfigError
+
+    try:
+        return RemoteLogManager.from_properties(config.node_id, properties)  # type: ignore[attr-defined]
+    except S3ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _storage(args: argparse.Namespace) -> int:

@@ -141,6 +141,8 @@ class Partition:
         if leader_epoch != self._leader_epoch or leader_id != self._leader_id:
             role = "leader" if leader_id == self.broker_id else f"follower of {leader_id}"
             logger.info("%s: %s in leader epoch %d", self.name, role, leader_epoch)
+            if self.remote is not None and leader_id == self.broker_id:
+                self.remote.invalidate()
         self._leader_id = leader_id
         self._leader_epoch = leader_epoch
         self._isr = tuple(isr)

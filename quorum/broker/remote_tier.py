@@ -25,7 +25,7 @@ import asyncio
 import bisect
 import enum
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -148,6 +148,13 @@ class RemoteLogState:
             self._segments[segment.segment_id] = segment
         self.loaded = True
         self._reindex()
+
+    def invalidate(self) -> None:
+        """This broker became the leader: what it knows may be stale until the next `load`, so
+        the highest uploaded offset is unknown until then (KIP-1023: a new leader answers -6 from
+        the metadata only once it has read it)."""
+        self.loaded = False
+        self._highest_uploaded = None
 
     def apply(self, segment: RemoteSegmentMetadata) -> None:
         """One event this broker published (or learnt of); an event older than the known state is ignored."""
@@ -334,8 +341,9 @@ class RemoteTier(Protocol):
         """The first offset in the remote segments whose timestamp is >= `timestamp`."""
         ...
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """The upload, cleanup and retention task, every `remote.log.manager.task.interval.ms`."""
+    async def run(self, partitions: Callable[[], Iterable[Partition]], stop: asyncio.Event) -> None:
+        """The upload, cleanup and retention task over the hosted `partitions`, every
+        `remote.log.manager.task.interval.ms`, until `stop` is set."""
         ...
 
     async def close(self) -> None: ...

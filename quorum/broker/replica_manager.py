@@ -32,6 +32,7 @@ from quorum.broker.log_config import LogConfig, LogConfigError, config_layers, t
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.producer_ids import ProducerIdAllocator
+from quorum.broker.remote_tier import RemoteTier
 from quorum.image.image import MetadataImage, PartitionInfo, TopicInfo
 from quorum.log.errors import CorruptFileError, LogError
 from quorum.log.partition_metadata import read_partition_metadata
@@ -56,9 +57,11 @@ class ReplicaManager:
     """See the module docstring. Runs on the event loop thread; no method awaits mid-change."""
 
     def __init__(self, broker_id: int, log_dirs: Sequence[Path | str], properties: Mapping[str, str] | None = None,
-                 notifier: AppendNotifier | None = None) -> None:
+                 notifier: AppendNotifier | None = None, remote: RemoteTier | None = None) -> None:
         """`properties` are the node's (NodeConfig.extra): the broker defaults of topic configs
-        (`log.segment.bytes`, `log.retention.ms`, ...), read with Kafka's names and defaults."""
+        (`log.segment.bytes`, `log.retention.ms`, ...), read with Kafka's names and defaults.
+        `remote` is the remote tier (KIP-405), told of every partition opened and of every topic
+        deleted, whose remote data goes with it."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.broker_id = broker_id
@@ -75,14 +78,16 @@ class ReplicaManager:
         self._on_disk = self._scan_log_dirs()
         self._strays_checked = False
         self._configs: dict[str, tuple[tuple[int, ...], LogConfig]] = {}
+        self.remote = remote
         self.on_open: Callable[[Partition], None] | None = None
         """Told of every partition opened, before the image marks it leader or follower
         (replication takes over its high watermark there)."""
 
     @classmethod
-    def from_node_config(cls, config: object, notifier: AppendNotifier | None = None) -> ReplicaManager:
+    def from_node_config(cls, config: object, notifier: AppendNotifier | None = None,
+                         remote: RemoteTier | None = None) -> ReplicaManager:
         """From a `quorum.server.config.NodeConfig`: its node id, `log.dirs` and properties."""
-        return cls(config.node_id, config.log_dirs, config.extra, notifier)  # type: ignore[attr-defined]
+        return cls(config.node_id, config.log_dirs, config.extra, notifier, remote)  # type: ignore[attr-defined]
 
     # -- PartitionLookup ---------------------------------------------------------------------
 
@@ -110,6 +115,10 @@ class ReplicaManager:
                 why = "deleted or moved away" if target is None else f"re-created with topic id {target[0].topic_id}"
                 logger.info("%s: no longer hosted here (%s): deleting its log", partition.name, why)
                 self._remove(partition)
+                current = image.topics.get(partition.topic)
+                if self.remote is not None and partition.remote is not None and (
+                        current is None or current.topic_id != partition.topic_id):
+                    self.remote.partition_deleted(partition.remote.partition)
         if not self._strays_checked:
             self._delete_strays(wanted)
             self._strays_checked = True
@@ -176,6 +185,8 @@ class ReplicaManager:
                 self._on_disk[key] = directory
             return None
         self.failed.pop(key, None)
+        if self.remote is not None:
+            self.remote.partition_opened(partition)
         if self.on_open is not None:
             self.on_open(partition)
         self._partitions[key] = partition

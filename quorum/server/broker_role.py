@@ -34,6 +34,7 @@ from quorum.broker.metadata import encoded_metadata_response
 from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.produce import register_produce
+from quorum.broker.remote_tier import RemoteTier
 from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.broker.replica_manager import ReplicaManager
@@ -60,15 +61,18 @@ AUTO_CREATE_POLL_S = 0.02
 class BrokerRole:
     """A node's broker role; `node` gives the replayed image and the controller channel."""
 
-    def __init__(self, node: RaftNode, out_of_range: OutOfRangePlugin | None = None) -> None:
+    def __init__(self, node: RaftNode, out_of_range: OutOfRangePlugin | None = None,
+                 remote: RemoteTier | None = None) -> None:
         """`out_of_range` is the remote tier's plug-in point (KIP-1023): what followers do when the
-        leader answers OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's way without it."""
+        leader answers OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's way without it.
+        `remote` is the remote tier itself (KIP-405: uploads, remote reads, remote retention)."""
         config = node.config
         self._node = node
         self.served = ServedImage(lambda: node.image_state.image, config.test_metadata_delay_ms,
                                   config.pause_metadata_path)
         self.notifier = AppendNotifier()
-        self.replicas = ReplicaManager.from_node_config(config, self.notifier)
+        self.remote = remote
+        self.replicas = ReplicaManager.from_node_config(config, self.notifier, remote)
         self.leadership = Leadership(config.node_id, self.notifier, node.controller_peer, self._broker_epoch,
                                      config.extra)
         self.replicas.on_open = self.leadership.manage
@@ -82,7 +86,8 @@ class BrokerRole:
         register_forwarding(dispatcher, node.controller_peer, refuse)
         register_produce(dispatcher, self.replicas, replication=self.leadership)
         register_read_path(dispatcher, self.replicas, self.notifier, lambda: node.image,
-                           FetchSessionCache.from_properties(config.extra), replication=self.leadership)
+                           FetchSessionCache.from_properties(config.extra), replication=self.leadership,
+                           remote=remote)
         listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
                           if e.name not in config.controller_listener_names)
         self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
@@ -121,8 +126,10 @@ class BrokerRole:
     def tasks(self) -> list[asyncio.Task[None]]:
         """The broker's background work, cancelled at shutdown."""
         self.groups.start()
-        work = (self.lifecycle.run(), self._watch_pause_forever(), self._apply_when_ready(),
-                self.replicas.run_retention(self._stop))
+        work = [self.lifecycle.run(), self._watch_pause_forever(), self._apply_when_ready(),
+                self.replicas.run_retention(self._stop)]
+        if self.remote is not None:
+            work.append(self.remote.run(self.replicas.partitions, self._stop))
         return [asyncio.create_task(job) for job in work]
 
     async def close(self) -> None:
@@ -130,6 +137,8 @@ class BrokerRole:
         await self.fetchers.close()
         await self.leadership.close()
         await self.groups.close()
+        if self.remote is not None:
+            await self.remote.close()
         self.replicas.close()
 
     async def _apply_when_ready(self) -> None:

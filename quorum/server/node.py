@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from quorum.broker.remote_tier import RemoteTier
 from quorum.controller.controller import ControllerConfig
 from quorum.controller.snapshot_coordinator import OwnSnapshot
 from quorum.image.image import MetadataImage
@@ -69,7 +70,7 @@ def wall_clock_ms() -> int:
 class RaftNode:
     """One KRaft node: a voter when it has the controller role, an observer otherwise."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, remote: RemoteTier | None = None) -> None:
         self.config = config
         cluster_id = check_storage(config)
         directory = config.metadata_log_dir
@@ -139,7 +140,8 @@ class RaftNode:
             self.controller_service.register(self.dispatcher)
         else:
             self.controller_service = None
-        self.broker = BrokerRole(self) if config.is_broker and not config.is_controller else None
+        # `remote`: the remote tier (KIP-405) the entry point composed, for a broker with tiered storage
+        self.broker = BrokerRole(self, remote=remote) if config.is_broker and not config.is_controller else None
 
     # -- the broker role ------------------------------------------------------------------------
 
@@ -448,9 +450,9 @@ class RaftNode:
             await asyncio.wait(set(self._sends), timeout=1.0)
 
 
-def run_node(config: NodeConfig) -> int:
+def run_node(config: NodeConfig, remote: RemoteTier | None = None) -> int:
     async def main() -> int:
-        return await RaftNode(config).run()
+        return await RaftNode(config, remote).run()
 
     return asyncio.run(main())
 

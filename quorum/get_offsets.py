@@ -1,0 +1,99 @@
+"""`quorum get-offsets`: ListOffsets for a topic's partitions, as Kafka's `kafka-get-offsets.sh`.
+
+`--time` takes Kafka's names (earliest -2, latest -1, max-timestamp -3, earliest-local -4,
+latest-tiered -5, earliest-pending-upload -6) or a timestamp in ms; each partition's answer comes
+from its leader (found with a Metadata request to the bootstrap servers) with ListOffsets v11, and
+is printed as Kafka prints it: `topic:partition:offset`, one line per partition, an offset of -1
+meaning none (for example -5 on a topic without tiered storage, or -6 while a new leader has not
+yet learnt its highest uploaded offset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from quorum.server.peer_client import PeerClient
+from quorum.wire.errors import ErrorCode, error_name
+from quorum.wire.protocol import APIS
+
+TIME_SPECS = {"latest": -1, "earliest": -2, "max-timestamp": -3, "earliest-local": -4, "latest-tiered": -5,
+              "earliest-pending-upload": -6}
+METADATA = APIS[3]
+LIST_OFFSETS = APIS[2]
+METADATA_VERSION = 12
+LIST_OFFSETS_VERSION = 11
+
+
+class GetOffsetsError(RuntimeError):
+    """What the tool could not get, naming the topic, partition and error."""
+
+
+def parse_time(text: str) -> int:
+    """A `--time` value: one of TIME_SPECS' names or a number (ms, or a negative spec)."""
+    if text in TIME_SPECS:
+        return TIME_SPECS[text]
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--time must be one of {', '.join(TIME_SPECS)} or a timestamp in ms, got {text!r}") from None
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | None, spec: int,
+                        timeout_ms: int) -> dict[int, tuple[int, int]]:
+    clients: dict[tuple[str, int], PeerClient] = {}
+
+    def client(address: tuple[str, int]) -> PeerClient:
+        if address not in clients:
+            clients[address] = PeerClient(*address, "quorum-get-offsets", timeout_ms)
+        return clients[address]
+
+    try:
+        first = _address(bootstrap.split(",")[0])
+        meta = await client(first).request(METADATA, METADATA_VERSION, METADATA.request(
+            topics=[METADATA.request.MetadataRequestTopic(name=topic, topic_id=None)],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
+        found = next((t for t in meta.topics if t.name == topic), None)
+        if found is None or found.error_code != ErrorCode.NONE:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if found is None else found.error_code
+            raise GetOffsetsError(f"topic {topic}: {error_name(code)}")
+        leaders = {p.partition_index: p.leader_id for p in found.partitions}
+        wanted = sorted(leaders) if partitions is None else list(partitions)
+        answers: dict[int, tuple[int, int]] = {}
+        for partition in wanted:
+            if partition not in leaders:
+                raise GetOffsetsError(f"{topic}-{partition}: no such partition (the topic has {len(leaders)})")
+            leader = brokers.get(leaders[partition])
+            if leader is None:
+                raise GetOffsetsError(f"{topic}-{partition}: no leader ({leaders[partition]})")
+            request = LIST_OFFSETS.request(replica_id=-1, isolation_level=0, topics=[
+                LIST_OFFSETS.request.ListOffsetsTopic(name=topic, partitions=[
+                    LIST_OFFSETS.request.ListOffsetsTopic.ListOffsetsPartition(
+                        partition_index=partition, current_leader_epoch=-1, timestamp=spec)])],
+                timeout_ms=timeout_ms)
+            response = await client(leader).request(LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+            answer = response.topics[0].partitions[0]
+            if answer.error_code != ErrorCode.NONE:
+                raise GetOffsetsError(f"{topic}-{partition}: ListOffsets {spec} on broker {leaders[partition]}: "
+                                      f"{error_name(answer.error_code)}")
+            answers[partition] = (answer.offset, answer.leader_epoch)
+        return answers
+    finally:
+        for peer in clients.values():
+            await peer.close()
+
+
+def list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | None, spec: int,
+                 timeout_ms: int = 10_000) -> dict[int, tuple[int, int]]:
+    """Partition -> (offset, leader epoch) for `spec`; raises GetOffsetsError."""
+    return asyncio.run(_list_offsets(bootstrap, topic, partitions, spec, timeout_ms))
+
+
+def format_offsets(topic: str, answers: dict[int, tuple[int, int]]) -> str:
+    return "\n".join(f"{topic}:{partition}:{offset}" for partition, (offset, _) in sorted(answers.items()))

@@ -1,0 +1,310 @@
+"""The broker's remote tier: KIP-405's RemoteLogManager over S3 (`quorum.broker.remote_tier.RemoteTier`).
+
+The node's entry point composes it into the broker role when `remote.log.storage.system.enable`
+is true (`from_properties`). It:
+
+* attaches a `RemoteLogState` to every hosted partition of a topic with `remote.storage.enable`
+  when the partition opens, so local retention never deletes a segment before it is uploaded;
+* runs the task every `remote.log.manager.task.interval.ms` (Kafka's default 30000): per
+  partition, the remote metadata is (re)loaded — by a leader once per leader epoch, before it
+  answers ListOffsets -6 with anything but -1 (KIP-1023), by a follower every run — and the
+  leader carries out `upload_plan.plan`'s steps: clean up unfinished copies, upload ready
+  segments (COPY_SEGMENT_STARTED, objects with the manifest last, then COPY_SEGMENT_FINISHED),
+  expire remote segments past `retention.*`; then local retention runs, so uploaded segments
+  past `local.retention.*` leave the disk promptly;
+* serves consumers' reads and timestamp lookups below the local log start from S3;
+* deletes a deleted topic's objects.
+
+All S3 and file work runs on a thread pool (`remote.log.manager.thread.pool.size`, default 4),
+never on the event loop; the task itself is one asyncio task, so a partition's steps never run
+concurrently with each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from quorum.broker.partition import Partition
+from quorum.broker.partition_view import TimestampOffset
+from quorum.broker.producer_state import ProducerStateManager
+from quorum.broker.remote_tier import (
+    IndexType,
+    RemoteLogMetadataStore,
+    RemoteLogState,
+    RemoteReadError,
+    RemoteSegmentMetadata,
+    RemoteSegmentState,
+    RemoteStorage,
+    RemoteStorageError,
+    SegmentUpload,
+    TopicIdPartition,
+)
+from quorum.log.epoch_cache import EpochEntry, encode_checkpoint
+from quorum.log.log import SegmentFiles
+from quorum.wire.producer_snapshot import decode_producer_snapshot, encode_producer_snapshot
+from tiered_follower import remote_reads
+from tiered_follower.upload_plan import CleanUp, Expire, LocalSegment, PartitionNow, Upload, plan
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_TASK_INTERVAL_MS = 30_000
+DEFAULT_THREADS = 4
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def topic_id_partition(partition: Partition) -> TopicIdPartition:
+    return TopicIdPartition(partition.topic, partition.topic_id, partition.partition)
+
+
+def segment_epochs(entries: Iterable[EpochEntry], base: int, next_offset: int) -> tuple[EpochEntry, ...]:
+    """The leader epochs of the batches in [base, next_offset), the first moved to start at `base`."""
+    inside: list[EpochEntry] = []
+    for entry in entries:
+        if entry.start_offset >= next_offset:
+            break
+        if entry.start_offset <= base:
+            inside = [EpochEntry(entry.epoch, base)]
+        else:
+            inside.append(entry)
+    return tuple(inside)
+
+
+def merged_history(remote: Iterable[EpochEntry], local: Iterable[EpochEntry], next_offset: int) -> list[EpochEntry]:
+    """The leader-epoch checkpoint up to `next_offset`: the remote history, then the local one."""
+    merged: list[EpochEntry] = []
+    for entry in (*remote, *local):
+        if entry.start_offset >= next_offset:
+            continue
+        if merged and entry.epoch <= merged[-1].epoch:
+            continue
+        if merged and entry.start_offset <= merged[-1].start_offset:
+            merged[-1] = entry
+            continue
+        merged.append(entry)
+    return merged
+
+
+class RemoteLogManager:
+    """See the module docstring."""
+
+    def __init__(self, broker_id: int, storage: RemoteStorage, metadata: RemoteLogMetadataStore,
+                 properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        properties = properties or {}
+        self.broker_id = broker_id
+        self.storage = storage
+        self.metadata = metadata
+        self.interval_ms = int(properties.get("remote.log.manager.task.interval.ms", DEFAULT_TASK_INTERVAL_MS))
+        threads = int(properties.get("remote.log.manager.thread.pool.size", DEFAULT_THREADS))
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"remote-log-{broker_id}")
+        self._clock_ms = clock_ms
+        self._indexes = remote_reads.RemoteIndexCache(storage)
+        self._loaded_epoch: dict[TopicIdPartition, int] = {}
+        self._snapshots: dict[TopicIdPartition, tuple[int, bytes]] = {}
+        self._copying: set[uuid.UUID] = set()
+        self._background: set[asyncio.Future[object]] = set()
+        self.wake = asyncio.Event()
+        """Set to run the task now instead of at the next interval (tests, tools)."""
+
+    @classmethod
+    def from_properties(cls, broker_id: int, properties: Mapping[str, str]) -> RemoteLogManager:
+        """S3 storage and metadata from the `rsm.config.` settings (see `tiered_follower.s3_client`)."""
+        from tiered_follower.s3_client import S3Client, S3Config
+        from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
+        from tiered_follower.s3_storage import S3RemoteStorage
+
+        client = S3Client(S3Config.from_properties(properties))
+        return cls(broker_id, S3RemoteStorage(client), S3RemoteLogMetadataStore(client), properties)
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+
+    # -- RemoteTier: partitions ---------------------------------------------------------------------
+
+    def partition_opened(self, partition: Partition) -> None:
+        if partition.remote is None and partition.config.remote_storage_enable:
+            partition.remote = RemoteLogState(topic_id_partition(partition))
+
+    def partition_deleted(self, partition: TopicIdPartition) -> None:
+        self._loaded_epoch.pop(partition, None)
+        self._snapshots.pop(partition, None)
+
+        def delete() -> None:
+            try:
+                removed = self.storage.delete_partition(partition)
+                logger.info("%s: deleted its %d remote objects", partition, removed)
+            except RemoteStorageError as exc:
+                logger.error("%s: deleting its remote objects failed: %s", partition, exc)
+
+        future = asyncio.get_running_loop().run_in_executor(self._pool, delete)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    # -- RemoteTier: reads --------------------------------------------------------------------------
+
+    async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes:
+        remote = partition.remote
+        segment = None if remote is None else remote.segment_for(offset) or remote.segment_after(offset)
+        if segment is None:
+            raise RemoteReadError(f"{partition.name}: no remote segment holds offset {offset}")
+        try:
+            return await self._run(remote_reads.read_batches, self.storage, self._indexes, segment, offset,
+                                   max(max_bytes, 1))
+        except RemoteStorageError as exc:
+            raise RemoteReadError(str(exc)) from exc
+
+    async def offset_for_timestamp(self, partition: Partition, timestamp: int) -> TimestampOffset | None:
+        remote = partition.remote
+        if remote is None:
+            return None
+        try:
+            for segment in remote.finished:
+                if segment.max_timestamp_ms >= timestamp and segment.start_offset < partition.local_log_start_offset:
+                    found = await self._run(remote_reads.offset_for_timestamp, self.storage, self._indexes, segment,
+                                            timestamp)
+                    if found is not None:
+                        return found
+        except RemoteStorageError as exc:
+            raise RemoteReadError(str(exc)) from exc
+        return None
+
+    # -- RemoteTier: the task -----------------------------------------------------------------------
+
+    async def run(self, partitions: Callable[[], Iterable[Partition]], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.run_once(partitions())
+            self.wake.clear()
+            waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())}
+            _, pending = await asyncio.wait(waiters, timeout=self.interval_ms / 1000,
+                                            return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def run_once(self, partitions: Iterable[Partition]) -> None:
+        """One pass of the task over `partitions`; a failing partition is logged and retried next pass."""
+        for partition in list(partitions):
+            try:
+                await self._run_partition(partition)
+            except (RemoteStorageError, OSError, ValueError) as exc:
+                logger.warning("%s: remote log task: %s (retried in %d ms)", partition.name, exc, self.interval_ms)
+
+    async def _run_partition(self, partition: Partition) -> None:
+        self.partition_opened(partition)
+        state = partition.remote
+        if state is None:
+            return
+        key = state.partition
+        epoch = partition.leader_epoch
+        leader = partition.is_leader
+        if not leader:
+            self._loaded_epoch.pop(key, None)
+        if not leader or self._loaded_epoch.get(key) != epoch or not state.loaded:
+            segments = await self._run(self.metadata.list_segments, key)
+            state.load(segments)
+            if leader:
+                self._loaded_epoch[key] = epoch
+                logger.info("%s: leader in epoch %d; remote segments loaded, highest uploaded offset %s",
+                            partition.name, epoch, state.highest_uploaded_offset)  # fmt: skip
+        rolled = {s.base_offset: s for s in partition.log.rolled_segments()}
+        local = [LocalSegment(s.base_offset, s.next_offset, s.size, s.max_timestamp) for s in rolled.values()]
+        config = partition.config
+        now = PartitionNow(self.broker_id, leader, partition.high_watermark, local, config.retention_ms,
+                           config.retention_bytes, self._clock_ms(), frozenset(self._copying))
+        for step in plan(now, state):
+            if not (partition.is_leader and partition.leader_epoch == epoch):
+                logger.info("%s: no longer leader in epoch %d: remote work stops", partition.name, epoch)
+                return
+            if isinstance(step, Upload):
+                await self._upload(partition, state, rolled[step.segment.base_offset])
+            elif isinstance(step, CleanUp):
+                await self._delete(state, step.segment, f"left unfinished by broker {step.segment.broker_id}")
+            elif isinstance(step, Expire):
+                await self._delete(state, step.segment, step.reason)
+        deleted = partition.delete_old_segments(self._clock_ms())
+        if deleted:
+            logger.info("%s: local retention deleted %d uploaded segment(s); local log start %d, log start %d",
+                        partition.name, deleted, partition.local_log_start_offset, partition.log_start_offset)
+
+    async def _publish(self, state: RemoteLogState, segment: RemoteSegmentMetadata) -> None:
+        await self._run(self.metadata.publish, segment)
+        state.apply(segment)
+
+    async def _upload(self, partition: Partition, state: RemoteLogState, files: SegmentFiles) -> None:
+        epochs = segment_epochs(partition.log.epoch_entries, files.base_offset, files.next_offset)
+        if not epochs:
+            raise ValueError(f"segment {files.base_offset} has no leader epoch in the epoch cache")
+        started = RemoteSegmentMetadata(state.partition, uuid.uuid4(), files.base_offset, files.next_offset - 1,
+                                        epochs, files.size, files.max_timestamp, self.broker_id, self._clock_ms())
+        self._copying.add(started.segment_id)
+        try:
+            await self._publish(state, started)
+            history = merged_history(state.epoch_entries_upto(files.base_offset), partition.log.epoch_entries,
+                                     files.next_offset)
+            indexes = await self._run(self._segment_indexes, partition, state, files, history)
+            await self._run(self.storage.copy_segment, started,
+                            SegmentUpload(str(files.log_path), files.size, indexes))
+            finished = started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, self._clock_ms())
+            await self._publish(state, finished)
+        finally:
+            self._copying.discard(started.segment_id)
+        logger.info("%s: uploaded segment %s (offsets %d..%d, %d bytes, epochs %s)", partition.name,
+                    started.object_name, started.start_offset, started.end_offset, started.size_in_bytes,
+                    [(e.epoch, e.start_offset) for e in epochs])  # fmt: skip
+
+    def _segment_indexes(self, partition: Partition, state: RemoteLogState, files: SegmentFiles,
+                         history: list[EpochEntry]) -> dict[IndexType, bytes]:
+        """The `.indexes` parts of a segment (blocking: files and maybe one S3 read)."""
+        return {
+            IndexType.OFFSET: files.index_path.read_bytes(),
+            IndexType.TIMESTAMP: files.time_index_path.read_bytes() if files.time_index_path else b"",
+            IndexType.LEADER_EPOCH: encode_checkpoint(history),
+            IndexType.PRODUCER_SNAPSHOT: self._producer_snapshot(partition, state, files),
+        }
+
+    def _producer_snapshot(self, partition: Partition, state: RemoteLogState, files: SegmentFiles) -> bytes:
+        """The producer state at the segment's next offset: the previous segment's snapshot (kept
+        from its upload, or read back from S3) with this segment's batches replayed on it."""
+        key = state.partition
+        producers = ProducerStateManager(partition.name)
+        kept = self._snapshots.get(key)
+        if kept is not None and kept[0] == files.base_offset:
+            producers.load_snapshot(decode_producer_snapshot(kept[1]))
+        else:
+            previous = state.segment_for(files.base_offset - 1) if files.base_offset > 0 else None
+            if previous is not None and previous.next_offset == files.base_offset:
+                data = self.storage.fetch_index(previous, IndexType.PRODUCER_SNAPSHOT)
+                if data:
+                    producers.load_snapshot(decode_producer_snapshot(data))
+        for batch in partition.log.iter_batches(files.base_offset, files.next_offset):
+            producers.replay(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_offset_delta,
+                             batch.base_offset, batch.max_timestamp)
+        data = encode_producer_snapshot(producers.snapshot())
+        self._snapshots[key] = (files.next_offset, data)
+        return data
+
+    async def _delete(self, state: RemoteLogState, segment: RemoteSegmentMetadata, reason: str) -> None:
+        """DELETE_SEGMENT_STARTED (the segment stops being readable), its objects, DELETE_SEGMENT_FINISHED."""
+        if segment.state != RemoteSegmentState.DELETE_SEGMENT_STARTED:
+            segment = segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_STARTED, self.broker_id, self._clock_ms())
+            await self._publish(state, segment)
+        await self._run(self.storage.delete_segment, segment)
+        await self._publish(state, segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id,
+                                                    self._clock_ms()))
+        logger.info("%s: remote segment %s (offsets %d..%d) deleted: %s", state.partition, segment.object_name,
+                    segment.start_offset, segment.end_offset, reason)  # fmt: skip
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)

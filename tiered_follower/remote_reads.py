@@ -1,0 +1,137 @@
+"""Reading records out of remote segments (blocking; the remote tier runs these on its thread pool).
+
+A consumer's Fetch below the local log start reads from the remote segment holding its offset:
+the segment's offset index (one range GET of its `.indexes`, cached) gives a byte position at or
+before the batch holding the offset, and range GETs of the `.log` from there return whole
+batches, the first one whole however large (KIP-74), as a local read does. Every batch returned
+is checked (framing and CRC) before it leaves: a short or damaged body is an error the consumer
+retries, never wrong data. ListOffsets by timestamp uses the time index the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+
+from quorum.broker.partition_view import TimestampOffset
+from quorum.broker.remote_tier import IndexType, RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
+from quorum.log.index import IndexCorrupt, decode_entries
+from quorum.log.time_index import decode_time_entries
+from quorum.wire.records import BATCH_HEADER_SIZE, CorruptRecordError, RecordBatch, iter_batches
+
+READ_CHUNK = 256 * 1024
+_CACHE_ENTRIES = 256
+
+
+class RemoteIndexCache:
+    """The offset and time indexes of recently read remote segments (Kafka's RemoteIndexCache)."""
+
+    def __init__(self, storage: RemoteStorage, entries: int = _CACHE_ENTRIES) -> None:
+        self._storage = storage
+        self._entries = entries
+        self._cache: OrderedDict[tuple[object, IndexType], list[tuple[int, int]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, segment: RemoteSegmentMetadata, kind: IndexType) -> list[tuple[int, int]]:
+        key = (segment.segment_id, kind)
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None:
+                self._cache.move_to_end(key)
+                return found
+        data = self._storage.fetch_index(segment, kind)
+        try:
+            entries = (decode_entries(data, segment.size_in_bytes) if kind == IndexType.OFFSET
+                       else decode_time_entries(data, segment.end_offset - segment.start_offset + 1))
+        except IndexCorrupt as exc:
+            raise RemoteStorageError(f"the {kind.value} index of remote segment {segment.object_name} of "
+                                     f"{segment.partition}: {exc}") from None
+        with self._lock:
+            self._cache[key] = entries
+            while len(self._cache) > self._entries:
+                self._cache.popitem(last=False)
+        return entries
+
+    def position_for(self, segment: RemoteSegmentMetadata, offset: int) -> int:
+        """A byte position at or before the batch holding `offset`."""
+        entries = self.get(segment, IndexType.OFFSET)
+        number = bisect.bisect_right([relative for relative, _ in entries], offset - segment.start_offset) - 1
+        return entries[number][1] if number >= 0 else 0
+
+
+def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
+                 max_bytes: int) -> bytes:
+    """Whole batches from the one holding `offset` (or the first after it) to at most
+    `max_bytes`, the first whole however large; b"" past the segment's end."""
+    position = indexes.position_for(segment, offset)
+    size = segment.size_in_bytes
+    out = bytearray()
+    while position < size:
+        want = max(READ_CHUNK, max_bytes - len(out)) if not out else max_bytes - len(out)
+        if want <= 0:
+            break
+        data = storage.fetch_log(segment, position, min(size, position + want))
+        walker = iter_batches(data)
+        consumed = 0
+        try:
+            for batch in walker:
+                consumed = walker.position
+                if batch.last_offset < offset:
+                    continue
+                whole = bytes(data[batch.position:walker.position])
+                if out and len(out) + len(whole) > max_bytes:
+                    return _checked(bytes(out), segment)
+                out += whole
+        except CorruptRecordError as exc:
+            raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: bad batch "
+                                     f"at byte {position + (exc.position or 0)}: {exc.reason}", retriable=True) from exc
+        if walker.truncated is not None and consumed == 0:
+            # the batch at `position` is larger than what was read: fetch it whole
+            header = RecordBatch(data[:BATCH_HEADER_SIZE]) if len(data) >= BATCH_HEADER_SIZE else None
+            if header is None or position + header.size_in_bytes > size:
+                raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: a batch "
+                                         f"at byte {position} runs past the segment's {size} bytes", retriable=True)
+            whole = storage.fetch_log(segment, position, position + header.size_in_bytes)
+            if header.last_offset >= offset:
+                out += whole
+                if len(out) >= max_bytes:
+                    break
+            consumed = len(whole)
+        if consumed == 0:
+            break
+        position += consumed
+        if len(out) >= max_bytes:
+            break
+    return _checked(bytes(out), segment)
+
+
+def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
+    """Every batch whole and its CRC right, else a retriable RemoteStorageError."""
+    try:
+        for batch in iter_batches(data, strict=True):
+            if batch.compute_crc() != batch.crc:
+                raise CorruptRecordError(f"CRC mismatch in the batch at offset {batch.base_offset}", batch.position)
+    except CorruptRecordError as exc:
+        raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: {exc}",
+                                 retriable=True) from exc
+    return data
+
+
+def offset_for_timestamp(storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata,
+                         timestamp: int) -> TimestampOffset | None:
+    """The first record of `segment` whose timestamp is >= `timestamp`, by its time index."""
+    entries = indexes.get(segment, IndexType.TIMESTAMP)
+    number = bisect.bisect_left([ts for ts, _ in entries], timestamp) - 1
+    offset = segment.start_offset + entries[number][1] if number >= 0 else segment.start_offset
+    while offset <= segment.end_offset:
+        data = read_batches(storage, indexes, segment, offset, READ_CHUNK)
+        if not data:
+            return None
+        for batch in iter_batches(data):
+            if batch.max_timestamp >= timestamp:
+                for record in batch.records():
+                    if record.timestamp >= timestamp and record.offset >= offset:
+                        return TimestampOffset(record.timestamp, record.offset)
+            offset = batch.next_offset
+    return None
