@@ -60,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--status", action="store_true", help="leader, epoch, high watermark, voters, observers")
     what.add_argument("--replication", action="store_true", help="one row per replica with its lag")
 
+    offsets = commands.add_parser("get-offsets",
+                                  help="offsets of a topic's partitions for a time spec (as kafka-get-offsets.sh)")
+    offsets.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="any broker(s)")
+    offsets.add_argument("--topic", required=True, help="the topic")
+    offsets.add_argument("--partitions", default=None, metavar="P[,P...]",
+                         help="comma-separated partition numbers (default: all)")
+    offsets.add_argument("--time", default="latest",
+                         help="latest (-1), earliest (-2), max-timestamp (-3), earliest-local (-4), latest-tiered "
+                              "(-5), earliest-pending-upload (-6), or a timestamp in ms (default latest)")
+
     local = commands.add_parser("local-cluster", help="start controllers as real processes on 127.0.0.1")
     local.add_argument("--controllers", type=int, default=3, help="number of controllers (default 3)")
     local.add_argument("--brokers", type=int, default=0,
@@ -121,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _describe(args)
     if args.command == "local-cluster":
         return _local_cluster(args)
+    if args.command == "get-offsets":
+        return _get_offsets(args)
     return 2
 
 
@@ -139,6 +151,20 @@ def _remote_tier(config: object) -> object | None:
         return RemoteLogManager.from_properties(config.node_id, properties)  # type: ignore[attr-defined]
     except S3ConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
+
+
+def _get_offsets(args: argparse.Namespace) -> int:
+    from quorum.get_offsets import GetOffsetsError, format_offsets, list_offsets, parse_time
+    from quorum.server.peer_client import PeerUnavailable
+
+    try:
+        spec = parse_time(args.time)
+        partitions = None if args.partitions is None else [int(p) for p in args.partitions.split(",")]
+        print(format_offsets(args.topic, list_offsets(args.bootstrap_server, args.topic, partitions, spec)))
+    except (GetOffsetsError, PeerUnavailable, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _storage(args: argparse.Namespace) -> int:
