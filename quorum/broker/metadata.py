@@ -88,6 +88,22 @@ def encoded_metadata_response(image: MetadataImage, request: Any, version: int) 
     return splice_topics(_Response, _response_shell(image, []), version, entries)
 
 
+def memo_difference(image: MetadataImage) -> str | None:
+    """The first entry of the image's memo of encoded topics that a fresh encoding disagrees with
+    (the image check of `quorum.test.verify.image`: what Metadata serves, not only the image, must
+    be what a replay gives); None when every entry is right. Safe while the event loop adds
+    entries: the items are listed in one C call, and encoding buffers are per thread."""
+    for (name, version), served in list(image.encoded.items()):
+        topic = image.topics.get(name)
+        if topic is None:
+            continue  # never served: requests find topics in image.topics first
+        (fresh,) = encode_topics(_Response, [_topic_entry(image, topic)], version)
+        if fresh != served:
+            return (f"the Metadata v{version} encoding of topic {name!r} held for the image is stale: "
+                    f"{len(served)} bytes served, {len(fresh)} bytes for its {len(topic.partitions)} partitions now")
+    return None
+
+
 def _response_shell(image: MetadataImage, topics: list[Any]) -> Any:
     brokers = [_Broker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in image.brokers.values()]
     return _Response(throttle_time_ms=0, brokers=brokers, cluster_id=image.cluster_id,

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from quorum.broker.metadata import memo_difference
 from quorum.broker.remote_tier import RemoteTier
 from quorum.controller.controller import ControllerConfig
 from quorum.controller.snapshot_coordinator import OwnSnapshot
@@ -276,11 +277,13 @@ class RaftNode:
         step(argument)
         if self.verifier is None:
             return None
+        image = self.image_state.image
         try:
-            self.verifier.check(self.image_state.image, self.replayer.applied_offset)
+            self.verifier.check(image, self.replayer.applied_offset)
         except ImageDivergenceError as exc:
             return str(exc)
-        return None
+        stale = memo_difference(image) if self.broker is not None else None
+        return None if stale is None else f"node {self.config.node_id} at offset {image.offset}: {stale}"
 
     def _stop_on_divergence(self, divergence: str | None) -> bool:
         """Stop the node (exit 1) when the image check found a difference; True then."""

@@ -8,7 +8,7 @@ import pytest
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.metadata.metadata import MetadataResponse as ClientResponse
 
-from quorum.broker.metadata import METADATA, encoded_metadata_response, metadata_response
+from quorum.broker.metadata import METADATA, encoded_metadata_response, memo_difference, metadata_response
 from quorum.image.image import single_node_image
 from quorum.image.image_state import ImageState
 from quorum.wire.errors import ErrorCode
@@ -119,3 +119,26 @@ def test_the_memo_follows_the_images_a_delta_builds():
     assert image.encoded == {}, "both topics have a replica on broker 2"
     assert encoded_metadata_response(image, request, version) == metadata_response(image, request, version).encode(
         version=version)
+
+
+def test_the_memo_check_finds_a_stale_encoding_and_passes_a_current_one():
+    """`memo_difference` (the verify.image check of what Metadata serves): the next image keeps the
+    memo of unchanged topics and drops that of changed ones, so it passes; a memo entry left over
+    from an older image of the topic is named."""
+    T1 = uuid.UUID(int=0x71)
+    state = ImageState()
+    for offset, value in enumerate([register(1), unfence(1), topic(T1, "live"), partition(T1, 0)]):
+        state.apply(offset, value)
+    everything = decode_body(METADATA.request, MetadataRequest(topics=None).encode(version=12), 0, 12)
+    before = state.image
+    encoded_metadata_response(before, everything, 12)
+    assert memo_difference(before) is None and ("live", 12) in before.encoded
+    state.apply(4, partition(T1, 1))
+    after = state.image
+    encoded_metadata_response(after, everything, 12)
+    assert memo_difference(after) is None
+    fresh = after.encoded[("live", 12)]
+    after.encoded[("live", 12)] = before.encoded[("live", 12)]  # as if the change had not dropped it
+    assert memo_difference(after) == ("the Metadata v12 encoding of topic 'live' held for the image is stale: "
+                                      f"{len(before.encoded[('live', 12)])} bytes served, "
+                                      f"{len(fresh)} bytes for its 2 partitions now")
