@@ -127,13 +127,13 @@ def test_the_memo_check_finds_a_stale_encoding_and_passes_a_current_one():
     from an older image of the topic is named."""
     T1 = uuid.UUID(int=0x71)
     state = ImageState()
-    for offset, value in enumerate([register(1), unfence(1), topic(T1, "live"), partition(T1, 0)]):
+    for offset, value in enumerate([register(1), unfence(1), topic(T1, "live"), partition(T1, 0, [1])]):
         state.apply(offset, value)
     everything = decode_body(METADATA.request, MetadataRequest(topics=None).encode(version=12), 0, 12)
     before = state.image
     encoded_metadata_response(before, everything, 12)
     assert memo_difference(before) is None and ("live", 12) in before.encoded
-    state.apply(4, partition(T1, 1))
+    state.apply(4, partition(T1, 1, [1]))
     after = state.image
     encoded_metadata_response(after, everything, 12)
     assert memo_difference(after) is None
