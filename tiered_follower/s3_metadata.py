@@ -64,6 +64,7 @@ def encode_metadata(segment: RemoteSegmentMetadata) -> bytes:
         "broker_id": segment.broker_id,
         "event_timestamp_ms": segment.event_timestamp_ms,
         "state": segment.state.name,
+        "copied": segment.copied,
     }, sort_keys=True).encode()
 
 
@@ -80,7 +81,7 @@ def decode_metadata(data: bytes, where: str) -> RemoteSegmentMetadata:
             leader_epochs=tuple(EpochEntry(int(e), int(o)) for e, o in fields["leader_epochs"]),
             size_in_bytes=int(fields["size_in_bytes"]), max_timestamp_ms=int(fields["max_timestamp_ms"]),
             broker_id=int(fields["broker_id"]), event_timestamp_ms=int(fields["event_timestamp_ms"]),
-            state=RemoteSegmentState[fields["state"]])  # fmt: skip
+            state=RemoteSegmentState[fields["state"]], copied=bool(fields["copied"]))  # fmt: skip
     except (ValueError, KeyError, TypeError) as exc:
         raise RemoteStorageError(f"{where} is not a remote log segment metadata event: {exc}") from None
 

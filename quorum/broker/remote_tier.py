@@ -75,6 +75,9 @@ class RemoteSegmentMetadata:
     broker_id: int
     event_timestamp_ms: int
     state: RemoteSegmentState = RemoteSegmentState.COPY_SEGMENT_STARTED
+    copied: bool = False
+    """Whether its copy ever finished: a deleted segment's offsets count as uploaded (KIP-1023's
+    highest uploaded offset) only if so, not when it was an unfinished copy cleaned up."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_offset <= self.end_offset:
@@ -90,7 +93,8 @@ class RemoteSegmentMetadata:
         if not valid_transition(self.state, state):
             raise ValueError(f"remote segment {self.segment_id} of {self.partition}: {self.state.name} "
                              f"cannot move to {state.name}")
-        return replace(self, state=state, broker_id=broker_id, event_timestamp_ms=now_ms)
+        copied = self.copied or state == RemoteSegmentState.COPY_SEGMENT_FINISHED
+        return replace(self, state=state, broker_id=broker_id, event_timestamp_ms=now_ms, copied=copied)
 
     @property
     def next_offset(self) -> int:
@@ -174,7 +178,7 @@ class RemoteLogState:
         self._finished = sorted((s for s in self._segments.values()
                                  if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED),
                                 key=lambda s: (s.start_offset, s.end_offset))  # fmt: skip
-        uploaded = [s.end_offset for s in self._segments.values() if s.state != RemoteSegmentState.COPY_SEGMENT_STARTED]
+        uploaded = [s.end_offset for s in self._segments.values() if s.copied]
         if uploaded:
             self._highest_uploaded = max(uploaded)
         elif self.loaded:
@@ -222,8 +226,7 @@ class RemoteLogState:
         """The leader epoch of `offset` from any segment whose copy finished (deleted ones too),
         -1 when none holds it."""
         for segment in sorted(self._segments.values(), key=lambda s: -s.event_timestamp_ms):
-            if segment.state != RemoteSegmentState.COPY_SEGMENT_STARTED and \
-                    segment.start_offset <= offset <= segment.end_offset:
+            if segment.copied and segment.start_offset <= offset <= segment.end_offset:
                 return segment.epoch_at(offset)
         return -1
 
