@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from quorum.server.peer_client import PeerClient
+from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
 
@@ -54,10 +54,17 @@ async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | 
         return clients[address]
 
     try:
-        first = _address(bootstrap.split(",")[0])
-        meta = await client(first).request(METADATA, METADATA_VERSION, METADATA.request(
-            topics=[METADATA.request.MetadataRequestTopic(name=topic, topic_id=None)],
-            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        meta = None
+        for text in bootstrap.split(","):
+            try:
+                meta = await client(_address(text)).request(METADATA, METADATA_VERSION, METADATA.request(
+                    topics=[METADATA.request.MetadataRequestTopic(name=topic, topic_id=None)],
+                    allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+                break
+            except PeerUnavailable:
+                continue
+        if meta is None:
+            raise GetOffsetsError(f"no broker of {bootstrap} answered Metadata")
         brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
         found = next((t for t in meta.topics if t.name == topic), None)
         if found is None or found.error_code != ErrorCode.NONE:

@@ -25,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from quorum.broker.partition import Partition
@@ -58,6 +61,35 @@ T = TypeVar("T")
 
 DEFAULT_TASK_INTERVAL_MS = 30_000
 DEFAULT_THREADS = 4
+CRASH_KNOB = "quorum.test.remote.crash.enable"
+CRASH_FILE = "CRASH_REMOTE_UPLOAD"
+"""Test only: with CRASH_KNOB true, a file of this name in the broker's first log dir naming a step
+("log", "indexes", "manifest", "finished") makes the broker kill itself (SIGKILL, as `kill -9`)
+just before that step of its next upload; the file is removed first, so a restart runs normally."""
+
+
+class CrashPoint:
+    """The CRASH_KNOB test knob (see CRASH_FILE)."""
+
+    def __init__(self, properties: Mapping[str, str]) -> None:
+        enabled = properties.get(CRASH_KNOB, "false").strip().lower() == "true"
+        log_dirs = [d for d in properties.get("log.dirs", "").split(",") if d.strip()]
+        self.path = Path(log_dirs[0].strip()) / CRASH_FILE if enabled and log_dirs else None
+        if self.path is not None:
+            logger.warning("test setting %s: the broker kills itself at the upload step named in %s",
+                           CRASH_KNOB, self.path)
+
+    def __call__(self, step: str) -> None:
+        if self.path is None:
+            return
+        try:
+            wanted = self.path.read_text().strip()
+        except FileNotFoundError:
+            return
+        if wanted == step:
+            self.path.unlink()
+            logger.warning("%s: killing this broker (SIGKILL) before the upload step %r", self.path, step)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def wall_clock_ms() -> int:
@@ -100,8 +132,10 @@ class RemoteLogManager:
     """See the module docstring."""
 
     def __init__(self, broker_id: int, storage: RemoteStorage, metadata: RemoteLogMetadataStore,
-                 properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
+                 crash: Callable[[str], None] | None = None) -> None:
         properties = properties or {}
+        self._crash = crash or (lambda _step: None)
         self.broker_id = broker_id
         self.storage = storage
         self.metadata = metadata
@@ -125,7 +159,9 @@ class RemoteLogManager:
         from tiered_follower.s3_storage import S3RemoteStorage
 
         client = S3Client(S3Config.from_properties(properties))
-        return cls(broker_id, S3RemoteStorage(client), S3RemoteLogMetadataStore(client), properties)
+        crash = CrashPoint(properties)
+        return cls(broker_id, S3RemoteStorage(client, crash), S3RemoteLogMetadataStore(client), properties,
+                   crash=crash)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
@@ -255,6 +291,7 @@ class RemoteLogManager:
             await self._run(self.storage.copy_segment, started,
                             SegmentUpload(str(files.log_path), files.size, indexes))
             finished = started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, self._clock_ms())
+            await self._run(self._crash, "finished")
             await self._publish(state, finished)
         finally:
             self._copying.discard(started.segment_id)

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from quorum.broker.remote_tier import (
@@ -55,8 +56,11 @@ def segment_key(key_prefix: str, segment: RemoteSegmentMetadata, suffix: str) ->
 class S3RemoteStorage:
     """See the module docstring. Blocking and thread-safe: the remote tier calls it from a thread pool."""
 
-    def __init__(self, client: S3Client) -> None:
+    def __init__(self, client: S3Client, before_object: Callable[[str], None] | None = None) -> None:
+        """`before_object` is told "log", "indexes" and "manifest" before each object of a copy
+        goes up (the test knob that kills a broker at each step of an upload)."""
         self.client = client
+        self._before_object = before_object or (lambda _step: None)
         self.prefix = client.config.key_prefix
         self._manifests: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -72,6 +76,7 @@ class S3RemoteStorage:
             raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: the upload has "
                                      f"{data.log_size} bytes, its metadata says {segment.size_in_bytes}")
         log_key = self.key(segment, LOG_SUFFIX)
+        self._before_object("log")
         self.client.upload_file(log_key, data.log_path, data.log_size)
         ranges: dict[str, list[int]] = {}
         blob = bytearray()
@@ -80,6 +85,7 @@ class S3RemoteStorage:
             ranges[kind.value] = [len(blob), len(part)]
             blob += part
         indexes_key = self.key(segment, INDEXES_SUFFIX)
+        self._before_object("indexes")
         self.client.put(indexes_key, bytes(blob))
         manifest = {
             "version": MANIFEST_VERSION,
@@ -90,6 +96,7 @@ class S3RemoteStorage:
                     "multipart": data.log_size > self.client.config.part_size},
             "indexes": {"key": indexes_key, "size": len(blob), "ranges": ranges},
         }
+        self._before_object("manifest")
         self.client.put(self.key(segment, MANIFEST_SUFFIX), json.dumps(manifest, sort_keys=True).encode())
 
     def delete_segment(self, segment: RemoteSegmentMetadata) -> None:

@@ -17,8 +17,9 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from quorum.launcher import LocalCluster
-from tests.test_controller_processes import create, wait_until
+from tests.test_controller_processes import create, metadata, wait_until
 from tiered_follower.embedded_s3 import EmbeddedS3
+from tiered_follower.remote_log_manager import CRASH_FILE, CRASH_KNOB
 
 QUIET = {"log_level": 0}
 BROKERS = (101, 102, 103)
@@ -35,6 +36,9 @@ def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
         "log.segment.bytes": str(SEGMENT_BYTES),
         "remote.log.manager.task.interval.ms": "200",
         "log.retention.check.interval.ms": "500",
+        CRASH_KNOB: "true",  # test only: a CRASH_REMOTE_UPLOAD file kills a broker at an upload step
+        "broker.session.timeout.ms": "5000", "broker.heartbeat.interval.ms": "500",
+        "replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "200",
     }
     running = LocalCluster(tmp_path_factory.mktemp("tiered"), controllers=1, brokers=len(BROKERS), settings=settings)
     running.format_storage()
@@ -52,7 +56,7 @@ def admin(cluster: LocalCluster) -> AdminClient:
 
 def produce(cluster: LocalCluster, topic: str, count: int, start: int = 0) -> list[bytes]:
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5,
-                         "batch.num.messages": 20, **QUIET})
+                         "batch.num.messages": 20, "enable.idempotence": True, **QUIET})
     values = [f"{topic}-{n:06d}-".encode() + bytes([n % 251]) * 200 for n in range(start, start + count)]
     for value in values:
         producer.produce(topic, value, partition=0)
@@ -130,16 +134,94 @@ def wait_local_start_above(cluster: LocalCluster, topic: str, offset: int) -> No
                lambda: list_offset(cluster, topic, -4) > offset)
 
 
-def test_clients_read_from_offset_0_after_the_early_segments_are_only_in_s3(cluster, s3_server, kcat):
-    topic = "tiered-read"
-    tiered_topic(cluster, topic)
-    values = produce(cluster, topic, 2000)
-    wait_local_start_above(cluster, topic, 500)
-    assert list_offset(cluster, topic, -2) == 0  # the log still starts at 0: in S3
-    keys = remote_keys(s3_server, topic)
-    assert any(k.endswith(".rsm-manifest") for k in keys) and any(k.endswith(".indexes") for k in keys)
+def leader_of(cluster: LocalCluster, topic: str) -> int:
+    for broker in cluster.alive():
+        if broker in BROKERS:
+            try:
+                found = metadata(cluster.specs[broker].address)[1].get(topic)
+            except OSError:
+                continue
+            if found is not None and found.partitions[0].leader in cluster.alive():
+                return found.partitions[0].leader
+    return -1
+
+
+def read_everywhere(cluster: LocalCluster, kcat: str, topic: str, values: list[bytes]) -> None:
+    """confluent-kafka, kafka-python and kcat each read the partition from offset 0, byte for byte."""
     assert read_confluent(cluster, topic, len(values)) == values
     assert read_kafka_python(cluster, topic, len(values)) == values
     lines = read_kcat(kcat, cluster, topic, len(values))
     assert [line.split(b" ", 1)[0] for line in lines] == [str(n).encode() for n in range(len(values))]
     assert [int(line.split(b" ", 1)[1]) for line in lines] == [len(v) for v in values]
+
+
+def test_clients_read_from_offset_0_after_the_early_segments_are_only_in_s3(cluster, s3_server, kcat):
+    topic = "tiered-read"
+    tiered_topic(cluster, topic, replicas=3)
+    values = produce(cluster, topic, 2000)
+    wait_local_start_above(cluster, topic, 500)
+    assert list_offset(cluster, topic, -2) == 0  # the log still starts at 0: in S3
+    keys = remote_keys(s3_server, topic)
+    assert any(k.endswith(".rsm-manifest") for k in keys) and any(k.endswith(".indexes") for k in keys)
+    read_everywhere(cluster, kcat, topic, values)
+
+    # a leader change (kill -9 of the leader): the new leader serves the S3 part too
+    old = leader_of(cluster, topic)
+    cluster.kill(old)
+    wait_until(f"a new leader of {topic} after {old} was killed", lambda: leader_of(cluster, topic) not in (-1, old))
+    more = produce(cluster, topic, 500, start=2000)
+    wait_local_start_above(cluster, topic, 500)
+    read_everywhere(cluster, kcat, topic, values + more)
+
+    # the killed broker restarts; the cluster restarts it all the same
+    cluster.start_node(old)
+    wait_until(f"broker {old} back", lambda: old in metadata(cluster.specs[old].address)[0])
+    read_everywhere(cluster, kcat, topic, values + more)
+
+
+def segment_states(s3_server: EmbeddedS3, topic: str) -> tuple[dict[str, int], dict[str, set[str]]]:
+    """Per segment stem (`{base}-{uuid}`): the highest metadata state recorded, and its objects' suffixes."""
+    states: dict[str, int] = {}
+    objects: dict[str, set[str]] = {}
+    for key in remote_keys(s3_server, topic):
+        name = key.rsplit("/", 1)[1]
+        if "/remote_log_metadata/" in key:
+            stem, _, state = name.rpartition(".")
+            states[stem] = max(states.get(stem, -1), int(state.split("-")[0]))
+        else:
+            stem, _, suffix = name.partition(".")
+            objects.setdefault(stem, set()).add(suffix)
+    return states, objects
+
+
+def settled(s3_server: EmbeddedS3, topic: str) -> bool:
+    """No copy or deletion left half done, and objects only for segments whose copy finished, whole."""
+    states, objects = segment_states(s3_server, topic)
+    if any(state in (0, 2) for state in states.values()):
+        return False
+    return all(states.get(stem) == 1 and suffixes == {"log", "indexes", "rsm-manifest"}
+               for stem, suffixes in objects.items())
+
+
+@pytest.mark.parametrize("step", ["log", "indexes", "manifest", "finished"])
+def test_kill_9_of_the_leader_at_each_upload_step_leaves_no_partial_segment(cluster, s3_server, step):
+    """The leader dies (SIGKILL) before the named step of an upload: data written or not, indexes
+    written or not, manifest written but no COPY_SEGMENT_FINISHED. Readers never see the segment;
+    the next leader cleans the unfinished copy up and uploads the offsets again; nothing
+    acknowledged is lost."""
+    topic = f"tiered-crash-{step}"
+    tiered_topic(cluster, topic, replicas=3)
+    wait_until(f"a leader of {topic}", lambda: leader_of(cluster, topic) in BROKERS)
+    victim = leader_of(cluster, topic)
+    (cluster.specs[victim].directory / "data" / CRASH_FILE).write_text(step)
+    values = produce(cluster, topic, 1500)  # acks=all: every value acknowledged
+    wait_until(f"broker {victim} to kill itself before the upload step {step!r}",
+               lambda: victim not in cluster.alive())
+    wait_until(f"a new leader of {topic}", lambda: leader_of(cluster, topic) not in (-1, victim))
+    wait_until(f"the unfinished copy of {topic} cleaned up and uploaded again", lambda: settled(s3_server, topic))
+    wait_local_start_above(cluster, topic, 300)
+    states, _ = segment_states(s3_server, topic)
+    assert 3 in states.values(), f"the unfinished copy was not deleted through DELETE_SEGMENT_FINISHED: {states}"
+    assert read_confluent(cluster, topic, len(values)) == values
+    cluster.start_node(victim)
+    wait_until(f"broker {victim} back", lambda: victim in metadata(cluster.specs[victim].address)[0])
