@@ -8,6 +8,8 @@ and a small `local.retention.bytes`, so their early segments soon exist only in 
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -225,3 +227,63 @@ def test_kill_9_of_the_leader_at_each_upload_step_leaves_no_partial_segment(clus
     assert read_confluent(cluster, topic, len(values)) == values
     cluster.start_node(victim)
     wait_until(f"broker {victim} back", lambda: victim in metadata(cluster.specs[victim].address)[0])
+
+
+def get_offsets(cluster: LocalCluster, topic: str, time_spec: str) -> str:
+    """`quorum get-offsets` as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "quorum.cli", "get-offsets", "--bootstrap-server",
+                           cluster.bootstrap_servers, "--topic", topic, "--time", time_spec],
+                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+
+
+def steady(cluster: LocalCluster, s3_server: EmbeddedS3, topic: str) -> tuple[int, int, int] | None:
+    """(-2, -4, -5) once the remote log task has nothing left to do: two looks a few task runs
+    apart agree and no copy or deletion is half done."""
+    before = tuple(list_offset(cluster, topic, spec) for spec in (-2, -4, -5))
+    time.sleep(1.5)  # several runs of the 200 ms task and of the 500 ms retention check
+    after = tuple(list_offset(cluster, topic, spec) for spec in (-2, -4, -5))
+    return after if before == after and settled(s3_server, topic) else None
+
+
+def test_retention_deletes_remote_segments_and_topic_deletion_leaves_no_objects(cluster, s3_server):
+    topic = "tiered-retention"
+    create(admin(cluster), NewTopic(topic, 1, 1, config={**TIERED, "retention.bytes": str(4 * SEGMENT_BYTES)}))
+    values = produce(cluster, topic, 2000)
+    wait_until(f"retention to move {topic}'s log start past 1000", lambda: list_offset(cluster, topic, -2) > 1000)
+    start, local, tiered = wait_until(f"{topic}'s uploads, remote and local retention to settle",
+                                      lambda: steady(cluster, s3_server, topic))
+    assert get_offsets(cluster, topic, "earliest") == f"{topic}:0:{start}"
+    assert get_offsets(cluster, topic, "earliest-local") == f"{topic}:0:{local}"
+    assert start <= tiered < local <= len(values)
+    assert get_offsets(cluster, topic, "latest-tiered") == f"{topic}:0:{tiered}"
+    assert get_offsets(cluster, topic, "earliest-pending-upload") == f"{topic}:0:{tiered + 1}"
+    assert get_offsets(cluster, topic, "latest") == f"{topic}:0:{len(values)}"
+    states, _ = segment_states(s3_server, topic)
+    assert 3 in states.values()  # remote segments deleted through DELETE_SEGMENT_FINISHED
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"{topic}-reader",
+                         "auto.offset.reset": "earliest", **QUIET})
+    try:
+        consumer.assign([TopicPartition(topic, 0, start)])
+        got: list[bytes] = []
+
+        def done() -> bool:
+            got.extend(m.value() for m in consumer.consume(500, 0.5) if m.error() is None)
+            return len(got) >= len(values) - start
+
+        wait_until(f"{topic} read from its log start {start}", done)
+        assert got == values[start:]
+    finally:
+        consumer.close()
+    client = admin(cluster)
+    for future in client.delete_topics([topic], request_timeout=30).values():
+        future.result(timeout=30)
+    wait_until(f"every object of {topic} deleted from S3", lambda: remote_keys(s3_server, topic) == [])
+
+
+def test_a_topic_without_remote_storage_answers_minus_one_for_tiered_offsets(cluster):
+    topic = "not-tiered"
+    create(admin(cluster), NewTopic(topic, 1, 1))
+    produce(cluster, topic, 10)
+    assert get_offsets(cluster, topic, "latest-tiered") == f"{topic}:0:-1"
+    assert get_offsets(cluster, topic, "earliest-pending-upload") == f"{topic}:0:-1"
+    assert get_offsets(cluster, topic, "earliest-local") == f"{topic}:0:0"
