@@ -20,7 +20,8 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from quorum.launcher import LocalCluster
 from tests.test_controller_processes import create, metadata, wait_until
-from tiered_follower.embedded_s3 import EmbeddedS3
+from tests.tiered.fault_proxy import FaultProxy
+from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
 from tiered_follower.remote_log_manager import CRASH_FILE, CRASH_KNOB
 
 QUIET = {"log_level": 0}
@@ -32,8 +33,10 @@ TIERED = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
     s3_server.create_bucket("tiered-cluster")
+    # every broker reaches S3 through a fault proxy, which injects nothing until a test turns it up
+    faults = FaultProxy(s3_server.endpoint_url, rate=0.0, seed=1405, slow_s=0.2)
     settings = {
-        **s3_server.properties("tiered-cluster", key_prefix="cluster/"),
+        **s3_properties(faults.endpoint_url, "tiered-cluster", key_prefix="cluster/"),
         "offsets.topic.replication.factor": "1", "group.initial.rebalance.delay.ms": "0",
         "log.segment.bytes": str(SEGMENT_BYTES),
         "remote.log.manager.task.interval.ms": "200",
@@ -46,10 +49,12 @@ def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
     running.format_storage()
     running.write_configs()
     running.start()
+    running.faults = faults  # type: ignore[attr-defined]
     try:
         yield running
     finally:
         running.stop()
+        faults.stop()
 
 
 def admin(cluster: LocalCluster) -> AdminClient:
@@ -287,3 +292,25 @@ def test_a_topic_without_remote_storage_answers_minus_one_for_tiered_offsets(clu
     assert get_offsets(cluster, topic, "latest-tiered") == f"{topic}:0:-1"
     assert get_offsets(cluster, topic, "earliest-pending-upload") == f"{topic}:0:-1"
     assert get_offsets(cluster, topic, "earliest-local") == f"{topic}:0:0"
+
+
+def test_s3_faults_between_brokers_and_s3_are_retried_and_never_give_wrong_data(cluster, s3_server, kcat):
+    """500s, SlowDown, throttling, connection resets, truncated bodies and slow answers on the way
+    from every broker to S3, while a tiered topic is uploaded and then read from offset 0."""
+    faults: FaultProxy = cluster.faults
+    topic = "tiered-faults"
+    tiered_topic(cluster, topic, replicas=3)
+    before = faults.total_injected
+    faults.rate = 0.3
+    try:
+        values = produce(cluster, topic, 1500)
+        wait_local_start_above(cluster, topic, 500)
+        wait_until(f"{topic}'s uploads to settle", lambda: settled(s3_server, topic))
+        uploading = faults.total_injected - before
+        read_everywhere(cluster, kcat, topic, values)
+    finally:
+        faults.rate = 0.0
+    injected = faults.total_injected - before
+    print(f"S3 faults injected: {injected} ({uploading} while uploading), by kind: {dict(faults.injected)}")
+    assert uploading > 0 and injected > uploading
+    assert {"500", "slowdown", "reset", "truncate"} <= {kind for kind, n in faults.injected.items() if n > 0}
