@@ -229,21 +229,26 @@ class MetadataReplayer:
                 raise ReplayError(f"{self.directory}: the state is applied up to offset {applied}, but the log starts "
                                   f"at {self.log.start_offset}: the records in between are gone")  # fmt: skip
             state = self.state
-            with state.replaying():  # readers on other threads see whole catch-ups only (issue 21)
-                for batch in self.log.iter_batches(applied, high_watermark):
-                    next_offset = batch.next_offset
-                    if next_offset > high_watermark:  # a batch is applied whole or not at all
-                        break
-                    if not batch.is_control:
-                        for record in batch.records():
-                            value = record.value
-                            if value is not None and record.offset >= applied:
-                                state.apply(record.offset, value)
-                                count += 1
-                    applied = self._applied = next_offset
-                    self._epoch = batch.partition_leader_epoch
-                    self._timestamp = batch.max_timestamp
-                    self._bytes_since_snapshot += batch.size_in_bytes
+            try:
+                with state.replaying():  # readers on other threads see whole catch-ups only (issue 21)
+                    for batch in self.log.iter_batches(applied, high_watermark):
+                        next_offset = batch.next_offset
+                        if next_offset > high_watermark:  # a batch is applied whole or not at all
+                            break
+                        if not batch.is_control:
+                            for record in batch.records():
+                                value = record.value
+                                if value is not None and record.offset >= applied:
+                                    state.apply(record.offset, value)
+                                    count += 1
+                        applied = next_offset
+                        self._epoch = batch.partition_leader_epoch
+                        self._timestamp = batch.max_timestamp
+                        self._bytes_since_snapshot += batch.size_in_bytes
+            finally:
+                # Moved once readers can see the image that holds it: a broker's heartbeat reports it,
+                # and the controller unfences the broker on it (so its first image is not a stale one).
+                self._applied = applied
         self.update_lag(high_watermark)
         return count
 

@@ -7,9 +7,11 @@ in it, the PartitionRecord of the same batch decoded but not yet added. The imag
 the topic and no partition, and the PartitionRecord landed in a delta that was never applied
 again: lost for good, while a replay of the log (a restart) had it.
 
-The test stops the worker inside the PartitionRecord's replay (the value's `__bytes__` is called
-after the delta's "applied?" check and before the record changes anything), reads the image as
-the event loop would, then lets the worker finish. Deterministic: no sleeps, no timeouts.
+The test stops the worker inside the PartitionRecord's replay, in the second batch of the
+catch-up (the value's `__bytes__` is called after the delta's "applied?" check and before the
+record changes anything), reads the image and the applied offset (what the broker's heartbeat
+reports) as the event loop would, then lets the worker finish. Deterministic: no sleeps, no
+timeouts.
 """
 
 from __future__ import annotations
@@ -55,15 +57,18 @@ class StopsInReplay:
         return self.value
 
 
-class OneBatchLog(MemoryLog):
-    """A memory log whose records after the first come out as `StopsInReplay` values."""
+class StoppingLog(MemoryLog):
+    """A memory log of the given batches whose last record comes out as a `StopsInReplay` value."""
 
-    def __init__(self, values: list[bytes], handshake: Handshake) -> None:
+    def __init__(self, batches: list[list[bytes]], handshake: Handshake) -> None:
         super().__init__()
-        records = [Record(offset, 0, None, value, []) for offset, value in enumerate(values)]
-        self.append(build_batch(records, base_offset=0, partition_leader_epoch=1))
+        base = 0
+        for values in batches:
+            records = [Record(base + i, 0, None, value, []) for i, value in enumerate(values)]
+            self.append(build_batch(records, base_offset=base, partition_leader_epoch=1))
+            base += len(values)
         self._handshake = handshake
-        self._stop_at = len(values) - 1
+        self._stop_at = base - 1
 
     def iter_batches(self, from_offset=None, upto=None):
         for batch in super().iter_batches(from_offset, upto):
@@ -95,10 +100,11 @@ def replayed_from_scratch(values: list[bytes]) -> ImageState:
 
 
 def test_a_reader_during_replay_never_sees_half_a_batch_and_never_loses_a_record(tmp_path: Path) -> None:
-    values = [register(1), unfence(1), topic(T1, "fz-live"), partition(T1, 0)]
+    batches = [[register(1), unfence(1)], [topic(T1, "fz-live"), partition(T1, 0)]]
+    values = [value for batch in batches for value in batch]
     handshake = Handshake()
     state = ImageState()
-    replayer = MetadataReplayer(tmp_path, OneBatchLog(values, handshake), state, NEVER)
+    replayer = MetadataReplayer(tmp_path, StoppingLog(batches, handshake), state, NEVER)
     failure: list[BaseException] = []
 
     def replay() -> None:
@@ -113,12 +119,17 @@ def test_a_reader_during_replay_never_sees_half_a_batch_and_never_loses_a_record
     try:
         assert handshake.reached.wait(WAIT_S), "the replaying thread never reached the PartitionRecord"
         seen = state.image  # what a Metadata request answered from, mid-batch
+        reported = replayer.applied_offset  # what a broker's heartbeat reported meanwhile
     finally:
         handshake.release.set()
         worker.join(WAIT_S)
     assert not worker.is_alive() and not failure, failure
     assert "fz-live" not in seen.topics, (
         f"a reader saw half a batch: fz-live with {len(seen.topics['fz-live'].partitions)} partitions")
+    assert reported == 0 and not seen.registrations, (
+        f"the heartbeat offset {reported} is ahead of the image readers see: the controller would unfence the "
+        "broker on an image without its registration")
+    assert replayer.applied_offset == len(values)
     image = state.image
     assert image_difference(image, replayed_from_scratch(values).image) is None
     assert [p.partition for p in image.topics["fz-live"].partitions] == [0]
