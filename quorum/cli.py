@@ -7,8 +7,12 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from quorum import __version__
+
+if TYPE_CHECKING:
+    from quorum.launcher import LocalCluster
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -83,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--metadata-delay-ms", type=int, default=None, metavar="N",
                        help="how old the Metadata answers of the --stale-broker brokers are, in ms "
                             "(sets quorum.test.metadata.delay.ms=N on them only)")
+    local.add_argument("--tiered", action="store_true",
+                       help="tiered storage (KIP-405) on every broker, against an embedded S3 (moto's server on "
+                            "127.0.0.1, in memory: its objects go when this command stops) unless --s3-endpoint")
+    local.add_argument("--s3-endpoint", default=None, metavar="URL",
+                       help="with --tiered: use this S3 endpoint (MinIO, AWS) instead of the embedded one; "
+                            "credentials from boto3's usual chain or --set rsm.config.storage.aws.*")
+    local.add_argument("--s3-bucket", default=None, metavar="NAME",
+                       help="with --tiered: the bucket (created on the embedded S3; must exist on another; "
+                            "default quorum-tiered)")
     local.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
                        help="give up (exit 1, naming what was not ready and the node log to read) unless the "
                             "cluster is ready within S seconds (default 60)")
@@ -203,21 +216,49 @@ def _stale_brokers(args: argparse.Namespace) -> dict[int, int]:
 
 
 def _local_cluster(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from quorum.launcher import LocalCluster
-    from quorum.readiness import ClusterNotReadyError
 
     if args.brokers < 0:
         print("error: --brokers must not be negative", file=sys.stderr)
         return 2
+    if (args.s3_endpoint or args.s3_bucket) and not args.tiered:
+        print("error: --s3-endpoint and --s3-bucket go with --tiered", file=sys.stderr)
+        return 2
+    embedded = None
+    settings = _key_values(args.set)
+    if args.tiered:
+        from tiered_follower.embedded_s3 import TIERED_DEV_DEFAULTS, s3_properties, start_embedded_s3
+
+        bucket = args.s3_bucket or "quorum-tiered"
+        endpoint = args.s3_endpoint
+        if endpoint is None:
+            embedded = start_embedded_s3()
+            embedded.create_bucket(bucket)
+            endpoint = embedded.endpoint_url
+            print(f"embedded S3 (moto, in memory) at {endpoint}, bucket {bucket}", flush=True)
+        s3 = s3_properties(endpoint, bucket, embedded_credentials=embedded is not None)
+        settings = {**TIERED_DEV_DEFAULTS, **s3, **settings}
     try:
-        cluster = LocalCluster(args.dir, args.controllers, args.brokers, _key_values(args.set),
+        cluster = LocalCluster(args.dir, args.controllers, args.brokers, settings,
                                stale_brokers=_stale_brokers(args))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if embedded is not None:
+            embedded.stop()
         return 2
+    try:
+        return _run_local_cluster(args, cluster)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _run_local_cluster(args: argparse.Namespace, cluster: LocalCluster) -> int:
+    import signal
+    import threading
+
+    from quorum.readiness import ClusterNotReadyError
+
     cluster.format_storage()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

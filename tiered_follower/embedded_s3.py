@@ -40,16 +40,29 @@ class EmbeddedS3:
         return s3_properties(self.endpoint_url, bucket, key_prefix)
 
 
-def s3_properties(endpoint_url: str, bucket: str, key_prefix: str = "") -> dict[str, str]:
-    return {
+TIERED_DEV_DEFAULTS = {
+    "remote.log.manager.task.interval.ms": "2000",
+    "log.retention.check.interval.ms": "5000",
+}
+"""`quorum local-cluster --tiered`'s defaults (over Kafka's 30 s and 5 min), so uploads and local
+retention show within seconds; `--set` overrides them."""
+
+
+def s3_properties(endpoint_url: str, bucket: str, key_prefix: str = "",
+                  embedded_credentials: bool = True) -> dict[str, str]:
+    """The broker settings for tiered storage on `bucket` at `endpoint_url`; the embedded server's
+    credentials unless `embedded_credentials` is off (boto3's own chain then)."""
+    properties = {
         "remote.log.storage.system.enable": "true",
         "rsm.config.storage.s3.bucket.name": bucket,
         "rsm.config.storage.s3.endpoint.url": endpoint_url,
         "rsm.config.storage.s3.region": REGION,
-        "rsm.config.storage.aws.access.key.id": ACCESS_KEY,
-        "rsm.config.storage.aws.secret.access.key": SECRET_KEY,
         "rsm.config.key.prefix": key_prefix,
     }
+    if embedded_credentials:
+        properties["rsm.config.storage.aws.access.key.id"] = ACCESS_KEY
+        properties["rsm.config.storage.aws.secret.access.key"] = SECRET_KEY
+    return properties
 
 
 def _free_port() -> int:
