@@ -34,3 +34,30 @@ def test_the_demo_runs_every_part_and_says_it_succeeded(kcat):
         assert f"== Part {part}:" in run.stdout, output[-6000:]
     assert "All three clients listed the node's metadata." in run.stdout
     assert "replicator exited 0; the target holds" in run.stdout
+
+
+def test_a_wait_past_its_deadline_names_what_it_waited_for_and_the_logs_to_read(tmp_path):
+    from examples.demo_waits import DemoFailure, wait_for
+
+    log = tmp_path / "node-102" / "node.log"
+
+    def refused():
+        raise ConnectionRefusedError("127.0.0.1:9092 refused")
+
+    with pytest.raises(DemoFailure) as failed:
+        wait_for("broker 102 to be fenced", refused, 0.3, [log], interval_s=0.05)
+    assert str(failed.value) == (f"waited 0.3 s for broker 102 to be fenced; last error: 127.0.0.1:9092 refused "
+                                 f"(read {log})")
+    assert wait_for("a value", lambda: 7, 0.3) == 7
+
+
+def test_a_failed_part_keeps_its_directory_for_the_logs_and_a_successful_one_removes_it():
+    from examples.demo_waits import DemoFailure, scratch_directory
+
+    with pytest.raises(DemoFailure), scratch_directory("demo-test-") as kept:
+        raise DemoFailure("something")
+    assert Path(kept).is_dir()
+    Path(kept).rmdir()
+    with scratch_directory("demo-test-") as removed:
+        (Path(removed) / "node.log").write_text("ok")
+    assert not Path(removed).exists()
