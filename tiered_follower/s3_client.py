@@ -15,6 +15,7 @@ and, under it, the names of Aiven's tiered-storage-for-apache-kafka S3 plug-in:
                                             at least S3's 5 MiB)
 `rsm.config.storage.s3.api.call.timeout.ms` socket timeout of one call (default 30000)
 `rsm.config.storage.retries`                attempts per call before giving up (default 8)
+`rsm.config.storage.s3.upload.concurrency`  parts of one multipart upload sent at a time (default 4)
 =========================================== ======================================================
 
 Every call goes through `S3Client.call`, which retries transient faults (HTTP 5xx, SlowDown and
@@ -32,6 +33,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,6 +83,7 @@ class S3Config:
     part_size: int = DEFAULT_PART_SIZE
     call_timeout_ms: int = 30_000
     attempts: int = 8
+    upload_concurrency: int = 4
     backoff_base_ms: int = 50
     backoff_max_ms: int = 5_000
 
@@ -115,7 +118,8 @@ class S3Config:
                    secret_access_key=get("storage.aws.secret.access.key"),
                    part_size=number("storage.s3.multipart.upload.part.size", DEFAULT_PART_SIZE, MIN_PART_SIZE),
                    call_timeout_ms=number("storage.s3.api.call.timeout.ms", 30_000, 1),
-                   attempts=number("storage.retries", 8, 1))  # fmt: skip
+                   attempts=number("storage.retries", 8, 1),
+                   upload_concurrency=number("storage.s3.upload.concurrency", 4, 1))  # fmt: skip
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -204,8 +208,8 @@ class S3Client:
         return self.call("get_object", key, attempt)
 
     def upload_file(self, key: str, path: str, size: int) -> None:
-        """A file as one PUT, or in `part_size` parts above that (each part retried on its own;
-        an upload that fails for good is aborted)."""
+        """A file as one PUT, or in `part_size` parts above that, `upload_concurrency` at a time
+        (each part retried on its own; an upload that fails for good is aborted)."""
         part_size = self.config.part_size
         if size <= part_size:
             with open(path, "rb") as file:
@@ -217,18 +221,23 @@ class S3Client:
         bucket = self.config.bucket
         upload = self.call("create_multipart_upload", key,
                            lambda: self.s3.create_multipart_upload(Bucket=bucket, Key=key))["UploadId"]
-        try:
-            parts = []
+        positions = list(range(0, size, part_size))
+
+        def send(number: int) -> dict[str, Any]:
+            position = positions[number - 1]
             with open(path, "rb") as file:
-                for number, position in enumerate(range(0, size, part_size), start=1):
-                    file.seek(position)
-                    body = file.read(min(part_size, size - position))
+                file.seek(position)
+                body = file.read(min(part_size, size - position))
+            if len(body) != min(part_size, size - position):
+                raise RemoteStorageError(f"{path} ended at byte {position + len(body)}, not {size}")
+            answer = self.call("upload_part", key, lambda: self.s3.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=body))
+            return {"PartNumber": number, "ETag": answer["ETag"]}
 
-                    def send(body: bytes = body, number: int = number) -> Any:
-                        return self.s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number,
-                                                   Body=body)
-
-                    parts.append({"PartNumber": number, "ETag": self.call("upload_part", key, send)["ETag"]})
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.config.upload_concurrency, len(positions)),
+                                    thread_name_prefix="s3-part") as parts_pool:
+                parts = list(parts_pool.map(send, range(1, len(positions) + 1)))
             self.call("complete_multipart_upload", key, lambda: self.s3.complete_multipart_upload(
                 Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}))
         except BaseException:

@@ -76,8 +76,6 @@ class S3RemoteStorage:
             raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: the upload has "
                                      f"{data.log_size} bytes, its metadata says {segment.size_in_bytes}")
         log_key = self.key(segment, LOG_SUFFIX)
-        self._before_object("log")
-        self.client.upload_file(log_key, data.log_path, data.log_size)
         ranges: dict[str, list[int]] = {}
         blob = bytearray()
         for kind in INDEX_ORDER:
@@ -85,6 +83,8 @@ class S3RemoteStorage:
             ranges[kind.value] = [len(blob), len(part)]
             blob += part
         indexes_key = self.key(segment, INDEXES_SUFFIX)
+        self._before_object("log")
+        self.client.upload_file(log_key, data.log_path, data.log_size)
         self._before_object("indexes")
         self.client.put(indexes_key, bytes(blob))
         manifest = {
