@@ -143,3 +143,23 @@ def test_states_only_move_forward():
         started.moved_to(RemoteSegmentState.DELETE_SEGMENT_FINISHED, 101, 1)
     with pytest.raises(ValueError, match="leader epochs"):
         RemoteSegmentMetadata(TP, uuid.uuid4(), 10, 20, (EpochEntry(0, 5),), 1, 1, 1, 1)
+
+
+def test_fetch_below_the_local_log_start_goes_to_the_remote_tier_for_consumers_only():
+    from quorum.broker.fetch import read_partition
+    from quorum.broker.fetch_sessions import FetchPosition
+    from quorum.wire.errors import ErrorCode
+
+    remote = RemoteLogState(TP)
+    remote.load([segment(0, 99)])
+    partition = TieredFake(100, remote)
+    for _ in range(120):
+        partition.append(1, epoch=1)
+    consumer = read_partition(partition, FetchPosition(40, 1 << 20), False, 1 << 20, True)
+    assert (consumer.error_code, consumer.remote, consumer.fetch_offset, consumer.log_start_offset) == (
+        ErrorCode.NONE, partition, 40, 0)
+    follower = read_partition(partition, FetchPosition(40, 1 << 20), False, 1 << 20, True, to_log_end=True)
+    assert follower.error_code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+    assert follower.log_start_offset == 0
+    local = read_partition(partition, FetchPosition(100, 1 << 20), False, 1 << 20, True)
+    assert local.remote is None and local.records

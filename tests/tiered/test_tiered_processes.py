@@ -314,3 +314,18 @@ def test_s3_faults_between_brokers_and_s3_are_retried_and_never_give_wrong_data(
     print(f"S3 faults injected: {injected} ({uploading} while uploading), by kind: {dict(faults.injected)}")
     assert uploading > 0 and injected > uploading
     assert {"500", "slowdown", "reset", "truncate"} <= {kind for kind, n in faults.injected.items() if n > 0}
+
+
+def test_timestamps_are_looked_up_in_the_remote_time_indexes_too(cluster):
+    topic = "tiered-times"
+    tiered_topic(cluster, topic)
+    base = int(time.time() * 1000) - 3_600_000
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "batch.num.messages": 20, **QUIET})
+    for n in range(1500):
+        producer.produce(topic, b"t" * 200, partition=0, timestamp=base + 10 * n)
+    assert producer.flush(30) == 0
+    wait_local_start_above(cluster, topic, 600)
+    local = list_offset(cluster, topic, -4)
+    for wanted in (0, 1, 123, 499, local + 7):
+        assert get_offsets(cluster, topic, str(base + 10 * wanted - 5)) == f"{topic}:0:{wanted}"
+    assert get_offsets(cluster, topic, str(base + 10 * 1500)) == f"{topic}:0:-1"
