@@ -180,6 +180,13 @@ def offsets_of(records: list[Record]) -> list[int]:
     return [offset for _, offset, _ in records]
 
 
+def read_and_commit(side: Side, consumer: Any, topic: str, count: int) -> None:
+    """Subscribe `consumer` to `topic`, read its `count` records from offset 0, and commit offset `count`."""
+    side.subscribe(consumer, topic)
+    assert offsets_of(consume(side, consumer, count)) == list(range(count))
+    side.commit(consumer, topic, {0: count})
+
+
 def test_a_fresh_consumer_of_a_recreated_topic_starts_from_auto_offset_reset(cluster, side):
     """A restarted job, the common case: the group's commit went with the deleted topic, so the new
     consumer starts at auto.offset.reset (earliest: offset 0 of the new topic), never at offset 20."""
@@ -187,9 +194,7 @@ def test_a_fresh_consumer_of_a_recreated_topic_starts_from_auto_offset_reset(clu
     cluster.topic(topic, 20)
     first = side.consumer(f"{topic}-group")
     try:
-        side.subscribe(first, topic)
-        assert offsets_of(consume(side, first, 20)) == list(range(20))
-        side.commit(first, topic, {0: 20})
+        read_and_commit(side, first, topic, 20)
         assert side.committed(first, topic) == 20
     finally:
         first.close()
@@ -272,11 +277,10 @@ def test_partition_growth_raises_nothing_and_loses_nothing(cluster, side):
     cluster.topic(topic, 10)
     consumer = side.consumer(f"{topic}-group")
     try:
-        side.subscribe(consumer, topic)
-        assert offsets_of(consume(side, consumer, 10)) == list(range(10))
-        side.commit(consumer, topic, {0: 10})
+        read_and_commit(side, consumer, topic, 10)
         for future in cluster.admin.create_partitions([NewPartitions(topic, 2)]).values():
             future.result(timeout=30)
+        wait_until(f"the broker to serve {topic}-1", lambda: cluster.serves(topic, 1))
         cluster.produce(topic, 10, partition=0)
         cluster.produce(topic, 10, partition=1)
         # The group rebalances onto the new partition (an eager one starts partition 0 again from its commit,

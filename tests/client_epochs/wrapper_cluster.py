@@ -27,11 +27,15 @@ class OneBrokerCluster:
         self.produce(name, messages)
 
     def produce(self, name: str, messages: int, partition: int = 0) -> None:
-        """Records "<name>-<n>" for n below `messages`, to `partition`."""
+        """Records "<name>-<n>" for n below `messages`, to `partition`, each acknowledged (a record for a
+        partition the producer's metadata does not know yet fails its delivery, not flush)."""
         producer = Producer({"bootstrap.servers": self.address, **QUIET})
+        failed: list = []
         for n in range(messages):
-            producer.produce(name, f"{name}-{n}".encode(), partition=partition)
+            producer.produce(name, f"{name}-{n}".encode(), partition=partition,
+                             on_delivery=lambda error, _: failed.append(error) if error is not None else None)
         assert producer.flush(30) == 0
+        assert not failed, f"{len(failed)} record(s) to {name}-{partition} not delivered: {failed[0]}"
 
     def recreate(self, name: str) -> None:
         """Delete topic `name` and create it again (1 partition): a new topic id and a higher topic epoch."""
@@ -57,6 +61,12 @@ class OneBrokerCluster:
     def epochs(self, name: str, partition: int = 0) -> PartitionMetadata:
         with MetadataClient(self.address) as client:
             return client.fetch([name]).partitions[TopicPartition(name, partition)]
+
+    def serves(self, name: str, partition: int) -> bool:
+        """Whether the broker's Metadata lists partition `partition` of `name`, with a leader."""
+        with MetadataClient(self.address) as client:
+            meta = client.fetch([name]).partitions.get(TopicPartition(name, partition))
+        return meta is not None and meta.leader_id >= 0
 
 
 def consume(consumer, count: int, timeout_s: float = 30.0) -> list:
