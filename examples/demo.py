@@ -10,7 +10,9 @@ two brokers, registered with the active controller; confluent-kafka's AdminClien
 through them, all three clients list them, and a broker killed with SIGKILL is fenced: its
 partitions get new leaders. Part 5: the killed broker is restarted (and the cluster waited for until
 it is ready again), then `client-epochs-mirror` (KIP-232 epoch-aware consumer, idempotent producer)
-copies `orders` to a second local cluster and commits with internal metadata.
+copies `orders` to a second local cluster and commits with internal metadata. Part 6
+(`examples.tiered_demo`): `quorum local-cluster --tiered` uploads a topic's segments to an embedded S3,
+and a real client reads it from offset 0 once the local copies are gone.
 
 Every step that waits has a deadline (examples.demo_waits): past it the demo stops with exit status 1,
 naming what it waited for and the node logs to read. Its last line says whether it succeeded.
@@ -27,6 +29,7 @@ import time
 
 from examples.demo_waits import DemoFailure, scratch_directory, wait_for
 from examples.mirror_demo import mirror_demo
+from examples.tiered_demo import tiered_demo
 from quorum.admin import (
     QuorumStatus,
     QuorumToolError,
@@ -345,6 +348,7 @@ def main() -> int:
     try:
         failures = standalone_demo()
         quorum_demo()
+        tiered_demo()
     except DemoFailure as exc:
         print(f"\ndemo FAILED: {exc}", flush=True)
         return 1
@@ -354,7 +358,7 @@ def main() -> int:
     if failures:
         print(f"\ndemo FAILED: {failures} client(s) could not list the standalone node's metadata (part 1)")
         return 1
-    print(f"\ndemo succeeded: all five parts ran in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"\ndemo succeeded: all six parts ran in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 
