@@ -87,6 +87,8 @@ def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: Rem
             raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: bad batch "
                                      f"at byte {position + (exc.position or 0)}: {exc.reason}", retriable=True) from exc
         if walker.truncated is not None and consumed == 0:
+            if out:
+                break  # the next batch does not fit what is left; only a response's first may exceed it
             # the batch at `position` is larger than what was read: fetch it whole
             header = RecordBatch(data[:BATCH_HEADER_SIZE]) if len(data) >= BATCH_HEADER_SIZE else None
             if header is None or position + header.size_in_bytes > size:

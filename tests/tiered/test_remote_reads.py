@@ -1,0 +1,91 @@
+"""Reading batches and timestamps out of remote segments (tiered_follower.remote_reads) against moto's
+server: a real log's segments uploaded by the remote log task, read back as the local log reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from quorum.broker.log_config import LogConfig
+from quorum.broker.partition import Partition
+from quorum.wire.records import Record, build_batch, iter_batches, patch_base_offset
+from tiered_follower import remote_reads
+from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
+from tiered_follower.remote_log_manager import RemoteLogManager
+
+BROKER = 101
+
+
+@pytest.fixture
+def uploaded(s3_server: EmbeddedS3, bucket: str, tmp_path: Path):
+    """A leader partition of mixed batch sizes (some far above remote_reads.READ_CHUNK), its rolled
+    segments uploaded by one run of the remote log task."""
+    partition = Partition("reads", 0, uuid.uuid4(), tmp_path / "reads-0",
+                          LogConfig(segment_bytes=1 << 19, index_interval_bytes=1024, remote_storage_enable=True,
+                                    local_retention_ms=None, retention_ms=None), BROKER)
+    partition.update_state(BROKER, 2, (BROKER,))
+    offset = 0
+    for number in range(120):
+        size = 300_000 if number % 17 == 5 else 2_000
+        count = 1 + number % 4
+        batch = bytearray(build_batch([Record(i, 1_000_000 + 10 * (offset + i), b"", os.urandom(size // count))
+                                       for i in range(count)], partition_leader_epoch=1 + number // 60))
+        patch_base_offset(batch, 0, offset)
+        partition.append_as_follower(bytes(batch))
+        offset += count
+    partition.advance_high_watermark(partition.log_end_offset)
+    manager = RemoteLogManager(BROKER, *_storage(s3_server, bucket), properties={})
+    manager.partition_opened(partition)
+    asyncio.run(manager.run_once([partition]))
+    assert partition.remote is not None and len(partition.remote.finished) >= 3
+    yield partition, manager
+    partition.close()
+
+
+def _storage(s3_server: EmbeddedS3, bucket: str):
+    manager = RemoteLogManager.from_properties(BROKER, s3_properties(s3_server.endpoint_url, bucket))
+    return manager.storage, manager.metadata
+
+
+def test_remote_reads_return_what_the_local_log_returns(uploaded):
+    partition, manager = uploaded
+    assert partition.remote is not None
+    indexes = remote_reads.RemoteIndexCache(manager.storage)
+    for segment in partition.remote.finished:
+        for offset in range(segment.start_offset, segment.end_offset + 1, 3):
+            for max_bytes in (1, 50_000, 1 << 20):
+                remote = remote_reads.read_batches(manager.storage, indexes, segment, offset, max_bytes)
+                local = partition.log.read(offset, max_bytes, segment.end_offset + 1)
+                assert remote == local, (segment.object_name, offset, max_bytes)
+                first = next(iter(iter_batches(remote)))
+                assert first.base_offset <= offset <= first.last_offset
+
+
+def test_remote_timestamps_match_the_local_log(uploaded):
+    partition, manager = uploaded
+    assert partition.remote is not None
+    indexes = remote_reads.RemoteIndexCache(manager.storage)
+    for segment in partition.remote.finished:
+        for offset in (segment.start_offset, (segment.start_offset + segment.end_offset) // 2, segment.end_offset):
+            found = remote_reads.offset_for_timestamp(manager.storage, indexes, segment, 1_000_000 + 10 * offset - 3)
+            assert found is not None and (found.offset, found.timestamp) == (offset, 1_000_000 + 10 * offset)
+    last = partition.remote.finished[-1]
+    assert remote_reads.offset_for_timestamp(manager.storage, indexes, last, 10**15) is None
+
+
+def test_uploaded_indexes_carry_the_epoch_history_and_producer_snapshot(uploaded):
+    from quorum.broker.remote_tier import IndexType
+    from quorum.log.epoch_cache import decode_checkpoint
+    from quorum.wire.producer_snapshot import decode_producer_snapshot
+
+    partition, manager = uploaded
+    assert partition.remote is not None
+    last = partition.remote.finished[-1]
+    history = decode_checkpoint(manager.storage.fetch_index(last, IndexType.LEADER_EPOCH), "remote")
+    expected = [e for e in partition.log.epoch_entries if e.start_offset <= last.end_offset]
+    assert history == expected
+    assert decode_producer_snapshot(manager.storage.fetch_index(last, IndexType.PRODUCER_SNAPSHOT)) == []
