@@ -29,11 +29,18 @@ def uploaded(s3_server: EmbeddedS3, bucket: str, tmp_path: Path):
                                     local_retention_ms=None, retention_ms=None), BROKER)
     partition.update_state(BROKER, 2, (BROKER,))
     offset = 0
+    sequences = {7: 0, 9: 0}  # two idempotent producers (ids 7 and 9) among plain batches
     for number in range(120):
         size = 300_000 if number % 17 == 5 else 2_000
         count = 1 + number % 4
+        producer = (7, 9, -1)[number % 3]
+        sequence = sequences.get(producer, -1)
         batch = bytearray(build_batch([Record(i, 1_000_000 + 10 * (offset + i), b"", os.urandom(size // count))
-                                       for i in range(count)], partition_leader_epoch=1 + number // 60))
+                                       for i in range(count)], partition_leader_epoch=1 + number // 60,
+                                      producer_id=producer, producer_epoch=0 if producer >= 0 else -1,
+                                      base_sequence=sequence))
+        if producer >= 0:
+            sequences[producer] += count
         patch_base_offset(batch, 0, offset)
         partition.append_as_follower(bytes(batch))
         offset += count
@@ -78,6 +85,7 @@ def test_remote_timestamps_match_the_local_log(uploaded):
 
 
 def test_uploaded_indexes_carry_the_epoch_history_and_producer_snapshot(uploaded):
+    from quorum.broker.producer_state import ProducerStateManager
     from quorum.broker.remote_tier import IndexType
     from quorum.log.epoch_cache import decode_checkpoint
     from quorum.wire.producer_snapshot import decode_producer_snapshot
@@ -88,4 +96,41 @@ def test_uploaded_indexes_carry_the_epoch_history_and_producer_snapshot(uploaded
     history = decode_checkpoint(manager.storage.fetch_index(last, IndexType.LEADER_EPOCH), "remote")
     expected = [e for e in partition.log.epoch_entries if e.start_offset <= last.end_offset]
     assert history == expected
-    assert decode_producer_snapshot(manager.storage.fetch_index(last, IndexType.PRODUCER_SNAPSHOT)) == []
+    for segment in partition.remote.finished:
+        # the producers' last batches below the segment's end, as a replay of the log finds them
+        replayed = ProducerStateManager()
+        for batch in partition.log.iter_batches(0, segment.end_offset + 1):
+            replayed.replay(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_offset_delta,
+                            batch.base_offset, batch.max_timestamp)
+        snapshot = decode_producer_snapshot(manager.storage.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT))
+        assert snapshot == replayed.snapshot() and {e.producer_id for e in snapshot} == {7, 9}
+
+
+def test_a_new_leader_continues_the_producer_snapshots_from_the_last_uploaded_one(uploaded, s3_server, bucket):
+    from quorum.broker.producer_state import ProducerStateManager
+    from quorum.broker.remote_tier import IndexType
+    from quorum.wire.producer_snapshot import decode_producer_snapshot
+
+    partition, _ = uploaded
+    assert partition.remote is not None
+    before = len(partition.remote.finished)
+    offset = partition.log_end_offset
+    for number in range(60):  # producer 11 appears only now; 7 goes on from its last sequence
+        producer, sequence = (11, number) if number % 2 else (7, 10_000 + number)
+        batch = bytearray(build_batch([Record(0, 2_000_000, b"", os.urandom(20_000))], partition_leader_epoch=3,
+                                      producer_id=producer, producer_epoch=0, base_sequence=sequence))
+        patch_base_offset(batch, 0, offset)
+        partition.append_as_follower(bytes(batch))
+        offset += 1
+    partition.update_state(BROKER, 3, (BROKER,))
+    partition.advance_high_watermark(partition.log_end_offset)
+    fresh = RemoteLogManager(BROKER, *_storage(s3_server, bucket), properties={})  # the next leader
+    asyncio.run(fresh.run_once([partition]))
+    assert len(partition.remote.finished) > before
+    segment = partition.remote.finished[-1]
+    replayed = ProducerStateManager()
+    for batch in partition.log.iter_batches(0, segment.end_offset + 1):
+        replayed.replay(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_offset_delta,
+                        batch.base_offset, batch.max_timestamp)
+    snapshot = decode_producer_snapshot(fresh.storage.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT))
+    assert snapshot == replayed.snapshot() and {e.producer_id for e in snapshot} == {7, 9, 11}
