@@ -28,9 +28,15 @@ plus what KIP-232 adds to a consumer:
   While no current leader answers, the partition stays stopped (nothing skipped, nothing repeated)
   and is asked about again at the next poll.
 
+- A subscribed consumer left without partitions for `no_partitions_warning_s` asks the cluster why
+  and logs it at a slow pace, naming the group, the reason and how long (`waiting: group coordinator
+  for "G" unavailable (COORDINATOR_NOT_AVAILABLE) for 45 s`); `waiting_reason` gives the same line
+  (consumer_guard.PartitionsWatch).
+
 Options beyond confluent-kafka's, as keyword arguments: `on_topic_recreated`, `metadata_wait_timeout_s`
-(None: wait for current metadata as long as it takes; else StaleMetadataError after that long) and
-`metadata_check_interval_s` (how often poll looks for recreated topics). Auto-commit
+(None: wait for current metadata as long as it takes; else StaleMetadataError after that long),
+`metadata_check_interval_s` (how often poll looks for recreated topics) and `no_partitions_warning_s`
+(seconds without partitions before the consumer says why; None: never). Auto-commit
 (`enable.auto.commit`) is librdkafka's own and carries no internal metadata: commit explicitly.
 """
 
@@ -45,7 +51,7 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException
 
 from client_epochs.committed import encode, parse_internal, split
-from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, RecreatedPolicy
+from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, PartitionsWatch, RecreatedPolicy
 from client_epochs.errors import InvalidOffsetError
 from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED, LogBoundsError, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
@@ -74,7 +80,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
 
     def __init__(self, config: dict[str, Any], *args: Any, on_topic_recreated: RecreatedPolicy = "raise",
                  metadata_wait_timeout_s: float | None = None, metadata_check_interval_s: float = 5.0,
-                 **kwargs: Any) -> None:
+                 no_partitions_warning_s: float | None = 5.0, **kwargs: Any) -> None:
         merged = {**config, **{k: v for k, v in kwargs.items() if isinstance(v, str | int | float | bool)}}
         nested = merged.get("default.topic.config")
         policy = merged.get(_RESET, nested.get(_RESET) if isinstance(nested, dict) else None)
@@ -93,6 +99,10 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                                  wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s,
                                  isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED)
         self._offsets = OffsetFetcher(bootstrap)
+        self._partitions_watch = None if not self._group or no_partitions_warning_s is None else PartitionsWatch(
+            self._guard.metadata, bootstrap, str(self._group), no_partitions_warning_s, offsets=self._offsets)
+        self._subscribed: list[str] = []
+        """The topics of the current subscription (none: not subscribed)."""
         self._leader_epochs: dict[TopicPartition, int] = {}
         self._positions: dict[TopicPartition, int] = {}
         """Each partition's position as far as the wrapper knows it: after the last message handed to
@@ -132,6 +142,13 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         if on_lost is not None:
             options["on_lost"] = revoked(on_lost)
         super().subscribe(topics, **options)
+        self._subscribed = list(topics)
+
+    def unsubscribe(self) -> None:
+        super().unsubscribe()
+        self._subscribed = []
+        if self._partitions_watch is not None:
+            self._partitions_watch.stop()
 
     def assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         self._forget([*self._guard.waiting, *self._positions, *self._stopped, *self._user_paused])
@@ -248,6 +265,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             if ready:
                 super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in ready])
         assigned = [_key(p) for p in self.assignment()]
+        if self._partitions_watch is not None and self._subscribed:
+            self._partitions_watch.check(self._subscribed, bool(assigned))
         watched = self._guard.watch(assigned)
         self._pause_keys(watched.held)
         self._reset(watched.recreated)
@@ -406,6 +425,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             super().close(*args, **kwargs)
         finally:
             self._guard.close()
+            if self._partitions_watch is not None:
+                self._partitions_watch.close()
             self._offsets.close()
 
 

@@ -43,7 +43,9 @@ from client_epochs.errors import TopicRecreatedError
 from client_epochs.log_bounds import READ_UNCOMMITTED, BoundsSource, LogBoundsClient
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
 from client_epochs.model import NO_EPOCH, ZERO_UUID, ClusterMetadata, PartitionMetadata, TopicPartition
+from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.out_of_range import Resolution, normalize_policy, resolve
+from client_epochs.waits import NoPartitionsWatch, diagnose
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -284,10 +286,70 @@ class EpochGuard:
                 self.topic_ids[tp.topic] = meta.topic_id
 
 
+class PartitionsWatch:
+    """Why a subscribed consumer has no partitions, asked with its own connections and logged slowly.
+
+    A consumer whose group has no coordinator (its `__consumer_offsets` partition lost its only
+    replica), or whose topics have no leader or only stale metadata, polls empty forever and says
+    nothing: the clients retry quietly. The wrappers call `check()` from every poll; once the
+    consumer has been without partitions for `after_s`, and then every `interval_s`, it asks the
+    cluster why (client_epochs.waits.diagnose, as the replicator does: FindCoordinator and
+    OffsetFetch, then Metadata; one look may take a few seconds, so a poll then overruns its
+    timeout by that much) and logs a warning naming the group, the reason and how long.
+    """
+
+    def __init__(self, metadata: MetadataClient, bootstrap: str, group: str, after_s: float,
+                 interval_s: float = 15.0, offsets: OffsetFetcher | None = None) -> None:
+        """`offsets`: the consumer's OffsetFetcher when it has one (closed by its owner), else one is made."""
+        self.metadata = metadata
+        self.watch = NoPartitionsWatch(group, after_s, interval_s)
+        self._own_offsets = offsets is None
+        self._offsets = offsets if offsets is not None else OffsetFetcher(bootstrap)
+
+    def check(self, topics: Iterable[str], assigned: bool) -> None:
+        """Note whether the consumer holds partitions; look why not and log it when that is due.
+        `topics`: the subscription's topic names (regular expressions are not asked about)."""
+        now = time.monotonic()
+        if assigned:
+            said = self.watch.assigned(now)
+            if said is not None:
+                log.info("%s", said.text)
+            return
+        names = sorted(t for t in topics if not t.startswith("^"))
+        if not names or not self.watch.due(assigned, now):
+            return
+        wait = diagnose(self.metadata, self._offsets, self.watch.group, names, (), {}, copying=False)
+        said = self.watch.found(wait, time.monotonic())
+        if said is not None:
+            log.log(logging.WARNING if said.warning else logging.INFO, 'consumer of group "%s" has no partitions, %s',
+                    self.watch.group, said.text)
+
+    def stop(self) -> None:
+        """The consumer unsubscribed: it waits for no partitions any more."""
+        self.watch.reset()
+
+    @property
+    def reason(self) -> str | None:
+        """The current wait (`waiting: <reason> for <n> s`), None when none is known."""
+        return self.watch.line(time.monotonic())
+
+    def close(self) -> None:
+        if self._own_offsets:
+            self._offsets.close()
+
+
 class GuardedConsumer:
-    """What both wrappers show of the EpochGuard they keep as `_guard` (a mixin, first in their bases)."""
+    """What both wrappers show of the EpochGuard they keep as `_guard` (a mixin, first in their bases),
+    and of the PartitionsWatch they keep as `_partitions_watch` (None: no group, or switched off)."""
 
     _guard: EpochGuard
+    _partitions_watch: PartitionsWatch | None
+
+    @property
+    def waiting_reason(self) -> str | None:
+        """Why the consumer has no partitions, as its log says (`waiting: group coordinator for "G"
+        unavailable (COORDINATOR_NOT_AVAILABLE) for 45 s`); None while it has some, or no reason is known."""
+        return None if self._partitions_watch is None else self._partitions_watch.reason
 
     @property
     def metadata_client(self) -> MetadataClient:

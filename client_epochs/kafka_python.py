@@ -24,9 +24,15 @@ iteration goes through the overridden `poll`), plus what KIP-232 adds to a consu
   current leader for its log bounds (EpochGuard.resolve_out_of_range) and applies the user's policy
   only to a position that leader no longer holds (`resets` counts those). See `_out_of_range`.
 
+- A subscribed consumer left without partitions for `no_partitions_warning_s` asks the cluster why
+  and logs it at a slow pace, naming the group, the reason and how long (`waiting: group coordinator
+  for "G" unavailable (COORDINATOR_NOT_AVAILABLE) for 45 s`); `waiting_reason` gives the same line
+  (consumer_guard.PartitionsWatch).
+
 Options beyond kafka-python's, as keyword arguments: `on_topic_recreated`, `metadata_wait_timeout_s`
-(None: wait for current metadata as long as it takes; else StaleMetadataError after that long) and
-`metadata_check_interval_s` (how often poll looks for recreated topics).
+(None: wait for current metadata as long as it takes; else StaleMetadataError after that long),
+`metadata_check_interval_s` (how often poll looks for recreated topics) and `no_partitions_warning_s`
+(seconds without partitions before the consumer says why; None: never).
 
 Threading: kafka-python runs rebalance listeners on its IO thread, where nothing may block on the
 network, so the listener installed by `subscribe` only pauses the assigned partitions and notes
@@ -52,7 +58,7 @@ from kafka.cluster import collect_hosts
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
 
 from client_epochs.committed import encode, parse_internal, split
-from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, RecreatedPolicy
+from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, PartitionsWatch, RecreatedPolicy
 from client_epochs.errors import InvalidOffsetError
 from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED
 from client_epochs.metadata_client import MetadataClient
@@ -109,10 +115,13 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
 
     def __init__(self, *topics: str, on_topic_recreated: RecreatedPolicy = "raise",
                  metadata_wait_timeout_s: float | None = None, metadata_check_interval_s: float = 5.0,
-                 **configs: Any) -> None:
+                 no_partitions_warning_s: float | None = 5.0, **configs: Any) -> None:
         defaults = kafka.KafkaConsumer.DEFAULT_CONFIG
-        metadata = MetadataClient(_bootstrap(configs.get("bootstrap_servers", defaults["bootstrap_servers"])),
-                                  client_id=str(configs.get("client_id", defaults["client_id"])))
+        bootstrap = _bootstrap(configs.get("bootstrap_servers", defaults["bootstrap_servers"]))
+        metadata = MetadataClient(bootstrap, client_id=str(configs.get("client_id", defaults["client_id"])))
+        group = configs.get("group_id")
+        self._partitions_watch = None if group is None or no_partitions_warning_s is None else PartitionsWatch(
+            metadata, bootstrap, str(group), no_partitions_warning_s)
         try:
             committed_only = configs.get("isolation_level", defaults["isolation_level"]) == "read_committed"
             self._guard = EpochGuard(metadata, on_topic_recreated=on_topic_recreated,
@@ -128,6 +137,8 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             super().__init__(**{**configs, "auto_offset_reset": "none"})
         except BaseException:
             metadata.close()
+            if self._partitions_watch is not None:
+                self._partitions_watch.close()
             raise
         if topics:  # through subscribe, so that assignments made without a listener still wait
             self.subscribe(list(topics))
@@ -160,6 +171,8 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
         super().unsubscribe()
         self._revoked(set(self._guard.waiting) | self._pending)
         self._user_paused.clear()
+        if self._partitions_watch is not None:
+            self._partitions_watch.stop()
 
     def _assigned(self, partitions: Iterable[Any]) -> None:
         """Newly assigned partitions start from their committed offsets: paused until poll read their epochs.
@@ -271,7 +284,11 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             settled = self._guard.settle(timeout=_STEP_MS / 1000)
             self._reset(settled.recreated)
             self._release(settled.ready)
-        watched = self._guard.watch({_key(p) for p in self.assignment()})
+        assigned = {_key(p) for p in self.assignment()}
+        topics = self.subscription() if self._partitions_watch is not None else None
+        if self._partitions_watch is not None and topics:
+            self._partitions_watch.check(topics, bool(assigned))
+        watched = self._guard.watch(assigned)
         if watched.held:
             super().pause(*map(_kafka, watched.held))
         self._reset(watched.recreated)
@@ -419,6 +436,8 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             super().close(autocommit=autocommit, timeout_ms=timeout_ms)
         finally:
             self._guard.close()
+            if self._partitions_watch is not None:
+                self._partitions_watch.close()
 
 
 class _Listener(ConsumerRebalanceListener):

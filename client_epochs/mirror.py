@@ -69,9 +69,9 @@ from client_epochs.mirror_progress import (
     newest,
 )
 from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
-from client_epochs.mirror_waits import WaitTimer, diagnose
 from client_epochs.model import NO_EPOCH, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
+from client_epochs.waits import WaitTimer, diagnose
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class Replicator:
         self._offsets = OffsetFetcher(source, client_id="client-epochs-mirror")
         self._probe = MetadataClient(source, client_id="client-epochs-mirror")
         """The group's coordinator and the source's metadata, asked directly when the replicator is not
-        copying (mirror_waits); apart from the consumer's, so that probing counts no refusal of its own."""
+        copying (client_epochs.waits); apart from the consumer's, so that probing counts no refusal of its own."""
         self._waits = WaitTimer()
         self._floors: dict[TopicPartition, InternalMetadata] = {}
         """The epochs each assigned partition waits for before it is fetched (commits, resume seeks)."""
@@ -206,7 +206,8 @@ class Replicator:
             "topic.metadata.refresh.interval.ms": 10_000, **self.options.consumer_config}
         if self.options.instance_id:
             consumer_config["group.instance.id"] = self.options.instance_id
-        self._consumer = Consumer(consumer_config)
+        # The status line says why the replicator has no partitions (client_epochs.waits): not the wrapper's log too.
+        self._consumer = Consumer(consumer_config, no_partitions_warning_s=None)
         reason = "stopped"
         try:
             self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,

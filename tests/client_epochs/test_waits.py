@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from client_epochs.consumer_guard import EpochGuard
+import pytest
+
+from client_epochs.consumer_guard import EpochGuard, PartitionsWatch
 from client_epochs.metadata_client import MetadataUnavailableError, StaleMetadataError
-from client_epochs.mirror_waits import Wait, WaitTimer, diagnose
 from client_epochs.model import PartitionMetadata, TopicPartition
 from client_epochs.offset_fetch import OffsetFetchError
+from client_epochs.waits import NoPartitionsWatch, Said, Wait, WaitTimer, diagnose
 from quorum.wire.errors import ErrorCode
 from quorum.wire.internal_metadata import InternalMetadata
 
@@ -125,3 +127,72 @@ def test_metadata_refused_as_stale_names_the_partition_and_its_epochs():
     assert wait is not None and wait.fault
     assert wait.reason == ("metadata as new as the committed epochs (orders-0: topic_epoch 7, leader_epoch 3): "
                            "refused as stale 4 time(s), last from broker 127.0.0.1:9093: orders-0: leader_epoch 2 < 3")
+
+
+# --- a wrapped consumer without partitions: when it looks why, and what it says -----------------------------
+
+
+def test_no_partitions_is_looked_at_after_the_grace_then_at_a_slow_pace_and_counted_from_the_start():
+    watch = NoPartitionsWatch("orders-readers", after_s=5.0, interval_s=15.0)
+    assert not watch.due(False, 100.0)
+    assert not watch.due(False, 104.0)
+    assert watch.due(False, 105.0)
+    said = watch.found(Wait('group coordinator for "orders-readers" unavailable (COORDINATOR_NOT_AVAILABLE)'), 106.0)
+    assert said == Said('waiting: group coordinator for "orders-readers" unavailable (COORDINATOR_NOT_AVAILABLE) '
+                        'for 6 s', warning=True)
+    assert not any(watch.due(False, t) for t in (107.0, 115.0, 120.9))  # every poll asks: one look per interval
+    assert watch.due(False, 121.0)
+    assert watch.found(None, 121.0) is None and watch.line(121.0) is None
+    assert watch.due(False, 136.0)
+    assert watch.found(Wait("a leader for partition(s) orders-0 (LEADER_NOT_AVAILABLE)"), 136.0).text == (
+        "waiting: a leader for partition(s) orders-0 (LEADER_NOT_AVAILABLE) for 36 s")
+    assert watch.assigned(140.0) == Said('group "orders-readers" assigned partitions after 40 s without', False)
+    assert watch.line(141.0) is None and watch.waited(141.0) == 0.0
+    assert not watch.due(True, 200.0)
+    assert not watch.due(False, 200.0) and watch.due(False, 205.0)  # a new spell without partitions: a new grace
+
+
+def test_a_group_still_assigning_is_a_note_and_a_quick_assignment_says_nothing():
+    watch = NoPartitionsWatch("g", after_s=1.0)
+    assert watch.assigned(0.5) is None
+    watch.due(False, 0.0)
+    assert watch.due(False, 1.0)
+    assert watch.found(Wait('group "g" to assign partitions', fault=False), 1.0) == Said(
+        'waiting: group "g" to assign partitions for 1 s', warning=False)
+    watch.reset()
+    assert watch.assigned(2.0) is None
+
+
+def test_no_partitions_watch_refuses_intervals_that_are_not_positive():
+    with pytest.raises(ValueError, match="after_s and interval_s must be positive"):
+        NoPartitionsWatch("g", after_s=0.0)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_wrapped_consumer_without_a_coordinator_warns_naming_the_group_at_a_slow_pace(caplog, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr("client_epochs.consumer_guard.time.monotonic", clock)
+    offsets = _Offsets(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    watch = PartitionsWatch(_Metadata({ORDERS_0: 101}), "127.0.0.1:9092", "readers", after_s=5.0,  # type: ignore[arg-type]
+                            offsets=offsets)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="client_epochs.consumer_guard"):
+        for _ in range(60):  # a minute of polls, one a second
+            watch.check(["orders", "^pattern.*"], assigned=False)
+            clock.now += 1.0
+        reason = watch.reason
+        offsets.code = None
+        watch.check(["orders"], assigned=True)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    coordinator = 'group coordinator for "readers" unavailable (COORDINATOR_NOT_AVAILABLE)'
+    warned = [(logging.WARNING, f'consumer of group "readers" has no partitions, waiting: {coordinator} for {n} s')
+              for n in (5, 20, 35, 50)]
+    assert lines == [*warned, (logging.INFO, 'group "readers" assigned partitions after 60 s without')]
+    assert reason == f"waiting: {coordinator} for 60 s"
+    assert watch.reason is None
