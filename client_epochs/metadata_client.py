@@ -187,6 +187,12 @@ class MetadataClient:
         self.last_refusal = (broker, verdict)
         log.info("refused stale metadata from broker %s: %s", broker, verdict.describe())
 
+    def rotate(self) -> None:
+        """Ask the next broker first from now on. A Kafka client asks its least loaded broker, not always
+        the same one; a caller that plans repeatedly (the Spark source's driver) rotates so that every
+        broker, a stale one too, is asked in turn and the cache decides what is accepted."""
+        self._advance()
+
     def _advance(self) -> None:
         self._cursor = (self._cursor + 1) % len(self._addresses)
 

@@ -1,0 +1,290 @@
+"""`kafka_epochs`: a PySpark (>= 4.0) structured-streaming and batch source that refuses stale metadata.
+
+    from client_epochs.spark import KafkaEpochsSource
+    spark.dataSource.register(KafkaEpochsSource)
+    stream = (spark.readStream.format("kafka_epochs")
+              .option("kafka.bootstrap.servers", "127.0.0.1:9092").option("subscribe", "events").load())
+
+It is Spark's Kafka source with KIP-232 on the driver (`client_epochs.spark_planning` decides, this
+module asks): each batch's end comes from the current leaders (ListOffsets with CurrentLeaderEpoch,
+`client_epochs.log_bounds`) under metadata the epoch cache accepted, never older than the epochs the
+previous end was planned under; a stale broker's answer is refused, counted and asked again. An end
+below one already planned is asked again `fetchOffset.numRetries` times with a doubling backoff,
+then fails the query (OffsetsWentBackwardsError), and a recreated topic fails it with
+TopicRecreatedError unless `onTopicRecreated=earliest`. Executors read the ranges with
+`client_epochs.spark_read` and hand Spark Arrow batches.
+
+The driver's counters (stale answers refused, backwards answers asked again, batches planned) are in
+each progress report: `query.lastProgress["sources"][0]["latestOffset"]["counters"]`.
+Spark's Python workers must run the interpreter that has this package: set PYSPARK_PYTHON (and
+PYSPARK_DRIVER_PYTHON) to it before the SparkSession starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from client_epochs.log_bounds import LogBoundsClient
+from client_epochs.metadata_client import MetadataClient
+from client_epochs.model import TopicPartition
+from client_epochs.spark_planning import (
+    LATEST,
+    Backwards,
+    Observed,
+    Offsets,
+    OffsetsWentBackwardsError,
+    PartitionOffset,
+    Range,
+    SourceOptionError,
+    SourceOptions,
+    floors,
+    initial_offsets,
+    next_end,
+    offsets_from_json,
+    offsets_to_json,
+    parse_options,
+    partitions_of,
+    ranges,
+)
+from client_epochs.spark_read import read_range, spark_schema
+
+log = logging.getLogger(__name__)
+
+BOUNDS_TIMEOUT_S = 30.0
+"""How long the driver asks for one partition's bounds (Kafka's request.timeout.ms) before failing the batch."""
+
+
+class RangePartition(InputPartition):
+    """One Spark task: a planned Range (picklable, sent to an executor)."""
+
+    def __init__(self, rng: Range) -> None:
+        super().__init__(rng)
+        self.range = rng
+
+
+class KafkaEpochsSource(DataSource):
+    """The data source Spark instantiates from `.format("kafka_epochs")` and the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka_epochs"
+
+    def schema(self) -> str:
+        return spark_schema(_include_headers(self.options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaEpochsStreamReader(parse_options(self.options, streaming=True))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaEpochsBatchReader(parse_options(self.options, streaming=False))
+
+
+def _include_headers(options: Mapping[str, str]) -> bool:
+    value = next((v for k, v in options.items() if k.lower() == "includeheaders"), "false")
+    return value.strip().lower() == "true"
+
+
+class _Prober:
+    """The driver's questions to the cluster, asked through the epoch cache; created on first use so
+    that a reader pickled to an executor carries no sockets."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._metadata: MetadataClient | None = None
+        self._bounds: LogBoundsClient | None = None
+
+    @property
+    def metadata(self) -> MetadataClient:
+        if self._metadata is None:
+            self._metadata = MetadataClient(self.options.bootstrap, client_id="kafka-epochs-driver")
+            self._bounds = LogBoundsClient(self._metadata)
+        return self._metadata
+
+    @property
+    def refusals(self) -> int:
+        return 0 if self._metadata is None else self._metadata.refusals
+
+    def partitions(self, known: Sequence[TopicPartition] = ()) -> list[TopicPartition]:
+        """The subscription's partitions the cluster lists now, plus `known` ones (never dropped here)."""
+        self.metadata.rotate()
+        if self.options.assigned:
+            listed: Sequence[TopicPartition] = ()
+        elif self.options.pattern is None:
+            listed = list(self.metadata.refresh_until_current(self.options.topics, timeout=BOUNDS_TIMEOUT_S).partitions)
+        else:
+            listed = [tp for tp in self.metadata.fetch(None).partitions if not tp.topic.startswith("__")]
+        return sorted(set(partitions_of(self.options, listed)) | set(known))
+
+    def observe(self, partitions: Sequence[TopicPartition],
+                planned: Mapping[TopicPartition, PartitionOffset]) -> dict[TopicPartition, Observed]:
+        """Each partition's log bounds from its current leader, under metadata no older than `planned`'s epochs."""
+        self.metadata  # noqa: B018 (opens the clients)
+        assert self._bounds is not None
+        floor = floors(planned)
+        out = {}
+        for tp in partitions:
+            self.metadata.rotate()  # each question to the next broker, as Kafka clients spread theirs
+            bounds = self._bounds.fetch(tp, floor.get(tp), timeout=BOUNDS_TIMEOUT_S)
+            accepted = self.metadata.cache.get(tp)
+            topic_epoch = accepted.topic_epoch if accepted is not None else -1
+            out[tp] = Observed(bounds.log_start, bounds.log_end, bounds.leader_epoch, topic_epoch, bounds.leader)
+        return out
+
+    def close(self) -> None:
+        if self._bounds is not None:
+            self._bounds.close()
+        if self._metadata is not None:
+            self._metadata.close()
+        self._metadata = self._bounds = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_metadata": None, "_bounds": None}
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[Any]:
+    rng: Range = partition.value
+    return read_range(rng, options.bootstrap, options.client, include_headers=options.include_headers,
+                      fail_on_data_loss=options.fail_on_data_loss, timeout_s=options.poll_timeout_ms / 1000)
+
+
+class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader: planning on the driver (one long-lived instance), `read` on executors."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._prober = _Prober(options)
+        self._available_now = False
+        self._target: Offsets | None = None
+        self.backwards_retries = 0
+        """Answers whose end was below a planned offset, asked again."""
+        self.batches_planned = 0
+
+    def initialOffset(self) -> dict:
+        observed = self._prober.observe(self._prober.partitions(), {})
+        return offsets_to_json(initial_offsets(self.options.starting, observed))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: what is there at the first plan is the last end this query plans."""
+        self._available_now = True
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        began = offsets_from_json(start, "the start offset")
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if self._available_now and self._target is None:
+            self._target = self._plan(began, None)
+        end = self._plan(began, max_rows)
+        if self._target is not None:
+            end = {tp: _at_most(offset, self._target.get(tp)) for tp, offset in end.items()}
+        self.batches_planned += 1
+        return offsets_to_json(end)
+
+    def _plan(self, began: Offsets, max_rows: int | None) -> Offsets:
+        backoff = self.options.retry_interval_ms / 1000
+        attempt = 0
+        while True:
+            attempt += 1
+            observed = self._prober.observe(self._prober.partitions(list(began)), began)
+            result = next_end(began, observed, self.options, max_rows)
+            if not isinstance(result, list):
+                return result
+            worst: Backwards = result[0]
+            if attempt > self.options.num_retries:
+                raise OffsetsWentBackwardsError(worst.partition, worst.planned, worst.offered, worst.source, attempt)
+            self.backwards_retries += 1
+            log.warning("%s: latest offset %d from %s is below the planned %d; asking again in %.2f s",
+                        worst.partition, worst.offered, worst.source, worst.planned, backoff)
+            time.sleep(backoff)
+            backoff *= 2
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"counters": self.counters()}
+
+    def counters(self) -> dict[str, int]:
+        """stale metadata answers refused, backwards ends asked again, batches planned (driver side)."""
+        return {"staleMetadataRefused": self._prober.refusals, "backwardsRetries": self.backwards_retries,
+                "batchesPlanned": self.batches_planned}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [RangePartition(rng) for rng in ranges(offsets_from_json(start, "the start offset"),
+                                                      offsets_from_json(end, "the end offset"))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        if self.options.commit_group:
+            commit_to_group(self.options, offsets_from_json(end, "the committed offset"))
+
+    def stop(self) -> None:
+        log.info("kafka_epochs source stopping: %s", self.counters())
+        self._prober.close()
+
+
+class KafkaEpochsBatchReader(DataSourceReader):
+    """spark.read: one plan from startingOffsets (default earliest) to endingOffsets (default latest)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._prober = _Prober(options)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        try:
+            observed = self._prober.observe(self._prober.partitions(), {})
+            start = initial_offsets(self.options.starting, observed)
+            end = _ending(self.options.ending, observed)
+        finally:
+            self._prober.close()
+        for tp, stop in end.items():
+            began = start.get(tp)
+            if began is not None and stop.offset < began.offset:
+                raise SourceOptionError(f"{tp}: endingOffsets {stop.offset} is below startingOffsets {began.offset}")
+            if stop.offset > observed[tp].log_end:
+                raise SourceOptionError(f"{tp}: endingOffsets {stop.offset} is past the log end "
+                                        f"{observed[tp].log_end} of the leader ({observed[tp].source})")
+        return [RangePartition(rng) for rng in ranges(start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read(self.options, partition)
+
+
+def _at_most(offset: PartitionOffset, target: PartitionOffset | None) -> PartitionOffset:
+    """`offset`, held back to the AvailableNow target when both are of the same topic."""
+    if target is None or target.topic_epoch != offset.topic_epoch or target.offset >= offset.offset:
+        return offset
+    return PartitionOffset(target.offset, offset.leader_epoch, offset.topic_epoch)
+
+
+def _ending(ending: str | Offsets, observed: Mapping[TopicPartition, Observed]) -> Offsets:
+    out: Offsets = {}
+    for tp, seen in observed.items():
+        given = None if isinstance(ending, str) else ending.get(tp)
+        offset = seen.log_end if given is None or given.offset == LATEST else given.offset
+        out[tp] = PartitionOffset(offset, seen.leader_epoch, seen.topic_epoch)
+    return out
+
+
+def commit_to_group(options: SourceOptions, offsets: Mapping[TopicPartition, PartitionOffset]) -> None:
+    """commitOffsetsToGroup: the batch's end offsets, with KIP-232 internal metadata, so lag monitors see the job."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = Consumer({"bootstrap.servers": options.bootstrap, **options.client, "group.id": options.commit_group,
+                         "enable.auto.commit": False})
+    try:
+        entries = [KafkaTopicPartition(tp.topic, tp.partition, po.offset, metadata=po.floor.to_json(),
+                                       leader_epoch=po.leader_epoch if po.leader_epoch >= 0 else None)
+                   for tp, po in sorted(offsets.items()) if po.offset >= 0]
+        if entries:
+            consumer.commit(offsets=entries, asynchronous=False)
+    finally:
+        consumer.close()

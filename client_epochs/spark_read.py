@@ -1,0 +1,158 @@
+"""The executor's half of the `kafka_epochs` Spark source: read one planned range, hand Spark Arrow batches.
+
+A task reads [start, end) of one partition with confluent-kafka (librdkafka decodes the record
+batches in C, which keeps the source close to the raw client's speed) and builds pyarrow
+RecordBatches with Spark's Kafka schema plus `leaderEpoch` and `topicEpoch`: no Python Row objects.
+
+The range is assigned with the plan's leader epoch (KIP-320), so librdkafka validates the position
+with the current leader (OffsetForLeaderEpoch) and fetches with CurrentLeaderEpoch: a fenced or
+stale leader makes it refresh metadata and fetch again from the current one, never hand back a
+shorter log. `auto.offset.reset=error` keeps it from jumping anywhere on its own. The task ends
+only at `end`: when the range cannot be finished before the deadline it fails, naming the
+partition and how far it got, and Spark runs it again; a task never returns a silent short read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from client_epochs.spark_planning import EARLIEST, Range
+
+log = logging.getLogger(__name__)
+
+BATCH_ROWS = 20_000
+"""Rows per Arrow batch handed to Spark: big enough to amortise the hand-over, small enough for memory."""
+
+_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """Spark's Kafka source schema (headers only with includeHeaders), then leaderEpoch and topicEpoch."""
+    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+              ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(("headers", pa.list_(_HEADER)))
+    fields += [("leaderEpoch", pa.int32()), ("topicEpoch", pa.int32())]
+    return pa.schema(fields)
+
+
+def spark_schema(include_headers: bool) -> str:
+    """The same schema as Spark DDL."""
+    headers = "headers array<struct<key: string, value: binary>>, " if include_headers else ""
+    return ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+            f"timestampType int, {headers}leaderEpoch int, topicEpoch int")
+
+
+class RangeReadError(RuntimeError):
+    """A task could not read its whole range: the partition, the offset reached and the end are named."""
+
+    def __init__(self, rng: Range, position: int, reason: str) -> None:
+        super().__init__(f"{rng.partition}: read offsets up to {position} of [{rng.start}, {rng.end}) "
+                         f"(leader epoch {rng.leader_epoch}): {reason}")
+        self.range = rng
+        self.position = position
+
+
+def consumer_config(bootstrap: str, client: Mapping[str, str]) -> dict[str, Any]:
+    """A reader's confluent-kafka settings: the user's kafka.* options, then what the reader needs."""
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": "kafka-epochs-reader",
+                              "client.id": "kafka-epochs-reader", **client}
+    config.update({"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
+                   "enable.partition.eof": False})
+    return config
+
+
+def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include_headers: bool = False,
+               fail_on_data_loss: bool = True, timeout_s: float = 120.0) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of every record in `rng`, in offset order.
+
+    `timeout_s` bounds the time without progress (Spark's kafkaConsumer.pollTimeoutMs): a leader
+    killed mid-read is waited for that long, then RangeReadError. A start below the log start
+    (retention) is RangeReadError too, unless `fail_on_data_loss` is false: then the read goes on
+    from the log start.
+    """
+    schema = arrow_schema(include_headers)
+    if rng.start != EARLIEST and rng.end <= rng.start:
+        return
+    consumer = Consumer(consumer_config(bootstrap, client))
+    tp = KafkaTopicPartition(rng.partition.topic, rng.partition.partition,
+                             OFFSET_BEGINNING if rng.start == EARLIEST else rng.start,
+                             leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None)
+    position = rng.start
+    try:
+        consumer.assign([tp])
+        columns: dict[str, list] = {name: [] for name in schema.names}
+        last_progress = time.monotonic()
+        while position < rng.end or position == EARLIEST:
+            messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    position = _on_error(consumer, tp, rng, position, error, fail_on_data_loss)
+                    continue
+                offset = message.offset()
+                if offset >= rng.end:
+                    position = rng.end
+                    break
+                _append(columns, message, rng.topic_epoch, include_headers)
+                position = offset + 1
+                last_progress = time.monotonic()
+            if len(columns["offset"]) >= BATCH_ROWS:
+                yield _batch(columns, schema)
+                columns = {name: [] for name in schema.names}
+            if not messages:
+                position = max(position, _fetch_position(consumer, tp))  # past control records
+            if position < rng.end and time.monotonic() - last_progress > timeout_s:
+                raise RangeReadError(rng, position, f"no record for {timeout_s:.0f} s from the partition's leader")
+        if columns["offset"]:
+            yield _batch(columns, schema)
+    finally:
+        consumer.close()
+
+
+def _on_error(consumer: Consumer, tp: KafkaTopicPartition, rng: Range, position: int, error: KafkaError,
+              fail_on_data_loss: bool) -> int:
+    """Out of range: data loss (or skip to the log start); fatal: fail the task; anything else: librdkafka retries."""
+    if error.code() == KafkaError._AUTO_OFFSET_RESET or error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+        if fail_on_data_loss:
+            raise RangeReadError(rng, position, f"the leader no longer has the offset ({error.str()}); "
+                                                "set failOnDataLoss=false to skip deleted records")
+        log.warning("%s: offset %d is gone (%s); reading on from the log start", rng.partition, position, error.str())
+        consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING)])
+        return position
+    if error.fatal() or error.code() == KafkaError._LOG_TRUNCATION:
+        raise RangeReadError(rng, position, error.str())
+    log.info("%s: %s (librdkafka retries)", rng.partition, error.str())
+    return position
+
+
+def _fetch_position(consumer: Consumer, tp: KafkaTopicPartition) -> int:
+    [got] = consumer.position([KafkaTopicPartition(tp.topic, tp.partition)])
+    return got.offset if got.offset >= 0 else -1
+
+
+def _append(columns: dict[str, list], message: Any, topic_epoch: int, include_headers: bool) -> None:
+    kind, ms = message.timestamp()
+    columns["key"].append(message.key())
+    columns["value"].append(message.value())
+    columns["topic"].append(message.topic())
+    columns["partition"].append(message.partition())
+    columns["offset"].append(message.offset())
+    columns["timestamp"].append(ms * 1000 if ms >= 0 else None)
+    columns["timestampType"].append(kind - 1)  # librdkafka: 1 create, 2 log append; Spark's Kafka source: 0, 1
+    if include_headers:
+        columns["headers"].append([{"key": k, "value": v} for k, v in (message.headers() or [])])
+    epoch = message.leader_epoch()
+    columns["leaderEpoch"].append(epoch if epoch is not None else -1)
+    columns["topicEpoch"].append(topic_epoch)
+
+
+def _batch(columns: dict[str, list], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
