@@ -32,7 +32,7 @@ from quorum.broker.log_config import LogConfig, LogConfigError, config_layers, t
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.producer_ids import ProducerIdAllocator
-from quorum.broker.remote_tier import RemoteTier
+from quorum.broker.remote_tier import RemoteTier, TopicIdPartition
 from quorum.image.image import MetadataImage, PartitionInfo, TopicInfo
 from quorum.log.errors import CorruptFileError, LogError
 from quorum.log.partition_metadata import read_partition_metadata
@@ -120,7 +120,7 @@ class ReplicaManager:
                         current is None or current.topic_id != partition.topic_id):
                     self.remote.partition_deleted(partition.remote.partition)
         if not self._strays_checked:
-            self._delete_strays(wanted)
+            self._delete_strays(wanted, image)
             self._strays_checked = True
         self.failed = {key: reason for key, reason in self.failed.items() if key in wanted}
         configs: dict[str, LogConfig] = {}
@@ -232,8 +232,11 @@ class ReplicaManager:
                 found[parsed] = entry
         return found
 
-    def _delete_strays(self, wanted: Mapping[tuple[str, int], tuple[TopicInfo, PartitionInfo]]) -> None:
-        """Directories of ours (they have a `partition.metadata`) that the first image does not assign here."""
+    def _delete_strays(self, wanted: Mapping[tuple[str, int], tuple[TopicInfo, PartitionInfo]],
+                       image: MetadataImage) -> None:
+        """Directories of ours (they have a `partition.metadata`) that the first image does not assign here.
+        A topic deleted (or re-created) while this broker was down also loses its remote data, in
+        case no broker hosting it was up to delete it (deleting what is already gone costs one LIST)."""
         for key, directory in list(self._on_disk.items()):
             if key in wanted:
                 continue
@@ -247,6 +250,9 @@ class ReplicaManager:
             logger.info("%s: stray log (topic id %s is not assigned to broker %d): deleting it",
                         directory, recorded, self.broker_id)  # fmt: skip
             del self._on_disk[key]
+            current = image.topics.get(key[0])
+            if self.remote is not None and (current is None or current.topic_id != recorded):
+                self.remote.partition_deleted(TopicIdPartition(key[0], recorded, key[1]))
             try:
                 delete_partition_dir(directory)
             except OSError as exc:

@@ -7,6 +7,7 @@ and a small `local.retention.bytes`, so their early segments soon exist only in 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -329,3 +330,20 @@ def test_timestamps_are_looked_up_in_the_remote_time_indexes_too(cluster):
     for wanted in (0, 1, 123, 499, local + 7):
         assert get_offsets(cluster, topic, str(base + 10 * wanted - 5)) == f"{topic}:0:{wanted}"
     assert get_offsets(cluster, topic, str(base + 10 * 1500)) == f"{topic}:0:-1"
+
+
+def test_a_topic_deleted_while_its_broker_was_down_loses_its_remote_data_when_the_broker_returns(cluster,
+                                                                                                  s3_server):
+    topic = "tiered-deleted-while-down"
+    tiered_topic(cluster, topic)
+    produce(cluster, topic, 600)
+    wait_local_start_above(cluster, topic, 100)
+    host = leader_of(cluster, topic)
+    cluster.kill(host, signal.SIGTERM)
+    client = admin(cluster)
+    for future in client.delete_topics([topic], request_timeout=30).values():
+        future.result(timeout=30)
+    assert remote_keys(s3_server, topic)  # no broker hosting it was up to delete its objects
+    cluster.start_node(host)
+    wait_until(f"broker {host} to delete the remote objects of {topic}, deleted while it was down",
+               lambda: remote_keys(s3_server, topic) == [])
