@@ -222,8 +222,7 @@ class RemoteLogManager:
             await self.run_once(partitions())
             self.wake.clear()
             waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())}
-            _, pending = await asyncio.wait(waiters, timeout=self.interval_ms / 1000,
-                                            return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiters, timeout=self.interval_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
             for waiter in waiters:
                 waiter.cancel()
 
@@ -234,6 +233,8 @@ class RemoteLogManager:
                 await self._run_partition(partition)
             except (RemoteStorageError, OSError, ValueError) as exc:
                 logger.warning("%s: remote log task: %s (retried in %d ms)", partition.name, exc, self.interval_ms)
+            except Exception:  # a bug met by one partition must not stop the task for the others
+                logger.exception("%s: remote log task failed (retried in %d ms)", partition.name, self.interval_ms)
 
     async def _run_partition(self, partition: Partition) -> None:
         self.partition_opened(partition)
