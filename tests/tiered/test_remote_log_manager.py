@@ -1,0 +1,172 @@
+"""The remote log task's shell with in-memory storage and metadata: who uploads, in which order,
+what a new leader cleans up, and when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from quorum.broker.log_config import LogConfig
+from quorum.broker.partition import Partition
+from quorum.broker.remote_tier import (
+    IndexType,
+    RemoteSegmentMetadata,
+    RemoteSegmentState,
+    SegmentUpload,
+    TopicIdPartition,
+)
+from quorum.log.epoch_cache import EpochEntry
+from quorum.wire.records import Record, build_batch, patch_base_offset
+from tiered_follower.remote_log_manager import RemoteLogManager
+
+BROKER = 101
+
+
+class MemoryTier:
+    """RemoteStorage and RemoteLogMetadataStore in memory, recording every call in order."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[uuid.UUID, str], bytes] = {}
+        self.events: list[RemoteSegmentMetadata] = []
+        self.calls: list[str] = []
+        self.on_copy = lambda segment: None
+
+    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> None:
+        self.on_copy(segment)
+        self.calls.append(f"copy {segment.start_offset}")
+        self.objects[(segment.segment_id, "log")] = Path(data.log_path).read_bytes()
+        for kind, blob in data.indexes.items():
+            self.objects[(segment.segment_id, kind.value)] = blob
+
+    def fetch_log(self, segment: RemoteSegmentMetadata, start: int, end: int) -> bytes:
+        return self.objects[(segment.segment_id, "log")][start:end]
+
+    def fetch_index(self, segment: RemoteSegmentMetadata, index: IndexType) -> bytes:
+        return self.objects[(segment.segment_id, index.value)]
+
+    def delete_segment(self, segment: RemoteSegmentMetadata) -> None:
+        self.calls.append(f"delete {segment.start_offset}")
+        for key in [k for k in self.objects if k[0] == segment.segment_id]:
+            del self.objects[key]
+
+    def delete_partition(self, partition: TopicIdPartition) -> int:
+        self.calls.append("delete partition")
+        count = len(self.objects)
+        self.objects.clear()
+        return count
+
+    def publish(self, segment: RemoteSegmentMetadata) -> None:
+        self.calls.append(f"{segment.state.name} {segment.start_offset}")
+        self.events.append(segment)
+
+    def list_segments(self, partition: TopicIdPartition) -> list[RemoteSegmentMetadata]:
+        latest: dict[uuid.UUID, RemoteSegmentMetadata] = {}
+        for event in self.events:
+            if event.segment_id not in latest or event.state >= latest[event.segment_id].state:
+                latest[event.segment_id] = event
+        return sorted(latest.values(), key=lambda s: s.start_offset)
+
+
+def leader_partition(tmp_path: Path, batches: int = 30) -> Partition:
+    partition = Partition("t", 0, uuid.uuid4(), tmp_path / "t-0",
+                          LogConfig(segment_bytes=4096, remote_storage_enable=True, local_retention_ms=None,
+                                    local_retention_bytes=0, retention_ms=None), BROKER)  # fmt: skip
+    partition.update_state(BROKER, 1, (BROKER,))
+    for number in range(batches):
+        batch = bytearray(build_batch([Record(0, 1_700_000_000_000 + number, b"", b"v" * 900)],
+                                      partition_leader_epoch=1))
+        patch_base_offset(batch, 0, number)
+        partition.append_as_follower(bytes(batch))
+    partition.advance_high_watermark(partition.log_end_offset)
+    return partition
+
+
+def test_the_leader_uploads_in_order_with_the_metadata_around_the_objects_then_frees_its_disk(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    rolled = [s.base_offset for s in partition.log.rolled_segments()]
+    manager = RemoteLogManager(BROKER, tier, tier)
+    asyncio.run(manager.run_once([partition]))
+    expected = []
+    for base in rolled:
+        expected += [f"COPY_SEGMENT_STARTED {base}", f"copy {base}", f"COPY_SEGMENT_FINISHED {base}"]
+    assert tier.calls == expected
+    assert partition.remote is not None and partition.remote.highest_uploaded_offset == partition.log.start_offset - 1
+    assert partition.log.start_offset == partition.log.segment_base_offsets[-1]  # local.retention.bytes=0
+    assert partition.log_start_offset == 0  # the log still starts at 0, in the remote tier
+    asyncio.run(manager.run_once([partition]))
+    assert tier.calls == expected  # nothing more to do
+
+
+def test_a_follower_uploads_nothing_and_keeps_what_is_not_uploaded(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    partition.update_state(102, 2, (102, BROKER))
+    asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
+    assert tier.calls == [] and partition.log.start_offset == 0
+
+
+def test_a_new_leader_cleans_up_the_copy_its_predecessor_left_and_uploads_it_again(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    first = partition.log.rolled_segments()[0]
+    orphan = RemoteSegmentMetadata(TopicIdPartition("t", partition.topic_id, 0), uuid.uuid4(), first.base_offset,
+                                   first.next_offset - 1, (EpochEntry(1, 0),), first.size, 0, 102, 1)
+    tier.publish(orphan)
+    tier.calls.clear()
+    asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
+    assert tier.calls[:3] == ["DELETE_SEGMENT_STARTED 0", "delete 0", "DELETE_SEGMENT_FINISHED 0"]
+    assert tier.calls[3:6] == ["COPY_SEGMENT_STARTED 0", "copy 0", "COPY_SEGMENT_FINISHED 0"]
+    assert partition.remote is not None and partition.remote.segment_for(0).segment_id != orphan.segment_id
+
+
+def test_leadership_lost_mid_run_stops_the_uploads(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    assert len(partition.log.rolled_segments()) >= 3
+
+    def lose_leadership(segment: RemoteSegmentMetadata) -> None:
+        partition.update_state(102, 2, (102, BROKER))
+
+    tier.on_copy = lose_leadership
+    asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
+    assert [c for c in tier.calls if c.startswith("copy")] == ["copy 0"]
+
+
+def test_a_new_leader_does_not_answer_from_what_it_knew_as_a_follower_until_it_reloads(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+    asyncio.run(manager.run_once([partition]))
+    assert partition.remote is not None and partition.remote.highest_uploaded_offset is not None
+    partition.update_state(102, 2, (102, BROKER))
+    partition.update_state(BROKER, 3, (BROKER,))
+    assert partition.remote.highest_uploaded_offset is None  # unknown: ListOffsets -6 follows KIP-1023's rule
+    asyncio.run(manager.run_once([partition]))
+    assert partition.remote.highest_uploaded_offset == partition.log.start_offset - 1
+
+
+def test_deleting_a_topic_deletes_its_remote_objects(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+
+    async def run() -> None:
+        await manager.run_once([partition])
+        assert partition.remote is not None
+        manager.partition_deleted(partition.remote.partition)
+        await manager.close()
+
+    asyncio.run(run())
+    assert tier.calls[-1] == "delete partition" and tier.objects == {}
+
+
+def test_uploaded_segments_carry_their_epochs(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
+    finished = [e for e in tier.events if e.state == RemoteSegmentState.COPY_SEGMENT_FINISHED]
+    assert all(e.leader_epochs == (EpochEntry(1, e.start_offset),) and e.copied for e in finished)
+    assert [e.start_offset for e in finished] == [s.base_offset for s in partition.log.rolled_segments()] or \
+        [e.end_offset + 1 for e in finished][-1] == partition.log.start_offset
