@@ -165,8 +165,8 @@ def test_deleting_a_topic_deletes_its_remote_objects(tmp_path):
 def test_uploaded_segments_carry_their_epochs(tmp_path):
     tier = MemoryTier()
     partition = leader_partition(tmp_path)
+    rolled = [(s.base_offset, s.next_offset - 1, s.size) for s in partition.log.rolled_segments()]
     asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
     finished = [e for e in tier.events if e.state == RemoteSegmentState.COPY_SEGMENT_FINISHED]
+    assert [(e.start_offset, e.end_offset, e.size_in_bytes) for e in finished] == rolled
     assert all(e.leader_epochs == (EpochEntry(1, e.start_offset),) and e.copied for e in finished)
-    assert [e.start_offset for e in finished] == [s.base_offset for s in partition.log.rolled_segments()] or \
-        [e.end_offset + 1 for e in finished][-1] == partition.log.start_offset
