@@ -229,14 +229,19 @@ class EpochGuard:
         topic_epoch = NO_EPOCH if known is None else known.topic_epoch
         cached = NO_EPOCH if known is None else known.leader_epoch
         consumed = NO_EPOCH if leader_epoch is None else leader_epoch
-        # The id the positions were read under: the one this guard holds, which moves on only once a
-        # recreation was raised or reset; the cache may already know the new topic's.
+        return InternalMetadata(topic_epoch, max(cached, consumed, NO_EPOCH), self.read_topic_id(tp))
+
+    def read_topic_id(self, tp: TopicPartition) -> uuid.UUID | None:
+        """The id of `tp`'s topic its positions were read under: the one this guard holds, which moves
+        on only once a recreation was raised or reset (the cache may already know the new topic's);
+        else the cache's, then held. None where the cluster gives no topic ids."""
         topic_id = self.topic_ids.get(tp.topic)
+        known = self.metadata.cache.get(tp)
         if topic_id is None and known is not None:
             topic_id = getattr(known, "topic_id", None)
             if topic_id is not None and topic_id != ZERO_UUID:
                 self.topic_ids[tp.topic] = topic_id
-        return InternalMetadata(topic_epoch, max(cached, consumed, NO_EPOCH), topic_id)
+        return topic_id if topic_id != ZERO_UUID else None
 
     def resolve_out_of_range(self, tp: TopicPartition, position: int | None, policy: str,
                              timeout: float = 30.0) -> Resolution:
@@ -354,6 +359,10 @@ class GuardedConsumer:
     @property
     def metadata_client(self) -> MetadataClient:
         return self._guard.metadata
+
+    def read_topic_id(self, tp: TopicPartition) -> uuid.UUID | None:
+        """The topic id `tp`'s positions were read under, as the commits name it (None: unknown)."""
+        return self._guard.read_topic_id(tp)
 
     @property
     def resets(self) -> int:

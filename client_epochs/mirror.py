@@ -295,14 +295,19 @@ class Replicator:
 
     def _epochs(self, tp: TopicPartition, leader_epoch: int | None) -> InternalMetadata | None:
         """The epochs a record was read under: the topic epoch the consumer's metadata client accepted,
-        and the record's own leader epoch (what a resume seek waits for)."""
-        known = self._consumer.metadata_client.cache.get(tp) if self._consumer is not None else None
+        the record's own leader epoch (what a resume seek waits for), and the topic id its position
+        was read under, as the wrapper's commits name it (issue 22): a resume seek from this copy onto
+        a topic deleted and created again since is then a recreation with certainty, whatever the
+        epochs say, and not a silent skip of the new topic's first records."""
+        consumer = self._consumer
+        known = consumer.metadata_client.cache.get(tp) if consumer is not None else None
         topic_epoch = NO_EPOCH if known is None else known.topic_epoch
         if leader_epoch is None or leader_epoch < 0:
             leader_epoch = NO_EPOCH if known is None else known.leader_epoch
-        if topic_epoch < 0 and leader_epoch < 0:
+        topic_id = consumer.read_topic_id(tp) if consumer is not None else None
+        if topic_epoch < 0 and leader_epoch < 0 and topic_id is None:
             return None
-        return InternalMetadata(topic_epoch, leader_epoch)
+        return InternalMetadata(topic_epoch, leader_epoch, topic_id)
 
     def _delivered(self, tp: TopicPartition, progress: PartitionProgress, offset: int, leader_epoch: int | None,
                    error: KafkaError | None, _: confluent_kafka.Message) -> None:
@@ -349,7 +354,8 @@ class Replicator:
             resume = decisions[tp]
             log.info("%s", resume.note)
             floor = resume.floor
-            if resume.seek_to is not None and floor is not None and (floor.topic_epoch >= 0 or floor.leader_epoch >= 0):
+            if resume.seek_to is not None and floor is not None and (
+                    floor.topic_epoch >= 0 or floor.leader_epoch >= 0 or floor.topic_id is not None):
                 self._pending_seeks[tp] = (resume.seek_to, floor.to_json())
                 held.append(_ck(tp))
             self._progress[tp] = PartitionProgress.resumed(committed[tp], resume)
