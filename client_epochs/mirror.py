@@ -21,6 +21,9 @@ What it guarantees, and how:
 - Never rewinds: a record the consumer delivers below the partition's position (an offset reset,
   a fetch from before the resume seek) is not copied again (counted as rewind_refused), so the
   provenance offsets in each target partition only ever increase.
+- A source topic deleted and created again under its name: its commits go with it, and each copy's
+  epochs name the topic id they were read under, so a resume from the target's last copy onto the
+  new topic raises TopicRecreatedError naming both ids, never skips the new topic's first records.
 
 Where it is still at-least-once (a record may be present twice in the target):
 
