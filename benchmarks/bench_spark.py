@@ -1,0 +1,168 @@
+"""The `kafka_epochs` Spark source's read throughput beside a raw confluent-kafka consumer, in one run.
+
+Run: `./run bench` (all benchmarks) or `.venv/bin/python -m benchmarks.bench_spark`.
+BENCH_SPARK_RECORDS sets the records of the topic (default 300,000 of 100 bytes, 2 partitions, on a
+cluster of 1 controller and 1 broker started here); BENCH_SPARK_DIR where the cluster's files and
+the Parquet table go (a temporary directory by default, removed at the end).
+
+Each reader reads the whole topic once, in this order: a raw `confluent_kafka.Consumer` (assign
+both partitions from offset 0, consume(10,000) until every record arrived, each value touched);
+then a streaming query of the source with Trigger.AvailableNow to Spark's `noop` sink, then the
+same query to a Parquet table (local[2], one SparkSession started before the clocks run, and warmed
+up by a query of the topic's last 2,000 records, so that Spark's Python workers are running, as
+they are in a streaming query after its first batch). The
+query's clock runs from `start()` to the end of `awaitTermination()`, so it holds the driver's
+planning (metadata and ListOffsets to the leader), the tasks and Spark's commit protocol; the
+raw consumer's clock runs from its first call to the last record. Goal: the noop query reads at
+least 0.5x the raw consumer's rows per second. The cores are shared by the broker, the
+producer, Spark's JVM and Python workers, and whatever else runs on the machine, so rates move
+from run to run; the ratio is what to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.table import print_table, progress
+
+RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "300000"))
+PARTITIONS = 2
+VALUE_BYTES = 100
+GOAL = 0.5
+TOPIC = "spark-bench"
+QUIET = {"log_level": 0}
+
+
+def fill(address: str) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)], request_timeout=30).values():
+        future.result(timeout=60)
+    producer = Producer({"bootstrap.servers": address, "linger.ms": 20, "batch.num.messages": 10_000,
+                         "queue.buffering.max.messages": 200_000, **QUIET})
+    value = b"v" * VALUE_BYTES
+    for n in range(RECORDS):
+        while True:
+            try:
+                producer.produce(TOPIC, value, key=str(n).encode(), partition=n % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300) != 0:
+        raise RuntimeError("the producer could not write every record")
+
+
+def raw_rate(address: str) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": address, "group.id": "bench-raw", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", **QUIET})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    size = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 300
+    while got < RECORDS and time.monotonic() < deadline:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                size += len(message.value())
+                got += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    if got != RECORDS:
+        raise RuntimeError(f"the raw consumer read {got} of {RECORDS} records")
+    return got / elapsed
+
+
+def spark_session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from client_epochs.spark import KafkaEpochsSource
+
+    session = (SparkSession.builder.master("local[2]").appName("bench-spark").config("spark.ui.enabled", "false")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaEpochsSource)
+    return session
+
+
+def query_rate(spark, address: str, sink: str, base: Path, records: int = RECORDS,
+               ending: str | None = None) -> tuple[float, float]:
+    """Rows per second of an AvailableNow query of the topic into `sink`: from start() to its end, and
+    Spark's own processedRowsPerSecond over its batches (rows / the batches' triggerExecution time).
+    `ending`: a startingOffsets JSON that the warm-up uses to read a little only."""
+    frame = (spark.readStream.format("kafka_epochs").option("kafka.bootstrap.servers", address)
+             .option("subscribe", TOPIC).option("startingOffsets", ending or "earliest").load())
+    writer = frame.writeStream.format(sink).option("checkpointLocation",
+                                                   str(base / f"checkpoint-{sink}-{records}"))
+    if sink == "parquet":
+        writer = writer.option("path", str(base / "table"))
+    start = time.perf_counter()
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(600)
+    elapsed = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"the {sink} query failed: {query.exception()}")
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    if rows != records:
+        raise RuntimeError(f"the {sink} query read {rows} of {records} records")
+    batches_s = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress) / 1000
+    return rows / elapsed, rows / batches_s
+
+
+def main() -> None:
+    from quorum.launcher import LocalCluster
+
+    base = Path(os.environ.get("BENCH_SPARK_DIR") or tempfile.mkdtemp(prefix="bench-spark-", dir="."))
+    base.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(base / "cluster", controllers=1, brokers=1)
+    ok = False
+    try:
+        progress(f"kafka_epochs Spark source: 1 controller + 1 broker; {RECORDS:,} records of {VALUE_BYTES} bytes")
+        cluster.format_storage()
+        cluster.write_configs()
+        cluster.start()
+        address = cluster.bootstrap_servers
+        fill(address)
+        progress("starting Spark (local[2])")
+        spark = spark_session()
+        try:
+            warm = {TOPIC: {str(p): RECORDS // PARTITIONS - 1000 for p in range(PARTITIONS)}}
+            query_rate(spark, address, "noop", base, 1000 * PARTITIONS, json.dumps(warm))
+            raw = raw_rate(address)
+            noop = query_rate(spark, address, "noop", base)
+            parquet = query_rate(spark, address, "parquet", base)
+        finally:
+            spark.stop()
+        rows = [["confluent-kafka Consumer (raw)", raw, "1.00", "", "", ""],
+                ["kafka_epochs -> noop sink", noop[0], f"{noop[0] / raw:.2f}", noop[1], f"{noop[1] / raw:.2f}",
+                 f">= {GOAL}x raw"],
+                ["kafka_epochs -> Parquet", parquet[0], f"{parquet[0] / raw:.2f}", parquet[1],
+                 f"{parquet[1] / raw:.2f}", ""]]
+        print_table(f"Spark source read throughput ({RECORDS:,} records, {PARTITIONS} partitions, local[2])",
+                    ["reader", "rows/s start-to-end", "x raw", "rows/s in batches", "x raw", "goal"], rows,
+                    left=(5,))
+        for label, ratio in (("start to end", noop[0] / raw), ("in batches (Spark's processedRowsPerSecond)",
+                                                                noop[1] / raw)):
+            verdict = "met" if ratio >= GOAL else "NOT met"
+            print(f"noop sink, {label}: {ratio:.2f}x the raw consumer; goal {GOAL}x {verdict}")
+        ok = True
+    finally:
+        cluster.stop()
+        if ok and not os.environ.get("BENCH_SPARK_DIR"):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
