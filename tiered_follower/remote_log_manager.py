@@ -171,6 +171,7 @@ class RemoteLogManager:
     def partition_opened(self, partition: Partition) -> None:
         if partition.remote is None and partition.config.remote_storage_enable:
             partition.remote = RemoteLogState(topic_id_partition(partition))
+            self.wake.set()  # read its metadata now: until then reads below the local log start wait
 
     def partition_deleted(self, partition: TopicIdPartition) -> None:
         self._loaded_epoch.pop(partition, None)

@@ -139,6 +139,13 @@ def read_partition(partition: ServedPartition, position: FetchPosition, read_com
             return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
         if end.leader_epoch < position.last_fetched_epoch or end.end_offset < offset:
             return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, diverging=end)
+    remote = partition.remote
+    if remote is not None and not remote.ever_loaded and offset < partition.local_log_start_offset:
+        # Where the log starts is not known until the remote metadata is read (just after a
+        # start-up): never answer OFFSET_OUT_OF_RANGE, which would send a consumer to the wrong end.
+        if to_log_end:
+            return PartitionRead(ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, high_watermark, last_stable, log_start)
+        return PartitionRead(ErrorCode.KAFKA_STORAGE_ERROR)
     if offset < log_start or offset > partition.log_end_offset:
         return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
     if offset < partition.local_log_start_offset:

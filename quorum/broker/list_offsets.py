@@ -23,8 +23,10 @@ Found offsets come with the leader epoch of the batch holding them (clients keep
 their position after a leader change, KIP-320). For a consumer, an offset at or past what it may
 read (the high watermark or last stable offset) is not revealed: the answer is offset -1, as is the
 answer when no record qualifies. A partition named twice in one request gets INVALID_REQUEST.
-A leader whose high watermark has not yet reached the offset where its epoch began (the log end
-when it was elected) answers a consumer's LATEST, and a lookup it cannot answer below the high
+A tiered partition whose remote metadata this broker has not read yet (just after a start-up)
+answers every lookup but -1, -4 and -6 (which is then -1) with OFFSET_NOT_AVAILABLE: where its log
+starts is not known. A leader whose high watermark has not yet reached the offset where its epoch
+began (the log end when it was elected) answers a consumer's LATEST, and a lookup it cannot answer below the high
 watermark, with OFFSET_NOT_AVAILABLE, which clients retry: the high watermark it knows may be
 older than the one the previous leader already showed, and a consumer must not be sent back.
 
@@ -111,6 +113,10 @@ def offset_for(partition: ServedPartition, timestamp: int, isolation_level: int 
         if not_available:
             raise OffsetNotAvailable
         return UNKNOWN, fetchable, partition.leader_epoch
+    remote = partition.remote
+    if remote is not None and not remote.ever_loaded and timestamp not in (EARLIEST_LOCAL_TIMESTAMP,
+                                                                            EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+        raise OffsetNotAvailable  # the log start is not known before the remote metadata is read
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         start = partition.log_start_offset if timestamp == EARLIEST_TIMESTAMP else partition.local_log_start_offset
         return UNKNOWN, start, epoch_at(partition, start)
@@ -137,7 +143,7 @@ def offset_for(partition: ServedPartition, timestamp: int, isolation_level: int 
 def earliest_pending_upload_offset(partition: ServedPartition) -> int:
     """KIP-1023's -6 (see the module docstring); -1 when it cannot be answered."""
     remote = partition.remote
-    if remote is None:
+    if remote is None or not remote.ever_loaded:
         return UNKNOWN
     uploaded = remote.highest_uploaded_offset
     log_start = partition.log_start_offset

@@ -139,6 +139,10 @@ class RemoteLogState:
         self._finished: list[RemoteSegmentMetadata] = []  # COPY_SEGMENT_FINISHED, by start offset
         self._highest_uploaded: int | None = None
         self.loaded = False
+        self.ever_loaded = False
+        """False until the first `load`: until then this broker does not know where the log starts
+        (the remote segments may hold its head), so reads and ListOffsets below the local log
+        start answer a retriable error instead of guessing."""
 
     def __repr__(self) -> str:
         return (f"RemoteLogState({self.partition}, finished={len(self._finished)}, "
@@ -150,7 +154,7 @@ class RemoteLogState:
         for segment in segments:
             self._check(segment)
             self._segments[segment.segment_id] = segment
-        self.loaded = True
+        self.loaded = self.ever_loaded = True
         self._reindex()
 
     def invalidate(self) -> None:

@@ -62,13 +62,28 @@ def test_a_topic_without_remote_storage_answers_minus_one():
     assert answer(partition, -4)[0] == answer(partition, -2)[0] == 0
 
 
+def test_before_the_remote_metadata_is_first_read_the_log_start_is_not_guessed():
+    from quorum.broker.list_offsets import OffsetNotAvailable
+
+    remote = RemoteLogState(TP)  # just started: the remote tier may hold the head of the log
+    partition = TieredFake(40, remote)
+    for _ in range(45):
+        partition.append(1, epoch=3)
+    assert answer(partition, -6) == (-1, -1)
+    assert answer(partition, -4) == (40, 3)
+    for spec in (-2, -5, 0):
+        with pytest.raises(OffsetNotAvailable):
+            answer(partition, spec)
+
+
 def test_unknown_highest_uploaded_offset_with_the_whole_log_local_answers_the_log_start():
-    remote = RemoteLogState(TP)  # a new leader that has not read the metadata yet
+    remote = RemoteLogState(TP)
     partition = TieredFake(0, remote)
     partition.append(5, epoch=3)
+    remote.load([])  # read: nothing uploaded
     assert answer(partition, -6) == (0, 3)
     assert answer(partition, -5) == (-1, -1)
-    remote.load([])  # read: nothing uploaded
+    remote.invalidate()  # became leader again: unknown until the next load, and the log is all local
     assert answer(partition, -6) == (0, 3)
 
 
@@ -163,3 +178,17 @@ def test_fetch_below_the_local_log_start_goes_to_the_remote_tier_for_consumers_o
     assert follower.log_start_offset == 0
     local = read_partition(partition, FetchPosition(100, 1 << 20), False, 1 << 20, True)
     assert local.remote is None and local.records
+
+
+def test_fetch_below_the_local_log_start_before_the_remote_metadata_is_read_is_retriable():
+    from quorum.broker.fetch import read_partition
+    from quorum.broker.fetch_sessions import FetchPosition
+    from quorum.wire.errors import ErrorCode
+
+    partition = TieredFake(100, RemoteLogState(TP))  # just started: not OFFSET_OUT_OF_RANGE
+    for _ in range(120):
+        partition.append(1, epoch=1)
+    consumer = read_partition(partition, FetchPosition(40, 1 << 20), False, 1 << 20, True)
+    assert consumer.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    follower = read_partition(partition, FetchPosition(40, 1 << 20), False, 1 << 20, True, to_log_end=True)
+    assert follower.error_code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
