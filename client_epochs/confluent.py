@@ -100,7 +100,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                                  isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED)
         self._offsets = OffsetFetcher(bootstrap)
         self._partitions_watch = None if not self._group or no_partitions_warning_s is None else PartitionsWatch(
-            self._guard.metadata, bootstrap, str(self._group), no_partitions_warning_s, offsets=self._offsets)
+            bootstrap, str(self._group), no_partitions_warning_s, offsets=self._offsets)
         self._subscribed: list[str] = []
         """The topics of the current subscription (none: not subscribed)."""
         self._leader_epochs: dict[TopicPartition, int] = {}

@@ -303,10 +303,12 @@ class PartitionsWatch:
     timeout by that much) and logs a warning naming the group, the reason and how long.
     """
 
-    def __init__(self, metadata: MetadataClient, bootstrap: str, group: str, after_s: float,
-                 interval_s: float = 15.0, offsets: OffsetFetcher | None = None) -> None:
-        """`offsets`: the consumer's OffsetFetcher when it has one (closed by its owner), else one is made."""
-        self.metadata = metadata
+    def __init__(self, bootstrap: str, group: str, after_s: float, interval_s: float = 15.0,
+                 offsets: OffsetFetcher | None = None, metadata: MetadataClient | None = None) -> None:
+        """`offsets`: the consumer's OffsetFetcher when it has one (closed by its owner), else one is made.
+        The metadata client is the watch's own (`metadata` replaces it in tests): a look leaves the
+        consumer's epoch cache and refusal count alone, as the replicator's probe does."""
+        self.metadata = metadata if metadata is not None else MetadataClient(bootstrap)
         self.watch = NoPartitionsWatch(group, after_s, interval_s)
         self._own_offsets = offsets is None
         self._offsets = offsets if offsets is not None else OffsetFetcher(bootstrap)
@@ -339,8 +341,11 @@ class PartitionsWatch:
         return self.watch.line(time.monotonic())
 
     def close(self) -> None:
-        if self._own_offsets:
-            self._offsets.close()
+        try:
+            self.metadata.close()
+        finally:
+            if self._own_offsets:
+                self._offsets.close()
 
 
 class GuardedConsumer:

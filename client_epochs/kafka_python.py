@@ -121,7 +121,7 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
         metadata = MetadataClient(bootstrap, client_id=str(configs.get("client_id", defaults["client_id"])))
         group = configs.get("group_id")
         self._partitions_watch = None if group is None or no_partitions_warning_s is None else PartitionsWatch(
-            metadata, bootstrap, str(group), no_partitions_warning_s)
+            bootstrap, str(group), no_partitions_warning_s)
         try:
             committed_only = configs.get("isolation_level", defaults["isolation_level"]) == "read_committed"
             self._guard = EpochGuard(metadata, on_topic_recreated=on_topic_recreated,

@@ -180,8 +180,8 @@ def test_a_wrapped_consumer_without_a_coordinator_warns_naming_the_group_at_a_sl
     clock = _Clock()
     monkeypatch.setattr("client_epochs.consumer_guard.time.monotonic", clock)
     offsets = _Offsets(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    watch = PartitionsWatch(_Metadata({ORDERS_0: 101}), "127.0.0.1:9092", "readers", after_s=5.0,  # type: ignore[arg-type]
-                            offsets=offsets)  # type: ignore[arg-type]
+    watch = PartitionsWatch("127.0.0.1:9092", "readers", after_s=5.0, offsets=offsets,  # type: ignore[arg-type]
+                            metadata=_Metadata({ORDERS_0: 101}))  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="client_epochs.consumer_guard"):
         for _ in range(60):  # a minute of polls, one a second
             watch.check(["orders", "^pattern.*"], assigned=False)
