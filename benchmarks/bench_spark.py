@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -82,21 +81,6 @@ def raw_rate(address: str) -> float:
     return got / elapsed
 
 
-def spark_session():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from client_epochs.spark import KafkaEpochsSource
-
-    session = (SparkSession.builder.master("local[2]").appName("bench-spark").config("spark.ui.enabled", "false")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaEpochsSource)
-    return session
-
-
 def query_rate(spark, address: str, sink: str, base: Path, records: int = RECORDS,
                ending: str | None = None) -> tuple[float, float]:
     """Rows per second of an AvailableNow query of the topic into `sink`: from start() to its end, and
@@ -136,7 +120,9 @@ def main() -> None:
         address = cluster.bootstrap_servers
         fill(address)
         progress("starting Spark (local[2])")
-        spark = spark_session()
+        from client_epochs.spark import local_session
+
+        spark = local_session("bench-spark")
         try:
             warm = {TOPIC: {str(p): RECORDS // PARTITIONS - 1000 for p in range(PARTITIONS)}}
             query_rate(spark, address, "noop", base, 1000 * PARTITIONS, json.dumps(warm))

@@ -23,6 +23,8 @@ PYSPARK_DRIVER_PYTHON) to it before the SparkSession starts.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -30,7 +32,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from client_epochs.log_bounds import LogBoundsClient
+from client_epochs.log_bounds import LogBounds, LogBoundsClient, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.spark_planning import (
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 
 BOUNDS_TIMEOUT_S = 30.0
 """How long the driver asks for one partition's bounds (Kafka's request.timeout.ms) before failing the batch."""
+ATTEMPT_TIMEOUT_S = 2.0
+"""How long one attempt (one broker first) asks before the next starts at another broker."""
 
 
 class RangePartition(InputPartition):
@@ -129,12 +133,26 @@ class _Prober:
         floor = floors(planned)
         out = {}
         for tp in partitions:
-            self.metadata.rotate()  # each question to the next broker, as Kafka clients spread theirs
-            bounds = self._bounds.fetch(tp, floor.get(tp), timeout=BOUNDS_TIMEOUT_S)
+            bounds = self._bounds_of(tp, floor.get(tp))
             accepted = self.metadata.cache.get(tp)
             topic_epoch = accepted.topic_epoch if accepted is not None else -1
             out[tp] = Observed(bounds.log_start, bounds.log_end, bounds.leader_epoch, topic_epoch, bounds.leader)
         return out
+
+    def _bounds_of(self, tp: TopicPartition, floor: Any) -> LogBounds:
+        """`tp`'s bounds from its current leader. Each attempt starts at the next broker, as Kafka clients
+        spread their metadata requests: a broker whose answer names a leader that does not answer may be
+        the stale one, and another broker's newer answer is what lets the epoch cache refuse it."""
+        assert self._bounds is not None
+        deadline = time.monotonic() + BOUNDS_TIMEOUT_S
+        while True:
+            self.metadata.rotate()
+            left = deadline - time.monotonic()
+            try:
+                return self._bounds.fetch(tp, floor, timeout=max(min(ATTEMPT_TIMEOUT_S, left), 0.0))
+            except LogBoundsUnavailableError:
+                if left <= ATTEMPT_TIMEOUT_S:
+                    raise
 
     def close(self) -> None:
         if self._bounds is not None:
@@ -288,3 +306,24 @@ def commit_to_group(options: SourceOptions, offsets: Mapping[TopicPartition, Par
             consumer.commit(offsets=entries, asynchronous=False)
     finally:
         consumer.close()
+
+
+def local_session(app: str = "kafka-epochs", log_level: str = "ERROR") -> Any:
+    """A local[2] SparkSession on 127.0.0.1 (no UI, no console progress bar, 2 shuffle partitions)
+    with this source registered: what the examples, tests and benchmarks run on one machine.
+
+    Spark's Python workers run this interpreter (PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are set to
+    it), so they import the same client_epochs; set them yourself when building your own session.
+    `log_level` FATAL hides the errors Spark logs when a query is stopped in the middle of a batch.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel(log_level)
+    spark.dataSource.register(KafkaEpochsSource)
+    return spark

@@ -12,7 +12,9 @@ partitions get new leaders. Part 5: the killed broker is restarted (and the clus
 it is ready again), then `client-epochs-mirror` (KIP-232 epoch-aware consumer, idempotent producer)
 copies `orders` to a second local cluster and commits with internal metadata. Part 6
 (`examples.tiered_demo`): `quorum local-cluster --tiered` uploads a topic's segments to an embedded S3,
-and a real client reads it from offset 0 once the local copies are gone.
+and a real client reads it from offset 0 once the local copies are gone. Part 7 (`examples.spark_demo`):
+the `kafka_epochs` Spark source streams a topic into Parquet on a cluster with a stale broker through
+a kill -9 of a leader, and shows the stale answers its driver refused.
 
 Every step that waits has a deadline (examples.demo_waits): past it the demo stops with exit status 1,
 naming what it waited for and the node logs to read. Its last line says whether it succeeded.
@@ -29,6 +31,7 @@ import time
 
 from examples.demo_waits import DemoFailure, scratch_directory, wait_for
 from examples.mirror_demo import mirror_demo
+from examples.spark_demo import spark_demo
 from examples.tiered_demo import tiered_demo
 from quorum.admin import (
     QuorumStatus,
@@ -349,6 +352,7 @@ def main() -> int:
         failures = standalone_demo()
         quorum_demo()
         tiered_demo()
+        spark_demo()
     except DemoFailure as exc:
         print(f"\ndemo FAILED: {exc}", flush=True)
         return 1
@@ -358,7 +362,7 @@ def main() -> int:
     if failures:
         print(f"\ndemo FAILED: {failures} client(s) could not list the standalone node's metadata (part 1)")
         return 1
-    print(f"\ndemo succeeded: all six parts ran in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"\ndemo succeeded: all seven parts ran in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 

@@ -12,8 +12,6 @@ controller, three brokers, broker 103 answering Metadata 2 s old) for the module
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -89,18 +87,9 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from client_epochs.spark import local_session
 
-    from client_epochs.spark import KafkaEpochsSource
-
-    session = (SparkSession.builder.master("local[2]").appName("kafka-epochs-tests")
-               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaEpochsSource)
+    session = local_session("kafka-epochs-tests")
     try:
         yield session
     finally:

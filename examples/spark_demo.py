@@ -1,0 +1,115 @@
+"""Part 7 of the demo: the `kafka_epochs` Spark source copies a topic into Parquet on a cluster with a
+stale broker, through a kill -9 of a partition leader.
+
+A local cluster of 1 controller and 3 brokers (broker 103 answers Metadata at least 2 s old, as
+`quorum local-cluster --stale-broker 103 --metadata-delay-ms 2000` starts it) holds `clicks` (2
+partitions, 3 replicas). A producer writes numbered records while `examples.spark_parquet`'s query
+copies them into a Parquet table (local[2]); partition 0's leader is killed with SIGKILL and
+started again. The demo ends when the table holds every acknowledged record exactly once, and
+prints the stale answers the source's driver refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from examples.demo_waits import DemoFailure, scratch_directory, wait_for
+from examples.spark_parquet import counters, spark_session, start_copy
+from quorum.launcher import LocalCluster
+
+TOPIC = "clicks"
+STALE_BROKER = 103
+RECORDS = 3000
+SETTINGS = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+            "replica.lag.time.max.ms": "3000", "offsets.topic.replication.factor": "3"}
+QUIET = {"log_level": 0}  # librdkafka's notes about the killed broker are expected
+
+
+def spark_demo() -> None:
+    print("\n== Part 7: a Spark structured-streaming query that refuses stale metadata (kafka_epochs, KIP-232)",
+          flush=True)
+    with scratch_directory("quorum-demo-spark-") as directory:
+        cluster = LocalCluster(Path(directory) / "cluster", controllers=1, brokers=3, settings=SETTINGS,
+                               stale_brokers={STALE_BROKER: 2000})
+        cluster.format_storage()
+        cluster.write_configs()
+        cluster.start()
+        for line in cluster.describe_lines():
+            print(f"  {line}")
+        try:
+            run_part(cluster, Path(directory))
+        finally:
+            cluster.stop()
+
+
+def leaders(bootstrap: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap, **QUIET}).list_topics(TOPIC, timeout=15)
+    return {p: m.leader for p, m in metadata.topics[TOPIC].partitions.items() if m.leader >= 0}
+
+
+def run_part(cluster: LocalCluster, directory: Path) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    brokers = {n: s.address for n, s in cluster.specs.items() if s.role == "broker"}
+    fresh = ",".join(a for n, a in sorted(brokers.items()) if n != STALE_BROKER)
+    bootstrap = ",".join([brokers[STALE_BROKER], fresh])
+    logs = [s.log_path for s in cluster.specs.values()]
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic(TOPIC, 2, 3)], request_timeout=30).values():
+        future.result(timeout=60)
+    wait_for(f"leaders for both partitions of {TOPIC}", lambda: len(leaders(fresh)) == 2, 60, logs)
+    acked: list[str] = []
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "message.timeout.ms": 120_000, **QUIET})
+        for n in range(RECORDS):
+            producer.produce(TOPIC, f"click-{n}".encode(), partition=n % 2,
+                             on_delivery=lambda err, msg: err is None and acked.append(msg.value().decode()))
+            producer.poll(0.004)
+        producer.flush(120)
+
+    table, checkpoint = str(directory / "table"), str(directory / "checkpoint")
+    print(f"$ python -m examples.spark_parquet --bootstrap {bootstrap} --topic {TOPIC} --table {table} "
+          f"--checkpoint {checkpoint}   (the same query, started in this process)", flush=True)
+    spark = spark_session("kafka-epochs-demo", log_level="FATAL")
+    try:
+        writer = threading.Thread(target=produce, daemon=True)
+        writer.start()
+        query = start_copy(spark, bootstrap, TOPIC, table, checkpoint)
+        wait_for("the query's first batches", lambda: len(query.recentProgress) >= 2, 120, logs)
+        partition, victim = next((p, b) for p, b in sorted(leaders(fresh).items()) if b != STALE_BROKER)
+        print(f"... kill -9 broker {victim}, leader of {TOPIC}-{partition}, while the query runs", flush=True)
+        cluster.kill(victim)
+        wait_for(f"a new leader for {TOPIC}-{partition}", lambda: leaders(fresh).get(partition) not in
+                 (None, victim), 60, logs)
+        cluster.start_node(victim)
+        writer.join(180)
+        if writer.is_alive():
+            raise DemoFailure("the producer to finish writing its records", logs)
+        expected = sorted(acked)
+
+        def copied() -> bool:
+            if query.exception() is not None:
+                raise DemoFailure(f"the query failed: {query.exception()}")
+            return spark.read.parquet(table).count() >= len(expected)
+
+        wait_for(f"the Parquet table to hold the {len(expected)} acknowledged records", copied, 180, logs, 1.0)
+        query.stop()
+        values = sorted(r.value for r in spark.read.parquet(table).select("value").collect())
+        found = counters(query)
+    finally:
+        spark.stop()
+    duplicates = len(values) - len(set(values))
+    missing = len(set(expected) - set(values))
+    print(f"... table: {len(values)} rows for {len(expected)} acknowledged records; duplicates {duplicates}, "
+          f"missing {missing}")
+    print(f"... source counters: stale Metadata answers refused {found.get('staleMetadataRefused', 0)}, "
+          f"backwards ends asked again {found.get('backwardsRetries', 0)}, batches planned "
+          f"{found.get('batchesPlanned', 0)}")
+    if duplicates or missing:
+        raise DemoFailure(f"the table should hold every record once: {duplicates} duplicates, {missing} missing")
