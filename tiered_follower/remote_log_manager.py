@@ -148,6 +148,8 @@ class RemoteLogManager:
         self._snapshots: dict[TopicIdPartition, tuple[int, bytes]] = {}
         self._copying: set[uuid.UUID] = set()
         self._background: set[asyncio.Future[object]] = set()
+        self._deleted: set[TopicIdPartition] = set()
+        self._locks: dict[TopicIdPartition, asyncio.Lock] = {}
         self.wake = asyncio.Event()
         """Set to run the task now instead of at the next interval (tests, tools)."""
 
@@ -174,19 +176,26 @@ class RemoteLogManager:
             self.wake.set()  # read its metadata now: until then reads below the local log start wait
 
     def partition_deleted(self, partition: TopicIdPartition) -> None:
+        """Its remote work stops; its objects are deleted once a step in flight is done (so no
+        upload finishing late leaves objects behind)."""
+        self._deleted.add(partition)
         self._loaded_epoch.pop(partition, None)
         self._snapshots.pop(partition, None)
+        task = asyncio.ensure_future(self._delete_partition(partition))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
-        def delete() -> None:
+    async def _delete_partition(self, partition: TopicIdPartition) -> None:
+        async with self._lock(partition):
             try:
-                removed = self.storage.delete_partition(partition)
+                removed = await self._run(self.storage.delete_partition, partition)
                 logger.info("%s: deleted its %d remote objects", partition, removed)
             except RemoteStorageError as exc:
                 logger.error("%s: deleting its remote objects failed: %s", partition, exc)
 
-        future = asyncio.get_running_loop().run_in_executor(self._pool, delete)
-        self._background.add(future)
-        future.add_done_callback(self._background.discard)
+    def _lock(self, partition: TopicIdPartition) -> asyncio.Lock:
+        """Held by a partition's remote work and by its deletion, so the two never interleave."""
+        return self._locks.setdefault(partition, asyncio.Lock())
 
     # -- RemoteTier: reads --------------------------------------------------------------------------
 
@@ -240,8 +249,13 @@ class RemoteLogManager:
     async def _run_partition(self, partition: Partition) -> None:
         self.partition_opened(partition)
         state = partition.remote
-        if state is None:
+        if state is None or state.partition in self._deleted:
             return
+        async with self._lock(state.partition):
+            if state.partition not in self._deleted:
+                await self._run_steps(partition, state)
+
+    async def _run_steps(self, partition: Partition, state: RemoteLogState) -> None:
         key = state.partition
         epoch = partition.leader_epoch
         leader = partition.is_leader
@@ -260,6 +274,8 @@ class RemoteLogManager:
         now = PartitionNow(self.broker_id, leader, partition.high_watermark, local, config.retention_ms,
                            config.retention_bytes, self._clock_ms(), frozenset(self._copying))
         for step in plan(now, state):
+            if key in self._deleted:
+                return
             if not (partition.is_leader and partition.leader_epoch == epoch):
                 logger.info("%s: no longer leader in epoch %d: remote work stops", partition.name, epoch)
                 return
@@ -269,6 +285,8 @@ class RemoteLogManager:
                 await self._delete(state, step.segment, f"left unfinished by broker {step.segment.broker_id}")
             elif isinstance(step, Expire):
                 await self._delete(state, step.segment, step.reason)
+        if key in self._deleted:
+            return
         deleted = partition.delete_old_segments(self._clock_ms())
         if deleted:
             logger.info("%s: local retention deleted %d uploaded segment(s); local log start %d, log start %d",

@@ -170,3 +170,32 @@ def test_uploaded_segments_carry_their_epochs(tmp_path):
     finished = [e for e in tier.events if e.state == RemoteSegmentState.COPY_SEGMENT_FINISHED]
     assert [(e.start_offset, e.end_offset, e.size_in_bytes) for e in finished] == rolled
     assert all(e.leader_epochs == (EpochEntry(1, e.start_offset),) and e.copied for e in finished)
+
+
+def test_a_topic_deleted_during_an_upload_keeps_no_object_of_it(tmp_path):
+    import threading
+
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+    copying, release = threading.Event(), threading.Event()
+
+    def slow_copy(segment: RemoteSegmentMetadata) -> None:
+        copying.set()
+        release.wait(10)
+
+    tier.on_copy = slow_copy
+
+    async def run() -> None:
+        work = asyncio.ensure_future(manager.run_once([partition]))
+        while not copying.is_set():
+            await asyncio.sleep(0.01)
+        assert partition.remote is not None
+        manager.partition_deleted(partition.remote.partition)  # while the first copy is in flight
+        release.set()
+        await work
+        await manager.close()
+
+    asyncio.run(run())
+    assert [c for c in tier.calls if c.startswith("copy")] == ["copy 0"]  # no copy after the deletion
+    assert tier.calls[-1] == "delete partition" and tier.objects == {}

@@ -166,7 +166,7 @@ def read_everywhere(cluster: LocalCluster, kcat: str, topic: str, values: list[b
 def test_clients_read_from_offset_0_after_the_early_segments_are_only_in_s3(cluster, s3_server, kcat):
     topic = "tiered-read"
     tiered_topic(cluster, topic, replicas=3)
-    values = produce(cluster, topic, 2000)
+    values = produce(cluster, topic, 1000)
     wait_local_start_above(cluster, topic, 500)
     assert list_offset(cluster, topic, -2) == 0  # the log still starts at 0: in S3
     keys = remote_keys(s3_server, topic)
@@ -177,7 +177,7 @@ def test_clients_read_from_offset_0_after_the_early_segments_are_only_in_s3(clus
     old = leader_of(cluster, topic)
     cluster.kill(old)
     wait_until(f"a new leader of {topic} after {old} was killed", lambda: leader_of(cluster, topic) not in (-1, old))
-    more = produce(cluster, topic, 500, start=2000)
+    more = produce(cluster, topic, 300, start=1000)
     wait_local_start_above(cluster, topic, 500)
     read_everywhere(cluster, kcat, topic, values + more)
 
@@ -222,7 +222,7 @@ def test_kill_9_of_the_leader_at_each_upload_step_leaves_no_partial_segment(clus
     wait_until(f"a leader of {topic}", lambda: leader_of(cluster, topic) in BROKERS)
     victim = leader_of(cluster, topic)
     (cluster.specs[victim].directory / "data" / CRASH_FILE).write_text(step)
-    values = produce(cluster, topic, 1500)  # acks=all: every value acknowledged
+    values = produce(cluster, topic, 800)  # acks=all: every value acknowledged
     wait_until(f"broker {victim} to kill itself before the upload step {step!r}",
                lambda: victim not in cluster.alive())
     wait_until(f"a new leader of {topic}", lambda: leader_of(cluster, topic) not in (-1, victim))
@@ -304,7 +304,7 @@ def test_s3_faults_between_brokers_and_s3_are_retried_and_never_give_wrong_data(
     before = faults.total_injected
     faults.rate = 0.3
     try:
-        values = produce(cluster, topic, 1500)
+        values = produce(cluster, topic, 1000)
         wait_local_start_above(cluster, topic, 500)
         wait_until(f"{topic}'s uploads to settle", lambda: settled(s3_server, topic))
         uploading = faults.total_injected - before
