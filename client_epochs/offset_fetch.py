@@ -55,18 +55,29 @@ class OffsetFetcher:
 
     def fetch(self, group: str, partitions: Iterable[TopicPartition], timeout: float = 30.0
               ) -> dict[TopicPartition, CommittedOffset]:
-        """The committed offsets of `partitions` for `group`, retrying coordinator moves until `timeout`."""
+        """The committed offsets of `partitions` for `group`, retrying coordinator moves until `timeout`.
+
+        At the deadline it raises the last failure, except one the deadline itself cut short (a request
+        still unanswered): then the cluster's last answer says more (COORDINATOR_NOT_AVAILABLE from
+        every try, not "no answer in time" from the one that ran into the deadline on a busy machine).
+        """
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
         deadline = time.monotonic() + timeout
+        answered: OffsetFetchError | None = None
         while True:
             try:
                 return self._fetch_once(group, wanted, deadline)
             except BrokerError as exc:
                 self._coordinators.pop(group, None)
                 retriable = not isinstance(exc, OffsetFetchError) or exc.code in _RETRIABLE
-                if not retriable or time.monotonic() + self._backoff_s >= deadline:
+                if isinstance(exc, OffsetFetchError):
+                    answered = exc
+                now = time.monotonic()
+                if not retriable or now + self._backoff_s >= deadline:
+                    if answered is not None and answered is not exc and now >= deadline:
+                        raise answered from exc
                     raise
                 time.sleep(self._backoff_s)
 

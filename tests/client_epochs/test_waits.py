@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
 
+from client_epochs.connection import BrokerError
 from client_epochs.consumer_guard import EpochGuard, PartitionsWatch
 from client_epochs.metadata_client import MetadataUnavailableError, StaleMetadataError
 from client_epochs.model import PartitionMetadata, TopicPartition
-from client_epochs.offset_fetch import OffsetFetchError
+from client_epochs.offset_fetch import OffsetFetcher, OffsetFetchError
 from client_epochs.waits import NoPartitionsWatch, Said, Wait, WaitTimer, diagnose
 from quorum.wire.errors import ErrorCode
 from quorum.wire.internal_metadata import InternalMetadata
@@ -196,3 +198,23 @@ def test_a_wrapped_consumer_without_a_coordinator_warns_naming_the_group_at_a_sl
     assert lines == [*warned, (logging.INFO, 'group "readers" assigned partitions after 60 s without')]
     assert reason == f"waiting: {coordinator} for 60 s"
     assert watch.reason is None
+
+
+def test_a_probe_cut_short_by_its_deadline_reports_the_coordinators_last_answer(monkeypatch):
+    """Every try answered COORDINATOR_NOT_AVAILABLE; the last one still waited for its answer when the deadline
+    came (a busy machine): the error is the cluster's answer, not "no answer in time"."""
+    fetcher = OffsetFetcher("127.0.0.1:1", retry_backoff_s=0.01)
+    tries = []
+
+    def fetch_once(group, wanted, deadline):
+        tries.append(group)
+        if len(tries) < 3:
+            raise OffsetFetchError("127.0.0.1:1", f"FindCoordinator for group {group!r}",
+                                   ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        raise BrokerError("127.0.0.1:1", "FindCoordinator v3 got no answer in time")
+
+    monkeypatch.setattr(fetcher, "_fetch_once", fetch_once)
+    wait = diagnose(_Metadata({ORDERS_0: 101}), fetcher, "mirror", ["orders"], [], {}, copying=False)
+    assert wait == Wait('group coordinator for "mirror" unavailable (COORDINATOR_NOT_AVAILABLE)')
+    assert len(tries) == 3
