@@ -11,6 +11,7 @@ yet learnt its highest uploaded offset).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from quorum.server.peer_client import PeerClient, PeerUnavailable
@@ -25,8 +26,19 @@ METADATA_VERSION = 12
 LIST_OFFSETS_VERSION = 11
 
 
+RETRIABLE = frozenset({ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
+"""Answers the tool retries (after a fresh Metadata request) until its timeout, as Kafka's AdminClient does."""
+RETRY_BACKOFF_S = 0.2
+
+
 class GetOffsetsError(RuntimeError):
-    """What the tool could not get, naming the topic, partition and error."""
+    """What the tool could not get, naming the topic, partition and error; `retriable` when asking
+    again later may succeed."""
+
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 def parse_time(text: str) -> int:
@@ -78,7 +90,7 @@ async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | 
                 raise GetOffsetsError(f"{topic}-{partition}: no such partition (the topic has {len(leaders)})")
             leader = brokers.get(leaders[partition])
             if leader is None:
-                raise GetOffsetsError(f"{topic}-{partition}: no leader ({leaders[partition]})")
+                raise GetOffsetsError(f"{topic}-{partition}: no leader ({leaders[partition]})", retriable=True)
             request = LIST_OFFSETS.request(replica_id=-1, isolation_level=0, topics=[
                 LIST_OFFSETS.request.ListOffsetsTopic(name=topic, partitions=[
                     LIST_OFFSETS.request.ListOffsetsTopic.ListOffsetsPartition(
@@ -88,7 +100,7 @@ async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | 
             answer = response.topics[0].partitions[0]
             if answer.error_code != ErrorCode.NONE:
                 raise GetOffsetsError(f"{topic}-{partition}: ListOffsets {spec} on broker {leaders[partition]}: "
-                                      f"{error_name(answer.error_code)}")
+                                      f"{error_name(answer.error_code)}", answer.error_code in RETRIABLE)
             answers[partition] = (answer.offset, answer.leader_epoch)
         return answers
     finally:
@@ -98,8 +110,17 @@ async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | 
 
 def list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | None, spec: int,
                  timeout_ms: int = 10_000) -> dict[int, tuple[int, int]]:
-    """Partition -> (offset, leader epoch) for `spec`; raises GetOffsetsError."""
-    return asyncio.run(_list_offsets(bootstrap, topic, partitions, spec, timeout_ms))
+    """Partition -> (offset, leader epoch) for `spec`; raises GetOffsetsError. Retriable answers
+    (a leader moving, a tiered partition whose remote metadata is still being read) are asked
+    again until `timeout_ms` has passed."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            return asyncio.run(_list_offsets(bootstrap, topic, partitions, spec, timeout_ms))
+        except GetOffsetsError as exc:
+            if not exc.retriable or time.monotonic() + RETRY_BACKOFF_S > deadline:
+                raise
+        time.sleep(RETRY_BACKOFF_S)
 
 
 def format_offsets(topic: str, answers: dict[int, tuple[int, int]]) -> str:
