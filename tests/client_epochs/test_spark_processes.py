@@ -5,18 +5,24 @@ controller, three brokers, broker 103 answering Metadata 2 s old) for the module
   is stopped and restarted from its checkpoint twice: the table holds every acknowledged record
   exactly once, and the driver's counters show the stale answers it refused;
 - a batch read with endingOffsets returns exactly the range;
+- a broker whose Metadata answers are paused (PAUSE_METADATA) while the leader moves: the source
+  refuses its answers and never plans a batch backwards; a plain raw-client loop is recorded beside;
 - a recreated topic fails the query with TopicRecreatedError, or with onTopicRecreated=earliest the
   query goes on with the new topic from its beginning.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs import MetadataClient
@@ -46,8 +52,10 @@ class Cluster:
         create(self.admin, NewTopic(name, partitions, replicas))
         wait_until(f"{name} has leaders", lambda: len(self.leaders(name)) == partitions)
 
-    def leaders(self, name: str) -> dict[int, int]:
-        with MetadataClient(",".join(s.address for n, s in self.running.specs.items() if n != STALE_BROKER
+    def leaders(self, name: str, ask: tuple[int, ...] = ()) -> dict[int, int]:
+        """Leader per partition, from the live brokers in `ask` (default: every live one but the stale one)."""
+        ask = ask or tuple(n for n in self.running.specs if n != STALE_BROKER)
+        with MetadataClient(",".join(s.address for n, s in self.running.specs.items() if n in ask
                                      and s.role == "broker" and n in self.running.alive())) as client:
             parts = client.fetch([name]).partitions_of(name)
         return {tp.partition: meta.leader_id for tp, meta in parts.items() if meta.leader_id >= 0}
@@ -166,7 +174,7 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
                        q.lastProgress["numInputRows"] >= 0 and len(q.recentProgress) >= 2, timeout_s=120)
             killed.append(cluster.kill_leader(topic, run))
             done = len(query.recentProgress)
-            wait_until("batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 3, timeout_s=120)
+            wait_until("batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 2, timeout_s=120)
             query.stop()
             assert query.exception() is None
             counters.append(counters_of(query))
@@ -216,3 +224,72 @@ def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, cluste
     values = sorted(bytes(r.value).decode() for r in spark.sql("select value from again_earliest").collect())
     assert values == sorted([f"old-{n}" for n in range(10)] + [f"new-{n}" for n in range(4)])
 
+
+
+def planned_ends(checkpoint: Path) -> list[dict[str, dict[str, dict[str, int]]]]:
+    """The source's end offsets of every batch, from the query's offset log (checkpoint/offsets/N)."""
+    files = sorted((f for f in (checkpoint / "offsets").iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
+    return [json.loads(f.read_text().splitlines()[2]) for f in files]
+
+
+def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, cluster, tmp_path):
+    """KAFKA-6262 on the driver: broker 102's Metadata answers are frozen (PAUSE_METADATA) while the
+    partition's leader is killed and another takes over. The source asks every broker in turn, refuses
+    102's old answers once it has seen a newer one, and its planned ends only move forward. A plain
+    loop with the raw client (confluent-kafka's query_watermark_offsets, bootstrapped from 102, as a
+    Spark-style planner would ask for the latest offset) is recorded through the same script."""
+    topic, paused = "paused", 102
+    create(cluster.admin, NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                   replica_assignment=[[101, 102, 103]]))
+    wait_until(f"{topic} has a leader", lambda: cluster.leaders(topic).get(0) == 101)
+    cluster.produce(topic, [f"p-{n}" for n in range(100)], 1)
+    pause_file = cluster.running.specs[paused].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
+    checkpoint = tmp_path / "checkpoint"
+    query = (stream(spark, cluster, topic).writeStream.format("memory").queryName("paused")
+             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="500 milliseconds").start())
+    raw_ends: list[int | str] = []
+    stop = threading.Event()
+
+    def raw_loop() -> None:
+        consumer = Consumer({"bootstrap.servers": cluster.running.specs[paused].address, "group.id": "raw-plan",
+                             **QUIET})
+        while not stop.is_set():
+            try:
+                raw_ends.append(consumer.get_watermark_offsets(KafkaTopicPartition(topic, 0), timeout=2)[1])
+            except Exception as exc:  # the raw client's own error, recorded as it is
+                raw_ends.append(type(exc).__name__ + ": " + str(exc)[:60])
+            stop.wait(0.2)
+        consumer.close()
+
+    try:
+        wait_until("the query read the first records",
+                   lambda: spark.sql("select count(*) c from paused").collect()[0].c == 100, timeout_s=120)
+        pause_file.touch()
+        time.sleep(1.0)  # the paused answers must be the ones from before the kill (checked each 100 ms)
+        looper = threading.Thread(target=raw_loop, daemon=True)
+        looper.start()
+        cluster.running.kill(101)
+        wait_until("a new leader", lambda: cluster.leaders(topic, ask=(STALE_BROKER,)).get(0) not in (None, 101),
+                   timeout_s=60)
+        cluster.produce(topic, [f"p-{n}" for n in range(100, 200)], 1)
+        cluster.running.start_node(101)
+        done = len(query.recentProgress)
+        wait_until("batches while 102 is paused", lambda: len(query.recentProgress) >= done + 3, timeout_s=120)
+        refused_while_paused = counters_of(query).get("staleMetadataRefused", 0)
+    finally:
+        pause_file.unlink(missing_ok=True)
+        stop.set()
+    wait_until("the query read every record",
+               lambda: spark.sql("select count(*) c from paused").collect()[0].c == 200, timeout_s=120)
+    query.stop()
+    assert query.exception() is None
+    ends = [e[topic]["0"]["offset"] for e in planned_ends(checkpoint)]
+    numbers = [e for e in raw_ends if isinstance(e, int)]
+    raw_backwards = sum(1 for a, b in itertools.pairwise(numbers) if b < a)
+    print(f"kafka_epochs planned ends {ends}; stale answers refused while paused {refused_while_paused}")
+    print(f"raw loop (bootstrap broker {paused}, paused): {len(raw_ends)} answers, {raw_backwards} backwards, "
+          f"{len(raw_ends) - len(numbers)} errors: {raw_ends[:6]} ... {raw_ends[-6:]}")
+    assert ends == sorted(ends), f"a batch was planned backwards: {ends}"
+    assert refused_while_paused >= 1
+    values = sorted(bytes(r.value).decode() for r in spark.sql("select value from paused").collect())
+    assert values == sorted(f"p-{n}" for n in range(200))
