@@ -55,6 +55,7 @@ from client_epochs.spark_planning import (
     ranges,
 )
 from client_epochs.spark_read import read_range, spark_schema
+from quorum.wire.internal_metadata import encode
 
 log = logging.getLogger(__name__)
 
@@ -292,14 +293,16 @@ def _ending(ending: str | Offsets, observed: Mapping[TopicPartition, Observed]) 
 
 
 def commit_to_group(options: SourceOptions, offsets: Mapping[TopicPartition, PartitionOffset]) -> None:
-    """commitOffsetsToGroup: the batch's end offsets, with KIP-232 internal metadata, so lag monitors see the job."""
+    """commitOffsetsToGroup: the batch's end offsets, with KIP-232 internal metadata (in the metadata string
+    as the wrappers write it, so `client_epochs` consumers of that group resume with the KIP-232 check),
+    so that lag monitors see the job. The commit carries no generation: the group has no members."""
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     consumer = Consumer({"bootstrap.servers": options.bootstrap, **options.client, "group.id": options.commit_group,
                          "enable.auto.commit": False})
     try:
-        entries = [KafkaTopicPartition(tp.topic, tp.partition, po.offset, metadata=po.floor.to_json(),
+        entries = [KafkaTopicPartition(tp.topic, tp.partition, po.offset, metadata=encode(None, po.floor),
                                        leader_epoch=po.leader_epoch if po.leader_epoch >= 0 else None)
                    for tp, po in sorted(offsets.items()) if po.offset >= 0]
         if entries:

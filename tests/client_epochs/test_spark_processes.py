@@ -25,7 +25,9 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client_epochs import MetadataClient
+from client_epochs import MetadataClient, TopicPartition
+from client_epochs.committed import split
+from client_epochs.offset_fetch import OffsetFetcher
 from quorum.launcher import LocalCluster
 from tests.test_broker_processes import QUIET
 from tests.test_controller_processes import create, wait_until
@@ -160,7 +162,8 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
         assert producer.flush(120) == 0
 
     def run_query(**trigger):
-        return (stream(spark, cluster, topic, maxOffsetsPerTrigger="400").writeStream.format("parquet")
+        return (stream(spark, cluster, topic, maxOffsetsPerTrigger="400", commitOffsetsToGroup="spark-copy")
+                .writeStream.format("parquet")
                 .option("path", table).option("checkpointLocation", checkpoint).trigger(**trigger).start())
 
     producer = threading.Thread(target=produce, daemon=True)
@@ -174,7 +177,9 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
                        q.lastProgress["numInputRows"] >= 0 and len(q.recentProgress) >= 2, timeout_s=120)
             killed.append(cluster.kill_leader(topic, run))
             done = len(query.recentProgress)
-            wait_until("batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 2, timeout_s=120)
+            # a few batches after the kill, more while no stale answer was refused yet (2 s is a short window)
+            wait_until("batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 8 or (
+                len(q.recentProgress) >= d + 2 and counters_of(q).get("staleMetadataRefused", 0) > 0), timeout_s=180)
             query.stop()
             assert query.exception() is None
             counters.append(counters_of(query))
@@ -193,6 +198,17 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
     print(f"copied {len(values)} records; killed leaders {killed}; driver counters per run {counters}")
     assert any(c.get("batchesPlanned", 0) > 0 for c in counters)
     assert sum(c.get("staleMetadataRefused", 0) for c in counters) >= 1, counters
+    # commitOffsetsToGroup: the group holds end offsets the job planned, with KIP-232 internal metadata
+    fetcher = OffsetFetcher(cluster.bootstrap)
+    try:
+        committed = fetcher.fetch("spark-copy", [TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        fetcher.close()
+    ends = planned_ends(Path(checkpoint))[-1][topic]
+    for tp, entry in committed.items():
+        user, internal = split(tp, entry.metadata)
+        assert 0 < entry.offset <= ends[str(tp.partition)]["offset"], (tp, entry, ends)
+        assert internal is not None and internal.topic_epoch == ends[str(tp.partition)]["topic_epoch"] and user == ""
 
 
 def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, cluster, tmp_path):
