@@ -137,6 +137,12 @@ def test_batch_read_with_ending_offsets_returns_exactly_the_range(spark, cluster
     assert got == [(0, n) for n in range(5, 15)] + [(1, n) for n in range(20)]
     assert {bytes(r.value).decode() for r in rows if r.partition == 0} == {f"b-{2 * n}" for n in range(5, 15)}
     assert all(r.leaderEpoch >= 0 and r.topicEpoch > 0 and r.headers == [] for r in rows)
+    by_pattern = (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
+                  .option("subscribePattern", "bat.*").load())
+    assert by_pattern.count() == 40
+    assigned = (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
+                .option("assign", json.dumps({"batch": [1]})).load().select("partition", "offset").collect())
+    assert sorted((r.partition, r.offset) for r in assigned) == [(1, n) for n in range(20)]
     with pytest.raises(Exception, match="past the log end"):
         (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
          .option("subscribe", "batch").option("endingOffsets", json.dumps({"batch": {"0": 500}})).load().collect())
