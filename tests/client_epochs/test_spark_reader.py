@@ -1,0 +1,73 @@
+"""The streaming reader's driver loop without Spark running or a broker: what it does with the answers
+its prober gets (a fake one here), for the never-backwards retries and Trigger.AvailableNow."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+
+from client_epochs import TopicPartition  # noqa: E402
+from client_epochs.spark import KafkaEpochsStreamReader  # noqa: E402
+from client_epochs.spark_planning import Observed, OffsetsWentBackwardsError, parse_options  # noqa: E402
+
+T0 = TopicPartition("t", 0)
+
+
+class FakeProber:
+    """Answers log ends from a script, one per observe(); the last one repeats."""
+
+    def __init__(self, ends: list[int]) -> None:
+        self.ends = list(ends)
+        self.asked = 0
+        self.refusals = 0
+
+    def partitions(self, known=()) -> list[TopicPartition]:
+        return [T0]
+
+    def observe(self, partitions, planned) -> dict[TopicPartition, Observed]:
+        end = self.ends[min(self.asked, len(self.ends) - 1)]
+        self.asked += 1
+        return {T0: Observed(0, end, 4, 7, "leader 101 (127.0.0.1:1, leader epoch 4)")}
+
+    def close(self) -> None:
+        pass
+
+
+def reader(ends: list[int], **options: str) -> tuple[KafkaEpochsStreamReader, FakeProber]:
+    made = KafkaEpochsStreamReader(parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                                  "fetchOffset.retryIntervalMs": "1", **options}))
+    prober = FakeProber(ends)
+    made._prober = prober
+    return made, prober
+
+
+START = {"t": {"0": {"offset": 50, "leader_epoch": 4, "topic_epoch": 7}}}
+
+
+def test_a_backwards_end_is_asked_again_and_a_later_good_answer_is_planned() -> None:
+    source, prober = reader([40, 45, 60])
+    end = source.latestOffset(START, ReadAllAvailable())
+    assert end == {"t": {"0": {"offset": 60, "leader_epoch": 4, "topic_epoch": 7}}}
+    assert prober.asked == 3 and source.counters()["backwardsRetries"] == 2
+
+
+def test_a_backwards_end_that_stays_fails_naming_the_partition_and_both_offsets() -> None:
+    source, prober = reader([40], **{"fetchOffset.numRetries": "2"})
+    with pytest.raises(OffsetsWentBackwardsError, match=r"t-0: the latest offset 40 from leader 101 .* below the "
+                                                        r"offset 50 already planned, after 3 attempt"):
+        source.latestOffset(START, ReadAllAvailable())
+    assert prober.asked == 3
+
+
+def test_max_rows_and_available_now_hold_the_end_back() -> None:
+    source, prober = reader([100, 500])
+    assert source.getDefaultReadLimit() == ReadAllAvailable()
+    source.prepareForTriggerAvailableNow()
+    first = source.latestOffset(START, ReadMaxRows(20))
+    assert first["t"]["0"]["offset"] == 70
+    # the records that arrived after the query started (500) are not planned by an AvailableNow query
+    assert source.latestOffset(first, ReadAllAvailable())["t"]["0"]["offset"] == 100
+    assert reader([1], maxOffsetsPerTrigger="5")[0].getDefaultReadLimit() == ReadMaxRows(5)
