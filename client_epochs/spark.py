@@ -137,7 +137,9 @@ class _Prober:
             bounds = self._bounds_of(tp, floor.get(tp))
             accepted = self.metadata.cache.get(tp)
             topic_epoch = accepted.topic_epoch if accepted is not None else -1
-            out[tp] = Observed(bounds.log_start, bounds.log_end, bounds.leader_epoch, topic_epoch, bounds.leader)
+            topic_id = getattr(accepted, "topic_id", None)
+            out[tp] = Observed(bounds.log_start, bounds.log_end, bounds.leader_epoch, topic_epoch, bounds.leader,
+                               topic_id)
         return out
 
     def _bounds_of(self, tp: TopicPartition, floor: Any) -> LogBounds:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -307,6 +308,7 @@ class Observed:
     leader_epoch: int
     topic_epoch: int
     source: str = "the leader"
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +363,7 @@ def next_end(start: Mapping[TopicPartition, PartitionOffset], observed: Mapping[
     start is read from its log start. `max_rows` caps the batch (maxOffsetsPerTrigger), shared
     among partitions in proportion to what each has.
     """
-    recreated = {tp: (start[tp].floor, Epochs(seen.topic_epoch, seen.leader_epoch))
+    recreated = {tp: (start[tp].floor, Epochs(seen.topic_epoch, seen.leader_epoch, seen.topic_id))
                  for tp, seen in observed.items()
                  if tp in start and seen.topic_epoch > start[tp].topic_epoch >= 0}
     if recreated and options.on_topic_recreated == "fail":
