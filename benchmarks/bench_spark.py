@@ -1,7 +1,7 @@
 """The `kafka_epochs` Spark source's read throughput beside a raw confluent-kafka consumer, in one run.
 
 Run: `./run bench` (all benchmarks) or `.venv/bin/python -m benchmarks.bench_spark`.
-BENCH_SPARK_RECORDS sets the records of the topic (default 300,000 of 100 bytes, 2 partitions, on a
+BENCH_SPARK_RECORDS sets the records of the topic (default 1,000,000 of 100 bytes, 2 partitions, on a
 cluster of 1 controller and 1 broker started here); BENCH_SPARK_DIR where the cluster's files and
 the Parquet table go (a temporary directory by default, removed at the end).
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from benchmarks.table import print_table, progress
 
-RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "300000"))
+RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "1000000"))
 PARTITIONS = 2
 VALUE_BYTES = 100
 GOAL = 0.5
