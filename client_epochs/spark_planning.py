@@ -417,7 +417,8 @@ def ranges(start: Mapping[TopicPartition, PartitionOffset],
     """The tasks of a planned batch, from its start and end offsets alone (Spark calls this again
     after a restart, for a batch planned before it): one per partition with records to read.
 
-    A partition absent from `start` is new: it is read from its log start. Between a start and an
+    A partition absent from `start` is new: it is read from its log start (unless its end is 0:
+    nothing was ever written to it). Between a start and an
     end of different topic epochs (a recreated topic followed with onTopicRecreated=earliest) there
     is nothing to read. An end below its start cannot come from `next_end`; it is refused here too.
     """
@@ -428,7 +429,7 @@ def ranges(start: Mapping[TopicPartition, PartitionOffset],
             continue
         if began.offset != EARLIEST and stop.offset < began.offset:
             raise OffsetsWentBackwardsError(tp, began.offset, stop.offset, "the checkpoint", 1)
-        if stop.offset > began.offset or began.offset == EARLIEST:
+        if stop.offset > began.offset or (began.offset == EARLIEST and stop.offset > 0):
             out.append(Range(tp, began.offset, stop.offset, stop.leader_epoch, stop.topic_epoch))
     return out
 

@@ -88,6 +88,7 @@ def test_next_end_moves_forward_with_the_epochs_it_was_planned_under() -> None:
     assert end == {T0: PartitionOffset(30, 2, 5), T1: PartitionOffset(9, 1, 5)}
     # a new partition is read from its log start: it is absent from the start
     assert [(r.partition, r.start, r.end) for r in ranges(start, end)] == [(T0, 10, 30), (T1, EARLIEST, 9)]
+    assert ranges({}, {T1: PartitionOffset(0, 1, 5)}) == []  # a new partition nobody wrote to: no task
 
 
 def test_an_end_below_the_start_is_never_planned() -> None:
