@@ -429,7 +429,7 @@ def ranges(start: Mapping[TopicPartition, PartitionOffset],
             continue
         if began.offset != EARLIEST and stop.offset < began.offset:
             raise OffsetsWentBackwardsError(tp, began.offset, stop.offset, "the checkpoint", 1)
-        if stop.offset > began.offset or (began.offset == EARLIEST and stop.offset > 0):
+        if stop.offset > max(began.offset, 0):
             out.append(Range(tp, began.offset, stop.offset, stop.leader_epoch, stop.topic_epoch))
     return out
 
