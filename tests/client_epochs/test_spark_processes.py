@@ -50,8 +50,15 @@ class Cluster:
         self.bootstrap = ",".join([stale, *others])  # the stale broker first: the driver asks it in turn
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
 
-    def topic(self, name: str, partitions: int, replicas: int = 3) -> None:
-        create(self.admin, NewTopic(name, partitions, replicas))
+    def topic(self, name: str, partitions: int, replicas: int = 3, leaders: tuple[int, ...] = ()) -> None:
+        """Create `name`; `leaders` pins each partition's first (preferred) replica, the others follow."""
+        if leaders:
+            brokers = sorted(n for n, s in self.running.specs.items() if s.role == "broker")
+            assignment = [[first, *(b for b in brokers if b != first)][:replicas] for first in leaders]
+            create(self.admin, NewTopic(name, num_partitions=partitions, replication_factor=-1,
+                                        replica_assignment=assignment))
+        else:
+            create(self.admin, NewTopic(name, partitions, replicas))
         wait_until(f"{name} has leaders", lambda: len(self.leaders(name)) == partitions)
 
     def leaders(self, name: str, ask: tuple[int, ...] = ()) -> dict[int, int]:
@@ -150,7 +157,7 @@ def test_batch_read_with_ending_offsets_returns_exactly_the_range(spark, cluster
 
 def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(spark, cluster, tmp_path):
     topic, partitions = "events", 2
-    cluster.topic(topic, partitions)
+    cluster.topic(topic, partitions, leaders=(101, 102))  # leaders the test may kill: not the stale broker
     table, checkpoint = str(tmp_path / "table"), str(tmp_path / "checkpoint")
     acked: list[str] = []
     stop = threading.Event()
