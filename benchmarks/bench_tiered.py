@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum` importable
@@ -145,7 +146,6 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> list[tuple[object, ...]]:
 
     from quorum.get_offsets import list_offsets
     from quorum.launcher import LocalCluster
-    from tests.test_controller_processes import create, wait_until
 
     settings = {**s3_properties(s3.endpoint_url, fresh_bucket(s3)), "log.segment.bytes": str(SEGMENT_BYTES),
                 "remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "1000"}
@@ -156,8 +156,10 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> list[tuple[object, ...]]:
     try:
         bootstrap = cluster.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        create(admin, NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"}),
-               NewTopic("local", 1, 1))
+        topics = [NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"}),
+                  NewTopic("local", 1, 1)]
+        for future in admin.create_topics(topics).values():
+            future.result(30)
         value = os.urandom(1000)
         count = TOTAL_BYTES // len(value)
         progress(f"producing {count} messages of 1 KB to each topic")
@@ -205,7 +207,18 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> list[tuple[object, ...]]:
     return rows
 
 
+def wait_until(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.2)
+
+
 def main() -> None:
+    if TOTAL_BYTES < 2 * SEGMENT_BYTES:
+        raise SystemExit(f"BENCH_TIERED_MB={TOTAL_BYTES // MB} is less than two segments of "
+                         f"BENCH_TIERED_SEGMENT_MB={SEGMENT_BYTES >> 20}: nothing would be rolled and uploaded")
     s3 = start_embedded_s3()
     try:
         with tempfile.TemporaryDirectory(dir=".") as tmp:
