@@ -42,7 +42,7 @@ from typing import Literal
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.log_bounds import READ_UNCOMMITTED, BoundsSource, LogBoundsClient
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
-from client_epochs.model import NO_EPOCH, ZERO_UUID, ClusterMetadata, PartitionMetadata, TopicPartition
+from client_epochs.model import NO_EPOCH, ZERO_UUID, ClusterMetadata, Epochs, PartitionMetadata, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.out_of_range import Resolution, normalize_policy, resolve
 from client_epochs.waits import NoPartitionsWatch, diagnose
@@ -269,15 +269,7 @@ class EpochGuard:
         return resolution
 
     def _is_recreated(self, floor: InternalMetadata, now: PartitionMetadata, topic: str) -> bool:
-        current_id = now.topic_id if now.topic_id != ZERO_UUID else None
-        if floor.topic_id is not None and current_id is not None:
-            return floor.topic_id != current_id  # the offset names its topic: certainty
-        if floor.topic_epoch < 0 or now.topic_epoch <= floor.topic_epoch:
-            return False
-        known_id = self.topic_ids.get(topic)
-        if known_id is not None and now.topic_id is not None and now.topic_id != known_id:
-            return True
-        return floor.leader_epoch >= 0 and 0 <= now.leader_epoch < floor.leader_epoch
+        return is_recreated(floor, now.epochs, self.topic_ids.get(topic))
 
     def _named(self, floor: InternalMetadata, topic: str) -> InternalMetadata:
         """`floor` with the topic id this guard saw where it names none (for the error's message)."""
@@ -289,6 +281,25 @@ class EpochGuard:
         for tp, meta in metadata.partitions.items():
             if meta.topic_id is not None and meta.topic_id != ZERO_UUID:
                 self.topic_ids[tp.topic] = meta.topic_id
+
+
+def is_recreated(floor: InternalMetadata, now: Epochs, known_id: uuid.UUID | None = None) -> bool:
+    """Whether the topic of an offset stored under `floor` was deleted and created again, now that the
+    metadata says `now`. Both the wrappers and the Spark source decide it here.
+
+    With a topic id on both sides, certainty: a different id is a recreation, whatever the epochs say.
+    Without (an older commit or checkpoint, a cluster without topic ids) a higher topic epoch may just as
+    well be partition growth, so it counts only with evidence: the id changed from `known_id` (one seen
+    earlier in the same process), or the partition's leader epoch went back (they only restart in a new topic).
+    """
+    current_id = now.topic_id if now.topic_id != ZERO_UUID else None
+    if floor.topic_id is not None and current_id is not None:
+        return floor.topic_id != current_id  # the offset names its topic: certainty
+    if floor.topic_epoch < 0 or now.topic_epoch <= floor.topic_epoch:
+        return False
+    if known_id is not None and current_id is not None and current_id != known_id:
+        return True
+    return floor.leader_epoch >= 0 and 0 <= now.leader_epoch < floor.leader_epoch
 
 
 class PartitionsWatch:

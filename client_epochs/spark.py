@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -279,10 +280,11 @@ class KafkaEpochsBatchReader(DataSourceReader):
 
 
 def _at_most(offset: PartitionOffset, target: PartitionOffset | None) -> PartitionOffset:
-    """`offset`, held back to the AvailableNow target when both are of the same topic."""
-    if target is None or target.topic_epoch != offset.topic_epoch or target.offset >= offset.offset:
+    """`offset`, held back to the AvailableNow target when both are in the same topic (grown partitions
+    raise the topic epoch and keep the topic)."""
+    if target is None or not target.same_topic(offset) or target.offset >= offset.offset:
         return offset
-    return PartitionOffset(target.offset, offset.leader_epoch, offset.topic_epoch)
+    return replace(offset, offset=target.offset)
 
 
 def _ending(ending: str | Offsets, observed: Mapping[TopicPartition, Observed]) -> Offsets:
@@ -290,7 +292,7 @@ def _ending(ending: str | Offsets, observed: Mapping[TopicPartition, Observed]) 
     for tp, seen in observed.items():
         given = None if isinstance(ending, str) else ending.get(tp)
         offset = seen.log_end if given is None or given.offset == LATEST else given.offset
-        out[tp] = PartitionOffset(offset, seen.leader_epoch, seen.topic_epoch)
+        out[tp] = seen.at(offset)
     return out
 
 

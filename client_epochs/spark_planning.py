@@ -7,11 +7,12 @@ backwards (rows twice) or be planned from a topic that was deleted and created a
 Here every offset carries the epochs it was planned under (KIP-232's internal metadata, per
 partition in Spark's checkpoint):
 
-    {"topic": {"0": {"offset": 42, "leader_epoch": 3, "topic_epoch": 7}}}
+    {"topic": {"0": {"offset": 42, "leader_epoch": 3, "topic_epoch": 7, "topic_id": "<id as Kafka prints it>"}}}
 
-and `Planner.next_end()` turns a start (the last planned end) and what the current leaders said
-into the next end, or into a reason to ask again (`Backwards`), or into an error. Nothing here
-opens a socket or reads a clock: `client_epochs.spark` does the asking, the backoff and the waiting.
+(`topic_id` is optional: checkpoints written without it still parse), and `next_end()` turns a
+start (the last planned end) and what the current leaders said into the next end, or into a reason
+to ask again (`Backwards`), or into an error. Nothing here opens a socket or reads a clock:
+`client_epochs.spark` does the asking, the backoff and the waiting.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from client_epochs.consumer_guard import is_recreated
 from client_epochs.errors import TopicRecreatedError
-from client_epochs.model import NO_EPOCH, Epochs, TopicPartition
-from quorum.wire.internal_metadata import InternalMetadata
+from client_epochs.model import NO_EPOCH, ZERO_UUID, Epochs, TopicPartition
+from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, parse_topic_id, topic_id_text
 
 EARLIEST = -2
 """Kafka's "earliest" offset in a start: the partition is read from its log start (a new partition)."""
@@ -74,38 +76,55 @@ class DataLossError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class PartitionOffset:
-    """A position in a partition and the epochs it was planned under (-1: unknown, nothing checked)."""
+    """A position in a partition and the epochs it was planned under (-1: unknown, nothing checked),
+    and the id of the topic it is a position in (None: unknown; how a recreation is told from growth)."""
 
     offset: int
     leader_epoch: int = NO_EPOCH
     topic_epoch: int = NO_EPOCH
+    topic_id: uuid.UUID | None = None
+
+    def __post_init__(self) -> None:
+        if self.topic_id == ZERO_UUID:  # Kafka's "no topic id"
+            object.__setattr__(self, "topic_id", None)
 
     @property
     def epochs(self) -> Epochs:
-        return Epochs(self.topic_epoch, self.leader_epoch)
+        return Epochs(self.topic_epoch, self.leader_epoch, self.topic_id)
 
     @property
     def floor(self) -> InternalMetadata:
         """The KIP-232 floor metadata must not be older than (internal metadata, as with a seek)."""
-        return InternalMetadata(self.topic_epoch, self.leader_epoch)
+        return InternalMetadata(self.topic_epoch, self.leader_epoch, self.topic_id)
 
-    def to_json(self) -> dict[str, int]:
-        return {"offset": self.offset, "leader_epoch": self.leader_epoch, "topic_epoch": self.topic_epoch}
+    def to_json(self) -> dict[str, int | str]:
+        out: dict[str, int | str] = {"offset": self.offset, "leader_epoch": self.leader_epoch,
+                                     "topic_epoch": self.topic_epoch}
+        if self.topic_id is not None:
+            out["topic_id"] = topic_id_text(self.topic_id)
+        return out
+
+    def same_topic(self, later: PartitionOffset) -> bool:
+        """Whether `later` is a position in the same topic as this one, not in one created again under
+        its name (consumer_guard's rule: the ids where both have one, else the evidence of the epochs).
+        A higher topic epoch alone is not a recreation: CreatePartitions raises it too."""
+        return not is_recreated(self.floor, later.epochs)
 
 
 Offsets = dict[TopicPartition, PartitionOffset]
 
 
-def offsets_to_json(offsets: Mapping[TopicPartition, PartitionOffset]) -> dict[str, dict[str, dict[str, int]]]:
+def offsets_to_json(offsets: Mapping[TopicPartition, PartitionOffset]) -> dict[str, dict[str, dict[str, int | str]]]:
     """Spark's checkpoint form: topic -> partition (as a string, JSON keys) -> offset with epochs."""
-    out: dict[str, dict[str, dict[str, int]]] = {}
+    out: dict[str, dict[str, dict[str, int | str]]] = {}
     for tp in sorted(offsets):
         out.setdefault(tp.topic, {})[str(tp.partition)] = offsets[tp].to_json()
     return out
 
 
 def offsets_from_json(value: object, what: str = "offsets") -> Offsets:
-    """Parse `{"topic": {"0": 42 | {"offset": 42, "leader_epoch": 3, "topic_epoch": 7}}}` (a str or a dict).
+    """Parse `{"topic": {"0": 42 | {"offset": 42, "leader_epoch": 3, "topic_epoch": 7, "topic_id": "..."}}}`
+    (a str or a dict; every key but offset optional).
 
     A bare number is an offset without epochs (Spark's Kafka source's form); -2 is earliest, -1 latest.
     """
@@ -136,13 +155,19 @@ def _partition_offset(entry: object, what: str) -> PartitionOffset:
         return PartitionOffset(entry)
     if not isinstance(entry, dict) or not isinstance(entry.get("offset"), int):
         raise SourceOptionError(f"{what} must be a number or {{\"offset\": N, ...}}, got {entry!r}")
-    unknown = set(entry) - {"offset", "leader_epoch", "topic_epoch"}
+    unknown = set(entry) - {"offset", "leader_epoch", "topic_epoch", "topic_id"}
     if unknown:
         raise SourceOptionError(f"{what} has unknown field(s) {sorted(unknown)}")
     epochs = [entry.get(name, NO_EPOCH) for name in ("leader_epoch", "topic_epoch")]
     if not all(isinstance(epoch, int) and not isinstance(epoch, bool) for epoch in epochs):
         raise SourceOptionError(f"{what}: epochs must be integers, got {entry!r}")
-    return PartitionOffset(entry["offset"], *epochs)
+    topic_id = None
+    if entry.get("topic_id") is not None:
+        try:
+            topic_id = parse_topic_id(entry["topic_id"])
+        except InvalidInternalMetadataError as exc:
+            raise SourceOptionError(f"{what}: {exc}") from None
+    return PartitionOffset(entry["offset"], *epochs, topic_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +335,10 @@ class Observed:
     source: str = "the leader"
     topic_id: uuid.UUID | None = None
 
+    def at(self, offset: int) -> PartitionOffset:
+        """`offset` in this partition, under the epochs and the topic id seen."""
+        return PartitionOffset(offset, self.leader_epoch, self.topic_epoch, self.topic_id)
+
 
 @dataclass(frozen=True, slots=True)
 class Backwards:
@@ -340,13 +369,13 @@ def initial_offsets(starting: str | Offsets, observed: Mapping[TopicPartition, O
     for tp, seen in sorted(observed.items()):
         if isinstance(starting, str):
             offset = seen.log_start if starting == "earliest" else seen.log_end
-            out[tp] = PartitionOffset(offset, seen.leader_epoch, seen.topic_epoch)
+            out[tp] = seen.at(offset)
             continue
         given = starting.get(tp)
         if given is None or given.offset == EARLIEST:
-            out[tp] = PartitionOffset(seen.log_start, seen.leader_epoch, seen.topic_epoch)
+            out[tp] = seen.at(seen.log_start)
         elif given.offset == LATEST:
-            out[tp] = PartitionOffset(seen.log_end, seen.leader_epoch, seen.topic_epoch)
+            out[tp] = seen.at(seen.log_end)
         else:
             out[tp] = PartitionOffset(given.offset, given.leader_epoch, given.topic_epoch)
     return out
@@ -356,25 +385,27 @@ def next_end(start: Mapping[TopicPartition, PartitionOffset], observed: Mapping[
              options: SourceOptions, max_rows: int | None = None) -> Offsets | list[Backwards]:
     """The end of the next batch from `start`, or the partitions whose end went backwards.
 
-    Per partition: a higher topic epoch than the start's means the topic was recreated
-    (TopicRecreatedError, or with onTopicRecreated=earliest an end at the new topic's log start,
-    which reads nothing of the old topic); an end below the start is `Backwards`; a log start past
+    Per partition: a topic id other than the start's means the topic was recreated (without ids on
+    both sides, a higher topic epoch with the leader epoch gone back: `PartitionOffset.same_topic`);
+    that is TopicRecreatedError, or with onTopicRecreated=earliest an end at the new topic's log start,
+    which reads nothing of the old topic. The same topic under a higher topic epoch has grown
+    partitions: it is read on from the start, its new partitions from their log start.
+    An end below the start is `Backwards`; a log start past
     the start is data loss (DataLossError unless failOnDataLoss is false). A partition new to the
     start is read from its log start. `max_rows` caps the batch (maxOffsetsPerTrigger), shared
     among partitions in proportion to what each has.
     """
-    recreated = {tp: (start[tp].floor, Epochs(seen.topic_epoch, seen.leader_epoch, seen.topic_id))
-                 for tp, seen in observed.items()
-                 if tp in start and seen.topic_epoch > start[tp].topic_epoch >= 0}
+    recreated = {tp: (start[tp].floor, seen.at(seen.log_end).epochs) for tp, seen in observed.items()
+                 if tp in start and not start[tp].same_topic(seen.at(seen.log_end))}
     if recreated and options.on_topic_recreated == "fail":
         raise TopicRecreatedError(recreated)
     backwards: list[Backwards] = []
     end: Offsets = {}
     available: dict[TopicPartition, tuple[int, int]] = {}
     for tp, seen in sorted(observed.items()):
-        here = PartitionOffset(seen.log_end, seen.leader_epoch, seen.topic_epoch)
+        here = seen.at(seen.log_end)
         if tp in recreated:
-            end[tp] = PartitionOffset(seen.log_start, seen.leader_epoch, seen.topic_epoch)
+            end[tp] = seen.at(seen.log_start)
             continue
         began = start.get(tp)
         if began is None or began.offset == EARLIEST:
@@ -393,7 +424,7 @@ def next_end(start: Mapping[TopicPartition, PartitionOffset], observed: Mapping[
         end.setdefault(tp, began)
     if max_rows is not None:
         for tp, offset in _capped(available, max_rows).items():
-            end[tp] = PartitionOffset(offset, end[tp].leader_epoch, end[tp].topic_epoch)
+            end[tp] = replace(end[tp], offset=offset)
     return end
 
 
@@ -418,14 +449,15 @@ def ranges(start: Mapping[TopicPartition, PartitionOffset],
     after a restart, for a batch planned before it): one per partition with records to read.
 
     A partition absent from `start` is new: it is read from its log start (unless its end is 0:
-    nothing was ever written to it). Between a start and an
-    end of different topic epochs (a recreated topic followed with onTopicRecreated=earliest) there
-    is nothing to read. An end below its start cannot come from `next_end`; it is refused here too.
+    nothing was ever written to it). Between a start and an end in different incarnations of the topic
+    (a recreated topic followed with onTopicRecreated=earliest: `same_topic`) there is nothing to
+    read; an end under a higher topic epoch of the same topic (partitions added) is read as any other.
+    An end below its start cannot come from `next_end`; it is refused here too.
     """
     out = []
     for tp, stop in sorted(end.items()):
         began = start.get(tp, PartitionOffset(EARLIEST))
-        if began.offset != EARLIEST and began.topic_epoch >= 0 and began.topic_epoch != stop.topic_epoch:
+        if began.offset != EARLIEST and not began.same_topic(stop):
             continue
         if began.offset != EARLIEST and stop.offset < began.offset:
             raise OffsetsWentBackwardsError(tp, began.offset, stop.offset, "the checkpoint", 1)
