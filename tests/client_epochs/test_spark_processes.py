@@ -8,7 +8,9 @@ controller, three brokers, broker 103 answering Metadata 2 s old) for the module
 - a broker whose Metadata answers are paused (PAUSE_METADATA) while the leader moves: the source
   refuses its answers and never plans a batch backwards; a plain raw-client loop is recorded beside;
 - a recreated topic fails the query with TopicRecreatedError, or with onTopicRecreated=earliest the
-  query goes on with the new topic from its beginning.
+  query goes on with the new topic from its beginning;
+- partitions added to a topic (CreatePartitions, a higher topic epoch, the same topic id) are picked
+  up by the running query: every record exactly once, no error.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from client_epochs import MetadataClient, TopicPartition
 from client_epochs.committed import split
@@ -253,6 +255,39 @@ def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, cluste
     values = sorted(bytes(r.value).decode() for r in spark.sql("select value from again_earliest").collect())
     assert values == sorted([f"old-{n}" for n in range(10)] + [f"new-{n}" for n in range(4)])
 
+
+
+def test_partitions_added_under_a_running_query_are_read_and_nothing_is_read_twice(spark, cluster, tmp_path):
+    """CreatePartitions raises the topic epoch, as a recreation does: the query must go on (the topic id
+    in its offsets is unchanged), read the new partitions from their start and the old one on."""
+    cluster.topic("grow", 1)
+    cluster.produce("grow", [f"a-{n}" for n in range(10)], 1)
+    checkpoint = tmp_path / "checkpoint"
+    query = (stream(spark, cluster, "grow").writeStream.format("memory").queryName("grow")
+             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="500 milliseconds").start())
+
+    def rows() -> int:
+        assert query.isActive, f"the query stopped: {query.exception()}"
+        return spark.sql("select count(*) c from grow").collect()[0].c
+
+    try:
+        wait_until("the query read grow's first 10 records", lambda: rows() == 10, timeout_s=120)
+        before = planned_ends(checkpoint)[-1]["grow"]["0"]
+        for future in cluster.admin.create_partitions([NewPartitions("grow", 3)]).values():
+            future.result(timeout=30)
+        for ask in ((), (STALE_BROKER,)):  # the producer may bootstrap from the stale broker
+            wait_until("grow has 3 partitions with leaders", lambda a=ask: len(cluster.leaders("grow", a)) == 3)
+        cluster.produce("grow", [f"b-{n}" for n in range(30)], 3)
+        wait_until("the query read the 30 records produced after the growth", lambda: rows() == 40, timeout_s=120)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    values = sorted(bytes(r.value).decode() for r in spark.sql("select value from grow").collect())
+    assert values == sorted([f"a-{n}" for n in range(10)] + [f"b-{n}" for n in range(30)])  # each exactly once
+    after = planned_ends(checkpoint)[-1]["grow"]
+    assert sorted(after) == ["0", "1", "2"]
+    assert after["0"]["topic_epoch"] > before["topic_epoch"] and after["0"]["offset"] == 20
+    assert {entry["topic_id"] for entry in after.values()} == {before["topic_id"]}
 
 
 def planned_ends(checkpoint: Path) -> list[dict[str, dict[str, dict[str, int]]]]:
