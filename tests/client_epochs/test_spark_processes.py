@@ -31,6 +31,7 @@ from client_epochs import MetadataClient, TopicPartition
 from client_epochs.committed import split
 from client_epochs.offset_fetch import OffsetFetcher
 from quorum.launcher import LocalCluster
+from quorum.wire.internal_metadata import topic_id_text
 from tests.test_broker_processes import QUIET
 from tests.test_controller_processes import create, wait_until
 
@@ -224,6 +225,7 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
         user, internal = split(tp, entry.metadata)
         assert 0 < entry.offset <= ends[str(tp.partition)]["offset"], (tp, entry, ends)
         assert internal is not None and internal.topic_epoch == ends[str(tp.partition)]["topic_epoch"] and user == ""
+        assert internal.topic_id is not None and topic_id_text(internal.topic_id) == ends[str(tp.partition)]["topic_id"]
 
 
 def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, cluster, tmp_path):
