@@ -3,6 +3,8 @@ its prober gets (a fake one here), for the never-backwards retries and Trigger.A
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 pytest.importorskip("pyspark")
@@ -12,6 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 from client_epochs import TopicPartition  # noqa: E402
 from client_epochs.spark import KafkaEpochsStreamReader  # noqa: E402
 from client_epochs.spark_planning import Observed, OffsetsWentBackwardsError, parse_options  # noqa: E402
+from quorum.wire.internal_metadata import topic_id_text  # noqa: E402
 
 T0 = TopicPartition("t", 0)
 
@@ -71,3 +74,25 @@ def test_max_rows_and_available_now_hold_the_end_back() -> None:
     # the records that arrived after the query started (500) are not planned by an AvailableNow query
     assert source.latestOffset(first, ReadAllAvailable())["t"]["0"]["offset"] == 100
     assert reader([1], maxOffsetsPerTrigger="5")[0].getDefaultReadLimit() == ReadMaxRows(5)
+
+
+class GrowingProber(FakeProber):
+    """FakeProber whose topic gains partitions after the first answer: a higher topic epoch, the same id."""
+
+    def observe(self, partitions, planned) -> dict[TopicPartition, Observed]:
+        topic_epoch = 7 if self.asked == 0 else 8
+        seen = super().observe(partitions, planned)[T0]
+        return {T0: Observed(seen.log_start, seen.log_end, 4, topic_epoch, seen.source, TOPIC_ID)}
+
+
+TOPIC_ID = uuid.UUID(int=0x5151)
+
+
+def test_available_now_holds_the_end_back_through_partition_growth() -> None:
+    source, _ = reader([])
+    source._prober = GrowingProber([100, 500])
+    source.prepareForTriggerAvailableNow()
+    # the target is planned at topic epoch 7 (end 100); the end asked next is 500 at topic epoch 8, the
+    # same topic grown: still held back to the target, under the newer epochs
+    first = source.latestOffset(START, ReadAllAvailable())["t"]["0"]
+    assert (first["offset"], first["topic_epoch"], first["topic_id"]) == (100, 8, topic_id_text(TOPIC_ID))
