@@ -187,11 +187,6 @@ class Partition:
         return self.log.start_offset
 
     @property
-    def tiered(self) -> bool:
-        """Whether this partition's old segments go to a remote tier."""
-        return self.remote is not None
-
-    @property
     def log_end_offset(self) -> int:
         return self.log.end_offset
 
