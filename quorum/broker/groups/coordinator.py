@@ -152,8 +152,8 @@ class GroupCoordinator:
     # ----------------------------------------------------------------------------------------
     # Offsets of deleted topics
 
-    def topics_deleted(self, topic_ids: Collection[uuid.UUID], current_topic_id: Callable[[str], uuid.UUID | None],
-                       now_ms: int) -> Output:
+    def topics_deleted(self, topic_ids: Collection[uuid.UUID],
+                       current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
         """Topics with these ids were deleted (the broker's metadata no longer has them): tombstone their
         offsets in every loaded partition. `current_topic_id` names a topic's id now (None: no such topic).
 
@@ -165,8 +165,7 @@ class GroupCoordinator:
                 self._drop_stale(state, current_topic_id)
         return self._flush()
 
-    def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None],
-                           now_ms: int) -> Output:
+    def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
         """Tombstone the offsets of a loaded partition whose topics are gone (deleted while this broker
         was down or did not lead the partition, or deleted and created again).
 

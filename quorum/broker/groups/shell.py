@@ -93,14 +93,14 @@ class GroupCoordinatorShell:
             return False
         self.core.finish_loading(partition, self.clock())
         if self.current_topic_id is not None:
-            self._apply(self.core.drop_stale_offsets(partition, self.current_topic_id, self.clock()))
+            self._apply(self.core.drop_stale_offsets(partition, self.current_topic_id))
         self._wake.set()
         return True
 
     def topics_deleted(self, topic_ids: Collection[uuid.UUID]) -> None:
         """The broker's metadata no longer has these topics: their committed offsets go too."""
         if self.current_topic_id is not None:
-            self._apply(self.core.topics_deleted(topic_ids, self.current_topic_id, self.clock()))
+            self._apply(self.core.topics_deleted(topic_ids, self.current_topic_id))
 
     def resign(self, partition: int) -> None:
         """This broker no longer leads `partition`."""

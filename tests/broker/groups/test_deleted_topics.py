@@ -36,7 +36,7 @@ def reload(h: Harness, topics: dict[str, uuid.UUID]) -> None:
     h.core = GroupCoordinator(h.core.config)
     h.load_all()
     for partition in range(h.core.config.offsets_topic_num_partitions):
-        h.take(h.core.drop_stale_offsets(partition, topics.get, h.now))
+        h.take(h.core.drop_stale_offsets(partition, topics.get))
     h.flush()
 
 
@@ -45,7 +45,7 @@ def test_deleting_a_topic_tombstones_its_offsets_and_keeps_the_others() -> None:
     assert commit(h, CommitEntry("gone", 0, 20, topic_id=OLD), CommitEntry("gone", 1, 7, topic_id=OLD),
                   CommitEntry("kept", 0, 5, topic_id=OTHER)) == (E.NONE,) * 3
     size = len(h.log[h.core.partition_for(GROUP)])
-    h.take(h.core.topics_deleted([OLD], {"kept": OTHER}.get, h.now))
+    h.take(h.core.topics_deleted([OLD], {"kept": OTHER}.get))
     h.flush()
     assert fetched(h)[1] == {("kept", 0): (5, -1, "", E.NONE)}
     assert sorted(tombstones(h, size), key=str) == [OffsetKey(GROUP, "gone", 0), OffsetKey(GROUP, "gone", 1)]
@@ -56,7 +56,7 @@ def test_deleting_a_topic_tombstones_its_offsets_and_keeps_the_others() -> None:
 def test_an_empty_group_left_without_offsets_is_removed_too() -> None:
     h = Harness()
     assert commit(h, CommitEntry("gone", 0, 20, topic_id=OLD)) == (E.NONE,)
-    h.take(h.core.topics_deleted([OLD], {}.get, h.now))
+    h.take(h.core.topics_deleted([OLD], {}.get))
     h.flush()
     assert h.core.group(GROUP) is None
     assert GroupKey(GROUP) in tombstones(h)
@@ -77,7 +77,7 @@ def test_a_partition_loaded_after_the_deletion_drops_the_old_topics_offsets() ->
 def test_a_commit_in_flight_when_its_topic_is_deleted_is_not_kept() -> None:
     h = Harness()
     assert commit(h, CommitEntry("gone", 0, 20, topic_id=OLD), flush=False) is None
-    h.take(h.core.topics_deleted([OLD], {}.get, h.now))
+    h.take(h.core.topics_deleted([OLD], {}.get))
     h.flush()
     assert fetched(h)[1] == {}
     reload(h, {})
