@@ -74,13 +74,6 @@ def replayed_state(directory: Path, log: ReplayLog, snapshots: SnapshotDirectory
     return state, replay_batches(state, log, start, upto)
 
 
-def replayed_image(directory: Path, log: ReplayLog, snapshots: SnapshotDirectory, upto: int,
-                   like: MetadataImage) -> MetadataImage | None:
-    """`replayed_state`'s image."""
-    replayed = replayed_state(directory, log, snapshots, upto, like)
-    return None if replayed is None else replayed[0].image
-
-
 def replay_batches(state: ImageState, log: ReplayLog, start: int, upto: int) -> int:
     """Apply the data records of the log's whole batches from `start` below `upto`; the next offset."""
     for batch in log.iter_batches(start, upto):

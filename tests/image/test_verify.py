@@ -12,7 +12,7 @@ from quorum.image.compare import image_difference
 from quorum.image.image_state import ImageState
 from quorum.image.replay import MetadataReplayer
 from quorum.image.snapshot_policy import SnapshotPolicy
-from quorum.image.verify import ImageDivergenceError, ImageVerifier, replayed_image, verify_image_enabled
+from quorum.image.verify import ImageDivergenceError, ImageVerifier, replayed_state, verify_image_enabled
 from quorum.log import Log
 from quorum.log.snapshot import SnapshotDirectory
 from quorum.wire.records import Record, build_batch
@@ -127,7 +127,7 @@ def test_a_divergence_names_node_offset_and_field(tmp_path: Path) -> None:
 def test_a_log_that_starts_past_the_snapshot_is_not_checked(tmp_path: Path) -> None:
     with write_log(tmp_path, BATCHES) as log:
         log.advance_start_offset(4)
-        assert replayed_image(tmp_path, log, SnapshotDirectory(tmp_path), 9, ImageState().image) is None
+        assert replayed_state(tmp_path, log, SnapshotDirectory(tmp_path), 9, ImageState().image) is None
 
 
 @pytest.mark.parametrize(("props", "environ", "expected"), [
