@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from client_epochs.epoch_cache import epochs_of
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.log_bounds import READ_UNCOMMITTED, BoundsSource, LogBoundsClient
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
@@ -238,10 +239,10 @@ class EpochGuard:
         topic_id = self.topic_ids.get(tp.topic)
         known = self.metadata.cache.get(tp)
         if topic_id is None and known is not None:
-            topic_id = getattr(known, "topic_id", None)
-            if topic_id is not None and topic_id != ZERO_UUID:
+            topic_id = epochs_of(known).topic_id  # None for Kafka's "no topic id" too
+            if topic_id is not None:
                 self.topic_ids[tp.topic] = topic_id
-        return topic_id if topic_id != ZERO_UUID else None
+        return topic_id
 
     def resolve_out_of_range(self, tp: TopicPartition, position: int | None, policy: str,
                              timeout: float = 30.0) -> Resolution:
