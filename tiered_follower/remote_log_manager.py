@@ -144,7 +144,6 @@ class RemoteLogManager:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"remote-log-{broker_id}")
         self._clock_ms = clock_ms
         self._indexes = remote_reads.RemoteIndexCache(storage)
-        self._loaded_epoch: dict[TopicIdPartition, int] = {}
         self._snapshots: dict[TopicIdPartition, tuple[int, bytes]] = {}
         self._copying: set[uuid.UUID] = set()
         self._background: set[asyncio.Future[object]] = set()
@@ -179,7 +178,6 @@ class RemoteLogManager:
         """Its remote work stops; its objects are deleted once a step in flight is done (so no
         upload finishing late leaves objects behind)."""
         self._deleted.add(partition)
-        self._loaded_epoch.pop(partition, None)
         self._snapshots.pop(partition, None)
         task = asyncio.ensure_future(self._delete_partition(partition))
         self._background.add(task)
@@ -259,13 +257,12 @@ class RemoteLogManager:
         key = state.partition
         epoch = partition.leader_epoch
         leader = partition.is_leader
-        if not leader:
-            self._loaded_epoch.pop(key, None)
-        if not leader or self._loaded_epoch.get(key) != epoch or not state.loaded:
+        # A follower reloads every run; a leader once per leader epoch (becoming leader, or a new
+        # epoch, invalidates the state: Partition calls RemoteLogState.invalidate).
+        if not leader or not state.loaded:
             segments = await self._run(self.metadata.list_segments, key)
             state.load(segments)
             if leader:
-                self._loaded_epoch[key] = epoch
                 logger.info("%s: leader in epoch %d; remote segments loaded, highest uploaded offset %s",
                             partition.name, epoch, state.highest_uploaded_offset)  # fmt: skip
         rolled = {s.base_offset: s for s in partition.log.rolled_segments()}
