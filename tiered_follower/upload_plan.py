@@ -107,7 +107,8 @@ def expirations(now: PartitionNow, remote: RemoteLogState) -> list[Expire]:
             by_time += 1
     by_size = 0
     if now.retention_bytes is not None:
-        uploaded = remote.highest_uploaded_offset or -1
+        uploaded = remote.highest_uploaded_offset
+        uploaded = -1 if uploaded is None else uploaded  # not `or -1`: 0 is an uploaded offset
         local_only = sum(s.size for s in now.rolled if s.base_offset > uploaded)
         excess = remote.size_in_bytes + local_only - now.retention_bytes
         for segment in finished:
