@@ -68,3 +68,13 @@ def test_segment_epochs_and_the_checkpoint_up_to_a_segment():
     assert segment_epochs(local, 200, 300) == (EpochEntry(3, 200), EpochEntry(4, 260))
     history = merged_history([EpochEntry(0, 0), EpochEntry(1, 40)], local, 200)
     assert history == [EpochEntry(0, 0), EpochEntry(1, 40), EpochEntry(3, 150)]
+
+
+def test_size_retention_counts_a_segment_uploaded_up_to_offset_0_once():
+    """A first segment of one record has highest uploaded offset 0: it is remote bytes, not local-only too."""
+    first = meta(0, 0, RemoteSegmentState.COPY_SEGMENT_FINISHED, 10_000)
+    rolled = [LocalSegment(0, 1, 1000, 10_000), LocalSegment(1, 100, 1000, 20_000)]
+    at_limit = PartitionNow(101, True, 1000, rolled, None, 2000, 100_000)
+    assert [s for s in plan(at_limit, remote(first)) if isinstance(s, Expire)] == []
+    over = PartitionNow(101, True, 1000, rolled, None, 1000, 100_000)  # 1000 bytes over: the whole segment
+    assert [s.segment for s in plan(over, remote(first)) if isinstance(s, Expire)] == [first]
