@@ -46,7 +46,7 @@ clusters' data (a temporary directory under the current one by default).
    Then IDLE_CALLS topics one at a time, each IDLE_MS after the previous answer, timing the calls
    only: what a user creating a topic on a quiet cluster waits. Beside them, on the same
    cluster: the same one-topic CreateTopics requests sent sequentially straight to the active
-   controller on one connection (`quorum.server.peer_client.PeerClient`, as a broker forwards
+   controller on one connection (`quorum.net.peer_client.PeerClient`, as a broker forwards
    them), the controller path without the client library and the broker's forwarding; and
    `quorum.admin.QuorumWriter` committing one NoOpRecord per commit sequentially (Produce to
    `__cluster_metadata` through the leader, answered once committed), the bare Raft commit that
@@ -383,7 +383,7 @@ def create_at_controller(address: str, prefix: str, partitions: int, factor: int
     """CREATES CreateTopics requests of one topic each, sequentially, sent straight to the active
     controller on one connection (`PeerClient`, as a broker forwards them): the controller path
     without the client library and the broker in between."""
-    from quorum.server.peer_client import PeerClient
+    from quorum.net.peer_client import PeerClient
     from quorum.wire.protocol import APIS
 
     api = APIS[19]

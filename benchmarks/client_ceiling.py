@@ -22,7 +22,7 @@ from typing import Any
 
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.image.image import single_node_image
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request

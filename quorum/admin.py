@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS

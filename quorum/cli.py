@@ -168,7 +168,7 @@ def _remote_tier(config: object) -> object | None:
 
 def _get_offsets(args: argparse.Namespace) -> int:
     from quorum.get_offsets import GetOffsetsError, format_offsets, list_offsets, parse_time
-    from quorum.server.peer_client import PeerUnavailable
+    from quorum.net.peer_client import PeerUnavailable
 
     try:
         spec = parse_time(args.time)
@@ -195,7 +195,7 @@ def _storage(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace) -> int:
     from quorum.admin import QuorumToolError, describe_quorum, format_replication, format_status
-    from quorum.server.peer_client import PeerUnavailable
+    from quorum.net.peer_client import PeerUnavailable
 
     try:
         status = asyncio.run(describe_quorum(args.bootstrap_controller))

@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.admin import QuorumToolError, describe_quorum
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.protocol import APIS
 
 METADATA = APIS[3]

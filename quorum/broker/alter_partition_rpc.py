@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.broker.isr import AlterPartitionRequest, AlterPartitionResponse
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 

@@ -60,7 +60,7 @@ from quorum.broker.partition_view import (
 )
 from quorum.broker.remote_tier import RemoteReadError, RemoteTier
 from quorum.image.image import MetadataImage
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 

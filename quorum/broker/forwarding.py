@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from quorum.server.dispatch import Dispatcher, Reply
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import Request
 

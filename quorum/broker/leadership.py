@@ -38,7 +38,7 @@ from quorum.broker.isr import (
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
 from quorum.image.image import MetadataImage, PartitionInfo
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from typing import Any
 from quorum.broker.fetch_resolve import ImageProvider, leader_partition
 from quorum.broker.partition_view import OffsetOutOfRange, PartitionLookup, ServedPartition, TimestampOffset
 from quorum.broker.remote_tier import RemoteReadError, RemoteTier
-from quorum.server.dispatch import Reply
+from quorum.net.dispatch import Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 from quorum.wire.records import BATCH_HEADER_SIZE, RecordBatch

@@ -28,7 +28,7 @@ from quorum.broker.partition import AppendError
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.topic_creation import TopicCreator
 from quorum.image.image import MetadataImage
-from quorum.server.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher
 from quorum.wire import records as wire_records
 from quorum.wire.errors import ErrorCode
 

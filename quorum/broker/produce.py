@@ -33,7 +33,7 @@ from quorum.broker.producer_ids import ProducerIdsExhausted
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import MetadataImage
 from quorum.log.errors import LogError
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 

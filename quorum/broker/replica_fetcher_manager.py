@@ -32,8 +32,8 @@ from quorum.broker.replica_fetcher import ReplicaFetcher
 from quorum.broker.replica_fetcher_out_of_range import Fail, OutOfRangePlugin, Step
 from quorum.image.image import MetadataImage
 from quorum.log.errors import LogError
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.raft.interface import OffsetAndEpoch
-from quorum.server.peer_client import PeerClient, PeerUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import uuid
 from typing import Any
 
 from quorum.broker import replica_fetcher_events as ev
+from quorum.net.peer_client import PeerClient
 from quorum.raft.interface import OffsetAndEpoch
-from quorum.server.peer_client import PeerClient
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 

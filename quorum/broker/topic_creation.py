@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from quorum.server.peer_client import PeerClient, PeerUnavailable
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 

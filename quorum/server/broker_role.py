@@ -41,13 +41,13 @@ from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.served_image import ServedImage
 from quorum.broker.topic_creation import TopicCreator, TopicDefaults
 from quorum.image.image import MetadataImage
+from quorum.net.dispatch import Reply
 from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
-from quorum.server.dispatch import Reply
 from quorum.server.refusals import refuse
 from quorum.wire.protocol import Request
 
 if TYPE_CHECKING:
-    from quorum.server.node import RaftNode
+    from quorum.server.node_services import NodeServices
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ AUTO_CREATE_POLL_S = 0.02
 class BrokerRole:
     """A node's broker role; `node` gives the replayed image and the controller channel."""
 
-    def __init__(self, node: RaftNode, out_of_range: OutOfRangePlugin | None = None,
+    def __init__(self, node: NodeServices, out_of_range: OutOfRangePlugin | None = None,
                  remote: RemoteTier | None = None) -> None:
         """`out_of_range` is the remote tier's plug-in point (KIP-1023): what followers do when the
         leader answers OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's way without it.

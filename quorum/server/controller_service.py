@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from quorum.controller.controller import ControllerConfig, QuorumController
 from quorum.controller.results import ControllerResult
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.refusals import refuse
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import Request
 
 if TYPE_CHECKING:
-    from quorum.server.node import RaftNode
+    from quorum.server.node_services import NodeServices
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ TICK_SECONDS = 0.1
 
 
 class ControllerService:
-    def __init__(self, node: RaftNode, config: ControllerConfig, commit_timeout_s: float = 30.0) -> None:
+    def __init__(self, node: NodeServices, config: ControllerConfig, commit_timeout_s: float = 30.0) -> None:
         self.node = node
         self.config = config
         self._commit_timeout_s = commit_timeout_s

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from contextlib import suppress
 
-from quorum.server.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, check_frame_size
 from quorum.wire.protocol import decode_request, encode_response

@@ -43,15 +43,15 @@ from quorum.image.verify import ImageDivergenceError, ImageVerifier, verify_imag
 from quorum.log.log import Log
 from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
 from quorum.log.snapshot import SnapshotDirectory
+from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
 from quorum.server import raft_rpc
 from quorum.server.broker_role import BrokerRole
 from quorum.server.config import NodeConfig
 from quorum.server.controller_service import ControllerService
-from quorum.server.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
-from quorum.server.peer_client import PeerClient, PeerUnavailable
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.storage import check_storage, record_cluster_id

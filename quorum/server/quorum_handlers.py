@@ -18,14 +18,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from quorum.server.dispatch import Reply
+from quorum.net.dispatch import Reply
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS, Request
 from quorum.wire.records import CorruptRecordError, iter_batches
 
 if TYPE_CHECKING:
-    from quorum.server.node import RaftNode
+    from quorum.server.node_services import NodeServices
 
 PRODUCE, DELETE_RECORDS, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 0, 21, 55, 60
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's fixed id of __cluster_metadata
@@ -36,7 +36,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def register_quorum_admin(node: RaftNode) -> None:
+def register_quorum_admin(node: NodeServices) -> None:
     async def describe_quorum(request: Request) -> Reply:
         return Reply(describe_quorum_response(node, request.version), request.version)
 
@@ -52,7 +52,7 @@ def register_quorum_admin(node: RaftNode) -> None:
     node.dispatcher.register(DESCRIBE_CLUSTER, describe_cluster)
 
 
-def describe_quorum_response(node: RaftNode, version: int) -> Any:
+def describe_quorum_response(node: NodeServices, version: int) -> Any:
     schema = APIS[DESCRIBE_QUORUM].response
     topic, partition_schema = schema.TopicData, schema.TopicData.PartitionData
     replica = partition_schema.ReplicaState
@@ -82,7 +82,7 @@ def describe_quorum_response(node: RaftNode, version: int) -> Any:
                   topics=[topic(topic_name=METADATA_TOPIC, partitions=[partition])])
 
 
-def register_metadata_writes(node: RaftNode) -> None:
+def register_metadata_writes(node: NodeServices) -> None:
     async def produce(request: Request) -> Reply | None:
         body = request.body
         responses = []
@@ -121,7 +121,7 @@ async def delete_records(request: Request) -> Reply:
     return Reply(schema(throttle_time_ms=0, topics=topics), request.version)
 
 
-async def _commit(node: RaftNode, records: bytes | None, timeout_ms: int) -> tuple[int, int, str | None]:
+async def _commit(node: NodeServices, records: bytes | None, timeout_ms: int) -> tuple[int, int, str | None]:
     """Propose the values of `records` as one batch; wait until it is committed."""
     try:
         values = [r.value or b"" for batch in iter_batches(records or b"", strict=True) for r in batch]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.image.image import MetadataImage, single_node_image
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.wire.protocol import Request
 

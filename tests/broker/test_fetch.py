@@ -13,7 +13,7 @@ from quorum.broker.fetch import FETCH, FetchHandler, register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.partition_view import AppendNotifier
 from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo, single_node_image
-from quorum.server.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher
 from quorum.wire.errors import ErrorCode
 from quorum.wire.records import iter_batches
 from tests.broker.fake_partitions import FakeLookup, FakePartition

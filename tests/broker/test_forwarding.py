@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from quorum.broker.forwarding import CREATE_TOPICS, register_forwarding
-from quorum.server.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher
 from quorum.server.refusals import refuse
 from quorum.wire.errors import ErrorCode
 from quorum.wire.framing import RequestHeader

@@ -16,7 +16,7 @@ from quorum.broker.produce import register_produce
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import single_node_image
 from quorum.log.log import Log
-from quorum.server.dispatch import Reply
+from quorum.net.dispatch import Reply
 from quorum.server.listener import KafkaListener
 from quorum.server.standalone import metadata_dispatcher
 from quorum.wire.protocol import Request

@@ -10,7 +10,7 @@ from quorum.broker.produce import ProduceHandlers, register_produce
 from quorum.broker.producer_ids import ProducerIdAllocator
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from quorum.server.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher
 from quorum.wire.errors import ErrorCode
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, Request, decode_body

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from quorum.server.dispatch import Handler
+from quorum.net.dispatch import Handler
 from quorum.wire.protocol import APIS, RequestHeader, decode_request, decode_response, encode_request, encode_response
 
 _correlation = itertools.count(1)

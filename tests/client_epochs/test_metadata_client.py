@@ -24,7 +24,7 @@ from client_epochs import (
 )
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.wire.errors import ErrorCode
 from quorum.wire.internal_metadata import InternalMetadata

@@ -30,9 +30,9 @@ from kafka.structs import TopicPartition
 from quorum.admin import wait_for_leader
 from quorum.image.image import single_node_image
 from quorum.launcher import LocalCluster, NodeSpec
-from quorum.server.dispatch import Reply
+from quorum.net.dispatch import Reply
+from quorum.net.peer_client import PeerClient
 from quorum.server.listener import KafkaListener
-from quorum.server.peer_client import PeerClient
 from quorum.server.standalone import metadata_dispatcher
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request

@@ -24,7 +24,7 @@ from quorum.broker.groups.events import (
     SyncGroup,
 )
 from quorum.broker.groups.shell import GroupCoordinatorShell
-from quorum.server.dispatch import Dispatcher, Reply
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 

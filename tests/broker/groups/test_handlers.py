@@ -13,7 +13,7 @@ from quorum.broker.groups.find_coordinator import CoordinatorNode
 from quorum.broker.groups.handlers import MAX_OFFSET_VERSION, register_group_apis
 from quorum.broker.groups.offsets_log import InMemoryOffsetsLog
 from quorum.broker.groups.shell import GroupCoordinatorShell
-from quorum.server.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher
 from quorum.wire.errors import ErrorCode as E
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, Request, decode_body

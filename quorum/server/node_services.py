@@ -1,0 +1,52 @@
+"""What a node offers the roles it hosts (the broker role, the controller service, the quorum
+admin handlers), as a protocol.
+
+The node composes its roles, so a role that named `RaftNode` would import the module that
+imports it. Typed against this protocol instead, a role depends only on what it uses, and a test
+can host a role on anything that has these members.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from quorum.image.image import MetadataImage
+from quorum.image.image_state import ImageState
+from quorum.image.metrics import NodeMetrics
+from quorum.image.replay import MetadataReplayer
+from quorum.log.log import Log
+from quorum.net.dispatch import Dispatcher
+from quorum.net.peer_client import PeerClient
+from quorum.raft.core import RaftCore
+from quorum.server.config import NodeConfig
+
+
+class NodeServices(Protocol):
+    """The members of `quorum.server.node.RaftNode` its roles use."""
+
+    config: NodeConfig
+    core: RaftCore
+    log: Log
+    metrics: NodeMetrics
+    dispatcher: Dispatcher
+    image_state: ImageState
+    replayer: MetadataReplayer
+
+    @property
+    def image(self) -> MetadataImage:
+        """The metadata image replayed from the committed log."""
+        ...
+
+    def now_ms(self) -> int: ...
+
+    def controller_peer(self) -> PeerClient | None:
+        """The channel to the active controller, when the node knows one."""
+        ...
+
+    async def propose(self, values: list[bytes]) -> int | None:
+        """Append `values` as one batch through the core (leader only); its base offset, or None."""
+        ...
+
+    async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
+        """Wait until every record below `offset` is committed."""
+        ...
