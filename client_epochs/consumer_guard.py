@@ -120,7 +120,7 @@ class EpochGuard:
         """
         paused = []
         for tp, floor in floors.items():
-            if floor is not None and (floor.topic_epoch >= 0 or floor.leader_epoch >= 0 or floor.topic_id is not None):
+            if floor is not None and not floor.is_unknown:
                 self.floors[tp] = floor
                 paused.append(tp)
             else:

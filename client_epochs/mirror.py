@@ -308,9 +308,8 @@ class Replicator:
         if leader_epoch is None or leader_epoch < 0:
             leader_epoch = NO_EPOCH if known is None else known.leader_epoch
         topic_id = consumer.read_topic_id(tp) if consumer is not None else None
-        if topic_epoch < 0 and leader_epoch < 0 and topic_id is None:
-            return None
-        return InternalMetadata(topic_epoch, leader_epoch, topic_id)
+        metadata = InternalMetadata(topic_epoch, leader_epoch, topic_id)
+        return None if metadata.is_unknown else metadata
 
     def _delivered(self, tp: TopicPartition, progress: PartitionProgress, offset: int, leader_epoch: int | None,
                    error: KafkaError | None, _: confluent_kafka.Message) -> None:
@@ -357,8 +356,7 @@ class Replicator:
             resume = decisions[tp]
             log.info("%s", resume.note)
             floor = resume.floor
-            if resume.seek_to is not None and floor is not None and (
-                    floor.topic_epoch >= 0 or floor.leader_epoch >= 0 or floor.topic_id is not None):
+            if resume.seek_to is not None and floor is not None and not floor.is_unknown:
                 self._pending_seeks[tp] = (resume.seek_to, floor.to_json())
                 held.append(_ck(tp))
             self._progress[tp] = PartitionProgress.resumed(committed[tp], resume)

@@ -80,6 +80,12 @@ class InternalMetadata:
         if self.topic_id == _ZERO_UUID:  # Kafka's "no topic id"
             object.__setattr__(self, "topic_id", None)
 
+    @property
+    def is_unknown(self) -> bool:
+        """No epoch and no topic id: metadata that names nothing to wait for or to compare with,
+        which KIP-232 treats as no internal metadata at all."""
+        return self.topic_epoch < 0 and self.leader_epoch < 0 and self.topic_id is None
+
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, InternalMetadata):
             return NotImplemented
