@@ -503,7 +503,7 @@ class ReplicaFetcher:
             if parsed.restart_at is not None:
                 # The leader's log start is inside a batch (DeleteRecords): Kafka starts our empty log
                 # at that batch's base offset, as Partition.appendRecordsToFollowerOrFutureReplica does.
-                self._start_at(p, parsed.restart_at, ())
+                self._start_at(p, parsed.restart_at)
             self._actions.append(AppendAsFollower(p.tp, bytes(data.records[: parsed.valid_bytes]),
                                                   parsed.end_offset, parsed.last_epoch))  # fmt: skip
             p.fetch_offset = p.log_end = parsed.end_offset
@@ -615,9 +615,10 @@ class ReplicaFetcher:
         p.stale = True
         return True
 
-    def _start_at(self, p: _Partition, offset: int, epochs: tuple[EpochStart, ...]) -> None:
+    def _start_at(self, p: _Partition, offset: int, epochs: tuple[EpochStart, ...] = (),
+                  producer_snapshot: bytes | None = None) -> None:
         logger.info("%s: log (%d..%d) replaced by an empty one at %d", p.tp, p.log_start, p.log_end, offset)
-        self._actions.append(TruncateFullyAndStartAt(p.tp, offset, epochs))
+        self._actions.append(TruncateFullyAndStartAt(p.tp, offset, epochs, producer_snapshot))
         p.log_start = p.log_end = p.fetch_offset = offset
         p.last_fetched_epoch = epochs[-1].epoch if epochs else None
         if p.high_watermark != offset:
@@ -659,7 +660,7 @@ class ReplicaFetcher:
             self._truncate(p, step.offset, f"{_error_name(situation.error)} at offset {situation.fetch_offset}")
         elif isinstance(step, StartAt):
             self._end_resolution(p)
-            self._start_at(p, step.offset, step.leader_epochs)
+            self._start_at(p, step.offset, step.leader_epochs, step.producer_snapshot)
         elif isinstance(step, Retry):
             self._end_resolution(p)
             self._delay(p, step.reason or f"{_error_name(situation.error)} at offset {situation.fetch_offset}")

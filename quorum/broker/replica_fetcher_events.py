@@ -247,11 +247,14 @@ class EpochStart:
 @dataclass(frozen=True, slots=True)
 class TruncateFullyAndStartAt:
     """Replace the log by an empty one starting at `offset` (Kafka's truncateFullyAndStartAt); the
-    leader-epoch cache is emptied, then holds `leader_epochs` (a remote-tier handler restores them)."""
+    leader-epoch cache is emptied, then holds `leader_epochs` (entries below `offset`, which a
+    remote-tier handler restores) and the producer state is `producer_snapshot`'s (none: empty).
+    Durable and crash-safe: after a crash the log is the old one or this one, never a mix."""
 
     topic_partition: TopicPartition
     offset: int
     leader_epochs: tuple[EpochStart, ...] = ()
+    producer_snapshot: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # KIP-1023
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,10 @@ class LeaderOffset:
 
     offset: int
     leader_epoch: int
+    error: int = ErrorCode.NONE
+    """UNSUPPORTED_VERSION when the leader cannot answer this timestamp spec (a leader without
+    ListOffsets v11 asked for -6): the offsets are then -1 and the handler picks another path.
+    Any other error ends the resolution (the fetcher backs off) instead of reaching the handler."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,10 @@ class OutOfRange:
     """A refused fetch position and what has been learnt about it."""
 
     topic_partition: TopicPartition
-    error: int  # OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE
+    error: int
+    """OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE from the leader; NONE for an empty
+    replica consulted once before its first fetch (KIP-1023 may apply even when the leader still
+    has offset 0 locally); the default handler keeps today's behaviour then (`TruncateTo(0)`)."""
     current_leader_epoch: int
     fetch_offset: int
     log_start_offset: int
@@ -50,6 +58,12 @@ class OutOfRange:
     latest_epoch: int | None
     leader_offsets: dict[int, LeaderOffset] = field(default_factory=dict)
     """Timestamp spec -> the leader's answer, for every AskLeaderOffset answered so far."""
+    remote_storage_enabled: bool = False
+    """The topic's `remote.storage.enable` and the broker's `remote.log.storage.system.enable`."""
+    compacted: bool = False
+    """The topic's `cleanup.policy` contains `compact` (KIP-1023 then takes the normal path)."""
+    fetch_from_tiered_offset: bool = False
+    """The broker's `follower.fetch.last.tiered.offset.enable` when the resolution began (dynamic)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,6 +90,11 @@ class StartAt:
 
     offset: int
     leader_epochs: tuple[EpochStart, ...] = ()
+    """The leader-epoch entries below `offset` (Kafka's EpochEntry start offsets), restored into
+    the leader-epoch cache; the last one's epoch is the first fetch's LastFetchedEpoch."""
+    producer_snapshot: bytes | None = None
+    """The producer state at `offset` (`quorum.wire.producer_snapshot` bytes), restored and kept
+    across restarts, so an idempotent producer's retry after the bootstrap is still recognised."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +132,13 @@ class KafkaOutOfRangeHandler:
     Leader's log end below ours (an unclean election let a shorter log lead): truncate to it.
     Leader's log start above our end (we were away while retention ran): start over empty at
     the leader's log start. Otherwise the position is in range by now (the leader moved on
-    between our fetch and its ListOffsets): back off and fetch it again.
+    between our fetch and its ListOffsets): back off and fetch it again. An empty replica before
+    its first fetch (error NONE) keeps its log as it is and fetches from 0.
     """
 
     def next_step(self, situation: OutOfRange) -> Step:
+        if situation.error == ErrorCode.NONE:
+            return TruncateTo(situation.log_end_offset)  # an empty replica: fetch from its (empty) end
         if situation.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
             return Fail(f"the leader has moved offset {situation.fetch_offset} of {situation.topic_partition} to "
                         "tiered storage and this broker has no remote-tier follower plug-in to fetch it from there")
