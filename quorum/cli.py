@@ -137,8 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "start":
         from quorum.server.config import load_config
         from quorum.server.node import run_node
+        from quorum.server.storage import StorageError, check_storage
 
         config = load_config(args.config, _key_values(args.override))
+        try:
+            check_storage(config)  # a replaced disk is formatted again first, as with kafka-storage.sh
+        except StorageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         return run_node(config, _remote_tier(config))
     if args.command == "describe":
         return _describe(args)

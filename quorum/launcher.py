@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -291,6 +292,26 @@ class LocalCluster:
         if process is not None and process.poll() is None:
             process.send_signal(sig)
             process.wait(30)
+
+    def wipe(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """A broker whose disk died: stop it with `sig` if it runs, delete its log dirs and format them
+        again with the cluster id they held, as an operator replacing the disk does with `quorum storage
+        format -t ID`. `start_node` then starts it with the same node id and an empty log: it registers
+        as a new incarnation (the controller accepts it once the old one is fenced, by a clean shutdown
+        or an expired session) and recreates its replicas from the metadata, which fetch from the leaders."""
+        from quorum.server.config import node_config
+        from quorum.server.storage import format_storage, read_cluster_id
+
+        spec = self.specs[node_id]
+        if spec.role != "broker":
+            raise ValueError(f"node {node_id} is a {spec.role}: only a broker's disk can be wiped and rebuilt "
+                             f"from its peers")
+        self.kill(node_id, sig)
+        config = node_config(self.properties(spec))
+        cluster_id = read_cluster_id(config)
+        for directory in config.log_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        format_storage(config, cluster_id)
 
     def stop(self, timeout: float = 15.0) -> None:
         for process in self.processes.values():

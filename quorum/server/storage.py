@@ -53,6 +53,16 @@ def check_storage(config: NodeConfig) -> str | None:
     return cluster_ids.pop() if cluster_ids else None
 
 
+def read_cluster_id(config: NodeConfig) -> str | None:
+    """The cluster id the node's log dirs name, if any does: what a disk being replaced was formatted
+    with. Unlike `check_storage` it refuses nothing (a missing or half-deleted directory is None)."""
+    for directory in config.log_dirs:
+        meta = read_meta_properties(directory / META_PROPERTIES_NAME)
+        if meta is not None:
+            return meta.cluster_id
+    return None
+
+
 def record_cluster_id(config: NodeConfig, cluster_id: str) -> None:
     """Write meta.properties in every log dir once the cluster id is known to be committed."""
     for directory in config.log_dirs:
