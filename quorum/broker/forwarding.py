@@ -1,13 +1,14 @@
 """A broker forwards admin requests to the active controller (KIP-590's forwarding, as KRaft brokers do).
 
-Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and
-DescribeConfigs to the node that Metadata names as controller, which on a KRaft cluster is a
-broker: the broker passes the request, unchanged and at the client's version, to the quorum
-leader, and the answer back. While no controller answers, or the one asked answers NOT_CONTROLLER
-(it resigned, for instance to take its snapshot turn, before the broker learned of the new leader),
-the request is retried until the client's own timeout is near, then answered with REQUEST_TIMED_OUT
-for every resource it named. As Kafka's NodeToControllerChannelManager: clients never see NOT_CONTROLLER
-from a broker (librdkafka's admin client does not retry it).
+Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+DescribeConfigs, AlterPartitionReassignments and ListPartitionReassignments to the node that
+Metadata names as controller, which on a KRaft cluster is a broker: the broker passes the
+request, unchanged and at the client's version, to the quorum leader, and the answer back.
+While no controller answers, or the one asked answers NOT_CONTROLLER (it resigned, for instance
+to take its snapshot turn, before the broker learned of the new leader), the request is retried
+until the client's own timeout is near, then answered with REQUEST_TIMED_OUT for every resource
+it named. As Kafka's NodeToControllerChannelManager: clients never see NOT_CONTROLLER from a
+broker (librdkafka's admin client does not retry it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from quorum.wire.protocol import Request
 log = logging.getLogger(__name__)
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 32, 37, 44
-FORWARDED = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS)
+ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
+FORWARDED = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
+             ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS)
 RETRY_SECONDS = 0.1
 
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quorum.controller import balance
+from quorum.controller import balance, reassignment
 from quorum.controller import configs as cfg
 from quorum.controller import records as rec
 from quorum.controller.election import (
@@ -577,6 +577,17 @@ class QuorumController:
                                               partition_epoch=after.partition_epoch))
             topics.append(topic_data(topic_id=asked.topic_id, partitions=answers))
         return _result(out, schema(throttle_time_ms=0, error_code=0, topics=topics))
+
+    def alter_partition_reassignments(self, request: Any, view: ControllerView) -> ControllerResult:
+        """AlterPartitionReassignments (KIP-455): see `quorum.controller.reassignment`."""
+        out, response = reassignment.alter_partition_reassignments(
+            request, view, _Partitions(view), is_acceptable_leader=lambda b: self._is_active(view, b),
+            unclean_topics=set(self._unclean_topics(view).values()))
+        return _result(out, response)
+
+    def list_partition_reassignments(self, request: Any, view: ControllerView) -> ControllerResult:
+        """ListPartitionReassignments (read only): the partitions being reassigned."""
+        return ControllerResult((), reassignment.list_partition_reassignments(request, view))
 
     # -- helpers -------------------------------------------------------------------------------
 

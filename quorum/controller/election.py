@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.controller import records
+from quorum.controller.reassignment_replicas import ReassignmentReplicas, complete
 from quorum.controller.records import NO_LEADER, NO_LEADER_CHANGE
 from quorum.controller.results import INVALID_UPDATE_VERSION, ApiError
 from quorum.controller.view import PartitionView
@@ -59,26 +60,39 @@ class PartitionState:
     leader_epoch: int
     partition_epoch: int
     leader_recovery_state: int = LEADER_RECOVERY_RECOVERED
+    adding: tuple[int, ...] = ()
+    """Replicas a reassignment is adding (KIP-455; `quorum.controller.reassignment_replicas`)."""
+    removing: tuple[int, ...] = ()
+    """Replicas a reassignment is removing."""
 
     @classmethod
     def of(cls, topic_id: uuid.UUID, view: PartitionView) -> PartitionState:
         return cls(topic_id, view.partition, tuple(view.replicas), tuple(view.isr), view.leader, view.leader_epoch,
-                   view.partition_epoch, view.leader_recovery_state)
+                   view.partition_epoch, view.leader_recovery_state, tuple(view.adding_replicas),
+                   tuple(view.removing_replicas))
 
     @property
     def key(self) -> tuple[uuid.UUID, int]:
         return self.topic_id, self.partition
 
-    def merge(self, *, isr: Sequence[int] | None, leader: int,
-              leader_recovery_state: int = NO_RECOVERY_CHANGE) -> PartitionState:
-        """The state after a PartitionChangeRecord with these fields, as this project's image
-        replays it: the partition epoch always goes up, the leader epoch when Leader or Isr is set."""
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def merge(self, *, isr: Sequence[int] | None, leader: int, leader_recovery_state: int = NO_RECOVERY_CHANGE,
+              replicas: Sequence[int] | None = None, adding: Sequence[int] | None = None,
+              removing: Sequence[int] | None = None) -> PartitionState:
+        """The state after a PartitionChangeRecord with these fields (None: unchanged), as this
+        project's image replays it: the partition epoch always goes up, the leader epoch when Leader
+        or Isr is set."""
         bumped = leader != NO_LEADER_CHANGE or isr is not None
         return PartitionState(
-            self.topic_id, self.partition, self.replicas, self.isr if isr is None else tuple(isr),
+            self.topic_id, self.partition, self.replicas if replicas is None else tuple(replicas),
+            self.isr if isr is None else tuple(isr),
             self.leader if leader == NO_LEADER_CHANGE else leader,
             self.leader_epoch + 1 if bumped else self.leader_epoch, self.partition_epoch + 1,
-            self.leader_recovery_state if leader_recovery_state == NO_RECOVERY_CHANGE else leader_recovery_state)
+            self.leader_recovery_state if leader_recovery_state == NO_RECOVERY_CHANGE else leader_recovery_state,
+            self.adding if adding is None else tuple(adding), self.removing if removing is None else tuple(removing))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,48 +113,71 @@ class PartitionChange:
         return self.after.leader != NO_LEADER and self.after.leader not in self.before.isr
 
 
-def _elect(state: PartitionState, target: tuple[int, ...], acceptable: Callable[[int], bool],
-           unclean: bool) -> tuple[int, bool]:
-    """Kafka's electAnyLeader: (leader, whether the election was unclean)."""
+def _elect(state: PartitionState, replicas: tuple[int, ...], target: tuple[int, ...],
+           acceptable: Callable[[int], bool], unclean: bool) -> tuple[int, bool]:
+    """Kafka's electAnyLeader over `replicas` (the target replica order): (leader, whether the
+    election was unclean)."""
     if state.leader in target and acceptable(state.leader):
         return state.leader, False
-    clean = next((r for r in state.replicas if r in target and acceptable(r)), None)
+    clean = next((r for r in replicas if r in target and acceptable(r)), None)
     if clean is not None:
         return clean, False
     if unclean:
-        outside = next((r for r in state.replicas if acceptable(r)), None)
+        outside = next((r for r in replicas if acceptable(r)), None)
         if outside is not None:
             return outside, True
     return NO_LEADER, False
 
 
 def _change(state: PartitionState, *, leader: int, isr: Sequence[int] | None,
-            recovery: int = NO_RECOVERY_CHANGE) -> PartitionChange | None:
-    """The record for what differs from `state`; None when nothing does."""
+            recovery: int = NO_RECOVERY_CHANGE, replicas: Sequence[int] | None = None,
+            adding: Sequence[int] | None = None, removing: Sequence[int] | None = None) -> PartitionChange | None:
+    """The record for what differs from `state` (None arguments: unchanged); None when nothing does."""
     new_leader = NO_LEADER_CHANGE if leader == state.leader else leader
     new_isr = None if isr is None or tuple(isr) == state.isr else list(isr)
     new_recovery = NO_RECOVERY_CHANGE if recovery == state.leader_recovery_state else recovery
-    if new_leader == NO_LEADER_CHANGE and new_isr is None and new_recovery == NO_RECOVERY_CHANGE:
+    new_replicas = None if replicas is None or tuple(replicas) == state.replicas else list(replicas)
+    new_adding = None if adding is None or tuple(adding) == state.adding else list(adding)
+    new_removing = None if removing is None or tuple(removing) == state.removing else list(removing)
+    if (new_leader == NO_LEADER_CHANGE and new_isr is None and new_recovery == NO_RECOVERY_CHANGE
+            and new_replicas is None and new_adding is None and new_removing is None):
         return None
-    if new_isr is not None:
-        new_leader = leader  # set even when unchanged, so that Kafka's replay bumps the leader epoch as ours does
+    if new_isr is not None or (new_replicas is not None and not set(state.replicas) <= set(new_replicas)):
+        # Set even when unchanged, so that Kafka's replay bumps the leader epoch as ours does; and, as
+        # Kafka's triggerLeaderEpochBumpForReplicaReassignmentIfNeeded, when a replica leaves the set.
+        new_leader = leader
     record = records.partition_change(state.topic_id, state.partition, isr=new_isr, leader=new_leader,
-                                      leader_recovery_state=new_recovery)
+                                      leader_recovery_state=new_recovery, replicas=new_replicas,
+                                      adding=new_adding, removing=new_removing)
     return PartitionChange(record, state, state.merge(isr=new_isr, leader=new_leader,
-                                                      leader_recovery_state=new_recovery))
+                                                      leader_recovery_state=new_recovery, replicas=new_replicas,
+                                                      adding=new_adding, removing=new_removing))
 
 
 def build_change(state: PartitionState, *, is_acceptable_leader: Callable[[int], bool],
                  target_isr: Sequence[int] | None = None, unclean: bool = False,
-                 target_recovery: int = NO_RECOVERY_CHANGE) -> PartitionChange | None:
-    """The change to `target_isr` (default: the ISR unchanged) with a leader elected (ONLINE, or
-    UNCLEAN when `unclean`), and to `target_recovery` if given; None if nothing changes."""
-    target = state.isr if target_isr is None else tuple(target_isr)
-    leader, was_unclean = _elect(state, target, is_acceptable_leader, unclean)
+                 target_recovery: int = NO_RECOVERY_CHANGE,
+                 target: ReassignmentReplicas | None = None) -> PartitionChange | None:
+    """The change to `target_isr` (default: the ISR unchanged) and to the reassignment `target`
+    (default: the partition's own), with a leader elected (ONLINE, or UNCLEAN when `unclean`), and
+    to `target_recovery` if given; None if nothing changes.
+
+    As Kafka's PartitionChangeBuilder.build, every change first completes a reassignment in
+    progress when the target ISR allows it (`reassignment_replicas.complete`), so that an ISR
+    expansion, a fencing or a cancellation finishes it as soon as it can, and the leader is then
+    elected among the target replicas (a removed leader hands over)."""
+    isr = state.isr if target_isr is None else tuple(target_isr)
+    moving = target or ReassignmentReplicas(state.replicas, state.adding, state.removing)
+    replicas, adding, removing = moving.replicas, moving.adding, moving.removing
+    completed = complete(replicas, isr, adding, removing)
+    if completed is not None:
+        (replicas, isr), adding, removing = completed, (), ()
+    leader, was_unclean = _elect(state, replicas, isr, is_acceptable_leader, unclean)
     if was_unclean:
         # Kafka's tryElection: the ISR is forced to the new leader alone, which must recover first.
-        return _change(state, leader=leader, isr=[leader], recovery=LEADER_RECOVERY_RECOVERING)
-    return _change(state, leader=leader, isr=target or None, recovery=target_recovery)  # never an empty ISR
+        isr, target_recovery = (leader,), LEADER_RECOVERY_RECOVERING
+    return _change(state, leader=leader, isr=isr or None, recovery=target_recovery,  # never an empty ISR
+                   replicas=replicas, adding=adding, removing=removing)
 
 
 def remove_from_isr(state: PartitionState, broker_id: int, *, is_acceptable_leader: Callable[[int], bool],

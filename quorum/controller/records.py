@@ -76,12 +76,17 @@ def partition(topic_id: uuid.UUID, index: int, replicas: Sequence[int], isr: Seq
 
 
 def partition_change(topic_id: uuid.UUID, index: int, *, isr: Sequence[int] | None = None,
-                     leader: int = NO_LEADER_CHANGE, leader_recovery_state: int = -1) -> Any:
+                     leader: int = NO_LEADER_CHANGE, leader_recovery_state: int = -1,
+                     replicas: Sequence[int] | None = None, adding: Sequence[int] | None = None,
+                     removing: Sequence[int] | None = None) -> Any:
     """Only what changed: ISR when it changes, Leader when it is set (which bumps the leader epoch),
-    LeaderRecoveryState when it changes (-1: unchanged; tagged, so absent from the frame then)."""
-    return mr.PartitionChangeRecord(version=0, partition_id=index, topic_id=topic_id,
-                                    isr=None if isr is None else list(isr), leader=leader,
-                                    leader_recovery_state=leader_recovery_state)
+    LeaderRecoveryState when it changes (-1: unchanged; tagged, so absent from the frame then), and
+    a reassignment's Replicas, AddingReplicas and RemovingReplicas when they change (KIP-455)."""
+    def listed(brokers: Sequence[int] | None) -> list[int] | None:
+        return None if brokers is None else list(brokers)
+    return mr.PartitionChangeRecord(version=0, partition_id=index, topic_id=topic_id, isr=listed(isr), leader=leader,
+                                    leader_recovery_state=leader_recovery_state, replicas=listed(replicas),
+                                    adding_replicas=listed(adding), removing_replicas=listed(removing))
 
 
 def config(resource_type: int, resource_name: str, name: str, value: str | None) -> Any:

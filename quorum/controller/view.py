@@ -43,6 +43,16 @@ class PartitionView(Protocol):
         """0 RECOVERED, 1 RECOVERING (KIP-704: the leader was elected uncleanly and has not said it recovered)."""
         ...
 
+    @property
+    def adding_replicas(self) -> Sequence[int]:
+        """Replicas a reassignment in progress is adding (KIP-455); empty otherwise."""
+        ...
+
+    @property
+    def removing_replicas(self) -> Sequence[int]:
+        """Replicas a reassignment in progress is removing."""
+        ...
+
 
 class TopicView(Protocol):
     """One topic: its partitions and its KIP-232 topic_epoch."""

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 44, 56, 62, 63
+ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 TICK_SECONDS = 0.1
 
 
@@ -57,6 +58,8 @@ class ControllerService:
             CREATE_PARTITIONS: lambda c, body, now, view: c.create_partitions(body, view),
             INCREMENTAL_ALTER_CONFIGS: lambda c, body, now, view: c.incremental_alter_configs(body, view),
             DESCRIBE_CONFIGS: lambda c, body, now, view: c.describe_configs(body, view),
+            ALTER_PARTITION_REASSIGNMENTS: lambda c, body, now, view: c.alter_partition_reassignments(body, view),
+            LIST_PARTITION_REASSIGNMENTS: lambda c, body, now, view: c.list_partition_reassignments(body, view),
             ALTER_PARTITION: lambda c, body, now, view: c.alter_partition(body, view),
             BROKER_REGISTRATION: lambda c, body, now, view: c.register_broker(body, now, view, self._next_offset()),
             BROKER_HEARTBEAT: lambda c, body, now, view: c.heartbeat(body, now, view, self._next_offset()),

@@ -58,6 +58,20 @@ def _incremental_alter_configs(body: Any, error: int, message: str) -> Any:
         for r in body.resources or ()])
 
 
+def _alter_partition_reassignments(body: Any, error: int, message: str) -> Any:
+    schema = APIS[45].response
+    topic = schema.ReassignableTopicResponse
+    return schema(throttle_time_ms=0, allow_replication_factor_change=True, error_code=error, error_message=message,
+                  responses=[topic(name=t.name, partitions=[
+                      topic.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=error,
+                                                          error_message=message) for p in t.partitions])
+                             for t in body.topics or ()])
+
+
+def _list_partition_reassignments(body: Any, error: int, message: str) -> Any:
+    return APIS[46].response(throttle_time_ms=0, error_code=error, error_message=message, topics=[])
+
+
 def _alter_partition(body: Any, error: int, message: str) -> Any:
     return APIS[56].response(throttle_time_ms=0, error_code=error, topics=[])
 
@@ -73,7 +87,8 @@ def _broker_heartbeat(body: Any, error: int, message: str) -> Any:
 
 _BUILDERS: dict[int, Callable[[Any, int, str], Any]] = {
     19: _create_topics, 20: _delete_topics, 32: _describe_configs, 37: _create_partitions,
-    44: _incremental_alter_configs, 56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat,
+    44: _incremental_alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
+    56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat,
 }
 REFUSABLE = tuple(_BUILDERS)
 

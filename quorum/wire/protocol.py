@@ -79,7 +79,8 @@ _KAFKA_SCHEMA_APIS = {
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
     15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
     21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs",
-    37: "CreatePartitions", 44: "IncrementalAlterConfigs", 55: "DescribeQuorum", 60: "DescribeCluster",
+    37: "CreatePartitions", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
+    46: "ListPartitionReassignments", 55: "DescribeQuorum", 60: "DescribeCluster",
 }
 _SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag, "FetchRequest": _add_snapshot_report_tag,
                    "FetchResponse": _add_snapshot_grant_tag}

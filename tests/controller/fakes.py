@@ -30,6 +30,8 @@ class Partition:
     isr: tuple[int, ...]
     partition_epoch: int = 0
     leader_recovery_state: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ def replay(view: View, records: Iterable[bytes]) -> View:
         elif isinstance(record, mr.PartitionRecord):
             name = by_id[record.topic_id]
             part = Partition(record.partition_id, record.leader, record.leader_epoch, tuple(record.replicas),
-                             tuple(record.isr), record.partition_epoch, max(record.leader_recovery_state, 0))
+                             tuple(record.isr), record.partition_epoch, max(record.leader_recovery_state, 0),
+                             tuple(record.adding_replicas or ()), tuple(record.removing_replicas or ()))
             old = [p for p in topics[name].partitions if p.partition != record.partition_id]
             topics[name] = dataclasses.replace(
                 topics[name], partitions=tuple(sorted([*old, part], key=lambda p: p.partition)))
@@ -131,10 +134,14 @@ def replay(view: View, records: Iterable[bytes]) -> View:
                 if p.partition == record.partition_id:
                     bumped = record.leader != NO_LEADER_CHANGE or record.isr is not None  # the image's rule
                     recovery = record.leader_recovery_state
+                    def changed(new: list[int] | None, old: tuple[int, ...]) -> tuple[int, ...]:
+                        return old if new is None else tuple(new)
                     p = Partition(p.partition, p.leader if record.leader == NO_LEADER_CHANGE else record.leader,
-                                  p.leader_epoch + 1 if bumped else p.leader_epoch, p.replicas,
-                                  p.isr if record.isr is None else tuple(record.isr), p.partition_epoch + 1,
-                                  p.leader_recovery_state if recovery == -1 else recovery)
+                                  p.leader_epoch + 1 if bumped else p.leader_epoch,
+                                  changed(record.replicas, p.replicas), changed(record.isr, p.isr),
+                                  p.partition_epoch + 1, p.leader_recovery_state if recovery == -1 else recovery,
+                                  changed(record.adding_replicas, p.adding_replicas),
+                                  changed(record.removing_replicas, p.removing_replicas))
                 parts.append(p)
             topics[name] = dataclasses.replace(topics[name], partitions=tuple(parts))
         elif isinstance(record, mr.ConfigRecord):
