@@ -65,7 +65,8 @@ CRASH_KNOB = "quorum.test.remote.crash.enable"
 CRASH_FILE = "CRASH_REMOTE_UPLOAD"
 """Test only: with CRASH_KNOB true, a file of this name in the broker's first log dir naming a step
 ("log", "indexes", "manifest", "finished") makes the broker kill itself (SIGKILL, as `kill -9`)
-just before that step of its next upload; the file is removed first, so a restart runs normally."""
+just before that step of its next upload; the file is removed first, so a restart runs normally.
+The follower bootstrap's steps are named there too (`tiered_follower.bootstrap_plugin.CRASH_STEPS`)."""
 
 
 class CrashPoint:
@@ -149,6 +150,7 @@ class RemoteLogManager:
         self._background: set[asyncio.Future[object]] = set()
         self._deleted: set[TopicIdPartition] = set()
         self._locks: dict[TopicIdPartition, asyncio.Lock] = {}
+        self._hosted: Callable[[], Iterable[Partition]] = tuple
         self.wake = asyncio.Event()
         """Set to run the task now instead of at the next interval (tests, tools)."""
 
@@ -166,6 +168,21 @@ class RemoteLogManager:
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+
+    async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """`fn(*args)` on the remote tier's thread pool (the follower bootstrap's S3 reads)."""
+        return await self._run(fn, *args)
+
+    def crash_point(self, step: str) -> None:
+        """The CRASH_KNOB test knob at `step` (the follower bootstrap names its steps too)."""
+        self._crash(step)
+
+    def hosted(self, topic: str, partition: int) -> Partition | None:
+        """The partition as this broker hosts it now (the task's partitions), None when it does not."""
+        for hosted in self._hosted():
+            if hosted.topic == topic and hosted.partition == partition:
+                return hosted
+        return None
 
     # -- RemoteTier: partitions ---------------------------------------------------------------------
 
@@ -226,6 +243,7 @@ class RemoteLogManager:
     # -- RemoteTier: the task -----------------------------------------------------------------------
 
     async def run(self, partitions: Callable[[], Iterable[Partition]], stop: asyncio.Event) -> None:
+        self._hosted = partitions
         while not stop.is_set():
             await self.run_once(partitions())
             self.wake.clear()

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from quorum.broker.remote_tier import (
@@ -115,12 +115,10 @@ class S3RemoteStorage:
     def manifest(self, segment: RemoteSegmentMetadata) -> dict[str, Any]:
         """The segment's manifest (cached), checked against its metadata; RemoteStorageError when
         it is missing (the copy never finished, or the segment was deleted) or disagrees."""
+        found = self._cached_manifest(segment)
+        if found is not None:
+            return found
         cache_key = (str(segment.partition), segment.segment_id)
-        with self._lock:
-            found = self._manifests.get(cache_key)
-            if found is not None:
-                self._manifests.move_to_end(cache_key)
-                return found
         key = self.key(segment, MANIFEST_SUFFIX)
         manifest = json.loads(self.client.get(key))
         if (manifest.get("version") != MANIFEST_VERSION or manifest.get("segment_id") != str(segment.segment_id)
@@ -134,6 +132,14 @@ class S3RemoteStorage:
             while len(self._manifests) > _MANIFEST_CACHE:
                 self._manifests.popitem(last=False)
         return manifest
+
+    def _cached_manifest(self, segment: RemoteSegmentMetadata) -> dict[str, Any] | None:
+        cache_key = (str(segment.partition), segment.segment_id)
+        with self._lock:
+            found = self._manifests.get(cache_key)
+            if found is not None:
+                self._manifests.move_to_end(cache_key)
+            return found
 
     def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes:
         size = self.manifest(segment)["log"]["size"]
@@ -149,6 +155,27 @@ class S3RemoteStorage:
             raise RemoteStorageError(f"s3://{self.client.config.bucket}/{key}: asked for bytes "
                                      f"[{start_position}, {end_position}), got {len(data)}", retriable=True)
         return data
+
+    def fetch_indexes(self, segment: RemoteSegmentMetadata,
+                      kinds: Sequence[IndexType]) -> tuple[dict[IndexType, bytes], int]:
+        """Several parts of the segment's `.indexes` with ONE range GET over their span (they lie
+        one after the other), and how many GETs it took with the manifest's (1 or 2): a
+        follower's auxiliary state (leader-epoch checkpoint and producer snapshot) in two."""
+        cached = self._cached_manifest(segment) is not None
+        manifest = self.manifest(segment)["indexes"]
+        ranges = {kind: manifest["ranges"][kind.value] for kind in kinds}
+        first = min(position for position, _ in ranges.values())
+        end = max(position + length for position, length in ranges.values())
+        gets = 0 if cached else 1
+        span = b""
+        if end > first:
+            span = self.client.get(manifest["key"], first, end)
+            gets += 1
+            if len(span) != end - first:
+                raise RemoteStorageError(f"s3://{self.client.config.bucket}/{manifest['key']}: asked for bytes "
+                                         f"[{first}, {end}), got {len(span)}", retriable=True)
+        return {kind: span[position - first:position - first + length]
+                for kind, (position, length) in ranges.items()}, gets
 
     def fetch_index(self, segment: RemoteSegmentMetadata, index: IndexType) -> bytes:
         manifest = self.manifest(segment)["indexes"]
