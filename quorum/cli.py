@@ -74,6 +74,23 @@ def build_parser() -> argparse.ArgumentParser:
                          help="latest (-1), earliest (-2), max-timestamp (-3), earliest-local (-4), latest-tiered "
                               "(-5), earliest-pending-upload (-6), or a timestamp in ms (default latest)")
 
+    reassign = commands.add_parser("reassign-partitions",
+                                   help="move partition replicas between brokers (as kafka-reassign-partitions.sh)")
+    reassign.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="any broker(s)")
+    reassign.add_argument("--reassignment-json-file", default=None, metavar="FILE",
+                          help='Kafka\'s reassignment JSON: {"version":1,"partitions":[{"topic":..,"partition":..,'
+                               '"replicas":[..]}]}')
+    action = reassign.add_mutually_exclusive_group(required=True)
+    action.add_argument("--execute", action="store_true", help="start the reassignments (prints the rollback JSON)")
+    action.add_argument("--verify", action="store_true",
+                        help="print each partition's status; exit 1 while any is still in progress")
+    action.add_argument("--cancel", action="store_true", help="cancel the reassignments in progress")
+    action.add_argument("--list", action="store_true", help="list every reassignment in progress")
+    reassign.add_argument("--additional", action="store_true",
+                          help="with --execute: also when some of the partitions are being reassigned already")
+    reassign.add_argument("--timeout", type=_positive_seconds, default=30.0, metavar="S",
+                          help="deadline of each request, in seconds (default 30)")
+
     local = commands.add_parser("local-cluster", help="start controllers as real processes on 127.0.0.1")
     local.add_argument("--controllers", type=int, default=3, help="number of controllers (default 3)")
     local.add_argument("--brokers", type=int, default=0,
@@ -152,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _local_cluster(args)
     if args.command == "get-offsets":
         return _get_offsets(args)
+    if args.command == "reassign-partitions":
+        return _reassign_partitions(args)
     return 2
 
 
@@ -184,6 +203,24 @@ def _get_offsets(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _reassign_partitions(args: argparse.Namespace) -> int:
+    from quorum.reassign import ReassignError, run
+
+    action = next(name for name in ("execute", "verify", "cancel", "list") if getattr(args, name))
+    try:
+        text = None
+        if args.reassignment_json_file is not None:
+            with open(args.reassignment_json_file, encoding="utf-8") as file:
+                text = file.read()
+        lines, code = run(action, args.bootstrap_server, text, additional=args.additional,
+                          timeout_ms=int(args.timeout * 1000))
+    except (ReassignError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return code
 
 
 def _storage(args: argparse.Namespace) -> int:
