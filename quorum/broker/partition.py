@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +35,22 @@ from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, Times
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
 from quorum.broker.remote_tier import RemoteLogState
 from quorum.log.atomic import fsync_directory
+from quorum.log.epoch_cache import EpochEntry
 from quorum.log.errors import LogError, OffsetOutOfRangeError
 from quorum.log.log import Log
 from quorum.log.partition_metadata import read_partition_metadata, write_partition_metadata
+from quorum.log.start_intent import (
+    delete_producer_snapshots,
+    producer_snapshot_offsets,
+    producer_snapshot_path,
+    write_producer_snapshot,
+)
 from quorum.wire.errors import ErrorCode
+from quorum.wire.producer_snapshot import (
+    CorruptProducerSnapshotError,
+    decode_producer_snapshot,
+    encode_producer_snapshot,
+)
 from quorum.wire.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
@@ -105,7 +117,7 @@ class Partition:
             raise LogError(f"{self.directory} holds topic id {recorded}, not {topic_id}")
         self.log = Log(self.directory, segment_bytes=config.segment_bytes,
                        index_interval_bytes=config.index_interval_bytes, verify_all_segments=False,
-                       time_index=True, roll_ms=config.segment_ms)  # fmt: skip
+                       time_index=True, roll_ms=config.segment_ms, keep_epochs_below_start=True)  # fmt: skip
         if recorded is None:
             write_partition_metadata(self.directory, topic_id)
         self.producers = ProducerStateManager(self.name)
@@ -331,11 +343,20 @@ class Partition:
         self._high_watermark = min(self._high_watermark, self.log.end_offset)
         self.rebuild_producer_state()
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Replace the log by an empty one at `offset` (the leader's log start is past our end)."""
-        self.log.truncate_fully_and_start_at(offset, 0)
+    def start_at(self, offset: int, leader_epochs: Iterable[EpochEntry] = (),
+                 producer_snapshot: bytes | None = None) -> None:
+        """Replace the log by an empty one at `offset`: the leader's log start is past our end
+        (Kafka's truncateFullyAndStartAt), or a remote tier holds everything below `offset`
+        (KIP-405, KIP-1023). The leader-epoch cache then holds `leader_epochs` (entries below
+        `offset`) and the producer state is `producer_snapshot`'s (Kafka's `.snapshot` bytes), both
+        durable (`Log.start_empty_at`: a crash leaves the old log or this one), so a restart keeps
+        recognising an idempotent producer's retries. The snapshot is decoded before anything is
+        touched: CorruptProducerSnapshotError (a ValueError) leaves the log as it was."""
+        entries = decode_producer_snapshot(producer_snapshot) if producer_snapshot is not None else []
+        self.log.start_empty_at(offset, tuple(leader_epochs), producer_snapshot)
         self._high_watermark = offset
-        self.producers.clear()
+        self._unflushed = 0
+        self.producers.load_snapshot(entries)
 
     def set_follower_high_watermark(self, offset: int) -> None:
         """A follower's high watermark is the leader's as its fetcher last saw it, within our log."""
@@ -343,7 +364,8 @@ class Partition:
 
     def increment_log_start_offset(self, offset: int) -> None:
         """Follow the leader's log start (retention, DeleteRecords) up to `offset`."""
-        self.log.advance_start_offset(min(offset, self.log.end_offset))
+        if self.log.advance_start_offset(min(offset, self.log.end_offset)):
+            self._keep_producer_snapshot()
         self._maybe_follow_log_end()
 
     def flush(self) -> None:
@@ -387,16 +409,45 @@ class Partition:
             upto = min(upto, uploaded + 1)
             retention_ms, retention_bytes = self.config.local_retention_ms, self.config.local_retention_bytes
         deleted = self.log.delete_old_segments(now_ms, retention_ms, retention_bytes, upto=upto)
+        if deleted:
+            self._keep_producer_snapshot()
         self._maybe_follow_log_end()
         return deleted
 
     def rebuild_producer_state(self) -> None:
-        """Producer state from the log's batch headers (at open, and after a truncation)."""
+        """Producer state (at open, and after a truncation): the producer snapshot the log holds
+        (`<offset>.snapshot`, written when the log started from a remote tier at that offset), then
+        the batch headers from there. A snapshot past the log end (a truncation went below it) or
+        below its start is deleted; a damaged one is ignored, with a warning naming it."""
         self.producers.clear()
-        for batch in self.log.iter_batches():
-            if batch.producer_id >= 0:
+        start, end = self.log.start_offset, self.log.end_offset
+        usable = [offset for offset in producer_snapshot_offsets(self.directory) if start <= offset <= end]
+        replay_from = start
+        if usable:
+            path = producer_snapshot_path(self.directory, usable[-1])
+            try:
+                self.producers.load_snapshot(decode_producer_snapshot(path.read_bytes()))
+                replay_from = usable[-1]
+            except (CorruptProducerSnapshotError, OSError) as exc:
+                logger.warning("%s: producer snapshot %s not loaded: %s", self.name, path, exc)
+                self.producers.clear()
+        delete_producer_snapshots(self.directory, keep=replay_from if usable and replay_from == usable[-1] else None)
+        for batch in self.log.iter_batches(replay_from):
+            if batch.producer_id >= 0 and batch.base_offset >= replay_from:
                 self.producers.replay(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                       batch.last_offset_delta, batch.base_offset, batch.max_timestamp)  # fmt: skip
+
+    def _keep_producer_snapshot(self) -> None:
+        """The log start moved past the producer snapshot: the records that would rebuild what it
+        held are gone, so the state as it is now is written as a snapshot at the log end (after a
+        flush: the snapshot must not be ahead of the records)."""
+        offsets = producer_snapshot_offsets(self.directory)
+        if not offsets or offsets[-1] >= self.log.start_offset:
+            return
+        self.log.flush()
+        end = self.log.end_offset
+        write_producer_snapshot(self.directory, end, encode_producer_snapshot(self.producers.snapshot()))
+        delete_producer_snapshots(self.directory, keep=end)
 
     def close(self) -> None:
         self.log.close()

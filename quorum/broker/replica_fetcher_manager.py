@@ -31,6 +31,7 @@ from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.replica_fetcher import ReplicaFetcher
 from quorum.broker.replica_fetcher_out_of_range import Fail, OutOfRangePlugin, Step
 from quorum.image.image import MetadataImage
+from quorum.log.epoch_cache import EpochEntry
 from quorum.log.errors import LogError
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.raft.interface import OffsetAndEpoch
@@ -150,7 +151,7 @@ class _LeaderLink:
             partition = entry[0]
             try:
                 changed |= self._apply(partition, action)
-            except (LogError, OSError) as exc:
+            except (LogError, OSError, ValueError) as exc:  # ValueError: a bad StartAt (epochs, producer snapshot)
                 logger.error("%s: %s failed: %s", partition.name, type(action).__name__, exc)
                 failures.append((tp, f"{type(action).__name__} failed: {exc}"))
         if changed:
@@ -164,10 +165,8 @@ class _LeaderLink:
         elif isinstance(action, ev.Truncate):
             partition.truncate_to(action.offset)
         elif isinstance(action, ev.TruncateFullyAndStartAt):
-            if action.leader_epochs:
-                logger.warning("%s: leader epochs %s from the out-of-range handler not restored", partition.name,
-                               action.leader_epochs)  # fmt: skip
-            partition.truncate_fully_and_start_at(action.offset)
+            partition.start_at(action.offset, [EpochEntry(e.epoch, e.start_offset) for e in action.leader_epochs],
+                               action.producer_snapshot)  # fmt: skip
         elif isinstance(action, ev.UpdateHighWatermark):
             partition.set_follower_high_watermark(action.high_watermark)
         elif isinstance(action, ev.IncrementLogStartOffset):

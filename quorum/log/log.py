@@ -69,6 +69,14 @@ from quorum.log.errors import (
 )
 from quorum.log.index import DEFAULT_INDEX_INTERVAL_BYTES, INDEX_SUFFIX, IndexCorrupt
 from quorum.log.segment import DEFAULT_SEGMENT_BYTES, LogSegment, ScanResult, parse_log_name
+from quorum.log.start_intent import (
+    StartIntent,
+    delete_producer_snapshots,
+    read_start_intent,
+    remove_start_intent,
+    write_producer_snapshot,
+    write_start_intent,
+)
 from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset, write_start_offset
 from quorum.log.time_index import TIME_INDEX_SUFFIX
 from quorum.log.validation import batch_fault
@@ -108,11 +116,15 @@ class Log:
         verify_all_segments: bool = True,
         time_index: bool = False,
         roll_ms: int | None = None,
+        keep_epochs_below_start: bool = False,
     ) -> None:
         """Open the log in `directory`, creating it if needed, and recover it.
 
         `time_index` keeps a `.timeindex` per segment (partition logs); `roll_ms` rolls the active
         segment when an append's largest timestamp is that far past the segment's first batch's.
+        `keep_epochs_below_start` (partition logs) keeps leader-epoch entries below the log start
+        offset at recovery, as `start_empty_at` leaves them (Kafka keeps its cache down to the
+        whole log's start, remote tier included); the Raft log keeps only epochs it holds records of.
 
         Raises CorruptLogError when a segment other than the last is damaged or the segments do
         not follow on from each other.
@@ -129,6 +141,7 @@ class Log:
         self.verify_all_segments = verify_all_segments
         self.time_index = time_index
         self.roll_ms = roll_ms
+        self.keep_epochs_below_start = keep_epochs_below_start
         self._lock = threading.Lock()  # the segment list, offsets, epochs; never held across an fsync by flush
         self._flush_lock = threading.Lock()  # one flush at a time; truncate_to and close wait for it
         self._segments: list[LogSegment] = []
@@ -500,6 +513,54 @@ class Log:
             logger.info("%s: truncated fully (the log ended at %d); it now starts at %d in epoch %d",
                         self.directory, old_end, offset, epoch)  # fmt: skip
 
+    def start_empty_at(self, offset: int, epochs: tuple[EpochEntry, ...] = (),
+                       producer_snapshot: bytes | None = None) -> None:
+        """Replace the whole log by an empty one at `offset` with a history below it; durable on return.
+
+        For a partition follower that starts from a remote tier (KIP-405, KIP-1023), or at the
+        leader's log start (Kafka's truncateFullyAndStartAt): every segment and producer snapshot
+        is deleted, the leader-epoch cache holds `epochs` (entries below `offset`, the leader's
+        history, so divergence checks and OffsetForLeaderEpoch answers go on working), and
+        `producer_snapshot` (the producer state at `offset`) is written as `<offset>.snapshot`.
+        Crash-safe: `log-start-intent` (`quorum.log.start_intent`) is written first and removed
+        last, and an open that finds it does the work again, so a crash leaves the old log or the
+        new one. Raises ValueError for entries that are not strictly increasing below `offset`.
+        Unlike `truncate_fully_and_start_at` (the Raft log) no snapshot boundary is set.
+        """
+        intent = StartIntent(offset, tuple(epochs), producer_snapshot)
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            old = (self._start, self.end_offset)
+            try:
+                write_start_intent(self.directory, intent)
+                self._carry_out_start(intent)
+            except BaseException as exc:
+                self._failed = exc
+                raise
+        logger.info("%s: replaced the log [%d, %d) by an empty one at %d with leader epochs %s",
+                    self.directory, *old, offset, [(e.epoch, e.start_offset) for e in intent.epochs])  # fmt: skip
+
+    def _carry_out_start(self, intent: StartIntent) -> None:
+        """The work of `start_empty_at`, from any point a crash interrupted it at (idempotent)."""
+        for segment in reversed(self._segments):
+            segment.delete()
+        self._segments.clear()
+        self._bases.clear()
+        fsync_directory(self.directory)
+        write_start_offset(self.directory / START_OFFSET_NAME, intent.offset)
+        self._start = intent.offset
+        self._start_empty_segment(intent.offset)
+        self._cache = LeaderEpochCache(intent.epochs)
+        write_checkpoint(self.directory / CHECKPOINT_NAME, intent.epochs)
+        self._checkpointed = intent.epochs
+        delete_producer_snapshots(self.directory, intent.offset if intent.producer_snapshot is not None else None)
+        if intent.producer_snapshot is not None:
+            write_producer_snapshot(self.directory, intent.offset, intent.producer_snapshot)
+        remove_start_intent(self.directory)
+        self._last_epoch = -1
+        self._flushed = intent.offset
+        self._snapshot = None
+
     def close(self) -> None:
         """Flush and close; a closed log refuses everything."""
         with self._flush_lock, self._lock:
@@ -731,6 +792,11 @@ class Log:
             if not created:
                 self._segments[-1].flush_all()
             fsync_directory(self.directory)
+            intent = read_start_intent(self.directory)
+            if intent is not None:
+                logger.warning("%s: finishing the start at offset %d that a crash interrupted", self.directory,
+                               intent.offset)  # fmt: skip
+                self._carry_out_start(intent)
         except BaseException:
             for segment in self._segments:
                 segment.close()
@@ -902,21 +968,26 @@ class Log:
         except CorruptFileError as exc:
             logger.warning("%s; rebuilding it from the log", exc)
             stored = None
+        below: list[EpochEntry] = []
+        if self.keep_epochs_below_start and stored is not None:
+            # The history below the start (`start_empty_at`): no record of it is here to check it by.
+            below = [entry for entry in stored if entry.start_offset < self._start]
         prefix: list[EpochEntry] | None = []
         if scan_start > self._segments[0].base_offset:
             prefix = None
             if stored is not None:
-                candidate = [entry for entry in stored if entry.start_offset < scan_start]
-                if self._epochs_agree(candidate, epoch_before_scan):
+                candidate = [entry for entry in stored if self._start <= entry.start_offset < scan_start]
+                if self._epochs_agree(candidate, epoch_before_scan, below[-1].epoch if below else -1):
                     prefix = candidate
             if prefix is None:
                 prefix = self._walk_epochs(scan_start)
         cache = LeaderEpochCache()
-        for entry in prefix:
+        for entry in below + prefix:
             cache.assign(entry.epoch, entry.start_offset)
         for epoch, start in scanned:
             cache.assign(epoch, start)
-        cache.truncate_from_start(self._start)
+        if not below:
+            cache.truncate_from_start(self._start)
         cache.truncate_from_end(self.end_offset)  # see advance_start_offset
         self._cache = cache
         if stored is None or tuple(stored) != cache.entries:
@@ -925,14 +996,15 @@ class Log:
             write_checkpoint(path, cache.entries)
         self._checkpointed = cache.entries
 
-    def _epochs_agree(self, entries: list[EpochEntry], last_epoch: int) -> bool:
-        """Whether `entries` are exactly the epoch starts of the log up to a batch of `last_epoch`.
+    def _epochs_agree(self, entries: list[EpochEntry], last_epoch: int, epoch_below: int = -1) -> bool:
+        """Whether `entries` are exactly the epoch starts of the log up to a batch of `last_epoch`
+        (`epoch_below`: the epoch the history below the log start ends in, kept apart).
 
         Each entry must name a batch of its epoch, and the batch before it must be of the
         previous entry's epoch (or unstamped, before the first): as epochs never decrease, every
         batch between two entries then has the first one's epoch, so none is missing.
         """
-        previous = -1
+        previous = epoch_below
         for entry in entries:
             here = self._header_holding(entry.start_offset)
             if here is None or here.partition_leader_epoch != entry.epoch:

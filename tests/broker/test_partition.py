@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from quorum.broker.log_config import LogConfig
 from quorum.broker.partition import AppendError, Partition
 from quorum.broker.partition_view import OffsetOutOfRange
+from quorum.log.epoch_cache import EpochEntry
 from quorum.wire.errors import ErrorCode
+from quorum.wire.producer_snapshot import CorruptProducerSnapshotError, encode_producer_snapshot
 from quorum.wire.records import (
     Compression,
     CorruptRecordError,
@@ -222,3 +224,67 @@ def test_validator_on_mutated_batches_raises_only_documented_errors(data):
     except (CorruptRecordError, InvalidRecordError, RecordTooLargeError):
         return
     assert batch.records_count == len(batch.records())
+
+
+def leader_with_producer(path, batches: int = 5) -> tuple[Partition, list[bytes]]:
+    """A leader at epoch 7 holding `batches` batches of producer 42 (epoch 0, two records each)."""
+    leader = open_partition(path)
+    sent = [client_batch(2, pid=42, epoch=0, seq=2 * n, first=2 * n) for n in range(batches)]
+    for data in sent:
+        leader.append_as_leader(data, T0)
+    return leader, sent
+
+
+def test_start_at_restores_the_leaders_epochs_and_producers_and_a_restart_keeps_them(tmp_path):
+    leader, sent = leader_with_producer(tmp_path / "leader")
+    snapshot = encode_producer_snapshot(leader.producers.snapshot())  # the state at offset 10, as S3 holds it
+    follower = open_partition(tmp_path / "follower", LogConfig(segment_bytes=400), leader=False)
+    follower.append_as_follower(leader.read(0, 1 << 20, 4))  # an old log, replaced below
+    follower.start_at(10, [EpochEntry(3, 0), EpochEntry(7, 6)], snapshot)
+    assert (follower.log_start_offset, follower.log_end_offset, follower.high_watermark) == (10, 10, 10)
+    # the leader goes on: a batch of producer 42 above the bootstrap offset, fetched by the follower
+    leader.append_as_leader(client_batch(2, pid=42, epoch=0, seq=10, first=10), T0)
+    follower.append_as_follower(leader.read(10, 1 << 20, 12))
+    follower.close()
+    follower = open_partition(tmp_path / "follower", LogConfig(segment_bytes=400), leader=False)
+    assert follower.log.epoch_entries == (EpochEntry(3, 0), EpochEntry(7, 6))
+    assert follower.end_offset_for_epoch(3).end_offset == 6
+    follower.update_state(1, 8, (1,))  # it leads now: an idempotent producer's retries are still recognised
+    retry = follower.append_as_leader(client_batch(2, pid=42, epoch=0, seq=10, first=10), T0)
+    assert retry.duplicate and retry.base_offset == 10
+    with pytest.raises(AppendError) as caught:  # a known producer: a gap is refused, not taken as new
+        follower.append_as_leader(client_batch(1, pid=42, epoch=0, seq=20), T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert follower.append_as_leader(client_batch(1, pid=42, epoch=0, seq=12), T0).base_offset == 12
+    leader.close()
+    follower.close()
+
+
+def test_the_snapshot_from_below_the_start_is_kept_when_the_start_moves_past_it(tmp_path):
+    leader, _ = leader_with_producer(tmp_path / "leader")
+    snapshot = encode_producer_snapshot(leader.producers.snapshot())
+    follower = open_partition(tmp_path / "follower", LogConfig(segment_bytes=200), leader=False)
+    follower.start_at(10, [EpochEntry(7, 0)], snapshot)
+    for n in range(4):  # another producer's batches roll segments above the bootstrap offset
+        leader.append_as_leader(client_batch(2, pid=77, epoch=0, seq=2 * n), T0)
+    follower.append_as_follower(leader.read(10, 1 << 20, 18))
+    follower.set_follower_high_watermark(18)
+    follower.increment_log_start_offset(16)  # the leader's retention moved its start
+    assert follower.log.start_offset > 10
+    follower.close()
+    follower = open_partition(tmp_path / "follower", LogConfig(segment_bytes=200))
+    follower.update_state(1, 8, (1,))
+    assert follower.append_as_leader(client_batch(2, pid=42, epoch=0, seq=8, first=8), T0).duplicate
+    assert follower.append_as_leader(client_batch(2, pid=77, epoch=0, seq=6), T0).duplicate
+    leader.close()
+    follower.close()
+
+
+def test_a_damaged_producer_snapshot_is_refused_before_the_log_changes(tmp_path):
+    partition, _ = leader_with_producer(tmp_path)
+    snapshot = bytearray(encode_producer_snapshot(partition.producers.snapshot()))
+    snapshot[-1] ^= 1
+    with pytest.raises(CorruptProducerSnapshotError, match="CRC mismatch"):
+        partition.start_at(100, [EpochEntry(7, 0)], bytes(snapshot))
+    assert (partition.log_start_offset, partition.log_end_offset) == (0, 10)
+    partition.close()
