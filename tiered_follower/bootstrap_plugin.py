@@ -93,6 +93,13 @@ def read_aux_state(storage: RemoteStorage, segment: RemoteSegmentMetadata) -> Au
     return AuxState(epochs, snapshot, requests)
 
 
+def _missing(exc: RemoteStorageError) -> bool:
+    """S3 said the object does not exist (NoSuchKey, 404): the segment went away since the metadata
+    was read (remote retention), not a permanent fault of the store."""
+    text = str(exc)
+    return ": NoSuchKey:" in text or ": 404:" in text
+
+
 class FollowerBootstrapPlugin:
     """`quorum.broker.replica_fetcher_out_of_range.OutOfRangePlugin` over a `RemoteLogManager`."""
 
@@ -113,8 +120,16 @@ class FollowerBootstrapPlugin:
     async def perform(self, topic_partition: TopicPartition, work: object) -> Step:
         if not isinstance(work, AuxStateWork):
             return Fail(f"the follower bootstrap cannot carry out {work!r}")
+        self.reports.asked(topic_partition, work.describe(), self._clock_ms())
+        step = await self._aux_state(topic_partition, work)
+        if isinstance(step, Retry):
+            self.reports.waits(topic_partition, step.reason)
+        elif isinstance(step, Fail):
+            logger.error("follower bootstrap failed: %s", step.reason)
+        return step
+
+    async def _aux_state(self, topic_partition: TopicPartition, work: AuxStateWork) -> Step:
         topic, number = topic_partition
-        self.reports.asked(topic_partition, self._clock_ms())
         partition = self.manager.hosted(topic, number)
         if partition is None:
             return Retry(f"{work.describe()}: the partition is not open on this broker yet")
@@ -132,7 +147,9 @@ class FollowerBootstrapPlugin:
         try:
             aux = await self.manager.run_blocking(read_aux_state, self.manager.storage, segment)
         except RemoteStorageError as exc:
-            if exc.retriable:
+            if exc.retriable or _missing(exc):
+                # transient, or the segment was deleted since our metadata was read: read it again
+                self.manager.wake.set()
                 self.reports.retried(topic_partition, 0)
                 return Retry(f"{work.describe()}: reading the auxiliary state of remote segment "
                              f"{segment.object_name}: {exc}")
@@ -158,7 +175,6 @@ class FollowerBootstrapPlugin:
             self._watcher = asyncio.get_running_loop().create_task(self._watch_bootstraps())
 
     async def _watch_bootstraps(self) -> None:
-        fetching_crashed = False
         while self.reports.active:
             await asyncio.sleep(POLL_S)
             for bootstrap in self.reports.active:
@@ -169,8 +185,7 @@ class FollowerBootstrapPlugin:
                     continue
                 if partition.local_log_start_offset < bootstrap.start_offset:
                     continue  # the follower has not started there (yet, or it was abandoned)
-                if not fetching_crashed and partition.log_end_offset > bootstrap.start_offset:
-                    fetching_crashed = True
+                if partition.log_end_offset > bootstrap.start_offset:
                     self.manager.crash_point("bootstrap-fetching")
                 self.reports.progress(tp, partition.log.size_in_bytes, partition.log_end_offset,
                                       self.broker_id in partition.isr, self._clock_ms())

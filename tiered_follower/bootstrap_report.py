@@ -105,6 +105,7 @@ class BootstrapReports:
         self._active: dict[TopicPartition, Bootstrap] = {}
         self._first_asked: dict[TopicPartition, float] = {}
         self._pending_requests: dict[TopicPartition, int] = {}
+        self._waiting: dict[TopicPartition, str] = {}
         self.finished: dict[TopicPartition, Bootstrap] = {}
         """The last completed bootstrap of each partition (tests, the demo)."""
 
@@ -112,9 +113,17 @@ class BootstrapReports:
     def active(self) -> tuple[Bootstrap, ...]:
         return tuple(self._active.values())
 
-    def asked(self, tp: TopicPartition, now_ms: float) -> None:
+    def asked(self, tp: TopicPartition, description: str, now_ms: float) -> None:
         """The auxiliary state of `tp` is about to be read; a retry keeps the first time."""
-        self._first_asked.setdefault(tp, now_ms)
+        if tp not in self._first_asked:
+            self._first_asked[tp] = now_ms
+            logger.info("%s: follower bootstrap begins: %s", f"{tp[0]}-{tp[1]}", description)
+
+    def waits(self, tp: TopicPartition, reason: str) -> None:
+        """The bootstrap of `tp` is retried later; the reason is logged when it changes."""
+        if self._waiting.get(tp) != reason:
+            self._waiting[tp] = reason
+            logger.info("follower bootstrap waits (retried after replica.fetch.backoff.ms): %s", reason)
 
     def retried(self, tp: TopicPartition, s3_requests: int) -> None:
         """An attempt that made `s3_requests` ended in Retry: they count into the bootstrap that follows."""
@@ -126,6 +135,7 @@ class BootstrapReports:
               s3_requests: int, leader_log_end: int | None) -> Bootstrap:
         """The follower starts at `start_offset` with its auxiliary state read with `s3_requests`."""
         started_ms = self._first_asked.pop(tp, now_ms)
+        self._waiting.pop(tp, None)
         requests = s3_requests + self._pending_requests.pop(tp, 0)
         bootstrap = Bootstrap(tp, path, start_offset, started_ms, bytes_not_fetched, requests, leader_log_end)
         self._active[tp] = bootstrap
@@ -168,5 +178,6 @@ class BootstrapReports:
         """The partition is no longer hosted here: its bootstrap ends unreported."""
         self._first_asked.pop(tp, None)
         self._pending_requests.pop(tp, None)
+        self._waiting.pop(tp, None)
         if self._active.pop(tp, None) is not None:
             self.metrics.in_progress.labels(tp[0], str(tp[1])).set(0)

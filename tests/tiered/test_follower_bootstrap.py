@@ -340,7 +340,10 @@ def test_s3_errors_while_reading_the_aux_state_retry_when_transient_and_fail_nam
     manager.storage.error = RemoteStorageError("get_object s3://b/k failed 8 times, last with SlowDown", True)
     step, _ = perform(manager, WORK)
     assert isinstance(step, Retry) and "SlowDown" in step.reason
-    manager.storage.error = RemoteStorageError("get_object s3://b/k failed: AccessDenied")
+    manager.storage.error = RemoteStorageError("get_object s3://b/k failed: NoSuchKey: gone")
+    step, _ = perform(manager, WORK)  # deleted by remote retention since the metadata was read
+    assert isinstance(step, Retry) and "NoSuchKey" in step.reason and manager.wake.is_set()
+    manager.storage.error = RemoteStorageError("get_object s3://b/k failed: AccessDenied: no")
     step, _ = perform(manager, WORK)
     assert isinstance(step, Fail) and "s3://b/k" in step.reason and "AccessDenied" in step.reason
 
