@@ -30,11 +30,17 @@ def named(key: int, body) -> int:
         return len(body.topics or ())
     if key in (32, 44):
         return len(body.resources or ())
+    if key == 45:
+        return sum(len(topic.partitions or ()) for topic in body.topics or ())
     return 0
 
 
 def answered(key: int, response) -> list[int]:
     """The error codes of a response, one per resource (or the top-level one)."""
+    if key == 45:  # AlterPartitionReassignments: one per partition
+        return [p.error_code for topic in response.responses for p in topic.partitions]
+    if key == 46:
+        return [response.error_code]
     for name in ("topics", "responses", "results"):
         items = getattr(response, name, None)
         if items is not None and key not in (56,):
@@ -54,4 +60,4 @@ def test_every_named_resource_gets_the_error(case, data):
     _, response = decode_response(api, version, framed[4:])
     codes = answered(key, response)
     assert set(codes) <= {ErrorCode.NOT_CONTROLLER}
-    assert len(codes) == (named(key, request.body) if key in (19, 20, 32, 37, 44) else 1)
+    assert len(codes) == (named(key, request.body) if key in (19, 20, 32, 37, 44, 45) else 1)
