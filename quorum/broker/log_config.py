@@ -39,6 +39,9 @@ class LogConfig:
     """`local.retention.ms` resolved: -2 (the default) follows `retention.ms`."""
     local_retention_bytes: int | None = None
     """`local.retention.bytes` resolved: -2 (the default) follows `retention.bytes`."""
+    compacted: bool = False
+    """`cleanup.policy` (`log.cleanup.policy`) contains `compact`. This cluster does not compact
+    logs; the policy is kept because KIP-1023 does not bootstrap compacted topics from the tier."""
 
 
 # (topic config, broker config, Kafka's default as text)
@@ -55,6 +58,7 @@ _KEYS = {
     "remote_storage_enable": ("remote.storage.enable", "", "false"),
     "local_retention_ms": ("local.retention.ms", "log.local.retention.ms", "-2"),
     "local_retention_bytes": ("local.retention.bytes", "log.local.retention.bytes", "-2"),
+    "cleanup_policy": ("cleanup.policy", "log.cleanup.policy", "delete"),
 }
 FOLLOW_RETENTION = -2
 """`local.retention.*`'s default: the same as `retention.*` (KIP-405)."""
@@ -126,6 +130,7 @@ def resolve_log_config(
     for key, value in (("local.retention.ms", local_ms), ("local.retention.bytes", local_bytes)):
         if value < FOLLOW_RETENTION:
             raise LogConfigError(f"{key} must be -2 (follow retention), -1 (unlimited) or more, got {value}")
+    policies = {policy.strip().lower() for policy in values["cleanup_policy"].split(",")}  # the controller checked them
     timestamp_type = values["timestamp_type"].strip()
     if timestamp_type not in ("CreateTime", "LogAppendTime"):
         raise LogConfigError(f"message.timestamp.type must be CreateTime or LogAppendTime, got {timestamp_type!r}")
@@ -144,10 +149,32 @@ def resolve_log_config(
         else (local_ms if 0 <= local_ms < _LONG_MAX else None),
         local_retention_bytes=(retention_bytes if retention_bytes >= 0 else None) if local_bytes == FOLLOW_RETENTION
         else (local_bytes if local_bytes >= 0 else None),
+        compacted="compact" in policies,
     )
     if not 14 <= config.segment_bytes <= 2**31 - 1:
         raise LogConfigError(f"segment.bytes must be 14..{2**31 - 1}, got {config.segment_bytes}")
     return config
+
+
+FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE = "follower.fetch.last.tiered.offset.enable"
+"""KIP-1023's broker config: an empty follower of a tiered topic starts at the leader's earliest
+pending upload offset. BOOLEAN, default false, dynamic per broker and as the cluster default."""
+
+
+def broker_flag(configs: Mapping[tuple[int, str], Mapping[str, str]], broker_id: int, static: Mapping[str, str],
+                key: str, default: bool = False) -> bool:
+    """A BOOLEAN broker config's live value: this broker's dynamic config, the cluster-wide
+    default ("" BROKER resource), the node's properties, then `default`. The controller refuses
+    a dynamic value that is not a boolean; a bad static one raises LogConfigError naming it."""
+    layers = tuple(layer for layer in (configs.get((BROKER_RESOURCE, str(broker_id))),
+                                       configs.get((BROKER_RESOURCE, "")), static) if layer)  # fmt: skip
+    found = _broker_value(layers, key)
+    if found is None:
+        return default
+    text = found.strip().lower()
+    if text not in ("true", "false"):
+        raise LogConfigError(f"{key} must be true or false, got {found!r}")
+    return text == "true"
 
 
 def config_layers(topic: str, broker_id: int) -> tuple[tuple[int, str], ...]:

@@ -65,6 +65,7 @@ from quorum.broker.replica_fetcher_events import (
     UpdateHighWatermark,
 )
 from quorum.broker.replica_fetcher_out_of_range import (
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     AskLeaderOffset,
     Defer,
     Fail,
@@ -191,9 +192,14 @@ class ReplicaFetcher:
     """See the module docstring. `handler` decides out-of-range answers (Kafka's rules by default)."""
 
     def __init__(self, config: ReplicaFetcherConfig, handler: OutOfRangeHandler | None = None,
-                 now_ms: int = 0) -> None:
+                 now_ms: int = 0, consult_when_empty: bool | None = None) -> None:
+        """`consult_when_empty` (by default: when a `handler` is given, i.e. a plug-in is composed)
+        consults the handler once, with error NONE, when a partition with an empty log (start and
+        end 0) is added, before its first fetch: KIP-1023 applies even when the leader still has
+        offset 0 locally, and only the handler knows whether to skip what the remote tier holds."""
         self.config = config
         self._handler: OutOfRangeHandler = handler if handler is not None else KafkaOutOfRangeHandler()
+        self._consult_when_empty = handler is not None if consult_when_empty is None else consult_when_empty
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._in_flight = _InFlight()
         self._now = now_ms
@@ -250,7 +256,9 @@ class ReplicaFetcher:
                 ):
                     continue
                 del self._partitions[add.topic_partition]
-            self._partitions[add.topic_partition] = self._initial_state(add)
+            p = self._partitions[add.topic_partition] = self._initial_state(add)
+            if self._consult_when_empty and p.phase is FetchPhase.FETCHING and p.log_start == p.log_end == 0:
+                self._begin_out_of_range(p, ErrorCode.NONE)
         return self._finish()
 
     def remove_partitions(self, tps: Iterable[TopicPartition], now_ms: int) -> list[Action]:
@@ -629,10 +637,18 @@ class ReplicaFetcher:
     # Out of range: the handler decides
 
     def _begin_out_of_range(self, p: _Partition, error: int) -> None:
+        """A resolution begins: the leader refused the fetch offset, or (error NONE) the replica
+        is empty and has not fetched yet."""
         p.phase = FetchPhase.RESOLVING
+        facts = p.add.facts()
         p.situation = OutOfRange(p.tp, error, p.leader_epoch, p.fetch_offset, p.log_start, p.log_end,
-                                 p.high_watermark, p.last_fetched_epoch)  # fmt: skip
-        logger.info("%s: fetch offset %d answered %s", p.tp, p.fetch_offset, _error_name(error))
+                                 p.high_watermark, p.last_fetched_epoch,
+                                 remote_storage_enabled=facts.remote_storage_enabled, compacted=facts.compacted,
+                                 fetch_from_tiered_offset=facts.fetch_from_tiered_offset)  # fmt: skip
+        if error == ErrorCode.NONE:
+            logger.info("%s: an empty replica; the out-of-range handler chooses where it starts", p.tp)
+        else:
+            logger.info("%s: fetch offset %d answered %s", p.tp, p.fetch_offset, _error_name(error))
         self._consult(p)
 
     def _consult(self, p: _Partition) -> None:
@@ -676,6 +692,14 @@ class ReplicaFetcher:
         assert p.situation is not None
         if error == ErrorCode.NONE and answer is not None:
             p.situation.leader_offsets[asked.timestamp] = LeaderOffset(answer.offset, answer.leader_epoch)
+            p.query, p.query_sent = None, False
+            self._consult(p)
+            return
+        if error == ErrorCode.UNSUPPORTED_VERSION and asked.timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
+            # A leader without ListOffsets v11 (KIP-1023): the handler takes another path.
+            logger.info("%s: broker %d does not answer ListOffsets(%d): %s", p.tp, self.config.leader_id,
+                        asked.timestamp, _error_name(error))  # fmt: skip
+            p.situation.leader_offsets[asked.timestamp] = LeaderOffset(-1, -1, error)
             p.query, p.query_sent = None, False
             self._consult(p)
             return

@@ -17,6 +17,7 @@ core its next event (the same rule as `quorum.raft.interface`).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,6 +89,23 @@ class ReplicaFetcherConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TieringFacts:
+    """What an out-of-range handler must know of a partition besides its log to choose KIP-1023's
+    path, read when a resolution begins (they are dynamic configs and may change at any time)."""
+
+    remote_storage_enabled: bool = False
+    """The topic's `remote.storage.enable` and the broker's `remote.log.storage.system.enable`."""
+    compacted: bool = False
+    """The topic's `cleanup.policy` contains `compact`."""
+    fetch_from_tiered_offset: bool = False
+    """The broker's `follower.fetch.last.tiered.offset.enable` (KIP-1023), its live value."""
+
+
+def no_tiering() -> TieringFacts:
+    return TieringFacts()
+
+
+@dataclass(frozen=True, slots=True)
 class AddPartition:
     """Follow `topic_partition` from this fetcher's leader in `leader_epoch` (from the image)."""
 
@@ -95,6 +113,8 @@ class AddPartition:
     topic_id: uuid.UUID
     leader_epoch: int
     log: FollowerLog
+    facts: Callable[[], TieringFacts] = no_tiering
+    """Read at the start of each out-of-range resolution (plain in-memory lookups, no I/O)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,7 +205,7 @@ class ListOffsetsRequest:
 @dataclass(frozen=True, slots=True)
 class ListedOffset:
     topic_partition: TopicPartition
-    error: int
+    error: int  # UNSUPPORTED_VERSION too when the leader serves no ListOffsets version carrying the timestamp
     offset: int = -1
     leader_epoch: int = -1
     timestamp: int = -1

@@ -13,6 +13,11 @@ the same image): partitions whose leader is another broker, in the image's leade
 leader epoch for the same leader (an ISR change bumps it in this cluster) is handed to the core
 at once, which is what lets a fenced partition fetch again. A change of this broker's own
 registration epoch restarts every link, since the fetcher sends it as KIP-903's ReplicaEpoch.
+
+An out-of-range handler learns what KIP-1023's eligibility needs when a resolution begins
+(`TieringFacts`): the partition's live topic config (`remote.storage.enable`, `cleanup.policy`),
+the broker's `remote.log.storage.system.enable`, and `follower.fetch.last.tiered.offset.enable`
+as the latest image resolves it (a per-broker or cluster-default ConfigRecord, then the properties).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from quorum.broker import replica_fetcher_events as ev
 from quorum.broker import replica_fetcher_rpc as rpc
 from quorum.broker.background import BackgroundTasks
+from quorum.broker.log_config import FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE, LogConfigError, broker_flag
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.replica_fetcher import ReplicaFetcher
@@ -96,9 +102,12 @@ class _LeaderLink:
     """One leader broker: its fetcher core, connection, timer and the partitions followed."""
 
     def __init__(self, config: ev.ReplicaFetcherConfig, address: tuple[str, int], notifier: AppendNotifier,
-                 clock_ms: Callable[[], int], out_of_range: OutOfRangePlugin | None = None) -> None:
+                 clock_ms: Callable[[], int], out_of_range: OutOfRangePlugin | None = None,
+                 facts: Callable[[Partition], Callable[[], ev.TieringFacts]] | None = None) -> None:
         self.fetcher = ReplicaFetcher(config, out_of_range.handler if out_of_range is not None else None)
         self._out_of_range = out_of_range
+        self._facts = facts if facts is not None else (lambda _: ev.no_tiering)
+        self._versions = rpc.LeaderVersions()
         self.address = address
         self.peer = PeerClient(address[0], address[1], f"replica-fetcher-{config.broker_id}-{config.leader_id}",
                                REPLICA_SOCKET_TIMEOUT_MS + config.fetch_wait_max_ms)
@@ -117,7 +126,7 @@ class _LeaderLink:
         if adds:
             for partition, epoch in adds:
                 self.followed[(partition.topic, partition.partition)] = (partition, epoch)
-            batch = [ev.AddPartition((p.topic, p.partition), p.topic_id, epoch, PartitionFollowerLog(p))
+            batch = [ev.AddPartition((p.topic, p.partition), p.topic_id, epoch, PartitionFollowerLog(p), self._facts(p))
                      for p, epoch in adds]
             self._feed(lambda now: self.fetcher.add_partitions(batch, now))
 
@@ -191,7 +200,7 @@ class _LeaderLink:
 
     async def _send(self, request: ev.Request) -> None:
         try:
-            response: Any = await rpc.send(self.peer, request)
+            response: Any = await rpc.send(self.peer, request, self._versions)
         except PeerUnavailable as exc:
             logger.debug("replica fetcher request to %s:%d failed: %s", *self.address, exc)
             self._feed(lambda now: self.fetcher.on_send_failed(request, now))
@@ -245,12 +254,33 @@ class ReplicaFetcherManager:
         self._links: dict[int, _LeaderLink] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._epoch = -1
+        remote = self._properties.get("remote.log.storage.system.enable", "")
+        self._remote_log_storage = remote.strip().lower() == "true"
+        self.fetch_from_tiered_offset = False
+        """`follower.fetch.last.tiered.offset.enable` as the last image applied resolves it."""
+
+    def tiering_facts(self, partition: Partition) -> Callable[[], ev.TieringFacts]:
+        """What an out-of-range handler of `partition` reads when a resolution begins: live values."""
+        def facts() -> ev.TieringFacts:
+            config = partition.config
+            return ev.TieringFacts(remote_storage_enabled=self._remote_log_storage and config.remote_storage_enable,
+                                   compacted=config.compacted, fetch_from_tiered_offset=self.fetch_from_tiered_offset)
+        return facts
 
     def link(self, leader_id: int) -> _LeaderLink | None:
         return self._links.get(leader_id)
 
     def apply_image(self, image: MetadataImage, partitions: Iterable[Partition]) -> None:
         """Follow what `image` says this broker follows, from whom, in which leader epoch."""
+        try:
+            enabled = broker_flag(image.configs, self.broker_id, self._properties,
+                                  FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE)  # fmt: skip
+        except LogConfigError as exc:
+            logger.error("%s; taken as false", exc)
+            enabled = False
+        if enabled != self.fetch_from_tiered_offset:
+            logger.info("%s is now %s", FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE, str(enabled).lower())
+            self.fetch_from_tiered_offset = enabled
         epoch = self._broker_epoch()
         if epoch != self._epoch:
             self._epoch = epoch
@@ -278,7 +308,7 @@ class ReplicaFetcherManager:
                     continue
                 config = fetcher_config(self.broker_id, leader_id, epoch, self._properties)
                 link = self._links[leader_id] = _LeaderLink(config, address, self._notifier, self._clock_ms,
-                                                            self._out_of_range)
+                                                            self._out_of_range, self.tiering_facts)
                 logger.info("replicating %d partition(s) from broker %d at %s:%d", len(followed), leader_id,
                             *address)  # fmt: skip
             removes = [tp for tp, (p, _) in link.followed.items() if tp not in followed or followed[tp][0] is not p]

@@ -2,14 +2,21 @@
 
 Fetch goes as a full sessionless request (SessionId 0, SessionEpoch -1) at v15, which names topics
 by id and carries KIP-903's ReplicaState (this broker's id and registration epoch); the fetcher
-never uses incremental sessions. OffsetForLeaderEpoch (v4) and ListOffsets (v7) name topics by
-name and carry ReplicaId, so the leader answers a replica (its log end, not its high watermark).
-Every broker of this cluster serves these versions, so no ApiVersions round trip is made.
+never uses incremental sessions. OffsetForLeaderEpoch (v4) and ListOffsets name topics by name and
+carry ReplicaId, so the leader answers a replica (its log end, not its high watermark). Every
+broker of this cluster serves these versions, so no ApiVersions round trip is made for them.
+
+ListOffsets goes at v7 unless a timestamp spec needs more, as Kafka gates them: -4 (earliest
+local, KIP-405) v8, -5 (latest tiered) v9, -6 (earliest pending upload, KIP-1023) v11. For those
+the leader's ApiVersions is asked once per leader (`LeaderVersions`); a timestamp its versions do
+not carry is answered UNSUPPORTED_VERSION here without being sent, which the fetcher hands to
+its out-of-range handler (KIP-1023 then falls back to KIP-405's path).
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from quorum.broker import replica_fetcher_events as ev
@@ -21,23 +28,64 @@ from quorum.wire.protocol import APIS
 FETCH = APIS[1]
 OFFSET_FOR_LEADER_EPOCH = APIS[23]
 LIST_OFFSETS = APIS[2]
+API_VERSIONS = APIS[18]
 FETCH_VERSION = 15
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 7
+API_VERSIONS_VERSION = 3
 READ_UNCOMMITTED = 0
+LIST_OFFSETS_VERSION_FOR = {-4: 8, -5: 9, -6: 11}
+"""The first ListOffsets version carrying each timestamp spec above v7 (Kafka's ListOffsetsRequest)."""
 
 
-async def send(peer: PeerClient, request: ev.Request) -> ev.FetchResponse | ev.OffsetsForLeaderEpochResponse | \
-        ev.ListOffsetsResponse:
-    """One request to the leader and its answer as the core's dataclass; PeerUnavailable on failure."""
+def list_offsets_version(timestamp: int) -> int:
+    return LIST_OFFSETS_VERSION_FOR.get(timestamp, LIST_OFFSETS_VERSION)
+
+
+@dataclass(slots=True)
+class LeaderVersions:
+    """The newest ListOffsets version one leader serves, from its ApiVersions, asked once."""
+
+    list_offsets_max: int | None = None
+
+    async def list_offsets(self, peer: PeerClient) -> int:
+        if self.list_offsets_max is None:
+            body = await peer.request(API_VERSIONS, API_VERSIONS_VERSION, API_VERSIONS.request(
+                client_software_name="quorum-replica-fetcher", client_software_version="1"))
+            served = {key.api_key: key.max_version for key in body.api_keys or ()} \
+                if body.error_code == ErrorCode.NONE else {}
+            self.list_offsets_max = served.get(LIST_OFFSETS.key, -1)
+        return self.list_offsets_max
+
+
+async def send(peer: PeerClient, request: ev.Request, versions: LeaderVersions | None = None) -> \
+        ev.FetchResponse | ev.OffsetsForLeaderEpochResponse | ev.ListOffsetsResponse:
+    """One request to the leader and its answer as the core's dataclass; PeerUnavailable on failure.
+    `versions` is what is known of the leader's versions (each leader link keeps one)."""
     if isinstance(request, ev.FetchRequest):
         body = await peer.request(FETCH, FETCH_VERSION, encode_fetch(request))
         return decode_fetch(request, body)
     if isinstance(request, ev.OffsetsForLeaderEpochRequest):
         body = await peer.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, encode_epochs(request))
         return decode_epochs(body)
-    body = await peer.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, encode_list_offsets(request))
-    return decode_list_offsets(body)
+    return await send_list_offsets(peer, request, versions if versions is not None else LeaderVersions())
+
+
+async def send_list_offsets(peer: PeerClient, request: ev.ListOffsetsRequest,
+                            versions: LeaderVersions) -> ev.ListOffsetsResponse:
+    """ListOffsets at the lowest version carrying every timestamp spec the leader serves; the
+    specs it serves no version of are answered UNSUPPORTED_VERSION without asking."""
+    needed = max(list_offsets_version(q.timestamp) for q in request.partitions)
+    served = needed if needed <= LIST_OFFSETS_VERSION else await versions.list_offsets(peer)
+    sendable = tuple(q for q in request.partitions if list_offsets_version(q.timestamp) <= served)
+    answers = [ev.ListedOffset(q.topic_partition, ErrorCode.UNSUPPORTED_VERSION)
+               for q in request.partitions if list_offsets_version(q.timestamp) > served]
+    if sendable:
+        version = max(list_offsets_version(q.timestamp) for q in sendable)
+        body = await peer.request(LIST_OFFSETS, version,
+                                  encode_list_offsets(ev.ListOffsetsRequest(request.replica_id, sendable)))
+        answers += decode_list_offsets(body).partitions
+    return ev.ListOffsetsResponse(ErrorCode.NONE, tuple(answers))
 
 
 # -- Fetch ------------------------------------------------------------------------------------

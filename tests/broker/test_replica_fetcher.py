@@ -8,11 +8,14 @@ from quorum.broker import replica_fetcher_events as ev
 from quorum.broker.replica_fetcher import FetchPhase
 from quorum.broker.replica_fetcher_out_of_range import (
     EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     AskLeaderOffset,
     Defer,
+    LeaderOffset,
     OutOfRange,
     StartAt,
     Step,
+    TruncateTo,
 )
 from quorum.wire.errors import ErrorCode
 from tests.broker.replication_model import (
@@ -285,6 +288,8 @@ class TieredHandler:
 
     def next_step(self, situation: OutOfRange) -> Step:
         self.seen.append(situation)
+        if situation.error == ErrorCode.NONE:
+            return TruncateTo(situation.log_end_offset)  # an empty replica: KIP-405 waits for the leader's answer
         local = situation.leader_offsets.get(EARLIEST_LOCAL_TIMESTAMP)
         if local is None:
             return AskLeaderOffset(EARLIEST_LOCAL_TIMESTAMP)
@@ -299,6 +304,8 @@ def test_a_custom_handler_plugs_in_for_tiered_offsets() -> None:
     handler = TieredHandler()
     fetcher = new_fetcher(2, 3, handler)
     request = only_send(follow(fetcher, follower, 3))
+    assert [s.error for s in handler.seen] == [ErrorCode.NONE]  # consulted once before the first fetch
+    assert isinstance(request, ev.FetchRequest) and request.partitions[0].fetch_offset == 0
     out = fetcher.on_fetch_response(request, ev.FetchResponse(0, (
         ev.FetchedPartition(TP, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE),)), 0)
     query = only_send(out)
@@ -437,3 +444,98 @@ def test_random_leader_changes_crashes_and_appends_keep_replicas_consistent(seed
         assert b.log.hw == leader.log_end_offset, f"seed {seed}: {b.log}"
         assert not b.failures, f"seed {seed}: {b.failures}"
     assert cluster.isr == cluster.ids, f"seed {seed}"
+
+
+# ---------------------------------------------------------------------------------------------
+# KIP-1023: an empty replica consults the handler before its first fetch; ListOffsets -6
+
+
+class PendingUploadHandler:
+    """A stand-in for KIP-1023's handler: an empty eligible replica asks -6 and starts there with
+    the remote tier's history; a leader without -6 sends it down the plain path."""
+
+    def __init__(self) -> None:
+        self.seen: list[OutOfRange] = []
+
+    def next_step(self, situation: OutOfRange) -> Step:
+        self.seen.append(situation)
+        if not situation.fetch_from_tiered_offset or not situation.remote_storage_enabled or situation.compacted:
+            return TruncateTo(situation.log_end_offset)
+        pending = situation.leader_offsets.get(EARLIEST_PENDING_UPLOAD_TIMESTAMP)
+        if pending is None:
+            return AskLeaderOffset(EARLIEST_PENDING_UPLOAD_TIMESTAMP)
+        if pending.error == ErrorCode.UNSUPPORTED_VERSION:
+            return TruncateTo(situation.log_end_offset)
+        return Defer(("aux state below", pending.offset))
+
+
+FLAG_ON = ev.TieringFacts(remote_storage_enabled=True, fetch_from_tiered_offset=True)
+
+
+def follow_with(fetcher, log: MemoryLog, epoch: int, facts: ev.TieringFacts) -> list:
+    return fetcher.add_partitions([ev.AddPartition(TP, TOPIC_ID, epoch, log, lambda: facts)], 0)
+
+
+@pytest.mark.parametrize("facts", [ev.TieringFacts(), ev.TieringFacts(remote_storage_enabled=True),
+                                   ev.TieringFacts(True, True, True), ev.TieringFacts(False, False, True)])
+def test_an_empty_replica_not_eligible_fetches_from_zero_after_one_consultation(facts: ev.TieringFacts) -> None:
+    handler = PendingUploadHandler()
+    fetcher = new_fetcher(2, 1, handler)
+    request = only_send(follow_with(fetcher, MemoryLog("F"), 1, facts))
+    assert isinstance(request, ev.FetchRequest) and request.partitions[0].fetch_offset == 0
+    [situation] = handler.seen
+    assert situation.error == ErrorCode.NONE and (situation.log_start_offset, situation.log_end_offset) == (0, 0)
+    assert (situation.remote_storage_enabled, situation.compacted, situation.fetch_from_tiered_offset) == (
+        facts.remote_storage_enabled, facts.compacted, facts.fetch_from_tiered_offset)
+
+
+def test_only_an_empty_replica_with_a_plug_in_is_consulted_before_fetching() -> None:
+    handler = PendingUploadHandler()
+    fetcher = new_fetcher(2, 1, handler)
+    only_send(follow_with(fetcher, log_with("F", (1, 3), hw=3), 1, FLAG_ON))  # not empty: fetches at once
+    assert handler.seen == []
+    kafka = new_fetcher(2, 1)  # no plug-in: Kafka's fetcher, which never asks
+    assert isinstance(only_send(follow_with(kafka, MemoryLog("F"), 1, FLAG_ON)), ev.FetchRequest)
+
+
+def test_an_empty_eligible_replica_starts_at_the_pending_upload_offset_with_the_remote_history() -> None:
+    leader_log = log_with("L", (1, 4), (3, 6), (5, 4), hw=14)
+    leader = LeaderSide(leader_log, epoch=5)
+    follower = MemoryLog("F")
+    handler = PendingUploadHandler()
+    fetcher = new_fetcher(2, 5, handler)
+    query = only_send(follow_with(fetcher, follower, 5, FLAG_ON))
+    assert isinstance(query, ev.ListOffsetsRequest) and query.partitions[0].timestamp == -6
+    assert fetcher.state(TP).phase is FetchPhase.RESOLVING
+    out = fetcher.on_list_offsets_response(query, serve_list_offsets(leader, query, {-6: 10}), 0)
+    assert out == [ev.OutOfRangeWork(TP, 5, ("aux state below", 10))]
+    assert handler.seen[-1].leader_offsets[-6] == LeaderOffset(10, 3)
+    epochs = (ev.EpochStart(1, 0), ev.EpochStart(3, 4))
+    out = fetcher.resolve_out_of_range(TP, 5, StartAt(10, epochs, b"producers"), 0)
+    assert out[0] == ev.TruncateFullyAndStartAt(TP, 10, epochs, b"producers")
+    first = only_send(out).partitions[0]
+    assert (first.fetch_offset, first.last_fetched_epoch) == (10, 3)  # the divergence check has its epoch
+    replicate(fetcher, follower, leader, out)
+    assert follower.start == 10 and follower.log_end_offset == 14
+    assert follower.history() == [h for h in leader_log.history() if h[0] >= 10]
+
+
+def test_a_leader_without_pending_upload_offsets_hands_unsupported_version_to_the_handler() -> None:
+    handler = PendingUploadHandler()
+    fetcher = new_fetcher(2, 1, handler)
+    query = only_send(follow_with(fetcher, MemoryLog("F"), 1, FLAG_ON))
+    refused = ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, ErrorCode.UNSUPPORTED_VERSION),))
+    request = only_send(fetcher.on_list_offsets_response(query, refused, 0))
+    assert handler.seen[-1].leader_offsets[-6] == LeaderOffset(-1, -1, ErrorCode.UNSUPPORTED_VERSION)
+    assert isinstance(request, ev.FetchRequest) and request.partitions[0].fetch_offset == 0
+
+
+def test_other_list_offsets_errors_end_the_resolution_and_back_off() -> None:
+    handler = PendingUploadHandler()
+    fetcher = new_fetcher(2, 1, handler)
+    query = only_send(follow_with(fetcher, MemoryLog("F"), 1, FLAG_ON))
+    refused = ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, ErrorCode.NOT_LEADER_OR_FOLLOWER),))
+    assert fetcher.on_list_offsets_response(query, refused, 5) == []
+    assert len(handler.seen) == 1 and fetcher.state(TP).phase is FetchPhase.FETCHING
+    assert fetcher.state(TP).delayed_until_ms == 1005 and "NOT_LEADER_OR_FOLLOWER" in fetcher.state(TP).reason
+    assert only_send(fetcher.tick(1005)).partitions[0].fetch_offset == 0  # then it fetches
