@@ -66,6 +66,7 @@ from quorum.controller.heartbeats import (
 )
 from quorum.controller.placement import place_replicas
 from quorum.controller.results import ApiError, ControllerResult
+from quorum.controller.short_logs import ShortLocalLogs
 from quorum.controller.validation import (
     DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
@@ -79,7 +80,7 @@ from quorum.controller.validation import (
     unify_collision_chars,
     unknown_topic,
 )
-from quorum.controller.view import ControllerView, RegistrationView, TopicView
+from quorum.controller.view import ControllerView, PartitionView, RegistrationView, TopicView
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 
@@ -157,10 +158,15 @@ class TickOutcome:
 class _Partitions:
     """The view's partitions with the changes made earlier in the same result laid over them."""
 
-    def __init__(self, view: ControllerView) -> None:
+    def __init__(self, view: ControllerView, short: ShortLocalLogs | None = None) -> None:
         self._view = view
+        self._short = short if short else None  # None while no broker reported a short local log
         self._changed: dict[tuple[uuid.UUID, int], PartitionState] = {}
         self.applied: list[PartitionChange] = []
+
+    def _state(self, topic_id: uuid.UUID, partition: PartitionView) -> PartitionState:
+        short = self._short.replicas(topic_id, partition.partition) if self._short is not None else frozenset()
+        return PartitionState.of(topic_id, partition, short)
 
     def select(self, wanted: Callable[[int, Sequence[int]], bool],
                topics: Iterable[str] | None = None) -> Iterator[PartitionState]:
@@ -172,7 +178,7 @@ class _Partitions:
                 state = changed.get((topic.topic_id, partition.partition)) if changed else None
                 if state is None:
                     if wanted(partition.leader, partition.isr):
-                        yield PartitionState.of(topic.topic_id, partition)
+                        yield self._state(topic.topic_id, partition)
                 elif wanted(state.leader, state.isr):
                     yield state
 
@@ -181,7 +187,7 @@ class _Partitions:
         if state is not None:
             return state
         found = next((p for p in topic.partitions if p.partition == index), None)
-        return None if found is None else PartitionState.of(topic.topic_id, found)
+        return None if found is None else self._state(topic.topic_id, found)
 
     def apply(self, change: PartitionChange) -> None:
         self._changed[change.after.key] = change.after
@@ -204,11 +210,18 @@ class QuorumController:
         self.heartbeats = BrokerHeartbeatManager(self.config.session_timeout_ms, self.config.heartbeat_interval_ms)
         self.balancer = balance.LeaderBalancer(self.config.auto_leader_rebalance_enable,
                                                self.config.leader_imbalance_check_interval_ms)
+        self.short_logs = ShortLocalLogs()
+        """Which replicas' local logs are short, as each broker's last heartbeat said (soft state)."""
 
     def deactivate(self) -> None:
         """This node is no longer the active controller: its soft state goes."""
         self.heartbeats.clear()
         self.balancer.clear()
+        self.short_logs.clear()
+
+    def _partitions(self, view: ControllerView) -> _Partitions:
+        """The view's partitions, each with its short replicas (`quorum.controller.short_logs`)."""
+        return _Partitions(view, self.short_logs)
 
     # -- brokers -------------------------------------------------------------------------------
 
@@ -235,7 +248,7 @@ class QuorumController:
                                                      broker_epoch=-1))
         out: list[Any] = []
         if existing is None or existing.incarnation_id != request.incarnation_id or not existing.fenced:
-            out += self._remove_broker_from_partitions(view, broker, _Partitions(view), frozenset())
+            out += self._remove_broker_from_partitions(view, broker, self._partitions(view), frozenset())
         epoch = next_offset + len(out)
         out.append(rec.register_broker(
             broker_id=broker, incarnation_id=request.incarnation_id, broker_epoch=epoch,
@@ -243,6 +256,7 @@ class QuorumController:
             features=[(f.name, f.min_supported_version, f.max_supported_version) for f in request.features],
             rack=request.rack, log_dirs=list(request.log_dirs or ())))
         self.heartbeats.register(broker, now_ms)
+        self.short_logs.forget(broker)
         return _result(out, response(throttle_time_ms=0, error_code=0, broker_epoch=epoch))
 
     def heartbeat(self, request: Any, now_ms: int, view: ControllerView, next_offset: int) -> ControllerResult:
@@ -254,6 +268,8 @@ class QuorumController:
             return ControllerResult((), response(throttle_time_ms=0, error_code=ErrorCode.STALE_BROKER_EPOCH,
                                                  is_caught_up=False, is_fenced=True, should_shut_down=False))
         self.heartbeats.track(broker, now_ms)
+        self.short_logs.report(broker, ((topic.topic_id, index) for topic in getattr(request, "short_local_logs", ())
+                                        or () for index in topic.partitions))
         current = self._control_state(registration)
         offset = request.current_metadata_offset
         state = self.heartbeats.next_state(
@@ -265,11 +281,11 @@ class QuorumController:
         if state is not current:
             if state.fenced:
                 if not registration.fenced:
-                    out += self._fence(view, registration, _Partitions(view), frozenset())
+                    out += self._fence(view, registration, self._partitions(view), frozenset())
             elif state is BrokerControlState.UNFENCED:
                 out += self._unfence(view, registration)
             elif state is BrokerControlState.CONTROLLED_SHUTDOWN:
-                out += self._remove_broker_from_partitions(view, broker, _Partitions(view), frozenset())
+                out += self._remove_broker_from_partitions(view, broker, self._partitions(view), frozenset())
                 self.heartbeats.enter_controlled_shutdown(broker, next_offset + len(out) - 1)
         self.heartbeats.touch(broker, now_ms, offset)
         if state.fenced:
@@ -285,9 +301,10 @@ class QuorumController:
         registration = view.registrations.get(broker_id)
         if registration is None:
             return ControllerResult((), int(ErrorCode.BROKER_ID_NOT_REGISTERED))
-        out = self._remove_broker_from_partitions(view, broker_id, _Partitions(view), frozenset())
+        out = self._remove_broker_from_partitions(view, broker_id, self._partitions(view), frozenset())
         out.append(rec.unregister_broker(broker_id, registration.broker_epoch))
         self.heartbeats.remove(broker_id)
+        self.short_logs.forget(broker_id)
         return _result(out, 0)
 
     def tick(self, now_ms: int, view: ControllerView) -> ControllerResult:
@@ -296,7 +313,7 @@ class QuorumController:
         imbalance check is due. All of it in one batch, each step seeing the ones before."""
         unfenced = [broker for broker, registration in view.registrations.items() if not registration.fenced]
         expired = self.heartbeats.expired(unfenced, now_ms)
-        partitions = _Partitions(view)
+        partitions = self._partitions(view)
         fenced = frozenset(expired)  # none of them may be elected while the others are fenced
         out: list[Any] = []
         for broker in expired:
@@ -532,7 +549,7 @@ class QuorumController:
         if registration is None or registration.broker_epoch != request.broker_epoch:
             return ControllerResult((), schema(throttle_time_ms=0, error_code=ErrorCode.STALE_BROKER_EPOCH,
                                                topics=[]))
-        partitions = _Partitions(view)
+        partitions = self._partitions(view)
         unclean_topics = self._unclean_topics(view)
         out: list[Any] = []
         topics = []
@@ -581,7 +598,7 @@ class QuorumController:
     def alter_partition_reassignments(self, request: Any, view: ControllerView) -> ControllerResult:
         """AlterPartitionReassignments (KIP-455): see `quorum.controller.reassignment`."""
         out, response = reassignment.alter_partition_reassignments(
-            request, view, _Partitions(view), is_acceptable_leader=lambda b: self._is_active(view, b),
+            request, view, self._partitions(view), is_acceptable_leader=lambda b: self._is_active(view, b),
             unclean_topics=set(self._unclean_topics(view).values()))
         return _result(out, response)
 
@@ -649,7 +666,7 @@ class QuorumController:
         out = [rec.unfence_broker(broker, registration.broker_epoch)]
         acceptable = lambda b: b == broker or self._is_active(view, b)  # noqa: E731
         unclean_topics = self._unclean_topics(view)
-        for state in list(_Partitions(view).select(lambda leader, _: leader == rec.NO_LEADER)):
+        for state in list(self._partitions(view).select(lambda leader, _: leader == rec.NO_LEADER)):
             change = elect_leader(state, is_acceptable_leader=acceptable, unclean=state.topic_id in unclean_topics)
             if change is not None:
                 out.append(change.record)

@@ -64,12 +64,15 @@ class PartitionState:
     """Replicas a reassignment is adding (KIP-455; `quorum.controller.reassignment_replicas`)."""
     removing: tuple[int, ...] = ()
     """Replicas a reassignment is removing."""
+    short: frozenset[int] = frozenset()
+    """Replicas whose local log is short (`quorum.controller.short_logs`): soft state, not metadata;
+    elections prefer the others."""
 
     @classmethod
-    def of(cls, topic_id: uuid.UUID, view: PartitionView) -> PartitionState:
+    def of(cls, topic_id: uuid.UUID, view: PartitionView, short: frozenset[int] = frozenset()) -> PartitionState:
         return cls(topic_id, view.partition, tuple(view.replicas), tuple(view.isr), view.leader, view.leader_epoch,
                    view.partition_epoch, view.leader_recovery_state, tuple(view.adding_replicas),
-                   tuple(view.removing_replicas))
+                   tuple(view.removing_replicas), short)
 
     @property
     def key(self) -> tuple[uuid.UUID, int]:
@@ -92,7 +95,8 @@ class PartitionState:
             self.leader if leader == NO_LEADER_CHANGE else leader,
             self.leader_epoch + 1 if bumped else self.leader_epoch, self.partition_epoch + 1,
             self.leader_recovery_state if leader_recovery_state == NO_RECOVERY_CHANGE else leader_recovery_state,
-            self.adding if adding is None else tuple(adding), self.removing if removing is None else tuple(removing))
+            self.adding if adding is None else tuple(adding), self.removing if removing is None else tuple(removing),
+            self.short)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +120,23 @@ class PartitionChange:
 def _elect(state: PartitionState, replicas: tuple[int, ...], target: tuple[int, ...],
            acceptable: Callable[[int], bool], unclean: bool) -> tuple[int, bool]:
     """Kafka's electAnyLeader over `replicas` (the target replica order): (leader, whether the
-    election was unclean)."""
+    election was unclean). Among the candidates, the first whose local log is not short; the first
+    of them all when every one is short (availability wins)."""
     if state.leader in target and acceptable(state.leader):
         return state.leader, False
-    clean = next((r for r in replicas if r in target and acceptable(r)), None)
+    clean = _first_long([r for r in replicas if r in target and acceptable(r)], state.short)
     if clean is not None:
         return clean, False
     if unclean:
-        outside = next((r for r in replicas if acceptable(r)), None)
+        outside = _first_long([r for r in replicas if acceptable(r)], state.short)
         if outside is not None:
             return outside, True
     return NO_LEADER, False
+
+
+def _first_long(candidates: list[int], short: frozenset[int]) -> int | None:
+    """The first candidate whose local log is not short, else the first candidate, else None."""
+    return next((r for r in candidates if r not in short), candidates[0] if candidates else None)
 
 
 def _change(state: PartitionState, *, leader: int, isr: Sequence[int] | None,
@@ -200,9 +210,12 @@ def elect_leader(state: PartitionState, *, is_acceptable_leader: Callable[[int],
 
 def elect_preferred(state: PartitionState, *, is_acceptable_leader: Callable[[int], bool]) -> PartitionChange | None:
     """Leadership back to the preferred (first) replica, when it is in the ISR and acceptable and
-    does not lead already; None otherwise (a preferred election never goes outside the ISR)."""
+    does not lead already; None otherwise (a preferred election never goes outside the ISR). Not
+    while the preferred replica's local log is short and another acceptable ISR member's is not."""
     preferred = state.replicas[0] if state.replicas else NO_LEADER
     if preferred in (NO_LEADER, state.leader) or preferred not in state.isr or not is_acceptable_leader(preferred):
+        return None
+    if preferred in state.short and any(r not in state.short and is_acceptable_leader(r) for r in state.isr):
         return None
     return _change(state, leader=preferred, isr=None)
 

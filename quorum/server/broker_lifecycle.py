@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,11 @@ class BrokerLifecycle:
 
     def __init__(self, broker_id: int, listeners: tuple[ListenerInfo, ...], rack: str | None,
                  cluster_id: Callable[[], str | None], controller: Callable[[], PeerClient | None],
-                 metadata_offset: Callable[[], int], heartbeat_interval_ms: int = 2000) -> None:
+                 metadata_offset: Callable[[], int], heartbeat_interval_ms: int = 2000,
+                 short_local_logs: Callable[[], Mapping[uuid.UUID, Sequence[int]]] | None = None) -> None:
+        """`short_local_logs()`: topic id -> partitions whose local log here is short
+        (`quorum.broker.local_log_length`), sent in every heartbeat so that the controller's elections
+        prefer other in-sync replicas (the ShortLocalLogs tag)."""
         self.broker_id = broker_id
         self.incarnation_id = uuid.uuid4()
         self.listeners = listeners
@@ -64,6 +68,7 @@ class BrokerLifecycle:
         self._controller = controller
         self._metadata_offset = metadata_offset
         self._interval = heartbeat_interval_ms / 1000
+        self._short_local_logs = short_local_logs
 
     async def run(self) -> None:
         while True:
@@ -101,9 +106,12 @@ class BrokerLifecycle:
 
     async def _heartbeat(self, peer: PeerClient) -> None:
         schema = BROKER_HEARTBEAT.request
+        short = self._short_local_logs() if self._short_local_logs is not None else {}
         request = schema(broker_id=self.broker_id, broker_epoch=self.state.broker_epoch,
                          current_metadata_offset=self._metadata_offset(), want_fence=False, want_shut_down=False,
-                         offline_log_dirs=[])
+                         offline_log_dirs=[], short_local_logs=[
+                             schema.ShortLocalLogTopic(topic_id=topic_id, partitions=list(partitions))
+                             for topic_id, partitions in short.items()])
         response: Any = await peer.request(BROKER_HEARTBEAT, BROKER_HEARTBEAT.max_version, request)
         error = response.error_code
         if error == ErrorCode.NONE:
