@@ -66,18 +66,35 @@ def metadata(address: str) -> tuple[set[int], dict[str, Topic]]:
 
 def create_topics_directly(address: str, name: str) -> int:
     """CreateTopics v7 sent straight to one controller: the error code it answers for the topic."""
-    api = APIS[19]
-    schema = api.request
+    schema = APIS[19].request
     body = schema(version=7, topics=[schema.CreatableTopic(name=name, num_partitions=1, replication_factor=1,
                                                            assignments=[], configs=[])],
                   timeout_ms=10_000, validate_only=False)
+    [topic] = exchange(address, 19, 7, body).topics
+    return topic.error_code
+
+
+def set_cluster_default_directly(address: str, name: str, value: str) -> int:
+    """IncrementalAlterConfigs v1 SET of a cluster-wide broker default (BROKER resource ""), the
+    request `kafka-configs.sh --entity-default` sends; confluent-kafka and kafka-python both refuse
+    to name that resource. The error code answered."""
+    schema = APIS[44].request
+    resource = schema.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+        schema.AlterConfigsResource.AlterableConfig(name=name, config_operation=0, value=value)])
+    body = schema(version=1, resources=[resource], validate_only=False)
+    [answer] = exchange(address, 44, 1, body).responses
+    return answer.error_code
+
+
+def exchange(address: str, api_key: int, version: int, body) -> object:
+    """One request on a fresh connection and its decoded response body."""
+    api = APIS[api_key]
     host, port = address.split(":")
     with socket.create_connection((host, int(port)), timeout=15) as sock:
-        sock.sendall(encode_request(api, RequestHeader(19, 7, 2, "controller-test"), body))
+        sock.sendall(encode_request(api, RequestHeader(api_key, version, 2, "controller-test"), body))
         size = int.from_bytes(_read(sock, 4), "big")
-        _, response = decode_response(api, 7, _read(sock, size))
-    [topic] = response.topics
-    return topic.error_code
+        _, response = decode_response(api, version, _read(sock, size))
+    return response
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
@@ -106,6 +123,34 @@ def wait_until(what: str, condition, timeout_s: float = 60.0):
 def create(admin: AdminClient, *topics: NewTopic) -> None:
     for future in admin.create_topics(list(topics), request_timeout=30).values():
         future.result(timeout=60)
+
+
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3  # DescribeConfigs' ConfigSource
+FLAG = "follower.fetch.last.tiered.offset.enable"
+
+
+def alter_flag(admin: AdminClient, broker: str, op: AlterConfigOpType, value: str | None) -> None:
+    """IncrementalAlterConfigs of KIP-1023's flag on one broker, with confluent-kafka."""
+    resource = ConfigResource(ConfigResource.Type.BROKER, broker, incremental_configs=[
+        ConfigEntry(FLAG, value, incremental_operation=op)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=60)
+
+
+def broker_configs(admin: AdminClient, *broker_ids: int) -> dict[int, dict]:
+    """DescribeConfigs of each broker (librdkafka takes one BROKER resource per call)."""
+    shown = {}
+    for broker_id in broker_ids:
+        [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker_id))]).values()
+        shown[broker_id] = future.result(timeout=60)
+    return shown
+
+
+def flag_in_use(cluster: LocalCluster, broker_id: int) -> str | None:
+    """The flag's value as the broker's replica fetchers last picked it up (its log says so)."""
+    text = cluster.specs[broker_id].log_path.read_text(errors="replace")
+    found = re.findall(rf"{re.escape(FLAG)} is now (\w+)", text)
+    return found[-1] if found else None
 
 
 def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
@@ -149,6 +194,19 @@ def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
         [configs] = [future.result(timeout=60) for future in described.values()]
         assert configs["retention.ms"].value == "3600000"
         assert not configs["retention.ms"].is_default and configs["cleanup.policy"].is_default
+
+        # KIP-1023's broker flag: a cluster-wide default, a per-broker override, both live without a restart.
+        flag = FLAG
+        assert set_cluster_default_directly(addresses[0], flag, "true") == ErrorCode.NONE
+        alter_flag(admin, "102", AlterConfigOpType.SET, "false")
+        shown = broker_configs(admin, 101, 102)
+        assert (shown[101][flag].value, shown[101][flag].source) == ("true", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        assert (shown[102][flag].value, shown[102][flag].source) == ("false", DYNAMIC_BROKER_CONFIG)
+        wait_until("broker 101 using the cluster default", lambda: flag_in_use(cluster, 101) == "true")
+        wait_until("broker 102 using its own value", lambda: flag_in_use(cluster, 102) == "false")
+        alter_flag(admin, "102", AlterConfigOpType.DELETE, None)
+        wait_until("broker 102 using the cluster default", lambda: flag_in_use(cluster, 102) == "true")
+        assert broker_configs(admin, 102)[102][flag].value == "true"
 
         # A broker dies: fenced within the session timeout, its partitions led by others, epochs higher.
         victim = topics["orders"].partitions[0].leader

@@ -130,6 +130,7 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _keys(
     ConfigKey("broker.session.timeout.ms", ConfigType.INT, "9000"),
     ConfigKey("default.replication.factor", ConfigType.INT, "1"),
     ConfigKey("delete.topic.enable", ConfigType.BOOLEAN, "true"),
+    ConfigKey("follower.fetch.last.tiered.offset.enable", ConfigType.BOOLEAN, "false"),  # KIP-1023
     ConfigKey("leader.imbalance.check.interval.seconds", ConfigType.LONG, "300", at_least=1),
     ConfigKey("leader.imbalance.per.broker.percentage", ConfigType.INT, "10"),
     ConfigKey("log.cleanup.policy", ConfigType.LIST, "delete", one_of=("compact", "delete")),
