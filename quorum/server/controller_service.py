@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from quorum.controller.controller import ControllerConfig, QuorumController
 from quorum.controller.results import ControllerResult
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.server.commit_waiters import NotLeaderError
 from quorum.server.refusals import refuse
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import Request
@@ -104,11 +105,11 @@ class ControllerService:
         if not result.records:
             return None
         proposed = time.monotonic()
-        base = await self.node.propose(list(result.records))
-        if base is None:
-            return ErrorCode.NOT_CONTROLLER
         try:
-            await self.node.wait_for_high_watermark(base + len(result.records), self._commit_timeout_s)
+            await self.node.commit(list(result.records), self._commit_timeout_s)
+        except NotLeaderError as exc:
+            log.info("controller write answered NOT_CONTROLLER: %s", exc)
+            return ErrorCode.NOT_CONTROLLER
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
         self.node.metrics.observe_commit(len(result.records), (time.monotonic() - proposed) * 1000.0)

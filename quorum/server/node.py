@@ -47,8 +47,10 @@ from quorum.net.dispatch import Dispatcher, Reply
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
+from quorum.raft.state import Role
 from quorum.server import raft_rpc
 from quorum.server.broker_role import BrokerRole
+from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
 from quorum.server.config import NodeConfig
 from quorum.server.controller_service import ControllerService
 from quorum.server.listener import KafkaListener
@@ -125,11 +127,11 @@ class RaftNode:
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
         self._core_lock = asyncio.Lock()
-        self._proposals: deque[tuple[list[bytes], asyncio.Future[int | None]]] = deque()
+        self._proposals: deque[tuple[list[bytes], asyncio.Future[tuple[int, int] | None]]] = deque()
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
         self._fatal: str | None = None
-        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._commits = CommitWaiters(config.node_id)
         self.listener = self._build_listener()
         if config.is_controller:
             for key in raft_rpc.RAFT_API_KEYS:
@@ -192,18 +194,31 @@ class RaftNode:
                     pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
                 else:
                     pending.extend(await self._execute(action))
+            self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
 
-    async def propose(self, values: list[bytes]) -> int | None:
-        """Append `values` as one batch through the core (leader only); its base offset, or None.
+    async def commit(self, values: list[bytes], timeout_s: float) -> int:
+        """Append `values` as one batch through the core and wait until it is committed; its base offset.
 
         Proposals that arrive while the core is busy (an fsync in flight) wait together and go to
         the core in one call, so their batches share one append and one fsync (group commit).
+        NotLeaderError when this node is not the leader or stops leading before the batch is
+        committed (`quorum.server.commit_waiters`), TimeoutError after `timeout_s`.
         """
-        future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[int, int] | None] = asyncio.get_running_loop().create_future()
         self._proposals.append((values, future))
         if len(self._proposals) == 1:
             asyncio.create_task(self.drive(self._propose_waiting))
-        return await future
+        proposed = await future
+        if proposed is None:
+            raise NotLeaderError(f"node {self.config.node_id} is not the leader (leader: {self.core.leader_id})",
+                                 self.core.leader_id)
+        base_offset, epoch = proposed
+        committed = self._commits.add(base_offset + len(values), epoch)
+        # The core may have moved on while this coroutine waited for its turn: answer at once then.
+        self._commits.committed(self.core.high_watermark, self.log.epoch_entries)
+        self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
+        await asyncio.wait_for(committed, timeout_s)
+        return base_offset
 
     def _propose_waiting(self) -> list[raft.Action]:
         actions: list[raft.Action] = []
@@ -213,7 +228,7 @@ class RaftNode:
             base_offset, more = self.core.propose(values, now)
             actions.extend(more)
             if not future.done():
-                future.set_result(base_offset)
+                future.set_result(None if base_offset is None else (base_offset, self.core.epoch))
         return actions
 
     async def _execute(self, action: raft.Action) -> list[raft.Action]:
@@ -241,7 +256,7 @@ class RaftNode:
             self._update_lag_metrics(action.high_watermark)
             if self.broker is not None:
                 self.broker.image_replayed()
-            self._release_hw_waiters(action.high_watermark)
+            self._commits.committed(action.high_watermark, self.log.epoch_entries)
         elif isinstance(action, raft.WriteSnapshotChunk):
             fetched = await asyncio.to_thread(self.snapshot_actions.write_chunk, action)
             if fetched is not None:
@@ -388,24 +403,6 @@ class RaftNode:
             await self.drive(lambda: self.core.tick(wall_clock_ms()))
 
     # -- committing through the quorum (the write path controllers and tests use) --------------
-
-    async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
-        """Wait until every record below `offset` is committed."""
-        if self.core.high_watermark >= offset:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._hw_waiters.append((offset, future))
-        await asyncio.wait_for(future, timeout_s)
-
-    def _release_hw_waiters(self, high_watermark: int) -> None:
-        waiting = []
-        for offset, future in self._hw_waiters:
-            if high_watermark >= offset:
-                if not future.done():
-                    future.set_result(None)
-            elif not future.done():
-                waiting.append((offset, future))
-        self._hw_waiters = waiting
 
     # -- lifecycle -------------------------------------------------------------------------------
 

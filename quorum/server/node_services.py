@@ -43,10 +43,8 @@ class NodeServices(Protocol):
         """The channel to the active controller, when the node knows one."""
         ...
 
-    async def propose(self, values: list[bytes]) -> int | None:
-        """Append `values` as one batch through the core (leader only); its base offset, or None."""
-        ...
-
-    async def wait_for_high_watermark(self, offset: int, timeout_s: float) -> None:
-        """Wait until every record below `offset` is committed."""
+    async def commit(self, values: list[bytes], timeout_s: float) -> int:
+        """Append `values` as one batch and wait until it is committed; its base offset.
+        NotLeaderError (`quorum.server.commit_waiters`) when this node is not the leader or stops
+        leading first, TimeoutError after `timeout_s`."""
         ...

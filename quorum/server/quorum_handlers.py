@@ -19,6 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from quorum.net.dispatch import Reply
+from quorum.server.commit_waiters import NotLeaderError
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS, Request
@@ -129,11 +130,10 @@ async def _commit(node: NodeServices, records: bytes | None, timeout_ms: int) ->
         return ErrorCode.CORRUPT_MESSAGE, -1, str(exc)
     if not values:
         return ErrorCode.INVALID_RECORD, -1, "no records"
-    base_offset = await node.propose(values)
-    if base_offset is None:
-        return _NOT_LEADER, -1, f"node {node.config.node_id} is not the leader (leader: {node.core.leader_id})"
     try:
-        await node.wait_for_high_watermark(base_offset + len(values), max(timeout_ms, 1) / 1000)
+        base_offset = await node.commit(values, max(timeout_ms, 1) / 1000)
+    except NotLeaderError as exc:
+        return _NOT_LEADER, -1, str(exc)
     except TimeoutError:
         return ErrorCode.REQUEST_TIMED_OUT, -1, f"not committed within {timeout_ms} ms ({error_name(7)})"
     return ErrorCode.NONE, base_offset, None

@@ -1,0 +1,96 @@
+"""Writes waiting to be committed by the Raft quorum, and the answer each gets.
+
+A leader's write is committed when the high watermark passes it *and* the entry at its offset is
+still the one it wrote, i.e. stamped with the epoch it was proposed in: a leader that loses its
+epoch may see its uncommitted entries truncated and the same offsets committed with another
+leader's records, and waiting for the high watermark alone would call those writes committed.
+And a leader that stops leading (it lost an election, was fenced, or resigned to write a snapshot)
+answers its waiting writes at once instead of letting them wait out their timeout: the writer
+can retry on the new leader right away (issue 17's hang of 30 s after a resignation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quorum.log.epoch_cache import EpochEntry
+
+NO_LEADER = -1
+
+
+class NotLeaderError(Exception):
+    """This node cannot commit the write: it is not the leader, or stopped leading before the
+    write was committed (the write may still be committed by the next leader, or lost)."""
+
+    def __init__(self, message: str, leader_id: int = NO_LEADER) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+
+
+@dataclass(slots=True)
+class _Waiter:
+    end_offset: int
+    epoch: int
+    future: asyncio.Future[None]
+
+
+def epoch_at(entries: Sequence[EpochEntry], offset: int) -> int | None:
+    """The epoch of the entry at `offset` by the log's epoch entries; None below the first."""
+    index = bisect.bisect_right([entry.start_offset for entry in entries], offset) - 1
+    return entries[index].epoch if index >= 0 else None
+
+
+class CommitWaiters:
+    """The writes a leader proposed and has not answered yet, oldest first."""
+
+    def __init__(self, node_id: int) -> None:
+        self._node_id = node_id
+        self._waiting: list[_Waiter] = []
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, end_offset: int, epoch: int) -> asyncio.Future[None]:
+        """Wait for the entries below `end_offset`, proposed in `epoch`, to be committed."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiter(end_offset, epoch, future))
+        return future
+
+    def committed(self, high_watermark: int, entries: Sequence[EpochEntry]) -> None:
+        """The high watermark moved: writes below it succeed if their last entry is still theirs."""
+        still = []
+        for waiter in self._waiting:
+            if waiter.future.done():
+                continue
+            if waiter.end_offset > high_watermark:
+                still.append(waiter)
+                continue
+            found = epoch_at(entries, waiter.end_offset - 1)
+            if found is None or found == waiter.epoch:  # None: below the log's epochs, i.e. in a snapshot
+                waiter.future.set_result(None)
+            else:
+                waiter.future.set_exception(NotLeaderError(
+                    f"node {self._node_id}'s write at offsets below {waiter.end_offset} in epoch {waiter.epoch} was "
+                    f"replaced by epoch {found}'s entries before it was committed"))
+        self._waiting = still
+
+    def leadership(self, epoch: int, is_leader: bool, leader_id: int) -> None:
+        """After every change of the core: a write proposed in another epoch, or by a node that is
+        no longer leading, is answered now (the leader it names, when known)."""
+        if is_leader and all(waiter.epoch == epoch for waiter in self._waiting):
+            return
+        still = []
+        for waiter in self._waiting:
+            if waiter.future.done():
+                continue
+            if is_leader and waiter.epoch == epoch:
+                still.append(waiter)
+                continue
+            known = f"node {leader_id} leads epoch {epoch}" if leader_id >= 0 else f"no leader known in epoch {epoch}"
+            waiter.future.set_exception(NotLeaderError(
+                f"node {self._node_id} stopped leading epoch {waiter.epoch} before its write below offset "
+                f"{waiter.end_offset} was committed ({known})", leader_id))
+        self._waiting = still
