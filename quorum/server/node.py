@@ -31,6 +31,7 @@ from typing import Any
 
 from quorum.broker.metadata import memo_difference
 from quorum.broker.remote_tier import RemoteTier
+from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.controller.controller import ControllerConfig
 from quorum.controller.snapshot_coordinator import OwnSnapshot
 from quorum.image.image import MetadataImage
@@ -73,7 +74,8 @@ def wall_clock_ms() -> int:
 class RaftNode:
     """One KRaft node: a voter when it has the controller role, an observer otherwise."""
 
-    def __init__(self, config: NodeConfig, remote: RemoteTier | None = None) -> None:
+    def __init__(self, config: NodeConfig, remote: RemoteTier | None = None,
+                 out_of_range: OutOfRangePlugin | None = None) -> None:
         self.config = config
         cluster_id = check_storage(config)
         directory = config.metadata_log_dir
@@ -143,8 +145,10 @@ class RaftNode:
             self.controller_service.register(self.dispatcher)
         else:
             self.controller_service = None
-        # `remote`: the remote tier (KIP-405) the entry point composed, for a broker with tiered storage
-        self.broker = BrokerRole(self, remote=remote) if config.is_broker and not config.is_controller else None
+        # `remote`: the remote tier (KIP-405) the entry point composed, for a broker with tiered storage;
+        # `out_of_range`: its followers' plug-in (KIP-405's bootstrap gap, KIP-1023), Kafka's way without it
+        self.broker = (BrokerRole(self, out_of_range=out_of_range, remote=remote)
+                       if config.is_broker and not config.is_controller else None)
 
     # -- the broker role ------------------------------------------------------------------------
 
@@ -450,9 +454,11 @@ class RaftNode:
             await asyncio.wait(set(self._sends), timeout=1.0)
 
 
-def run_node(config: NodeConfig, remote: RemoteTier | None = None) -> int:
+def run_node(config: NodeConfig, remote: RemoteTier | None = None, out_of_range: OutOfRangePlugin | None = None) -> int:
+    """Run one node until it stops; `remote` and `out_of_range` are what the entry point composed
+    from `tiered_follower` for a broker with tiered storage (quorum itself never imports it)."""
     async def main() -> int:
-        return await RaftNode(config, remote).run()
+        return await RaftNode(config, remote, out_of_range).run()
 
     return asyncio.run(main())
 
