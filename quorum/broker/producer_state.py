@@ -13,8 +13,11 @@ For each producer id the partition remembers the producer's epoch and its last f
   since retention or DeleteRecords may have removed every batch of it).
 
 Sequences wrap from 2^31-1 to 0, as Kafka's do. The state is rebuilt at open by `replay`ing the
-log's batch headers (no checks: the log holds only what was accepted), so no file of its own is
-needed; Kafka keeps `.snapshot` files to bound that replay, a later optimisation.
+log's batch headers (no checks: the log holds only what was accepted). Only a log that does not
+hold the records its producers wrote needs Kafka's `<offset>.snapshot` file: a follower that
+started from a remote tier (`Partition.start_at`, which writes the leader's snapshot there) loads
+it (`load_snapshot`) and replays its own batches on top; a snapshot keeps each producer's last
+batch only, as Kafka's does.
 """
 
 from __future__ import annotations

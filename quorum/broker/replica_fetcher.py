@@ -12,7 +12,9 @@ Per partition the state is Kafka's PartitionFetchState: FETCHING, TRUNCATING (fi
 divergence point with OffsetForLeaderEpoch, for a leader without Fetch v12), RESOLVING (the leader
 refused the fetch offset: an `OutOfRangeHandler` decides, step by step), FENCED (our leader epoch
 is older than the leader's: wait for the image to give a newer one) and FAILED; any of the
-fetching states may be delayed by `replica.fetch.backoff.ms` after an error.
+fetching states may be delayed by `replica.fetch.backoff.ms` after an error. With a plug-in's
+handler, a partition added with an empty log starts RESOLVING too (error NONE), so that KIP-1023
+can skip what the remote tier holds even when the leader still has offset 0 on its disk.
 
 Divergence follows Kafka (KIP-101/279/595): the follower fetches with LastFetchedEpoch; the
 leader answers a DivergingEpoch (epoch, end offset) when that epoch ends earlier in its log, and

@@ -19,6 +19,12 @@ told its latest snapshot (`set_snapshot_boundary`, as Kafka's KafkaMetadataLog k
 snapshot ids), so that an empty log answers `last_fetched_epoch` and `end_offset_for_epoch`
 with the snapshot's epoch. The snapshot files themselves are `quorum.log.snapshot`'s.
 
+A partition follower that starts from a remote tier (KIP-405, KIP-1023) replaces its log by an
+empty one at offset O with the leader's history below O instead (`start_empty_at`): its
+leader-epoch cache keeps entries below its start offset (logs opened with
+`keep_epochs_below_start`), and the producer snapshot at O is written beside the segments. A
+`log-start-intent` file is its commit point (`quorum.log.start_intent`).
+
 Durability (design principle 4, "acknowledged means durable"):
 
 * `append` writes to the page cache only; `flush` fsyncs and only then advances
