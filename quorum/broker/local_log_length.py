@@ -28,7 +28,8 @@ which is right: the others then hold the whole log.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import OffsetOutOfRange
@@ -49,30 +50,52 @@ def is_short(*, log_start_offset: int, local_log_start_offset: int, local_size_b
                 and oldest_local_timestamp_ms <= now_ms - local_retention_ms)
 
 
-def replica_is_short(replica: Partition, now_ms: int) -> bool:
+def replica_is_short(replica: Partition, now_ms: int,
+                     oldest_timestamp: Callable[[Partition], int | None] | None = None) -> bool:
     """`is_short` for one hosted replica, from the Partition's public properties. Its first local
-    batch is read only for a replica whose local log starts above the log start (a tiered one)."""
+    batch (`oldest_timestamp`, default: read it) is needed only for a replica whose local log starts
+    above the log start (a tiered one) and that has not reached local.retention.bytes."""
     start, log_start = replica.local_log_start_offset, replica.log_start_offset
     if start <= log_start:
         return False
     config = replica.config
-    return is_short(log_start_offset=log_start, local_log_start_offset=start,
-                    local_size_bytes=replica.log.size_in_bytes, oldest_local_timestamp_ms=_oldest_timestamp(replica),
-                    now_ms=now_ms, local_retention_bytes=config.local_retention_bytes,
+    size = replica.log.size_in_bytes
+    if config.local_retention_bytes is not None and 0 <= config.local_retention_bytes < size + config.segment_bytes:
+        return False
+    oldest = (oldest_timestamp or oldest_local_timestamp)(replica)
+    return is_short(log_start_offset=log_start, local_log_start_offset=start, local_size_bytes=size,
+                    oldest_local_timestamp_ms=oldest, now_ms=now_ms, local_retention_bytes=config.local_retention_bytes,
                     local_retention_ms=config.local_retention_ms, segment_bytes=config.segment_bytes)
 
 
-def short_replicas(replicas: Iterable[Partition], now_ms: int) -> dict[uuid.UUID, list[int]]:
-    """Topic id -> the partitions (sorted) of `replicas` whose local log is short: what the broker
-    reports in each heartbeat."""
-    found: dict[uuid.UUID, list[int]] = {}
-    for replica in replicas:
-        if replica_is_short(replica, now_ms):
-            found.setdefault(replica.topic_id, []).append(replica.partition)
-    return {topic_id: sorted(partitions) for topic_id, partitions in found.items()}
+class LocalLogLengths:
+    """What a broker reports in each heartbeat: `short(replicas, now_ms)`, topic id -> the
+    partitions (sorted) whose local log is short. The oldest local timestamp of a replica is read
+    once per local log start (a read of its first batch, which may be large) and kept while that
+    start does not move; replicas that are closed and dropped leave the cache with them."""
+
+    def __init__(self) -> None:
+        self._oldest: weakref.WeakKeyDictionary[Partition, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+    def short(self, replicas: Iterable[Partition], now_ms: int) -> dict[uuid.UUID, list[int]]:
+        found: dict[uuid.UUID, list[int]] = {}
+        for replica in replicas:
+            if replica_is_short(replica, now_ms, self._oldest_timestamp):
+                found.setdefault(replica.topic_id, []).append(replica.partition)
+        return {topic_id: sorted(partitions) for topic_id, partitions in found.items()}
+
+    def _oldest_timestamp(self, replica: Partition) -> int | None:
+        start = replica.local_log_start_offset
+        cached = self._oldest.get(replica)
+        if cached is not None and cached[0] == start:
+            return cached[1]
+        timestamp = oldest_local_timestamp(replica)
+        if timestamp is not None:
+            self._oldest[replica] = (start, timestamp)
+        return timestamp
 
 
-def _oldest_timestamp(replica: Partition) -> int | None:
+def oldest_local_timestamp(replica: Partition) -> int | None:
     """The timestamp of the first local record (its batch's, or the broker's append time), None when
     the local log is empty or its start moved meanwhile."""
     start, end = replica.local_log_start_offset, replica.log_end_offset
@@ -88,4 +111,4 @@ def _oldest_timestamp(replica: Partition) -> int | None:
     return batch.max_timestamp if batch.timestamp_type == TimestampType.LOG_APPEND_TIME else batch.base_timestamp
 
 
-__all__ = ["is_short", "replica_is_short", "short_replicas"]
+__all__ = ["LocalLogLengths", "is_short", "oldest_local_timestamp", "replica_is_short"]

@@ -30,7 +30,7 @@ from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
 from quorum.broker.leadership import Leadership
-from quorum.broker.local_log_length import short_replicas
+from quorum.broker.local_log_length import LocalLogLengths
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
@@ -91,11 +91,12 @@ class BrokerRole:
                            remote=remote)
         listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
                           if e.name not in config.controller_listener_names)
+        lengths = LocalLogLengths()
         self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
                                          lambda: node.core.cluster_id, node.controller_peer,
                                          lambda: node.replayer.applied_offset,
                                          int(config.extra.get("broker.heartbeat.interval.ms", "2000")),
-                                         lambda: short_replicas(self.replicas.partitions(), node.now_ms()))
+                                         lambda: lengths.short(self.replicas.partitions(), node.now_ms()))
         self.groups = GroupCoordination(config.node_id, self.replicas, self.topics, group_config(config.extra),
                                         dispatcher, lambda: node.image)
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from quorum.broker.local_log_length import is_short, replica_is_short, short_replicas
+from quorum.broker.local_log_length import LocalLogLengths, is_short, replica_is_short
 from quorum.broker.log_config import LogConfig
 from quorum.broker.partition import Partition
 from quorum.broker.remote_tier import RemoteLogState, RemoteSegmentMetadata, RemoteSegmentState, TopicIdPartition
@@ -85,7 +85,9 @@ def test_a_bootstrapped_partition_is_short_until_it_holds_local_retention(tmp_pa
     assert not replica_is_short(young, NOW + 24 * HOUR)  # its oldest record is now a day old
     old = tiered(tmp_path / "old", config, 500, [NOW - 30 * HOUR, NOW])
     assert not replica_is_short(old, NOW)
-    assert short_replicas([young, old], NOW) == {TOPIC_ID: [0]}
+    lengths = LocalLogLengths()
+    assert lengths.short([young, old], NOW) == {TOPIC_ID: [0]}
+    assert lengths.short([young, old], NOW + 24 * HOUR) == {}  # from the timestamps read at the first report
 
 
 def test_a_partition_without_a_remote_tier_is_never_short(tmp_path) -> None:
@@ -93,4 +95,14 @@ def test_a_partition_without_a_remote_tier_is_never_short(tmp_path) -> None:
     partition.update_state(1, 3, (1, 2))
     partition.start_at(500)  # the leader's log start moved past us: local start == log start
     assert not replica_is_short(partition, NOW)
-    assert short_replicas([partition], NOW) == {}
+    assert LocalLogLengths().short([partition], NOW) == {}
+
+
+def test_the_oldest_timestamp_is_read_again_when_the_local_start_moves(tmp_path) -> None:
+    config = LogConfig(remote_storage_enable=True, local_retention_ms=24 * HOUR, local_retention_bytes=None)
+    replica = tiered(tmp_path, config, 500, [NOW - 30 * HOUR, NOW])
+    lengths = LocalLogLengths()
+    assert lengths.short([replica], NOW) == {}
+    replica.increment_log_start_offset(501)  # the old record is gone from the local log
+    assert replica.local_log_start_offset == 501
+    assert lengths.short([replica], NOW) == {TOPIC_ID: [0]}
