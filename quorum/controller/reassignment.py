@@ -50,11 +50,12 @@ class PartitionStates(Protocol):
 
 
 def change_reassignment(state: PartitionState, target: Collection[int], *, registered: Collection[int],
-                        is_acceptable_leader: Callable[[int], bool], unclean: bool = False,
+                        is_acceptable_leader: Callable[[int], bool],
                         allow_replication_factor_change: bool = True) -> PartitionChange | None:
     """Start (or replace) a reassignment of the partition to `target`: Kafka's
     changePartitionReassignment. A target that the ISR already allows completes at once (reordering
-    the same replicas, or dropping some); None when nothing changes."""
+    the same replicas, or dropping some); None when nothing changes. The election, if the leader
+    leaves, is a clean one (Kafka's builder default), whatever the topic's unclean setting."""
     check_manual_replicas(list(target), registered=registered, replication_factor=None)
     original = [broker for broker in state.replicas if broker not in state.adding]
     if not allow_replication_factor_change and len(target) != len(original):
@@ -62,7 +63,7 @@ def change_reassignment(state: PartitionState, target: Collection[int], *, regis
                        f"The replication factor is changed from {len(original)} to {len(target)} but "
                        "AllowReplicationFactorChange is false.")
     return build_change(state, target=ReassignmentReplicas.of(state.replicas, list(target), state.adding),
-                        is_acceptable_leader=is_acceptable_leader, unclean=unclean)
+                        is_acceptable_leader=is_acceptable_leader)
 
 
 def cancel_reassignment(state: PartitionState, name: str, *, is_acceptable_leader: Callable[[int], bool],
@@ -97,13 +98,12 @@ def alter_partition_reassignments(request: Any, view: ControllerView, partitions
             total += 1
             try:
                 state = _partition(view, partitions, asked.name, part.partition_index)
-                unclean = asked.name in unclean_topics
                 if part.replicas is None:
                     change = cancel_reassignment(state, asked.name, is_acceptable_leader=is_acceptable_leader,
-                                                 unclean=unclean)
+                                                 unclean=asked.name in unclean_topics)
                 else:
                     change = change_reassignment(state, part.replicas, registered=view.registrations.keys(),
-                                                 is_acceptable_leader=is_acceptable_leader, unclean=unclean,
+                                                 is_acceptable_leader=is_acceptable_leader,
                                                  allow_replication_factor_change=allow_change)
             except ApiError as error:
                 log.info("Unable to alter partition reassignment for %s:%d: %s", asked.name, part.partition_index,

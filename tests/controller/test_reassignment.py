@@ -160,6 +160,13 @@ def test_cancel_that_needs_an_unclean_election_is_refused_unless_the_topic_allow
     refused = controller().alter_partition_reassignments(alter_request(("t", 0, None)), only_adding)
     assert errors(refused) == [("t", 0, ErrorCode.INVALID_REPLICA_ASSIGNMENT)]
     assert refused.records == ()
+    allowed = view(only_adding.topics["t"], registrations=brokers(1, 2, 3, 4),
+                   configs={(2, "t"): {"unclean.leader.election.enable": "true"}})
+    reverted = controller().alter_partition_reassignments(alter_request(("t", 0, None)), allowed)
+    assert errors(reverted) == [("t", 0, 0)]
+    back = partition(replay(allowed, reverted.records))
+    assert (back.replicas, back.isr, back.leader, back.adding_replicas, back.removing_replicas) == (
+        (1, 2), (1, 2), 1, (), ())
 
 
 @pytest.mark.parametrize(("target", "code"), [
