@@ -7,6 +7,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quorum.controller import ControllerConfig, QuorumController
 from quorum.controller.reassignment_replicas import ReassignmentReplicas, Revert, complete
@@ -227,3 +229,68 @@ def test_list_names_only_partitions_in_progress() -> None:
     assert qc.list_partition_reassignments(list_request({"t": [1], "nope": [0]}), moving).response.topics == []
     assert len(qc.list_partition_reassignments(list_request({"t": [0, 1]}), moving).response.topics) == 1
     assert qc.list_partition_reassignments(list_request(), start()).response.topics == []
+
+
+# -- random sequences ----------------------------------------------------------------------------
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("reassign"), st.lists(st.integers(1, 5), min_size=1, max_size=4, unique=True)),
+    st.tuples(st.just("cancel")),
+    st.tuples(st.just("join"), st.integers(1, 5)),
+    st.tuples(st.just("leave"), st.integers(1, 5)),
+), max_size=12)
+
+
+def check(p: Any) -> None:
+    """What holds of a partition after every step, whatever the order of requests."""
+    assert set(p.isr) <= set(p.replicas) and p.isr and p.leader in p.isr
+    assert set(p.adding_replicas) <= set(p.replicas) and set(p.removing_replicas) <= set(p.replicas)
+    assert not set(p.adding_replicas) & set(p.removing_replicas)
+    assert len(set(p.replicas)) == len(p.replicas)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=STEPS)
+def test_any_sequence_keeps_the_partition_sane_and_every_target_is_reached_once_all_join(steps: list) -> None:
+    qc = controller()
+    current = view(topic("t", ((1, 2), (1, 2), 1), topic_id=T.topic_id), registrations=brokers(1, 2, 3, 4, 5))
+    target: list[int] | None = None
+
+    def alter_isr(isr: list[int]) -> None:
+        nonlocal current
+        p = partition(current)
+        result = qc.alter_partition(alter_partition_request(p.leader, 10, T.topic_id,
+                                                            (0, p.leader_epoch, p.partition_epoch, isr)), current)
+        current = replay(current, result.records)
+
+    for step in steps:
+        p = partition(current)
+        if step[0] == "reassign":
+            result = qc.alter_partition_reassignments(alter_request(("t", 0, step[1])), current)
+            assert errors(result) == [("t", 0, 0)]
+            current, target = replay(current, result.records), step[1]
+        elif step[0] == "cancel":
+            result = qc.alter_partition_reassignments(alter_request(("t", 0, None)), current)
+            expected = 0 if p.adding_replicas or p.removing_replicas else ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+            assert errors(result)[0][2] in (expected, ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+            current = replay(current, result.records)
+            if errors(result)[0][2] == 0:
+                target = None
+        elif step[0] == "join" and step[1] in p.replicas and step[1] not in p.isr:
+            alter_isr([*p.isr, step[1]])
+        elif step[0] == "leave" and step[1] in p.isr and step[1] != p.leader:
+            alter_isr([b for b in p.isr if b != step[1]])
+        check(partition(current))
+        if not (partition(current).adding_replicas or partition(current).removing_replicas) and target is not None:
+            assert partition(current).replicas == tuple(target)
+            target = None
+    # Every replica catches up: whatever was in progress completes on the target.
+    for broker in partition(current).replicas:
+        p = partition(current)
+        if broker in p.replicas and broker not in p.isr:
+            alter_isr([*p.isr, broker])
+    done = partition(current)
+    check(done)
+    assert not done.adding_replicas and not done.removing_replicas
+    if target is not None:
+        assert done.replicas == tuple(target)
