@@ -126,6 +126,11 @@ class _Partition:
     query: int | None = None  # a ListOffsets timestamp the handler asked for
     query_sent: bool = False
     deferred: bool = False
+    consult_again: bool = False
+    """An empty replica's consultation ended undecided (Retry, an error): after the backoff the
+    handler is consulted again instead of fetching offset 0 (which would copy the leader's whole
+    local log, the very thing KIP-1023 avoids while the leader has not learnt its tiered offset)."""
+    empty_undecided: bool = False  # an empty replica's consultation ended without a decision: ask again
     reason: str = ""
     diverged_at: tuple[int, int | None] | None = None  # the position of the last divergence answer
 
@@ -263,6 +268,18 @@ class ReplicaFetcher:
                 self._begin_out_of_range(p, ErrorCode.NONE)
         return self._finish()
 
+    def _consult_empty_again(self) -> None:
+        """An empty replica whose consultation ended without a decision (the handler said Retry, a
+        ListOffsets failed) is consulted again once its backoff is over, instead of fetching from 0:
+        fetching would fill the log, and KIP-1023 applies to an empty one only."""
+        for p in list(self._partitions.values()):
+            if not p.empty_undecided or not self._ready(p, FetchPhase.FETCHING):
+                continue
+            if p.log_start == p.log_end == 0:
+                self._begin_out_of_range(p, ErrorCode.NONE)
+            else:
+                p.empty_undecided = False
+
     def remove_partitions(self, tps: Iterable[TopicPartition], now_ms: int) -> list[Action]:
         """Stop following these partitions; answers still in flight for them are dropped."""
         self._begin(now_ms)
@@ -340,7 +357,7 @@ class ReplicaFetcher:
             if p is None or p.leader_epoch != part.current_leader_epoch:
                 continue
             if p.phase is FetchPhase.RESOLVING:
-                self._end_resolution(p)
+                self._end_resolution_undecided(p)
             self._delay(p, f"request to broker {self.config.leader_id} failed")
         return self._finish()
 
@@ -372,7 +389,9 @@ class ReplicaFetcher:
             self._read_log(p)
 
     def _finish(self) -> list[Action]:
+        self._consult_again()
         self._send_epoch_queries()  # first: it may find a partition with nothing to compare, to fetch now
+        self._consult_empty_again()
         self._send_fetch()
         self._send_offset_queries()
         actions, self._actions = self._actions, []
@@ -642,6 +661,7 @@ class ReplicaFetcher:
         """A resolution begins: the leader refused the fetch offset, or (error NONE) the replica
         is empty and has not fetched yet."""
         p.phase = FetchPhase.RESOLVING
+        p.empty_undecided = error == ErrorCode.NONE  # until the handler decides
         facts = p.add.facts()
         p.situation = OutOfRange(p.tp, error, p.leader_epoch, p.fetch_offset, p.log_start, p.log_end,
                                  p.high_watermark, p.last_fetched_epoch,
@@ -665,6 +685,8 @@ class ReplicaFetcher:
     def _apply_step(self, p: _Partition, step: Step) -> None:
         situation = p.situation
         assert situation is not None
+        if isinstance(step, TruncateTo | StartAt):
+            p.empty_undecided = False  # decided (a Fail is too: `_fail`)
         if isinstance(step, AskLeaderOffset):
             if step.timestamp in situation.leader_offsets:
                 self._fail(p, f"the out-of-range handler asked for ListOffsets({step.timestamp}) twice")
@@ -680,7 +702,7 @@ class ReplicaFetcher:
             self._end_resolution(p)
             self._start_at(p, step.offset, step.leader_epochs, step.producer_snapshot)
         elif isinstance(step, Retry):
-            self._end_resolution(p)
+            self._end_resolution_undecided(p)
             self._delay(p, step.reason or f"{_error_name(situation.error)} at offset {situation.fetch_offset}")
         elif isinstance(step, Fail):
             self._fail(p, step.reason)
@@ -705,15 +727,29 @@ class ReplicaFetcher:
             p.query, p.query_sent = None, False
             self._consult(p)
             return
-        self._end_resolution(p)
+        self._end_resolution_undecided(p)
         self._error(p, error, asked.current_leader_epoch, f"ListOffsets({asked.timestamp})")
 
     def _end_resolution(self, p: _Partition) -> None:
         p.phase = FetchPhase.FETCHING
-        p.situation, p.query, p.query_sent, p.deferred = None, None, False, False
+        p.situation, p.query, p.query_sent, p.deferred, p.consult_again = None, None, False, False, False
+
+    def _end_resolution_undecided(self, p: _Partition) -> None:
+        """The resolution ends without a position; an empty replica's is begun again after the backoff."""
+        empty = p.situation is not None and p.situation.error == ErrorCode.NONE
+        self._end_resolution(p)
+        p.consult_again = empty
+
+    def _consult_again(self) -> None:
+        for p in self._partitions.values():
+            if p.consult_again and p.phase is FetchPhase.FETCHING and not self._delayed(p) and not p.stale:
+                p.consult_again = False
+                if p.log_start == p.log_end == 0:
+                    self._begin_out_of_range(p, ErrorCode.NONE)
 
     def _fail(self, p: _Partition, reason: str, report: bool = True) -> None:
         self._end_resolution(p)
+        p.empty_undecided = False
         p.phase = FetchPhase.FAILED
         p.reason = reason
         logger.error("%s: replication from broker %d stopped: %s", p.tp, self.config.leader_id, reason)

@@ -13,6 +13,7 @@ from quorum.broker.replica_fetcher_out_of_range import (
     Defer,
     LeaderOffset,
     OutOfRange,
+    Retry,
     StartAt,
     Step,
     TruncateTo,
@@ -530,12 +531,30 @@ def test_a_leader_without_pending_upload_offsets_hands_unsupported_version_to_th
     assert isinstance(request, ev.FetchRequest) and request.partitions[0].fetch_offset == 0
 
 
-def test_other_list_offsets_errors_end_the_resolution_and_back_off() -> None:
+def test_an_empty_replica_undecided_is_consulted_again_after_the_backoff_not_fetched() -> None:
     handler = PendingUploadHandler()
     fetcher = new_fetcher(2, 1, handler)
     query = only_send(follow_with(fetcher, MemoryLog("F"), 1, FLAG_ON))
     refused = ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, ErrorCode.NOT_LEADER_OR_FOLLOWER),))
-    assert fetcher.on_list_offsets_response(query, refused, 5) == []
+    assert fetcher.on_list_offsets_response(query, refused, 5) == []  # an error ends this resolution
     assert len(handler.seen) == 1 and fetcher.state(TP).phase is FetchPhase.FETCHING
     assert fetcher.state(TP).delayed_until_ms == 1005 and "NOT_LEADER_OR_FOLLOWER" in fetcher.state(TP).reason
-    assert only_send(fetcher.tick(1005)).partitions[0].fetch_offset == 0  # then it fetches
+    assert fetcher.next_deadline_ms() == 1005 and fetcher.tick(1004) == []
+    again = only_send(fetcher.tick(1005))  # not a Fetch from 0, which would fill the log
+    assert isinstance(again, ev.ListOffsetsRequest) and again.partitions[0].timestamp == -6
+    assert [s.error for s in handler.seen] == [ErrorCode.NONE, ErrorCode.NONE]
+    # the handler defers, the work says Retry (the remote metadata is not read yet): the same again
+    out = fetcher.on_list_offsets_response(again, ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, 0, 10, 3),)), 1005)
+    assert out == [ev.OutOfRangeWork(TP, 1, ("aux state below", 10))]
+    assert fetcher.resolve_out_of_range(TP, 1, Retry("metadata not read yet"), 1010) == []
+    assert fetcher.state(TP).reason == "metadata not read yet"
+    assert isinstance(only_send(fetcher.tick(2010)), ev.ListOffsetsRequest)
+    assert len(handler.seen) == 4
+    # a decision ends it: TruncateTo(0) then fetches from 0, and a failed fetch does not ask again
+    handler.next_step = lambda situation: TruncateTo(0)  # type: ignore[method-assign]
+    again = only_send(fetcher.on_list_offsets_response(
+        only_send(fetcher.tick(2010)) if False else fetcher._in_flight.lists and next(iter(fetcher._in_flight.lists.values())),
+        ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, 0, 10, 3),)), 2010))
+    assert isinstance(again, ev.FetchRequest)
+    assert fetcher.on_send_failed(again, 2010) == []
+    assert isinstance(only_send(fetcher.tick(3010)), ev.FetchRequest)
