@@ -548,13 +548,12 @@ def test_an_empty_replica_undecided_is_consulted_again_after_the_backoff_not_fet
     assert out == [ev.OutOfRangeWork(TP, 1, ("aux state below", 10))]
     assert fetcher.resolve_out_of_range(TP, 1, Retry("metadata not read yet"), 1010) == []
     assert fetcher.state(TP).reason == "metadata not read yet"
-    assert isinstance(only_send(fetcher.tick(2010)), ev.ListOffsetsRequest)
-    assert len(handler.seen) == 4
-    # a decision ends it: TruncateTo(0) then fetches from 0, and a failed fetch does not ask again
+    third = only_send(fetcher.tick(2010))
+    assert isinstance(third, ev.ListOffsetsRequest) and len(handler.seen) == 4
+    # a decision ends it: TruncateTo(0) fetches from 0, and a failed fetch then does not ask again
     handler.next_step = lambda situation: TruncateTo(0)  # type: ignore[method-assign]
-    again = only_send(fetcher.on_list_offsets_response(
-        only_send(fetcher.tick(2010)) if False else fetcher._in_flight.lists and next(iter(fetcher._in_flight.lists.values())),
-        ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, 0, 10, 3),)), 2010))
-    assert isinstance(again, ev.FetchRequest)
-    assert fetcher.on_send_failed(again, 2010) == []
+    fetch = only_send(fetcher.on_list_offsets_response(
+        third, ev.ListOffsetsResponse(0, (ev.ListedOffset(TP, 0, 10, 3),)), 2010))
+    assert isinstance(fetch, ev.FetchRequest) and fetch.partitions[0].fetch_offset == 0
+    assert fetcher.on_send_failed(fetch, 2010) == []
     assert isinstance(only_send(fetcher.tick(3010)), ev.FetchRequest)
