@@ -162,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except StorageError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        return run_node(config, _remote_tier(config))
+        remote = _remote_tier(config)
+        return run_node(config, remote, _follower_bootstrap(config, remote))
     if args.command == "describe":
         return _describe(args)
     if args.command == "local-cluster":
@@ -189,6 +190,17 @@ def _remote_tier(config: object) -> object | None:
         return RemoteLogManager.from_properties(config.node_id, properties)  # type: ignore[attr-defined]
     except S3ConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
+
+
+def _follower_bootstrap(config: object, remote: object | None) -> object | None:
+    """A broker with a remote tier gets `tiered_follower`'s follower bootstrap as its replica
+    fetchers' out-of-range plug-in: KIP-405's local-log-start path on OFFSET_MOVED_TO_TIERED_STORAGE,
+    and KIP-1023's tiered offset for an empty replica when `follower.fetch.last.tiered.offset.enable`."""
+    if remote is None:
+        return None
+    from tiered_follower.bootstrap_plugin import FollowerBootstrapPlugin
+
+    return FollowerBootstrapPlugin(config.node_id, remote)  # type: ignore[attr-defined,arg-type]
 
 
 def _get_offsets(args: argparse.Namespace) -> int:

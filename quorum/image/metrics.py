@@ -65,9 +65,11 @@ own figures; a node serves its registry on its own port (`serve`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.registry import Collector
 
 PREFIX = "kafka_controller_KafkaController_"
 """The JMX domain and type, `kafka.controller:type=KafkaController`, in Prometheus form."""
@@ -172,6 +174,11 @@ class NodeMetrics:
         if self.controller_requests_rate is None:
             raise RuntimeError("ControllerRequestsRate is a controller's; this node has no controller role")
         self.controller_requests_rate.inc()
+
+    def register(self, collectors: Iterable[Collector]) -> None:
+        """Serve these metrics too (a plug-in's, e.g. the follower bootstrap's in `tiered_follower`)."""
+        for collector in collectors:
+            self.registry.register(collector)
 
     # -- serving ---------------------------------------------------------------------------------
 

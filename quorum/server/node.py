@@ -149,6 +149,8 @@ class RaftNode:
         # `out_of_range`: its followers' plug-in (KIP-405's bootstrap gap, KIP-1023), Kafka's way without it
         self.broker = (BrokerRole(self, out_of_range=out_of_range, remote=remote)
                        if config.is_broker and not config.is_controller else None)
+        if self.broker is not None:  # a plug-in may bring metrics (the follower bootstrap's report)
+            self.metrics.register(getattr(out_of_range, "collectors", ()))
 
     # -- the broker role ------------------------------------------------------------------------
 
