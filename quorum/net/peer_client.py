@@ -21,7 +21,24 @@ log = logging.getLogger(__name__)
 
 
 class PeerUnavailable(ConnectionError):
-    """The peer could not be reached or did not answer within the request timeout."""
+    """The peer could not be reached or did not answer within the request timeout.
+
+    `gone` says the kernel told us the peer is not there: the connection was refused, reset or
+    closed by the other end (what a `kill -9` of its process looks like at once), as opposed to
+    a timeout, which may be a slow peer. Raft followers act on it at once (issue 17).
+    """
+
+    def __init__(self, message: str, gone: bool = False) -> None:
+        super().__init__(message)
+        self.gone = gone
+
+
+def peer_gone(exc: BaseException) -> bool:
+    """Whether a failure means the peer's end is gone (refused, reset, closed), not just slow."""
+    if isinstance(exc, PeerUnavailable):
+        return exc.gone
+    return isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                            asyncio.IncompleteReadError))
 
 
 class PeerClient:
@@ -44,7 +61,8 @@ class PeerClient:
             return await asyncio.wait_for(self._request(api, version, body), self._timeout)
         except (TimeoutError, OSError, WireError, asyncio.IncompleteReadError) as exc:
             self._reset(f"{api.name} failed: {exc!r}")
-            raise PeerUnavailable(f"{self.host}:{self.port}: {api.name} v{version}: {exc!r}") from None
+            raise PeerUnavailable(f"{self.host}:{self.port}: {api.name} v{version}: {exc!r}",
+                                  peer_gone(exc)) from None
 
     async def _request(self, api: Api, version: int, body: Any) -> Any:
         writer = await self._connection()
@@ -84,7 +102,7 @@ class PeerClient:
         while self._pending:
             _, api, _, future = self._pending.popleft()
             if not future.done():
-                future.set_exception(PeerUnavailable(f"{self.host}:{self.port}: {api.name}: {exc!r}"))
+                future.set_exception(PeerUnavailable(f"{self.host}:{self.port}: {api.name}: {exc!r}", peer_gone(exc)))
 
     def _close_writer(self) -> None:
         if self._writer is not None:

@@ -84,6 +84,9 @@ from quorum.wire.records import CorruptRecordError, Record, build_batch
 State = Unattached | Follower | Prospective | Candidate | LeaderState | Resigned
 
 _MAX_TRANSITIONS_PER_POLL = 16
+GONE_LEADER_JITTER_MS = 50
+"""A follower whose leader's connection was refused or reset starts its pre-vote within this many
+ms (uniformly at random): loopback round trips take well under one, so two followers rarely tie."""
 # Answers to FetchSnapshot after which the follower goes back to Fetch to learn what to fetch now.
 _SNAPSHOT_REFETCH_ERRORS = frozenset({ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE,
                                       ErrorCode.NOT_LEADER_OR_FOLLOWER})
@@ -291,15 +294,28 @@ class RaftCore:
             raise TypeError(f"not a Raft response: {type(message).__name__}")
         return self._finish()
 
-    def on_send_failed(self, destination: int, message: Message, now_ms: int) -> list[Action]:
+    def on_send_failed(self, destination: int, message: Message, now_ms: int, peer_gone: bool = False) -> list[Action]:
         """A request could not be delivered or timed out: retry the Fetch after a backoff.
 
         Votes, BeginQuorumEpoch and EndQuorumEpoch are not retried here: their rounds and
-        periodic resends cover a lost one.
+        periodic resends cover a lost one. `peer_gone`: the destination's connection was refused,
+        reset or closed (the kernel's word that its process is gone, as right after a `kill -9`).
+        A voter following that leader does not wait out `quorum.fetch.timeout.ms` then: it starts
+        a pre-vote at once (issue 17). A false alarm stays harmless, as KIP-996 means it to: voters
+        still fetching from a live leader refuse the pre-vote, and this replica follows it again.
         """
         self._begin(now_ms)
         if self._fatal:
             return []
+        state = self._state
+        if (peer_gone and self._is_voter and isinstance(state, Follower) and destination == state.leader_id
+                and isinstance(message, FetchRequest) and state.fetching.outstanding is message):
+            state.fetch_deadline_ms = min(state.fetch_deadline_ms, self._now)
+            state.fetching.outstanding = None
+            # Every follower of the dead leader hears of it in the same millisecond: a random head
+            # start keeps them from all campaigning at once and splitting the vote.
+            self._become_prospective(retries=1, delay_ms=self._rng.randrange(GONE_LEADER_JITTER_MS))
+            return self._finish()
         fetching = self._fetching()
         if (isinstance(message, (FetchRequest, FetchSnapshotRequest)) and fetching is not None
                 and fetching.outstanding is message):

@@ -372,8 +372,12 @@ class RaftNode:
         try:
             body = await peer.request(api, version, raft_rpc.encode_request(message, report))
         except PeerUnavailable as exc:
-            log.debug("%s to node %d failed: %s", api.name, destination, exc)
-            await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
+            gone = exc.gone
+            if gone and destination == self.core.leader_id:
+                log.info("%s to the leader, node %d, failed: %s (its process looks gone)", api.name, destination, exc)
+            else:
+                log.debug("%s to node %d failed: %s", api.name, destination, exc)
+            await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms(), gone))
             return
         try:
             response = raft_rpc.decode_response(api.key, body, message)
