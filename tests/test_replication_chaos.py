@@ -38,7 +38,8 @@ SETTINGS = {"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "300
 class BackgroundProducer:
     """acks=all, idempotent, keyed messages until stopped; remembers what was acknowledged."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, topic: str = TOPIC) -> None:
+        self.topic = topic
         self.acked: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
         self.failed: list[str] = []
         self._stop = threading.Event()
@@ -56,7 +57,7 @@ class BackgroundProducer:
         sent = 0
         while not self._stop.is_set():
             try:
-                self._producer.produce(TOPIC, f"m-{sent}".encode(), key=str(sent % 11).encode(),
+                self._producer.produce(self.topic, f"m-{sent}".encode(), key=str(sent % 11).encode(),
                                        on_delivery=self._delivered)
                 sent += 1
             except BufferError:
