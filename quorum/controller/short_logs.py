@@ -16,8 +16,11 @@ until its next heartbeat. A broker that does not send the tag (Apache Kafka's) h
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
+
+log = logging.getLogger(__name__)
 
 _NONE: frozenset[int] = frozenset()
 
@@ -35,6 +38,9 @@ class ShortLocalLogs:
         before = self._by_broker.get(broker, frozenset())
         if now == before:
             return
+        log.info("broker %d: %d replica(s) with a short local log%s", broker, len(now),
+                 "" if not now else ": " + ", ".join(f"{t}-{p}" for t, p in sorted(now)[:5])
+                 + (", ..." if len(now) > 5 else ""))
         for key in before - now:
             left = self._by_partition[key] - {broker}
             if left:

@@ -2,9 +2,13 @@
 `quorum reassign-partitions --execute / --verify / --list` moves a partition holding data from
 brokers [101, 102] to [102, 103] while a confluent-kafka producer keeps writing with acks=all;
 every acknowledged record is readable at its offset afterwards, and broker 101 no longer has the
-partition's directory. kafka-python's admin client moves a partition through the same APIs.
+partition's directory. kafka-python's admin client moves a partition through the same APIs. A
+tiered partition moved to a new broker is bootstrapped there from the tiered offset (KIP-1023),
+and that replica, short of local retention, is passed over when the leader leaves.
 
-One cluster (one controller, three brokers) for the module."""
+One cluster for the module (one controller, three brokers), tiered storage on every broker against
+the tests' moto S3 server and `follower.fetch.last.tiered.offset.enable` on; topics without
+`remote.storage.enable` move the classic way."""
 
 from __future__ import annotations
 
@@ -20,22 +24,28 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 
 from quorum.cli import main
+from quorum.get_offsets import list_offsets
 from quorum.launcher import LocalCluster
 from tests.test_controller_processes import create, metadata, wait_until
+from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
 
 pytestmark = pytest.mark.timeout(240)
 
 BROKERS = (101, 102, 103)
+SEGMENT_BYTES = 16 * 1024
 SETTINGS = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1",
             "broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "500",
-            "replica.fetch.backoff.ms": "100"}
+            "replica.fetch.backoff.ms": "100", "log.segment.bytes": str(SEGMENT_BYTES),
+            "remote.log.manager.task.interval.ms": "200", "follower.fetch.last.tiered.offset.enable": "true"}
 QUIET = {"log_level": 0}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
+    s3_server.create_bucket("reassign-cluster")
+    settings = {**SETTINGS, **s3_properties(s3_server.endpoint_url, "reassign-cluster", key_prefix="reassign/")}
     running = LocalCluster(tmp_path_factory.mktemp("reassign"), controllers=1, brokers=len(BROKERS),
-                           settings=SETTINGS)
+                           settings=settings)
     running.format_storage()
     running.start()
     try:
@@ -157,3 +167,61 @@ def test_kafka_python_admin_client_reassigns_and_lists(cluster: LocalCluster) ->
         assert admin.list_partition_reassignments({"kp-moving": [0]}) == {}
     finally:
         admin.close()
+
+
+def test_a_tiered_partition_moved_to_a_new_broker_bootstraps_there_and_is_passed_over_while_short(
+        cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    address = cluster.specs[102].address
+    create(AdminClient({"bootstrap.servers": address, **QUIET}),
+           NewTopic("tiered-move", num_partitions=1, replication_factor=-1, replica_assignment=[[101, 102]],
+                    config={"remote.storage.enable": "true"}))  # local retention: keep everything
+    wait_until("tiered-move-0 on 101 and 102", lambda: replicas_of(address, "tiered-move") == ((101, 102),
+                                                                                                (101, 102)))
+    producer = Producer({"bootstrap.servers": address, "acks": "all", "linger.ms": 5, "batch.num.messages": 20,
+                         **QUIET})
+    values = [f"tiered-{n:05d}-".encode() + b"v" * 500 for n in range(600)]  # ~20 segments
+    for value in values:
+        producer.produce("tiered-move", value, partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    pending = wait_until("segments of tiered-move-0 uploaded (earliest pending upload offset above 0)",
+                         lambda: list_offsets(address, "tiered-move", [0], -6)[0][0], timeout_s=60)
+
+    def move(target: list[int]) -> None:
+        plan = tmp_path / f"move-{'-'.join(map(str, target))}.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "tiered-move", "partition": 0, "replicas": target}]}))
+        code, out = tool(capsys, "--bootstrap-server", address, "--reassignment-json-file", str(plan), "--execute")
+        assert code == 0, out
+        wait_until(f"tiered-move-0 moved to {target} (quorum reassign-partitions --verify)",
+                   lambda: tool(capsys, "--bootstrap-server", address, "--reassignment-json-file", str(plan),
+                                "--verify")[0] == 0, timeout_s=90)
+
+    # Add broker 103: it starts its local log at the earliest pending upload offset, not at 0 (where
+    # the leader's local log, which keeps everything, starts: KIP-405's path would copy it all).
+    move([101, 102, 103])
+    directory = cluster.specs[103].directory / "data" / "tiered-move-0"
+    first_local = min(int(f.name.split(".")[0]) for f in directory.glob("*.log"))
+    assert first_local >= pending > 0
+    topic_id = metadata(address)[1]["tiered-move"].topic_id
+    controller_log = cluster.specs[1].log_path
+    wait_until("the controller to learn that broker 103's replica of tiered-move-0 is short",
+               lambda: f"broker 103: 1 replica(s) with a short local log: {topic_id}-0"
+               in controller_log.read_text(errors="replace"))
+    # Move off the leader: 103 comes first in the target, but its local log is short, so 102 leads.
+    move([103, 102])
+    assert replicas_of(address, "tiered-move")[0] == (103, 102)
+    assert metadata(address)[1]["tiered-move"].partitions[0].leader == 102
+    # Every record, from offset 0, through the cluster (below 103's local start it is in S3).
+    consumer = Consumer({"bootstrap.servers": address, "group.id": "tiered-move-check", "enable.auto.commit": False,
+                         **QUIET})
+    try:
+        consumer.assign([TopicPartition("tiered-move", 0, 0)])
+        read: list[bytes] = []
+        while len(read) < len(values):
+            for message in consumer.consume(500, 1.0):
+                assert message.error() is None, message.error()
+                read.append(message.value())
+    finally:
+        consumer.close()
+    assert read == values
