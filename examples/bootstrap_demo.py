@@ -139,5 +139,5 @@ def print_saved(cluster: LocalCluster, s3: object, victim: int, joined: dict[int
               f"left {in_s3 / 1024:,.1f} KiB ({segments} segments) in S3: {in_s3 / (in_s3 + fetched):.0%} not "
               f"copied; in the ISR {seconds:.1f} s after its start")
     for line in cluster.specs[victim].log_path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if "follower bootstrap" in line and TOPIC in line:
+        if f" {TOPIC}-" in line and ": bootstrap from offset" in line:
             print("  broker log: " + line.split(": ", 1)[-1])

@@ -14,7 +14,9 @@ copies `orders` to a second local cluster and commits with internal metadata. Pa
 (`examples.tiered_demo`): `quorum local-cluster --tiered` uploads a topic's segments to an embedded S3,
 and a real client reads it from offset 0 once the local copies are gone. Part 7 (`examples.spark_demo`):
 the `kafka_epochs` Spark source streams a topic into Parquet on a cluster with a stale broker through
-a kill -9 of a leader, and shows the stale answers its driver refused.
+a kill -9 of a leader, and shows the stale answers its driver refused. Part 8 (`examples.bootstrap_demo`):
+a broker of a tiered cluster loses its disk and comes back with the same id; its replicas bootstrap
+from the earliest pending upload offset (KIP-1023) and it prints what it did not copy because it is in S3.
 
 Every step that waits has a deadline (examples.demo_waits): past it the demo stops with exit status 1,
 naming what it waited for and the node logs to read. Its last line says whether it succeeded.
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import time
 
+from examples.bootstrap_demo import bootstrap_demo
 from examples.demo_waits import DemoFailure, scratch_directory, wait_for
 from examples.mirror_demo import mirror_demo
 from examples.spark_demo import spark_demo
@@ -353,6 +356,7 @@ def main() -> int:
         quorum_demo()
         tiered_demo()
         spark_demo()
+        bootstrap_demo()
     except DemoFailure as exc:
         print(f"\ndemo FAILED: {exc}", flush=True)
         return 1
@@ -362,7 +366,7 @@ def main() -> int:
     if failures:
         print(f"\ndemo FAILED: {failures} client(s) could not list the standalone node's metadata (part 1)")
         return 1
-    print(f"\ndemo succeeded: all seven parts ran in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"\ndemo succeeded: all eight parts ran in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 
