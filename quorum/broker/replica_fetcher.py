@@ -130,7 +130,6 @@ class _Partition:
     """An empty replica's consultation ended undecided (Retry, an error): after the backoff the
     handler is consulted again instead of fetching offset 0 (which would copy the leader's whole
     local log, the very thing KIP-1023 avoids while the leader has not learnt its tiered offset)."""
-    empty_undecided: bool = False  # an empty replica's consultation ended without a decision: ask again
     reason: str = ""
     diverged_at: tuple[int, int | None] | None = None  # the position of the last divergence answer
 
@@ -268,18 +267,6 @@ class ReplicaFetcher:
                 self._begin_out_of_range(p, ErrorCode.NONE)
         return self._finish()
 
-    def _consult_empty_again(self) -> None:
-        """An empty replica whose consultation ended without a decision (the handler said Retry, a
-        ListOffsets failed) is consulted again once its backoff is over, instead of fetching from 0:
-        fetching would fill the log, and KIP-1023 applies to an empty one only."""
-        for p in list(self._partitions.values()):
-            if not p.empty_undecided or not self._ready(p, FetchPhase.FETCHING):
-                continue
-            if p.log_start == p.log_end == 0:
-                self._begin_out_of_range(p, ErrorCode.NONE)
-            else:
-                p.empty_undecided = False
-
     def remove_partitions(self, tps: Iterable[TopicPartition], now_ms: int) -> list[Action]:
         """Stop following these partitions; answers still in flight for them are dropped."""
         self._begin(now_ms)
@@ -391,7 +378,6 @@ class ReplicaFetcher:
     def _finish(self) -> list[Action]:
         self._consult_again()
         self._send_epoch_queries()  # first: it may find a partition with nothing to compare, to fetch now
-        self._consult_empty_again()
         self._send_fetch()
         self._send_offset_queries()
         actions, self._actions = self._actions, []
@@ -661,7 +647,6 @@ class ReplicaFetcher:
         """A resolution begins: the leader refused the fetch offset, or (error NONE) the replica
         is empty and has not fetched yet."""
         p.phase = FetchPhase.RESOLVING
-        p.empty_undecided = error == ErrorCode.NONE  # until the handler decides
         facts = p.add.facts()
         p.situation = OutOfRange(p.tp, error, p.leader_epoch, p.fetch_offset, p.log_start, p.log_end,
                                  p.high_watermark, p.last_fetched_epoch,
@@ -685,8 +670,6 @@ class ReplicaFetcher:
     def _apply_step(self, p: _Partition, step: Step) -> None:
         situation = p.situation
         assert situation is not None
-        if isinstance(step, TruncateTo | StartAt):
-            p.empty_undecided = False  # decided (a Fail is too: `_fail`)
         if isinstance(step, AskLeaderOffset):
             if step.timestamp in situation.leader_offsets:
                 self._fail(p, f"the out-of-range handler asked for ListOffsets({step.timestamp}) twice")
@@ -703,7 +686,10 @@ class ReplicaFetcher:
             self._start_at(p, step.offset, step.leader_epochs, step.producer_snapshot)
         elif isinstance(step, Retry):
             self._end_resolution_undecided(p)
-            self._delay(p, step.reason or f"{_error_name(situation.error)} at offset {situation.fetch_offset}")
+            reason = step.reason or f"{_error_name(situation.error)} at offset {situation.fetch_offset}"
+            if reason != p.reason:  # why a partition waits, said once rather than at every retry
+                logger.info("%s: the out-of-range handler waits: %s", p.tp, reason)
+            self._delay(p, reason)
         elif isinstance(step, Fail):
             self._fail(p, step.reason)
         elif isinstance(step, Defer):
@@ -749,7 +735,6 @@ class ReplicaFetcher:
 
     def _fail(self, p: _Partition, reason: str, report: bool = True) -> None:
         self._end_resolution(p)
-        p.empty_undecided = False
         p.phase = FetchPhase.FAILED
         p.reason = reason
         logger.error("%s: replication from broker %d stopped: %s", p.tp, self.config.leader_id, reason)
