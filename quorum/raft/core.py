@@ -325,6 +325,23 @@ class RaftCore:
                 fetching.destination = NO_NODE  # an observer looking for the leader asks someone else
         return self._finish()
 
+    def on_appended(self, now_ms: int) -> list[Action]:
+        """The log holds what AppendBatches asked for, not yet durable (the driver flushes next).
+
+        A leader answers the Fetches parked for new data now, so that its followers append and
+        fsync while it fsyncs: the two disk waits overlap instead of following each other (issue
+        17). That is safe: the leader counts its own log toward the high watermark only once it is
+        durable (`on_flushed`), and a follower reports only durable progress.
+        """
+        self._begin(now_ms)
+        if self._fatal:
+            return []
+        state = self._state
+        if isinstance(state, LeaderState) and state.parked:
+            end = self._log.end_offset
+            self._answer_parked(state, lambda parked: parked.request.fetch_offset < end)
+        return self._finish()
+
     def on_flushed(self, end_offset: int, now_ms: int) -> list[Action]:
         """The log is durable up to `end_offset`: progress may be reported and counted now."""
         self._begin(now_ms)

@@ -196,7 +196,11 @@ class RaftNode:
                     batches = [action.batches]
                     while pending and isinstance(pending[0], raft.AppendBatches):
                         batches.append(pending.popleft().batches)
-                    await asyncio.to_thread(self._append_and_flush, b"".join(batches))
+                    await asyncio.to_thread(self.log.append, b"".join(batches))
+                    # A leader's parked Fetches are answered before its fsync, which they overlap.
+                    for early in self.core.on_appended(wall_clock_ms()):
+                        pending.extend(await self._execute(early))
+                    await asyncio.to_thread(self.log.flush)
                     pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
                 else:
                     pending.extend(await self._execute(action))
@@ -357,10 +361,6 @@ class RaftNode:
         self.metrics.set_metadata_lag(high_watermark, self.replayer.applied_offset)
         latest = self.snapshots.latest_snapshot()
         self.metrics.set_metadata_snapshot_lag(high_watermark, None if latest is None else latest.offset)
-
-    def _append_and_flush(self, batches: bytes) -> None:
-        self.log.append(batches)
-        self.log.flush()
 
     async def _send(self, destination: int, message: raft.Message) -> None:
         peer = self.peers.get(destination)

@@ -19,6 +19,7 @@ from quorum.raft.interface import (
 from quorum.raft.state import Role
 from quorum.sim.memory_log import MemoryLog
 from quorum.wire.errors import ErrorCode
+from quorum.wire.records import iter_batches
 from tests.raft.harness import Node, batch, elect, log_with, of_type, replied, sent
 
 
@@ -251,3 +252,23 @@ def test_a_lost_fetch_is_retried_after_the_request_timeout_and_its_late_answer_i
     assert retry.message is not request
     assert of_type(node.response(1, FetchResponse(0, 1, 2, 0, 0, batch(0, 2)), request), AppendBatches) == []
     assert of_type(node.response(1, FetchResponse(0, 1, 2, 0, 0, batch(0, 2)), retry.message), AppendBatches)
+
+
+def test_a_parked_fetch_gets_new_data_once_it_is_appended_before_the_leaders_fsync():
+    """Issue 17: the follower's append and fsync overlap the leader's fsync; the high watermark
+    still waits for the leader's own durable log."""
+    node = leader_with([1, 1], epoch=2)
+    end = node.log.end_offset
+    for replica in (2, 3):  # both followers caught up: the high watermark is the end
+        fetch(node, replica, end, 2)
+    assert fetch(node, 2, end, 2, max_wait=500) is None  # parked: nothing new yet
+    hw = node.core.high_watermark
+    base, _ = node.propose(b"new")  # the harness appends; nothing is flushed yet
+    assert node.log.flushed_offset == base
+    (answer,) = replied(node.core.on_appended(node.now), FetchResponse)
+    assert [r.value for batch in iter_batches(answer.records) for r in batch] == [b"new"]
+    assert node.core.high_watermark == hw  # the leader's copy is not durable yet
+    fetch(node, 2, base + 1, 2)  # the follower has it durably
+    assert node.core.high_watermark == hw
+    node.flush()
+    assert node.core.high_watermark == base + 1
