@@ -6,7 +6,7 @@ is true (`from_properties`). It:
 * attaches a `RemoteLogState` to every hosted partition of a topic with `remote.storage.enable`
   when the partition opens, so local retention never deletes a segment before it is uploaded;
 * runs the task every `remote.log.manager.task.interval.ms` (Kafka's default 30000): per
-  partition, the remote metadata is (re)loaded — by a leader once per leader epoch, before it
+  partition, the remote metadata is (re)loaded — by a leader once when it becomes one, before it
   answers ListOffsets -6 with anything but -1 (KIP-1023), by a follower every run — and the
   leader carries out `upload_plan.plan`'s steps: clean up unfinished copies, upload ready
   segments (COPY_SEGMENT_STARTED, objects with the manifest last, then COPY_SEGMENT_FINISHED),
@@ -275,8 +275,8 @@ class RemoteLogManager:
         key = state.partition
         epoch = partition.leader_epoch
         leader = partition.is_leader
-        # A follower reloads every run; a leader once per leader epoch (becoming leader, or a new
-        # epoch, invalidates the state: Partition calls RemoteLogState.invalidate).
+        # A follower reloads every run; a leader when it becomes one (Partition.update_state calls
+        # RemoteLogState.invalidate unless it merely stayed leader through an ISR change).
         if not leader or not state.loaded:
             segments = await self._run(self.metadata.list_segments, key)
             state.load(segments)

@@ -153,7 +153,11 @@ class Partition:
         if leader_epoch != self._leader_epoch or leader_id != self._leader_id:
             role = "leader" if leader_id == self.broker_id else f"follower of {leader_id}"
             logger.info("%s: %s in leader epoch %d", self.name, role, leader_epoch)
-            if self.remote is not None and leader_id == self.broker_id:
+            # What this broker knows of the remote tier may be stale once another broker may have
+            # led (KIP-1023: its highest uploaded offset is then unknown until the next load); an
+            # epoch bumped by one while it stays leader (an ISR change) saw no other leader.
+            stayed = self._leader_id == self.broker_id and leader_epoch == self._leader_epoch + 1
+            if self.remote is not None and leader_id == self.broker_id and not stayed:
                 self.remote.invalidate()
         self._leader_id = leader_id
         self._leader_epoch = leader_epoch

@@ -288,3 +288,19 @@ def test_a_damaged_producer_snapshot_is_refused_before_the_log_changes(tmp_path)
         partition.start_at(100, [EpochEntry(7, 0)], bytes(snapshot))
     assert (partition.log_start_offset, partition.log_end_offset) == (0, 10)
     partition.close()
+
+
+def test_a_leader_keeps_its_remote_state_through_an_isr_change_but_not_after_another_leader(tmp_path):
+    from quorum.broker.remote_tier import RemoteLogState, TopicIdPartition
+
+    partition = open_partition(tmp_path)  # leader in epoch 7
+    partition.remote = RemoteLogState(TopicIdPartition(partition.topic, partition.topic_id, partition.partition))
+    partition.remote.load([])
+    partition.update_state(1, 8, (1, 2))  # the ISR grew: the same leader, one epoch on
+    assert partition.remote.loaded and partition.remote.highest_uploaded_offset == -1
+    partition.update_state(1, 10, (1, 2))  # epoch 9 may have had another leader
+    assert not partition.remote.loaded and partition.remote.highest_uploaded_offset is None
+    partition.remote.load([])
+    partition.update_state(2, 11, (1, 2))
+    partition.update_state(1, 12, (1, 2))  # leader again after broker 2
+    assert not partition.remote.loaded
