@@ -9,13 +9,14 @@ project's log always does, and etcd does by default. etcd comes from Debian's `e
 package, which this script installs (`apt-get update`, `apt-get install -y etcd-server`, through
 sudo when not root) if `etcd` is not on the PATH.
 
-Load: WRITERS concurrent writers, each with its own connection, each committing sequentially for
-LOAD_SECONDS; "1 record" rows commit one 100-byte record per request, "100 records" rows commit
-100 of them per request (one record batch here; one etcd transaction of 100 puts there). The
-quorum writers use `quorum.admin.QuorumWriter` (Produce to `__cluster_metadata`, answered once
-committed); the etcd writers POST to etcd's v3 HTTP/JSON gateway (`/v3/kv/put`, `/v3/kv/txn`).
-Every writer talks to the leader directly. Writers and the three servers share this machine's
-cores, and both sets of writers are the same asyncio loop in this process.
+Load: WRITERS concurrent writers (16, and 500 as etcd's `check perf --load l` uses), each with its
+own connection, each committing sequentially for LOAD_SECONDS; "1 record" rows commit one 100-byte
+record per request, "100 records" rows commit 100 of them per request (one record batch here; one
+etcd transaction of 100 puts there). The quorum writers use `quorum.admin.QuorumWriter` (Produce to
+`__cluster_metadata`, answered once committed); the etcd writers POST to etcd's v3 HTTP/JSON
+gateway (`/v3/kv/put`, `/v3/kv/txn`). Every writer talks to the leader directly. Writers and the
+three servers share this machine's cores, and both sets of writers are the same asyncio loop in
+this process.
 
 Failover: the leader gets SIGKILL (unplanned) or SIGTERM (graceful: the quorum's leader resigns
 with EndQuorumEpoch, etcd's transfers its leadership), then a probe that commits one record is
@@ -58,6 +59,9 @@ from quorum.launcher import LocalCluster, free_port  # noqa: E402
 
 VOTERS = 3
 WRITERS = 16
+MANY_WRITERS = 500
+LOADS = ((WRITERS, 1), (WRITERS, 100), (MANY_WRITERS, 1))
+"""(concurrent writers, records per commit) of each load row."""
 VALUE_BYTES = 100
 BATCH_RECORDS = 100
 LOAD_SECONDS = 10.0
@@ -438,7 +442,7 @@ class LoadResult:
 
 @dataclass
 class Results:
-    loads: dict[int, LoadResult] = field(default_factory=dict)  # records per commit -> result
+    loads: dict[tuple[int, int], LoadResult] = field(default_factory=dict)  # (writers, records/commit) -> result
     failovers: dict[str, list[float]] = field(default_factory=dict)  # "SIGKILL"/"SIGTERM" -> seconds
     errors: list[str] = field(default_factory=list)
 
@@ -491,9 +495,9 @@ async def _all(coroutines: list[Awaitable[None]], timeout: float) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_load(system: System, records: int, seconds: float) -> LoadResult:
+async def run_load(system: System, records: int, seconds: float, concurrency: int = WRITERS) -> LoadResult:
     leader = await system.leader()
-    writers = [system.writer(leader) for _ in range(WRITERS)]
+    writers = [system.writer(leader) for _ in range(concurrency)]
     values = [_value(i) for i in range(records)]
     latencies: list[float] = []
     try:
@@ -594,11 +598,11 @@ async def measure(name: str, make: Callable[[str], System]) -> Results:
             system = None
         return True
 
-    def load(records: int, seconds: float) -> Callable[[System], Awaitable[None]]:
+    def load(concurrency: int, records: int, seconds: float) -> Callable[[System], Awaitable[None]]:
         async def work(on: System) -> None:
-            progress(f"{name}: {WRITERS} writers x {records} record(s) per commit for {seconds:.0f}s")
-            result = await run_load(on, records, seconds)
-            results.loads[records] = result
+            progress(f"{name}: {concurrency} writers x {records} record(s) per commit for {seconds:.0f}s")
+            result = await run_load(on, records, seconds, concurrency)
+            results.loads[concurrency, records] = result
             progress(f"{name}:   {result.records_per_second:,.0f} records/s, {result.commits:,} commits, "
                      f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms")
         return work
@@ -616,8 +620,8 @@ async def measure(name: str, make: Callable[[str], System]) -> Results:
         return work
 
     try:
-        phases = [("load, 1 record per commit", load(1, LOAD_SECONDS)),
-                  (f"load, {BATCH_RECORDS} records per commit", load(BATCH_RECORDS, BATCHED_LOAD_SECONDS))]
+        phases = [(f"load, {w} writers, {r} record(s) per commit",
+                   load(w, r, LOAD_SECONDS if r == 1 else BATCHED_LOAD_SECONDS)) for w, r in LOADS]
         phases += [(f"failover after {signal.Signals(sig).name} of the leader", failovers(sig))
                    for sig in (signal.SIGKILL, signal.SIGTERM)]
         for what, work in phases:
@@ -656,23 +660,43 @@ def _failover_cell(results: Results, signame: str, median: float | None) -> obje
     return "-"
 
 
+def _load_goal(records: int, metric: str, ours: float | None, theirs: float | None) -> tuple[str, str]:
+    """Issue 17's goal for a load row and whether this run meets it."""
+    if metric == "committed records/s" and (ours is None or theirs is None):
+        return "completes", "no" if ours is None else "yes"
+    if ours is None or theirs is None:
+        return "-", "-"
+    if metric == "committed records/s":
+        factor = 3.0 if records == 1 else 1.0
+        return f">= {factor:g}x etcd", "yes" if ours >= factor * theirs else "no"
+    if metric == "commit latency p99 (ms)" and records == 1:
+        return "<= etcd", "yes" if ours <= theirs else "no"
+    return "-", "-"
+
+
+FAILOVER_GOALS = {"SIGKILL": 0.5, "SIGTERM": 0.02}
+"""Issue 17: seconds to a commit after the leader is signalled, at default timeouts."""
+
+
 def table(quorum: Results, etcd: Results, etcd_label: str) -> None:
     rows = []
-    for records in (1, BATCH_RECORDS):
-        label = f"{records} record{'s' if records > 1 else ''}/commit"
-        ours, theirs = quorum.loads.get(records), etcd.loads.get(records)
+    for writers, records in LOADS:
+        label = f"{writers} writers, {records} record{'s' if records > 1 else ''}/commit"
+        ours, theirs = quorum.loads.get((writers, records)), etcd.loads.get((writers, records))
         for metric, pick in (("committed records/s", lambda r: r.records_per_second),
                              ("commit latency p50 (ms)", lambda r: r.p50_ms),
                              ("commit latency p99 (ms)", lambda r: r.p99_ms)):
             a, b = (pick(ours) if ours else None), (pick(theirs) if theirs else None)
-            rows.append([f"{metric}, {label}", _cell(a), _cell(b), _ratio(a, b)])
+            rows.append([f"{metric}, {label}", _cell(a), _cell(b), _ratio(a, b), *_load_goal(records, metric, a, b)])
     for name, label in (("SIGKILL", "unplanned failover, SIGKILL (s)"), ("SIGTERM", "graceful failover, SIGTERM (s)")):
         a, b = _median(quorum, name), _median(etcd, name)
+        goal = FAILOVER_GOALS[name]
         rows.append([f"{label}, median of {REPETITIONS}", _failover_cell(quorum, name, a),
-                     _failover_cell(etcd, name, b), _ratio(a, b)])
+                     _failover_cell(etcd, name, b), _ratio(a, b), f"<= {goal:g} s",
+                     "-" if a is None else ("yes" if a <= goal else "no")])
     print_table(
-        f"3 voters on 127.0.0.1, fsync on, {WRITERS} concurrent writers ({os.cpu_count()} cores shared by clients "
-        f"and servers)", ["metric", "quorum (this project)", etcd_label, "quorum / etcd"], rows)
+        f"3 voters on 127.0.0.1, fsync on ({os.cpu_count()} cores shared by clients and servers)",
+        ["metric", "quorum (this project)", etcd_label, "quorum / etcd", "goal (issue 17)", "met"], rows, left=(4, 5))
     for name in ("SIGKILL", "SIGTERM"):
         each = {s: ", ".join(f"{t:.3f}" for t in r.failovers.get(name, ())) or "-"
                 for s, r in (("quorum", quorum), ("etcd", etcd))}
