@@ -13,9 +13,11 @@ records in a partition without tiered storage. Then an empty follower joins:
 
 Each follower starts from a wiped disk (`LocalCluster.wipe`, then `start_node`); the figures are
 the bytes of its partition's local log when it joins the ISR (all of it was fetched from the
-leader: no records are produced meanwhile), the seconds from its process start until the leader's
-Metadata lists it in the ISR (and, for reference, until it is unfenced), and the S3 requests it
-made meanwhile, counted at an HTTP proxy between it and moto (the leader talks to moto directly):
+leader: no records are produced meanwhile), the seconds until the leader's Metadata lists it in
+the ISR, counted from the moment its replica starts following the leader (its log line "<partition>:
+follower of <leader>"), which is what the goal compares, and from its process start (a Python
+broker's start-up, the same ~2 s on every path, included; and until it is unfenced), and the S3
+requests it made meanwhile, counted at an HTTP proxy between it and moto (the leader talks to moto directly):
 GETs of segment objects (`.indexes`, `.rsm-manifest`, `.log`: the auxiliary state) apart from the
 remote log metadata it reads (LISTs and GETs under `remote_log_metadata/`, Kafka's
 `__remote_log_metadata` topic). Goals (the issue): (a) fetches at most 15% of the bytes of (b),
@@ -37,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -56,6 +59,13 @@ BUCKET = "bench-bootstrap"
 VALUE_BYTES = 1000
 JOIN_TIMEOUT_S = 1800.0
 GOAL_BYTES, GOAL_TIME, GOAL_GETS = 0.15, 0.15, 3
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that closes its connection (boto3 dropping an idle one) is no error to print."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class CountingProxy:
@@ -80,7 +90,7 @@ class CountingProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="s3-counting-proxy", daemon=True).start()
 
@@ -137,7 +147,23 @@ class Join:
     local_bytes: int
     unfenced_s: float
     isr_s: float
+    """From the follower's process start until the leader's Metadata lists it in the ISR."""
+    following_isr_s: float
+    """From the follower's replica starting to follow the leader (its log line) until then: the time
+    to join the ISR without the process start-up, which is the same for every path."""
     s3: Counter[str]
+
+
+def following_since(log_path: Path, topic: str, not_before: float) -> float | None:
+    """The wall-clock time of the broker's first "<topic>-0: follower of ..." log line written at or
+    after `not_before` (the node logs' `asctime`, local time with milliseconds); later ones are new
+    leader epochs (the ISR change that admits it bumps it too)."""
+    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if f" {topic}-0: follower of " in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if stamp >= not_before - 0.001:
+                return stamp
+    return None
 
 
 def partition_dir(cluster: LocalCluster, broker: int, topic: str) -> Path:
@@ -259,14 +285,17 @@ def join(cluster: Cluster, proxy: CountingProxy, path: str, broker: int, topic: 
     cluster.local.write_configs()  # only the stopped follower reads it again, when it starts
     proxy.take()
     progress(f"({path}) broker {broker} starts with an empty disk and joins {topic}-0 ({FLAG}={str(flag).lower()})")
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     cluster.local.start_node(broker)
     unfenced: list[float] = []
+    joined_wall: list[float] = []
 
     def in_isr() -> bool:
         brokers, isr = cluster.metadata(topic)
         if broker in brokers and not unfenced:
             unfenced.append(time.monotonic() - started)
+        if broker in isr:
+            joined_wall.append(time.time())
         return broker in isr
 
     wait_until(f"broker {broker} in the ISR of {topic}-0", in_isr, JOIN_TIMEOUT_S,
@@ -274,9 +303,14 @@ def join(cluster: Cluster, proxy: CountingProxy, path: str, broker: int, topic: 
                               f"of {topic}-0")
     isr_s = time.monotonic() - started
     start_offset, size = local_log(cluster.local, broker, topic)
-    progress(f"({path}) broker {broker} in the ISR after {isr_s:.1f} s with {size / MIB:,.1f} MiB, from offset "
-             f"{start_offset}")
-    return Join(path, start_offset, size, unfenced[0] if unfenced else isr_s, isr_s, proxy.take())
+    following = following_since(cluster.local.specs[broker].log_path, topic, started_wall)
+    if following is None:
+        raise SystemExit(f"broker {broker} logged no '{topic}-0: follower of' line (read "
+                         f"{cluster.local.specs[broker].log_path})")
+    following_isr_s = joined_wall[0] - following
+    progress(f"({path}) broker {broker} in the ISR {isr_s:.1f} s after its start, {following_isr_s:.1f} s after "
+             f"its replica began following, with {size / MIB:,.1f} MiB from offset {start_offset}")
+    return Join(path, start_offset, size, unfenced[0] if unfenced else isr_s, isr_s, following_isr_s, proxy.take())
 
 
 def run(total_bytes: int) -> tuple[int, list[Join]]:
@@ -319,17 +353,22 @@ def report(total_bytes: int, leader_bytes: int, joins: list[Join]) -> None:
     for key in "abc":
         j = by_path[key]
         rows.append((names[key], j.start_offset, j.local_bytes / MIB, j.local_bytes / leader_bytes * 100,
-                     j.unfenced_s, j.isr_s, j.isr_s / off.isr_s, j.s3["segment GET"],
-                     j.s3["LIST"] + j.s3["metadata"]))
+                     j.unfenced_s, j.isr_s, j.following_isr_s, j.following_isr_s / off.following_isr_s,
+                     j.s3["segment GET"], j.s3["LIST"] + j.s3["metadata"]))
     print_table(f"An empty follower joining one partition of {leader_bytes / MIB:,.0f} MiB on the leader "
-                f"({total_bytes / MIB:,.0f} MiB produced), all but the active segment in S3",
-                ["path", "starts at offset", "MiB fetched", "% of log", "s to unfenced", "s to ISR", "vs (b)",
-                 "S3 segment GETs", "S3 metadata reqs"], rows)
+                f"({total_bytes / MIB:,.0f} MiB produced), all but the active segment in S3; seconds from the "
+                f"follower's process start (unfenced, ISR) and from its replica's start to the ISR (following)",
+                ["path", "starts at offset", "MiB fetched", "% of log", "s to unfenced", "s to ISR",
+                 "s following to ISR", "vs (b)", "S3 segment GETs", "S3 metadata reqs"], rows)
     on = by_path["a"]
     bytes_ratio = on.local_bytes / off.local_bytes if off.local_bytes else float("inf")
-    time_ratio = on.isr_s / off.isr_s
+    time_ratio = on.following_isr_s / off.following_isr_s
+    whole_ratio = on.isr_s / off.isr_s
     goals = [("bytes fetched, (a) / (b)", f"<= {GOAL_BYTES:.2f}", f"{bytes_ratio:.3f}", bytes_ratio <= GOAL_BYTES),
-             ("time to join the ISR, (a) / (b)", f"<= {GOAL_TIME:.2f}x", f"{time_ratio:.3f}x", time_ratio <= GOAL_TIME),
+             ("time to join the ISR from the replica's start, (a) / (b)", f"<= {GOAL_TIME:.2f}x", f"{time_ratio:.3f}x",
+              time_ratio <= GOAL_TIME),
+             ("  the same from the process start (start-up included)", f"<= {GOAL_TIME:.2f}x", f"{whole_ratio:.3f}x",
+              whole_ratio <= GOAL_TIME),
              ("S3 GETs for the auxiliary state, (a)", f"<= {GOAL_GETS} per partition",
               str(on.s3["segment GET"]) if on.start_offset > 0 else "none: (a) did not start above offset 0",
               on.start_offset > 0 and on.s3["segment GET"] <= GOAL_GETS)]
