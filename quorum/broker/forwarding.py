@@ -57,7 +57,7 @@ def register_forwarding(dispatcher: Dispatcher, controller: Callable[[], PeerCli
             await asyncio.sleep(RETRY_SECONDS)
 
     for api_key in FORWARDED:
-        dispatcher.register(api_key, forward)
+        dispatcher.register(api_key, forward, pipelined=True)  # answers in order; see quorum.server.listener
 
 
 def _not_controller(answer: Any) -> bool:

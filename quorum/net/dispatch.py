@@ -30,18 +30,34 @@ class Dispatcher:
     def __init__(self) -> None:
         self._handlers: dict[int, Handler] = {API_VERSIONS_KEY: self._api_versions}
         self._served: dict[int, Api] = {API_VERSIONS_KEY: APIS[API_VERSIONS_KEY]}
+        self._pipelined: set[int] = set()
 
-    def register(self, api_key: int, handler: Handler, max_version: int | None = None) -> None:
-        """Serve `api_key` with `handler`, optionally capping the advertised version."""
+    def register(self, api_key: int, handler: Handler, max_version: int | None = None,
+                 pipelined: bool = False) -> None:
+        """Serve `api_key` with `handler`, optionally capping the advertised version.
+
+        `pipelined`: the listener may read and start a connection's next requests while this
+        handler waits (answers still leave in request order). For handlers that only queue work
+        elsewhere in arrival order, such as the controller's and the broker's forwarding, so that
+        requests sent together can be decided together (issue 17); every other API keeps Kafka's
+        one request at a time per connection."""
         api = APIS[api_key]
         if max_version is not None and max_version < api.max_version:
             api = Api(api.key, api.name, api.request, api.response, api.min_version, max_version)
         self._handlers[api_key] = handler
+        if pipelined:
+            self._pipelined.add(api_key)
+        else:
+            self._pipelined.discard(api_key)
         self._served = dict(sorted({**self._served, api_key: api}.items()))
 
     @property
     def served(self) -> dict[int, Api]:
         return self._served
+
+    def pipelined(self, api_key: int) -> bool:
+        """Whether `api_key`'s handler was registered `pipelined`."""
+        return api_key in self._pipelined
 
     async def dispatch(self, request: Request) -> Reply | None:
         return await self._handlers[request.api.key](request)

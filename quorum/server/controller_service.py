@@ -1,11 +1,19 @@
 """The active controller inside a controller node: requests in, records through Raft, answers once committed.
 
-The controller (`quorum.controller`) is sans-IO; this is its shell. One operation runs at a time:
-it reads the node's replayed metadata image, gets the records and the response, proposes the
-records as one batch through the Raft core and answers once they are committed, by which time
-the node has replayed them into its image (the node replays before it wakes commit waiters). So
-the next operation always sees the records of the one before it, and no pending view is kept.
-A tick fences brokers whose session expired. A node that is not the quorum leader, or whose
+The controller (`quorum.controller`) is sans-IO; this is its shell. Requests queue as they arrive
+and are decided in batches (issue 17: creations that arrive together share one commit, as the
+node's proposals share one fsync): every request waiting when the previous batch committed is
+decided in arrival order against a *pending view*, the node's replayed image with the records of
+the batch's earlier requests replayed on top (`MetadataDelta`), so each sees the ones before it;
+their records go through the Raft core as one batch, and each request is answered its own
+response once that batch is committed, by which time the node has replayed it into its image (the
+node replays before it wakes commit waiters). One batch is in flight at a time, so the next batch
+starts from the committed image and no pending view outlives its batch. A batch holds at most
+MAX_RECORDS_PER_BATCH records (Kafka's controller's limit per batch), except that a single request
+above it goes alone. If the commit fails, every request of the batch from the first one that wrote
+records on is answered the error (NOT_CONTROLLER, REQUEST_TIMED_OUT); those before it wrote
+nothing and saw nothing uncommitted, and keep their answers. A tick fences brokers whose session
+expired; it takes its turn between batches. A node that is not the quorum leader, or whose
 leadership is not committed yet, answers NOT_CONTROLLER, which clients and brokers act on by
 finding the new leader.
 
@@ -22,11 +30,15 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from quorum.controller.controller import ControllerConfig, QuorumController
 from quorum.controller.results import ControllerResult
+from quorum.image.delta import MetadataDelta
+from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.commit_waiters import NotLeaderError
 from quorum.server.refusals import refuse
@@ -42,6 +54,28 @@ CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 
 INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 44, 56, 62, 63
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 TICK_SECONDS = 0.1
+MAX_RECORDS_PER_BATCH = 10_000
+
+Operation = Callable[[QuorumController, Any, int, Any, int], ControllerResult]
+"""(controller, request body, now ms, view, next offset) -> the result to commit and answer."""
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A request waiting for its batch, and where its answer goes."""
+
+    operation: Operation
+    request: Request
+    answer: asyncio.Future[Reply]
+
+
+def pending_view(view: MetadataImage, records: tuple[bytes, ...], first_offset: int) -> MetadataImage:
+    """`view` with `records` replayed on top, the first at `first_offset`: what the next request of
+    a batch decides against (it shares everything the records did not change with `view`)."""
+    delta = MetadataDelta(view)
+    for offset, value in enumerate(records, first_offset):
+        delta.replay(value, offset)
+    return delta.apply()
 
 
 class ControllerService:
@@ -51,37 +85,93 @@ class ControllerService:
         self._commit_timeout_s = commit_timeout_s
         self._controller: QuorumController | None = None
         self._lock = asyncio.Lock()
+        self._queue: deque[_Queued] = deque()
+        self._worker: asyncio.Task[None] | None = None
 
     def register(self, dispatcher: Dispatcher) -> None:
-        operations: dict[int, Callable[[QuorumController, Any, int, Any], ControllerResult]] = {
-            CREATE_TOPICS: lambda c, body, now, view: c.create_topics(body, view),
-            DELETE_TOPICS: lambda c, body, now, view: c.delete_topics(body, view),
-            CREATE_PARTITIONS: lambda c, body, now, view: c.create_partitions(body, view),
-            INCREMENTAL_ALTER_CONFIGS: lambda c, body, now, view: c.incremental_alter_configs(body, view),
-            DESCRIBE_CONFIGS: lambda c, body, now, view: c.describe_configs(body, view),
-            ALTER_PARTITION_REASSIGNMENTS: lambda c, body, now, view: c.alter_partition_reassignments(body, view),
-            LIST_PARTITION_REASSIGNMENTS: lambda c, body, now, view: c.list_partition_reassignments(body, view),
-            ALTER_PARTITION: lambda c, body, now, view: c.alter_partition(body, view),
-            BROKER_REGISTRATION: lambda c, body, now, view: c.register_broker(body, now, view, self._next_offset()),
-            BROKER_HEARTBEAT: lambda c, body, now, view: c.heartbeat(body, now, view, self._next_offset()),
+        operations: dict[int, Operation] = {
+            CREATE_TOPICS: lambda c, body, now, view, offset: c.create_topics(body, view),
+            DELETE_TOPICS: lambda c, body, now, view, offset: c.delete_topics(body, view),
+            CREATE_PARTITIONS: lambda c, body, now, view, offset: c.create_partitions(body, view),
+            INCREMENTAL_ALTER_CONFIGS: lambda c, body, now, view, offset: c.incremental_alter_configs(body, view),
+            DESCRIBE_CONFIGS: lambda c, body, now, view, offset: c.describe_configs(body, view),
+            ALTER_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset: c.alter_partition_reassignments(
+                body, view),
+            LIST_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset: c.list_partition_reassignments(
+                body, view),
+            ALTER_PARTITION: lambda c, body, now, view, offset: c.alter_partition(body, view),
+            BROKER_REGISTRATION: lambda c, body, now, view, offset: c.register_broker(body, now, view, offset),
+            BROKER_HEARTBEAT: lambda c, body, now, view, offset: c.heartbeat(body, now, view, offset),
         }
         for key, operation in operations.items():
-            dispatcher.register(key, self._handler(operation))
+            # pipelined: a connection's next request (a broker's next forwarded CreateTopics) is read
+            # while this one waits for its batch, so that requests arriving together commit together
+            dispatcher.register(key, self._handler(operation), pipelined=True)
 
-    def _handler(self, operation: Callable[[QuorumController, Any, int, Any], ControllerResult]):
+    def _handler(self, operation: Operation):
         async def handle(request: Request) -> Reply:
-            async with self._lock:
-                controller = self._active()
-                if controller is None:
-                    return Reply(refuse(request, ErrorCode.NOT_CONTROLLER), request.version)
-                self.node.metrics.count_controller_request()
-                result = operation(controller, request.body, self.node.now_ms(), self.node.image)
-                error = await self._commit(result)
-            if error is not None:
-                return Reply(refuse(request, error), request.version)
-            return Reply(result.response, request.version)
+            answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            self._queue.append(_Queued(operation, request, answer))
+            if self._worker is None or self._worker.done():
+                self._worker = asyncio.create_task(self._run_batches())
+            return await answer
 
         return handle
+
+    async def _run_batches(self) -> None:
+        """Decide and commit the queued requests, a batch at a time, until none is left."""
+        while self._queue:
+            batch = self._take_batch()
+            try:
+                async with self._lock:
+                    answers = await self._decide_and_commit(batch)
+            except Exception as exc:  # never leave a request unanswered
+                log.exception("controller batch of %d requests failed", len(batch))
+                for queued in batch:
+                    if not queued.answer.done():
+                        queued.answer.set_exception(exc)
+                continue
+            for queued, reply in zip(batch, answers, strict=True):
+                if not queued.answer.done():
+                    queued.answer.set_result(reply)
+
+    def _take_batch(self) -> list[_Queued]:
+        """Every queued request, in arrival order (`_decide_and_commit` puts back those past
+        MAX_RECORDS_PER_BATCH records)."""
+        batch = list(self._queue)
+        self._queue.clear()
+        return batch
+
+    async def _decide_and_commit(self, batch: list[_Queued]) -> list[Reply]:
+        """Each request decided against the pending view, all their records committed as one batch."""
+        controller = self._active()
+        if controller is None:
+            return [Reply(refuse(q.request, ErrorCode.NOT_CONTROLLER), q.request.version) for q in batch]
+        view: MetadataImage = self.node.image
+        first_offset = self._next_offset()
+        records: list[bytes] = []
+        results: list[ControllerResult] = []
+        writer = None  # index of the first request that wrote records
+        now = self.node.now_ms()
+        for index, queued in enumerate(batch):
+            if len(records) >= MAX_RECORDS_PER_BATCH:  # a batch's worth decided: the rest waits for the next
+                self._queue.extendleft(reversed(batch[index:]))
+                del batch[index:]
+                break
+            self.node.metrics.count_controller_request()
+            result = queued.operation(controller, queued.request.body, now, view, first_offset + len(records))
+            if result.records:
+                view = pending_view(view, result.records, first_offset + len(records))
+                records += result.records
+                writer = index if writer is None else writer
+            results.append(result)
+        error = await self._commit(ControllerResult(tuple(records), None))
+        replies = []
+        for index, (queued, result) in enumerate(zip(batch, results, strict=True)):
+            failed = error is not None and writer is not None and index >= writer
+            body = refuse(queued.request, error) if failed and error is not None else result.response
+            replies.append(Reply(body, queued.request.version))
+        return replies
 
     def _active(self) -> QuorumController | None:
         """The controller, when this node leads the quorum and has replayed everything before its epoch."""

@@ -1,7 +1,11 @@
 """The asyncio network shell: accept connections, read frames, dispatch, write responses in order.
 
 One request at a time per connection, as Kafka processes them (a connection is muted until its
-response is sent), so responses always leave in request order. Bad input closes only the
+response is sent), so responses always leave in request order. The exception is an API whose
+handler was registered `pipelined` (the controller's requests, the broker's forwarded admin
+requests): up to MAX_PIPELINED of those are read and started while earlier ones wait, and their
+answers are still written in request order; any other request waits until every earlier one is
+answered, so it is processed alone as before. Bad input closes only the
 connection it came on, with the reason logged; every other connection keeps being served.
 """
 
@@ -10,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
+from typing import Any
 
-from quorum.net.dispatch import Dispatcher
+from quorum.net.dispatch import Dispatcher, Reply
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, check_frame_size
-from quorum.wire.protocol import decode_request, encode_response
+from quorum.wire.protocol import Request, decode_request, encode_response
 
 log = logging.getLogger(__name__)
+
+MAX_PIPELINED = 1000
+"""Requests of one connection started and not yet answered, at most (the reading pauses there)."""
 
 
 class KafkaListener:
@@ -73,11 +81,52 @@ class KafkaListener:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
+        answering = asyncio.create_task(self._answer_in_order(started, writer))
+        try:
+            while True:
+                size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
+                payload = await reader.readexactly(size)
+                request = decode_request(payload, self._dispatcher.served)
+                if not self._dispatcher.pipelined(request.api.key):
+                    await self._drained(started, answering)  # alone, as Kafka processes a connection's requests
+                    reply = await self._dispatcher.dispatch(request)
+                    if reply is not None:
+                        writer.write(encode_response(request, reply.body, reply.version))
+                        await writer.drain()
+                    continue
+                await started.put((request, asyncio.ensure_future(self._dispatcher.dispatch(request))))
+                if answering.done():
+                    answering.result()  # a handler failed: raise its error here, which closes the connection
+        finally:
+            answering.cancel()
+            with suppress(asyncio.CancelledError):
+                await answering
+
+    @staticmethod
+    async def _drained(started: asyncio.Queue[Any], answering: asyncio.Task[None]) -> None:
+        """Until every pipelined request started so far is answered (or answering failed: raise)."""
+        joined = asyncio.ensure_future(started.join())
+        try:
+            await asyncio.wait((joined, answering), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            joined.cancel()
+        if answering.done():
+            answering.result()
+
+    @staticmethod
+    async def _answer_in_order(started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]],
+                               writer: asyncio.StreamWriter) -> None:
+        """Write the pipelined requests' answers in request order as each is ready."""
         while True:
-            size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
-            payload = await reader.readexactly(size)
-            request = decode_request(payload, self._dispatcher.served)
-            reply = await self._dispatcher.dispatch(request)
-            if reply is not None:
-                writer.write(encode_response(request, reply.body, reply.version))
-                await writer.drain()
+            request, handled = await started.get()
+            try:
+                reply = await handled
+                if reply is not None:
+                    writer.write(encode_response(request, reply.body, reply.version))
+                    await writer.drain()
+            except BaseException:
+                writer.close()  # the reading loop ends too, and `_serve` raises this
+                raise
+            finally:
+                started.task_done()
