@@ -643,9 +643,9 @@ class ReplicaFetcher:
     # -----------------------------------------------------------------------------------------
     # Out of range: the handler decides
 
-    def _begin_out_of_range(self, p: _Partition, error: int) -> None:
+    def _begin_out_of_range(self, p: _Partition, error: int, again: bool = False) -> None:
         """A resolution begins: the leader refused the fetch offset, or (error NONE) the replica
-        is empty and has not fetched yet."""
+        is empty and has not fetched yet (`again`: after an undecided one, logged at DEBUG only)."""
         p.phase = FetchPhase.RESOLVING
         facts = p.add.facts()
         p.situation = OutOfRange(p.tp, error, p.leader_epoch, p.fetch_offset, p.log_start, p.log_end,
@@ -653,7 +653,8 @@ class ReplicaFetcher:
                                  remote_storage_enabled=facts.remote_storage_enabled, compacted=facts.compacted,
                                  fetch_from_tiered_offset=facts.fetch_from_tiered_offset)  # fmt: skip
         if error == ErrorCode.NONE:
-            logger.info("%s: an empty replica; the out-of-range handler chooses where it starts", p.tp)
+            logger.log(logging.DEBUG if again else logging.INFO,
+                       "%s: an empty replica; the out-of-range handler chooses where it starts", p.tp)
         else:
             logger.info("%s: fetch offset %d answered %s", p.tp, p.fetch_offset, _error_name(error))
         self._consult(p)
@@ -731,7 +732,7 @@ class ReplicaFetcher:
             if p.consult_again and p.phase is FetchPhase.FETCHING and not self._delayed(p) and not p.stale:
                 p.consult_again = False
                 if p.log_start == p.log_end == 0:
-                    self._begin_out_of_range(p, ErrorCode.NONE)
+                    self._begin_out_of_range(p, ErrorCode.NONE, again=True)
 
     def _fail(self, p: _Partition, reason: str, report: bool = True) -> None:
         self._end_resolution(p)
