@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from prometheus_client.registry import Collector
 
+from quorum.broker.partition import Partition
 from quorum.broker.remote_tier import IndexType, RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
 from quorum.broker.replica_fetcher_events import EpochStart, TopicPartition
 from quorum.broker.replica_fetcher_out_of_range import Fail, Retry, StartAt, Step
@@ -51,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.1
 """How often a bootstrapping partition's log and ISR are looked at for the report."""
+
+METADATA_WAIT_S = 5.0
+"""How long `perform` waits for the remote log task to read a partition's metadata (a broker just
+started, or the leader uploaded the segment since the last read) before answering Retry."""
 
 CRASH_STEPS = ("bootstrap-aux-state", "bootstrap-start-at", "bootstrap-fetching")
 """The test knob's steps (`remote_log_manager.CRASH_FILE`): before the S3 reads, after them before
@@ -104,12 +109,13 @@ class FollowerBootstrapPlugin:
     """`quorum.broker.replica_fetcher_out_of_range.OutOfRangePlugin` over a `RemoteLogManager`."""
 
     def __init__(self, broker_id: int, manager: RemoteLogManager, reports: BootstrapReports | None = None,
-                 clock_ms: Callable[[], float] = monotonic_ms) -> None:
+                 clock_ms: Callable[[], float] = monotonic_ms, metadata_wait_s: float = METADATA_WAIT_S) -> None:
         self.broker_id = broker_id
         self.handler = TieredOutOfRangeHandler()
         self.manager = manager
         self.reports = reports or BootstrapReports(broker_id)
         self._clock_ms = clock_ms
+        self._metadata_wait_s = metadata_wait_s
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -133,16 +139,11 @@ class FollowerBootstrapPlugin:
         partition = self.manager.hosted(topic, number)
         if partition is None:
             return Retry(f"{work.describe()}: the partition is not open on this broker yet")
+        segment = await self._segment_below(partition, work)
+        if isinstance(segment, str):
+            return Retry(f"{work.describe()}: {segment} (waited {self._metadata_wait_s:g} s)")
         remote = partition.remote
-        if remote is None or not remote.loaded:
-            self.manager.wake.set()
-            return Retry(f"{work.describe()}: this broker has not read the partition's remote log metadata yet")
-        previous = work.target - 1
-        segment = current_lineage_segment(remote.finished, previous, work.target_epoch)
-        if segment is None:
-            self.manager.wake.set()  # the leader may have uploaded it since our last read
-            return Retry(f"{work.describe()}: no finished remote segment of epoch <= {work.target_epoch} holds "
-                         f"offset {previous} in this broker's remote log metadata yet")
+        assert remote is not None
         self.manager.crash_point("bootstrap-aux-state")
         try:
             aux = await self.manager.run_blocking(read_aux_state, self.manager.storage, segment)
@@ -167,6 +168,27 @@ class FollowerBootstrapPlugin:
                     segment.end_offset, [(e.epoch, e.start_offset) for e in aux.leader_epochs],
                     len(aux.producer_snapshot))  # fmt: skip
         return StartAt(start, aux.leader_epochs, aux.producer_snapshot or None)
+
+    async def _segment_below(self, partition: Partition, work: AuxStateWork) -> RemoteSegmentMetadata | str:
+        """The remote segment holding `work.target - 1`, waiting up to `metadata_wait_s` for the
+        remote log task to read the partition's metadata (it is woken to do it now) rather than
+        backing off a whole replica.fetch.backoff.ms; the reason it is missing otherwise."""
+        previous = work.target - 1
+        deadline = self._clock_ms() + self._metadata_wait_s * 1000
+        while True:
+            remote = partition.remote
+            if remote is None or not remote.loaded:
+                reason = "this broker has not read the partition's remote log metadata yet"
+            else:
+                segment = current_lineage_segment(remote.finished, previous, work.target_epoch)
+                if segment is not None:
+                    return segment
+                reason = (f"no finished remote segment of epoch <= {work.target_epoch} holds offset {previous} in "
+                          f"this broker's remote log metadata yet")  # the leader may have uploaded it since
+            self.manager.wake.set()
+            if self._clock_ms() >= deadline:
+                return reason
+            await asyncio.sleep(POLL_S)
 
     # -- the report's watcher -------------------------------------------------------------------
 

@@ -282,7 +282,8 @@ def tiered(loaded: bool = True) -> tuple[FakeManager, list[RemoteSegmentMetadata
 def perform(manager: FakeManager, work: AuxStateWork,
             clock: list[float] | None = None) -> tuple[Step, BootstrapReports]:
     times = clock or [0.0]
-    plugin = FollowerBootstrapPlugin(101, manager, clock_ms=lambda: times[0])  # type: ignore[arg-type]
+    plugin = FollowerBootstrapPlugin(101, manager, clock_ms=lambda: times[0],  # type: ignore[arg-type]
+                                     metadata_wait_s=0)
 
     async def run() -> Step:
         step = await plugin.perform(TP, work)
@@ -396,3 +397,24 @@ def test_the_aux_state_takes_at_most_two_s3_gets(s3_server, bucket: str, tmp_pat
     aux = read_aux_state(reader, seg)
     assert aux.s3_requests == 2 and reader.client.stats["get_object"] == 2
     assert aux.producer_snapshot == SNAPSHOT and aux.leader_epochs[-1] == EpochStart(3, 600)
+
+
+def test_perform_waits_for_the_remote_log_task_to_read_the_metadata_instead_of_backing_off() -> None:
+    manager, segments = tiered(loaded=False)
+    plugin = FollowerBootstrapPlugin(101, manager, metadata_wait_s=60)  # type: ignore[arg-type]
+
+    async def remote_log_task() -> None:  # woken by the plug-in, it reads the metadata
+        await manager.wake.wait()
+        assert manager.partition is not None and manager.partition.remote is not None
+        manager.partition.remote.load(segments)
+
+    async def run() -> Step:
+        task = asyncio.ensure_future(remote_log_task())
+        step = await plugin.perform(TP, WORK)
+        await task
+        if plugin._watcher is not None:
+            plugin._watcher.cancel()
+        return step
+
+    step = asyncio.run(run())
+    assert isinstance(step, StartAt) and step.offset == 800
