@@ -4,9 +4,9 @@
 `remote.log.storage.system.enable=true` (beside the `RemoteLogManager` it reads through). Its
 `handler` is the sans-IO `TieredOutOfRangeHandler`; `perform` carries out its `AuxStateWork`:
 
-1. the partition's `RemoteLogState` must be loaded (the remote log task reads a follower's
-   metadata at every run; until it has, and while no finished segment holds `target - 1`, the
-   answer is Retry with the reason, and the task is woken to read it now);
+1. the partition's `RemoteLogState` must be loaded and hold a finished segment with `target - 1`
+   (the remote log task reads a follower's metadata at every run; `perform` reads it at once
+   while it does not, for up to `METADATA_WAIT_S`, then answers Retry with the reason);
 2. the segment holding `target - 1` in the current lineage (`current_lineage_segment`);
 3. its leader-epoch checkpoint and producer snapshot with ONE range GET of its `.indexes`
    object (plus its manifest's GET unless cached): at most 2 S3 GETs per partition;
@@ -54,8 +54,8 @@ POLL_S = 0.1
 """How often a bootstrapping partition's log and ISR are looked at for the report."""
 
 METADATA_WAIT_S = 5.0
-"""How long `perform` waits for the remote log task to read a partition's metadata (a broker just
-started, or the leader uploaded the segment since the last read) before answering Retry."""
+"""How long `perform` keeps reading a partition's remote metadata (a broker just started, or the
+leader uploaded the segment since the last read) before answering Retry."""
 
 CRASH_STEPS = ("bootstrap-aux-state", "bootstrap-start-at", "bootstrap-fetching")
 """The test knob's steps (`remote_log_manager.CRASH_FILE`): before the S3 reads, after them before
@@ -170,9 +170,10 @@ class FollowerBootstrapPlugin:
         return StartAt(start, aux.leader_epochs, aux.producer_snapshot or None)
 
     async def _segment_below(self, partition: Partition, work: AuxStateWork) -> RemoteSegmentMetadata | str:
-        """The remote segment holding `work.target - 1`, waiting up to `metadata_wait_s` for the
-        remote log task to read the partition's metadata (it is woken to do it now) rather than
-        backing off a whole replica.fetch.backoff.ms; the reason it is missing otherwise."""
+        """The remote segment holding `work.target - 1`, reading the partition's remote metadata
+        again (`RemoteLogManager.refresh`) up to `metadata_wait_s` while it is not loaded or lacks
+        it (the leader may have uploaded it since), rather than backing off a whole
+        replica.fetch.backoff.ms; the reason it is missing otherwise."""
         previous = work.target - 1
         deadline = self._clock_ms() + self._metadata_wait_s * 1000
         while True:
@@ -185,10 +186,15 @@ class FollowerBootstrapPlugin:
                     return segment
                 reason = (f"no finished remote segment of epoch <= {work.target_epoch} holds offset {previous} in "
                           f"this broker's remote log metadata yet")  # the leader may have uploaded it since
-            self.manager.wake.set()
             if self._clock_ms() >= deadline:
                 return reason
-            await asyncio.sleep(POLL_S)
+            try:
+                await self.manager.refresh(partition)
+            except RemoteStorageError as exc:
+                reason = f"{reason}; reading it failed: {exc}"
+                if self._clock_ms() >= deadline:
+                    return reason
+                await asyncio.sleep(POLL_S)
 
     # -- the report's watcher -------------------------------------------------------------------
 

@@ -271,6 +271,18 @@ class RemoteLogManager:
             if state.partition not in self._deleted:
                 await self._run_steps(partition, state)
 
+    async def refresh(self, partition: Partition) -> None:
+        """Read a follower's remote metadata now, outside the task's round over every partition
+        (a bootstrapping follower needs its own at once); a leader's stays the task's to read.
+        RemoteStorageError when the store cannot be read."""
+        self.partition_opened(partition)
+        state = partition.remote
+        if state is None or state.partition in self._deleted or partition.is_leader:
+            return
+        async with self._lock(state.partition):
+            if state.partition not in self._deleted and not partition.is_leader:
+                state.load(await self._run(self.metadata.list_segments, state.partition))
+
     async def _run_steps(self, partition: Partition, state: RemoteLogState) -> None:
         key = state.partition
         epoch = partition.leader_epoch

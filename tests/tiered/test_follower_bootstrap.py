@@ -253,6 +253,12 @@ class FakeManager:
         self.storage = storage
         self.wake = asyncio.Event()
         self.crashes: list[str] = []
+        self.on_refresh: list[RemoteSegmentMetadata] | None = None
+        """What the remote metadata holds when `refresh` reads it (None: reading changes nothing)."""
+
+    async def refresh(self, partition: FakePartition) -> None:
+        if self.on_refresh is not None and partition.remote is not None:
+            partition.remote.load(self.on_refresh)
 
     def hosted(self, topic: str, number: int) -> FakePartition | None:
         return self.partition
@@ -324,7 +330,7 @@ def test_kip_405s_path_starts_at_the_next_offset_of_the_segment_holding_the_loca
 def test_remote_metadata_not_loaded_yet_is_retried_with_the_reason_and_wakes_the_task() -> None:
     manager, _ = tiered(loaded=False)
     step, _ = perform(manager, WORK)
-    assert isinstance(step, Retry) and "remote log metadata" in step.reason and manager.wake.is_set()
+    assert isinstance(step, Retry) and "remote log metadata" in step.reason
     manager.partition = None
     step, _ = perform(manager, WORK)
     assert isinstance(step, Retry) and "not open" in step.reason
@@ -333,7 +339,7 @@ def test_remote_metadata_not_loaded_yet_is_retried_with_the_reason_and_wakes_the
 def test_no_segment_up_to_the_target_yet_is_retried() -> None:
     manager, _ = tiered()
     step, _ = perform(manager, AuxStateWork(TP, TIERED_OFFSET, 900, 3, 0, 1000))
-    assert isinstance(step, Retry) and "offset 899" in step.reason and manager.wake.is_set()
+    assert isinstance(step, Retry) and "offset 899" in step.reason
 
 
 def test_s3_errors_while_reading_the_aux_state_retry_when_transient_and_fail_naming_the_key_when_not() -> None:
@@ -399,19 +405,13 @@ def test_the_aux_state_takes_at_most_two_s3_gets(s3_server, bucket: str, tmp_pat
     assert aux.producer_snapshot == SNAPSHOT and aux.leader_epochs[-1] == EpochStart(3, 600)
 
 
-def test_perform_waits_for_the_remote_log_task_to_read_the_metadata_instead_of_backing_off() -> None:
+def test_perform_reads_the_remote_metadata_at_once_instead_of_backing_off() -> None:
     manager, segments = tiered(loaded=False)
+    manager.on_refresh = segments
     plugin = FollowerBootstrapPlugin(101, manager, metadata_wait_s=60)  # type: ignore[arg-type]
 
-    async def remote_log_task() -> None:  # woken by the plug-in, it reads the metadata
-        await manager.wake.wait()
-        assert manager.partition is not None and manager.partition.remote is not None
-        manager.partition.remote.load(segments)
-
     async def run() -> Step:
-        task = asyncio.ensure_future(remote_log_task())
         step = await plugin.perform(TP, WORK)
-        await task
         if plugin._watcher is not None:
             plugin._watcher.cancel()
         return step

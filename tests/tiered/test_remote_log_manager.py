@@ -199,3 +199,20 @@ def test_a_topic_deleted_during_an_upload_keeps_no_object_of_it(tmp_path):
     asyncio.run(run())
     assert [c for c in tier.calls if c.startswith("copy")] == ["copy 0"]  # no copy after the deletion
     assert tier.calls[-1] == "delete partition" and tier.objects == {}
+
+
+def test_refresh_reads_a_followers_remote_metadata_at_once_and_leaves_a_leaders_to_the_task(tmp_path):
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+    asyncio.run(manager.run_once([partition]))  # the leader uploads its rolled segments
+    assert partition.remote is not None
+    uploaded = partition.remote.highest_uploaded_offset
+    follower = Partition("t", 0, partition.topic_id, tmp_path / "f", partition.config, 102)
+    follower.update_state(BROKER, 2, (BROKER, 102))
+    asyncio.run(RemoteLogManager(102, tier, tier).refresh(follower))  # a bootstrap's read, no task run
+    assert follower.remote is not None and follower.remote.loaded
+    assert uploaded is not None and uploaded > 0 and follower.remote.highest_uploaded_offset == uploaded
+    partition.remote.invalidate()
+    asyncio.run(manager.refresh(partition))  # a leader: the task reads it, once it leads
+    assert not partition.remote.loaded
