@@ -4,7 +4,10 @@
 image-driven brokers, as Kafka's ReplicaManager.applyDelta): it opens or creates the log of
 every partition whose replicas include this broker, marks each leader or follower with the
 image's leader epoch and ISR, applies topic config changes, and deletes the logs of partitions
-it no longer hosts: topics deleted, re-created under a new topic id, or reassigned away.
+it no longer hosts: topics deleted, re-created under a new topic id, or reassigned away. It looks
+only at the topics the image changed (an image shares its unchanged topics with the one before),
+and `apply_image_off_loop` opens new logs in a worker thread, so that creating topics costs a
+broker what they add, off its event loop (issue 17); it returns what changed (`HostedChanges`).
 
 Partition directories are `<log dir>/<topic>-<partition>` with a `partition.metadata` naming
 the topic id; new ones go to the log dir holding the fewest partitions, as Kafka places them.
@@ -25,10 +28,12 @@ import logging
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.broker.log_config import LogConfig, LogConfigError, config_layers, topic_log_config
+from quorum.broker.log_config import TOPIC_RESOURCE, LogConfig, LogConfigError, config_layers, topic_log_config
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.producer_ids import ProducerIdAllocator
@@ -53,6 +58,59 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(number)
 
 
+@dataclass(frozen=True, slots=True)
+class HostedChanges:
+    """What applying an image did to the hosted partitions, for those that act on them next
+    (leadership, replica fetchers): `everything` when it looked at every partition."""
+
+    everything: bool
+    updated: tuple[Partition, ...]
+    """Opened, or given the image's leader, epoch and ISR again (their topic changed)."""
+    removed: tuple[Partition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ToOpen:
+    topic: TopicInfo
+    info: PartitionInfo
+    config: LogConfig
+    directory: Path
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenFailed:
+    reason: str
+    directory: Path
+
+
+@dataclass(slots=True)
+class _Plan:
+    everything: bool
+    removed: list[Partition]
+    to_open: list[_ToOpen] = field(default_factory=list)
+    updated: list[Partition] = field(default_factory=list)
+
+
+def _open_log(item: _ToOpen) -> Partition | _OpenFailed:
+    """Open (or create) one partition's log: file I/O only, touching nothing shared, so it may run
+    in a worker thread. A directory left by an earlier topic of the same name is deleted first."""
+    directory, topic, index = item.directory, item.topic, item.info.partition
+    try:
+        if directory.exists():
+            try:
+                recorded = read_partition_metadata(directory)
+            except CorruptFileError as exc:
+                raise LogError(f"{exc}; not loading a log of unknown topic id") from None
+            if recorded is not None and recorded != topic.topic_id:
+                logger.info("%s: belongs to an earlier topic %s (id %s, now %s): deleting it",
+                            directory, topic.name, recorded, topic.topic_id)  # fmt: skip
+                delete_partition_dir(directory)
+        return Partition(topic.name, index, topic.topic_id, directory, item.config, item.broker_id)
+    except (LogError, OSError) as exc:
+        return _OpenFailed(str(exc), directory)
+
+
 class ReplicaManager:
     """See the module docstring. Runs on the event loop thread; no method awaits mid-change."""
 
@@ -72,6 +130,7 @@ class ReplicaManager:
         self.image: MetadataImage | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._by_id: dict[tuple[uuid.UUID, int], Partition] = {}
+        self._hosted: dict[str, set[int]] = {}  # topic name -> the indexes of its partitions hosted here
         #: Partitions the image assigns here that could not be opened, with the reason (answered
         #: KAFKA_STORAGE_ERROR); retried at the next image.
         self.failed: dict[tuple[str, int], str] = {}
@@ -102,42 +161,110 @@ class ReplicaManager:
 
     # -- the metadata image ------------------------------------------------------------------
 
-    def apply_image(self, image: MetadataImage) -> None:
-        """Make the hosted partitions what `image` assigns to this broker; see the module docstring."""
+    def apply_image(self, image: MetadataImage) -> HostedChanges:
+        """Make the hosted partitions what `image` assigns to this broker; see the module docstring.
+        New partition logs are opened here, on the caller's thread."""
+        plan = self._plan(image)
+        return self._finish(image, plan, [_open_log(item) for item in plan.to_open])
+
+    async def apply_image_off_loop(self, image: MetadataImage) -> HostedChanges:
+        """`apply_image`, with the new partition logs opened in a worker thread (directories, files
+        and fsyncs: milliseconds each), so the event loop keeps serving meanwhile; the changes are
+        made on the loop before and after. One call at a time: the caller waits for the last."""
+        plan = self._plan(image)
+        opened = await asyncio.to_thread(lambda: [_open_log(item) for item in plan.to_open]) if plan.to_open else []
+        return self._finish(image, plan, opened)
+
+    def _plan(self, image: MetadataImage) -> _Plan:
+        """Remove what `image` no longer assigns here, decide what to open and what to update.
+
+        Only the topics that changed since the last image are looked at (issue 17: a broker's work
+        per image follows the change, not the number of topics): an image shares every topic it did
+        not change with the one before, so identity tells. Everything is looked at for the first
+        image, when the broker-level config layers changed, and for topics whose partitions failed
+        to open (they are retried)."""
+        previous = self.image
+        everything = previous is None or not self._strays_checked or any(
+            image.configs.get(key) is not previous.configs.get(key) for key in config_layers("", self.broker_id)[1:])
+        if everything:
+            names: Iterable[str] = set(image.topics) | set(self._hosted)
+        else:
+            assert previous is not None
+            changed = {name for name, topic in image.topics.items() if previous.topics.get(name) is not topic}
+            changed.update(name for name in previous.topics if name not in image.topics)
+            if image.configs is not previous.configs:
+                changed.update(name for kind, name in image.configs.keys() | previous.configs.keys()
+                               if kind == TOPIC_RESOURCE and image.configs.get((kind, name))
+                               is not previous.configs.get((kind, name)))  # fmt: skip
+            changed.update(topic for topic, _ in self.failed)
+            names = changed
         wanted: dict[tuple[str, int], tuple[TopicInfo, PartitionInfo]] = {}
-        for topic in image.topics.values():
-            for info in topic.partitions:
-                if self.broker_id in info.replicas:
-                    wanted[(topic.name, info.partition)] = (topic, info)
-        for key, partition in list(self._partitions.items()):
-            target = wanted.get(key)
-            if target is None or target[0].topic_id != partition.topic_id:
-                why = "deleted or moved away" if target is None else f"re-created with topic id {target[0].topic_id}"
-                logger.info("%s: no longer hosted here (%s): deleting its log", partition.name, why)
-                self._remove(partition)
-                current = image.topics.get(partition.topic)
-                if self.remote is not None and partition.remote is not None and (
-                        current is None or current.topic_id != partition.topic_id):
-                    self.remote.partition_deleted(partition.remote.partition)
+        removed: list[Partition] = []
+        for name in names:
+            topic = image.topics.get(name)
+            if topic is not None:
+                for info in topic.partitions:
+                    if self.broker_id in info.replicas:
+                        wanted[(name, info.partition)] = (topic, info)
+            for index in list(self._hosted.get(name, ())):
+                partition = self._partitions[(name, index)]
+                target = wanted.get((name, index))
+                if target is None or target[0].topic_id != partition.topic_id:
+                    why = ("deleted or moved away" if target is None
+                           else f"re-created with topic id {target[0].topic_id}")
+                    logger.info("%s: no longer hosted here (%s): deleting its log", partition.name, why)
+                    self._remove(partition)
+                    removed.append(partition)
+                    if self.remote is not None and partition.remote is not None and (
+                            topic is None or topic.topic_id != partition.topic_id):
+                        self.remote.partition_deleted(partition.remote.partition)
         if not self._strays_checked:
             self._delete_strays(wanted, image)
             self._strays_checked = True
         self.failed = {key: reason for key, reason in self.failed.items() if key in wanted}
+        plan = _Plan(everything, removed)
         configs: dict[str, LogConfig] = {}
+        placed: Counter[Path] = Counter()
         for key, (topic, info) in wanted.items():
             config = configs.get(topic.name)
             if config is None:
                 config = configs[topic.name] = self._config_for(image, topic.name)
             partition = self._partitions.get(key)
             if partition is None:
-                partition = self._open(topic, info, config)
-                if partition is None:
-                    continue
-            elif partition.config != config:
+                directory = self._on_disk.pop(key, None)
+                if directory is None:
+                    parent = self._place(placed)
+                    placed[parent] += 1
+                    directory = parent / partition_dir_name(topic.name, info.partition)
+                plan.to_open.append(_ToOpen(topic, info, config, directory, self.broker_id))
+                continue
+            if partition.config != config:
                 partition.apply_config(config)
             partition.update_state(info.leader, info.leader_epoch, info.isr)
+            plan.updated.append(partition)
+        return plan
+
+    def _finish(self, image: MetadataImage, plan: _Plan, opened: list[Partition | _OpenFailed]) -> HostedChanges:
+        """Take the opened partitions in (or note why they failed), mark them leader or follower."""
+        for item, result in zip(plan.to_open, opened, strict=True):
+            key = (item.topic.name, item.info.partition)
+            if isinstance(result, _OpenFailed):
+                logger.error("%s-%d: cannot open its log: %s", item.topic.name, item.info.partition, result.reason)
+                self.failed[key] = result.reason
+                if result.directory.exists():
+                    self._on_disk[key] = result.directory
+                continue
+            self.failed.pop(key, None)
+            if self.remote is not None:
+                self.remote.partition_opened(result)
+            if self.on_open is not None:
+                self.on_open(result)
+            self._add(result)
+            result.update_state(item.info.leader, item.info.leader_epoch, item.info.isr)
+            plan.updated.append(result)
         self.image = image
         self.notifier.appended()
+        return HostedChanges(plan.everything, tuple(plan.updated), tuple(plan.removed))
 
     def _config_for(self, image: MetadataImage, topic: str) -> LogConfig:
         """The topic's log config; resolved again only when one of its layers changed (an image
@@ -161,51 +288,30 @@ class ReplicaManager:
                 logger.error("broker properties: %s; using Kafka's defaults", broker_exc)
                 return LogConfig()
 
-    def _open(self, topic: TopicInfo, info: PartitionInfo, config: LogConfig) -> Partition | None:
-        key = (topic.name, info.partition)
-        directory = self._on_disk.pop(key, None)
-        try:
-            if directory is not None:
-                try:
-                    recorded = read_partition_metadata(directory)
-                except CorruptFileError as exc:
-                    raise LogError(f"{exc}; not loading a log of unknown topic id") from None
-                if recorded is not None and recorded != topic.topic_id:
-                    logger.info("%s: belongs to an earlier topic %s (id %s, now %s): deleting it",
-                                directory, topic.name, recorded, topic.topic_id)  # fmt: skip
-                    delete_partition_dir(directory)
-                    directory = None
-            if directory is None:
-                directory = self._place() / partition_dir_name(topic.name, info.partition)
-            partition = Partition(topic.name, info.partition, topic.topic_id, directory, config, self.broker_id)
-        except (LogError, OSError) as exc:
-            logger.error("%s-%d: cannot open its log: %s", topic.name, info.partition, exc)
-            self.failed[key] = str(exc)
-            if directory is not None and directory.exists():
-                self._on_disk[key] = directory
-            return None
-        self.failed.pop(key, None)
-        if self.remote is not None:
-            self.remote.partition_opened(partition)
-        if self.on_open is not None:
-            self.on_open(partition)
-        self._partitions[key] = partition
-        self._by_id[(topic.topic_id, info.partition)] = partition
-        return partition
+    def _add(self, partition: Partition) -> None:
+        self._partitions[(partition.topic, partition.partition)] = partition
+        self._by_id[(partition.topic_id, partition.partition)] = partition
+        self._hosted.setdefault(partition.topic, set()).add(partition.partition)
 
     def _remove(self, partition: Partition) -> None:
         del self._partitions[(partition.topic, partition.partition)]
         self._by_id.pop((partition.topic_id, partition.partition), None)
+        hosted = self._hosted.get(partition.topic)
+        if hosted is not None:
+            hosted.discard(partition.partition)
+            if not hosted:
+                del self._hosted[partition.topic]
         try:
             partition.delete()
         except OSError as exc:
             logger.error("%s: could not delete %s: %s", partition.name, partition.directory, exc)
 
-    def _place(self) -> Path:
-        """The log dir with the fewest partitions, for a new one (Kafka's default placement)."""
+    def _place(self, planned: Counter[Path]) -> Path:
+        """The log dir with the fewest partitions, counting those `planned` there, for a new one
+        (Kafka's default placement)."""
         if len(self.log_dirs) == 1:
             return self.log_dirs[0]
-        counts = {directory: 0 for directory in self.log_dirs}
+        counts = {directory: planned[directory] for directory in self.log_dirs}
         for partition in self._partitions.values():
             parent = partition.directory.parent
             if parent in counts:
@@ -303,3 +409,4 @@ class ReplicaManager:
                 logger.error("%s: close failed: %s", partition.name, exc)
         self._partitions.clear()
         self._by_id.clear()
+        self._hosted.clear()

@@ -81,6 +81,7 @@ class BrokerRole:
                                               out_of_range=out_of_range)
         self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))
         self._applied_image: MetadataImage | None = None
+        self._applier: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
@@ -111,17 +112,26 @@ class BrokerRole:
         self._apply_image()
 
     def _apply_image(self) -> None:
-        if not self.lifecycle.ready.is_set():
+        """Have the newest replayed image applied: by the applier task, started if none is running
+        (one applies at a time, in order; images that come meanwhile are skipped to the newest)."""
+        if not self.lifecycle.ready.is_set() or self._node.image is self._applied_image:
             return
-        image = self._node.image
-        if image is self._applied_image:
-            return
-        self._applied_image = image
-        self.replicas.apply_image(image)
-        partitions = self.replicas.partitions()
-        self.leadership.apply_image(image, partitions)
-        self.fetchers.apply_image(image, partitions)
-        self.groups.image_changed(image)
+        if self._applier is None or self._applier.done():
+            self._applier = asyncio.create_task(self._apply_images())
+
+    async def _apply_images(self) -> None:
+        """Apply images until the newest is applied. New partition logs open in a worker thread
+        (`ReplicaManager.apply_image_off_loop`, issue 17): requests are served meanwhile."""
+        while (image := self._node.image) is not self._applied_image and not self._stop.is_set():
+            self._applied_image = image
+            try:
+                await self.replicas.apply_image_off_loop(image)
+                partitions = self.replicas.partitions()
+                self.leadership.apply_image(image, partitions)
+                self.fetchers.apply_image(image, partitions)
+                self.groups.image_changed(image)
+            except Exception:
+                log.exception("applying the metadata image at offset %d failed", image.offset)
 
     def _broker_epoch(self) -> int:
         return self.lifecycle.state.broker_epoch
@@ -137,6 +147,9 @@ class BrokerRole:
 
     async def close(self) -> None:
         self._stop.set()
+        if self._applier is not None:  # let a log being opened finish: it is closed with the others
+            with contextlib.suppress(Exception):
+                await self._applier
         await self.fetchers.close()
         await self.leadership.close()
         await self.groups.close()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 
+from quorum.broker import replica_manager
 from quorum.broker.log_config import BROKER_RESOURCE, TOPIC_RESOURCE
 from quorum.broker.produce import ProduceHandlers, register_produce
 from quorum.broker.producer_ids import ProducerIdAllocator
@@ -78,6 +80,62 @@ def test_restart_reopens_logs_and_deletes_strays(tmp_path):
     assert not (tmp_path / "audit-0").exists()
     assert (tmp_path / "__cluster_metadata-0").exists() and (tmp_path / "not-ours-0").exists()
     manager.close()
+
+
+def test_an_image_is_applied_to_the_topics_it_changed_only(tmp_path):
+    """Issue 17: after the first image, only topics whose TopicInfo (or topic config) is not the
+    previous image's are looked at; a broker-level config change looks at everything again."""
+    manager = ReplicaManager(1, [tmp_path])
+    orders, audit = topic("orders", ORDERS, [(1, [1]), (2, [1, 2])]), topic("audit", AUDIT, [(1, [1])])
+    first = manager.apply_image(image(orders, audit))
+    assert first.everything and {p.name for p in first.updated} == {"orders-0", "orders-1", "audit-0"}
+    moved = manager.apply_image(image(orders, topic("audit", AUDIT, [(2, [1, 2])], epoch=3)))
+    assert not moved.everything and [p.name for p in moved.updated] == ["audit-0"] and moved.removed == ()
+    assert manager.get("audit", 0).leader_epoch == 3 and not manager.get("audit", 0).is_leader
+    deleted = manager.apply_image(image(topic("audit", AUDIT, [(2, [1, 2])], epoch=3)))
+    assert sorted(p.name for p in deleted.removed) == ["orders-0", "orders-1"] and manager.get("orders", 0) is None
+    audit = manager.image.topics["audit"]
+    configured = manager.apply_image(image(audit, configs={(TOPIC_RESOURCE, "audit"): {"segment.bytes": "5000"}}))
+    assert [p.name for p in configured.updated] == ["audit-0"] and manager.get("audit", 0).config.segment_bytes == 5000
+    default = manager.apply_image(image(audit, configs={(TOPIC_RESOURCE, "audit"): {"segment.bytes": "5000"},
+                                                        (BROKER_RESOURCE, ""): {"log.retention.ms": "60000"}}))
+    assert default.everything and manager.get("audit", 0).config.retention_ms == 60000
+    manager.close()
+
+
+def test_new_logs_open_off_the_event_loop_with_the_same_outcome(tmp_path, monkeypatch):
+    """`apply_image_off_loop` opens new logs in a worker thread and leaves what `apply_image` leaves."""
+    opened_in: list[tuple[str, bool]] = []
+    open_log = replica_manager._open_log
+
+    def recording(item):
+        opened_in.append((f"{item.topic.name}-{item.info.partition}", threading.current_thread() is main))
+        return open_log(item)
+
+    main = threading.current_thread()
+    monkeypatch.setattr(replica_manager, "_open_log", recording)
+    first = image(topic("orders", ORDERS, [(1, [1]), (2, [2, 1]), (3, [3])]))
+    second = image(topic("orders", ORDERS, [(2, [1, 2]), (1, [2, 1])], epoch=2))
+
+    async def scenario(manager: ReplicaManager) -> None:
+        await manager.apply_image_off_loop(first)
+        await manager.apply_image_off_loop(second)
+
+    off_loop = ReplicaManager(1, [tmp_path / "a", tmp_path / "b"])
+    asyncio.run(scenario(off_loop))
+    assert opened_in == [("orders-0", False), ("orders-1", False)]
+    inline = ReplicaManager(1, [tmp_path / "c", tmp_path / "d"])
+    inline.apply_image(first)
+    inline.apply_image(second)
+    assert opened_in[2:] == [("orders-0", True), ("orders-1", True)]
+
+    def state(manager: ReplicaManager) -> list:
+        return sorted((p.name, p.is_leader, p.leader_epoch, p.directory.parent.name in "ac")
+                      for p in manager.partitions())  # fmt: skip
+
+    assert state(off_loop) == state(inline) == [("orders-0", False, 2, True), ("orders-1", True, 2, False)]
+    off_loop.close()
+    inline.close()
 
 
 def test_producer_ids_are_unique_per_broker_and_survive_restart(tmp_path):
