@@ -139,7 +139,9 @@ class FollowerBootstrapPlugin:
         partition = self.manager.hosted(topic, number)
         if partition is None:
             return Retry(f"{work.describe()}: the partition is not open on this broker yet")
+        began = self._clock_ms()
         segment = await self._segment_below(partition, work)
+        found = self._clock_ms()
         if isinstance(segment, str):
             return Retry(f"{work.describe()}: {segment} (waited {self._metadata_wait_s:g} s)")
         remote = partition.remote
@@ -164,9 +166,10 @@ class FollowerBootstrapPlugin:
                            bytes_in_remote_below(remote.finished, start), aux.s3_requests, work.leader_log_end)
         self._watch()
         logger.info("%s: auxiliary state from remote segment %s (offsets %d..%d): leader epochs %s, producer "
-                    "snapshot of %d bytes", work.describe(), segment.object_name, segment.start_offset,
-                    segment.end_offset, [(e.epoch, e.start_offset) for e in aux.leader_epochs],
-                    len(aux.producer_snapshot))  # fmt: skip
+                    "snapshot of %d bytes; remote metadata read in %.0f ms, auxiliary state in %.0f ms",
+                    work.describe(), segment.object_name, segment.start_offset, segment.end_offset,
+                    [(e.epoch, e.start_offset) for e in aux.leader_epochs], len(aux.producer_snapshot),
+                    found - began, self._clock_ms() - found)  # fmt: skip
         return StartAt(start, aux.leader_epochs, aux.producer_snapshot or None)
 
     async def _segment_below(self, partition: Partition, work: AuxStateWork) -> RemoteSegmentMetadata | str:

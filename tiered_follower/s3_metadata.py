@@ -16,8 +16,9 @@ broker consumes. This project keeps each event as a small JSON object in the sam
 
 The cost is a LIST of the partition's metadata prefix when a broker opens a partition, becomes
 its leader, or refreshes a follower's view (every `remote.log.manager.task.interval.ms`); each
-event object is read once and cached, so a refresh that finds nothing new is one LIST. Requests
-(Fetch, ListOffsets) never touch the store: they read the broker's in-memory `RemoteLogState`.
+event object is read once (a first listing reads them in parallel) and cached, so a refresh that
+finds nothing new is one LIST. Requests (Fetch, ListOffsets) never touch the store: they read the
+broker's in-memory `RemoteLogState`.
 Once a segment is DELETE_SEGMENT_FINISHED its earlier events are removed; the last one stays as
 the record that its offsets were once uploaded (KIP-1023's highest uploaded offset).
 """
@@ -28,6 +29,7 @@ import json
 import threading
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -37,6 +39,8 @@ from tiered_follower.s3_client import S3Client
 from tiered_follower.s3_storage import partition_prefix
 
 METADATA_DIR = "remote_log_metadata/"
+_READERS = 16
+"""Event objects read at once when a broker first lists a partition (a wiped broker's bootstrap waits for it)."""
 FORMAT_VERSION = 1
 
 
@@ -114,16 +118,20 @@ class S3RemoteLogMetadataStore:
                 continue
             if stem not in latest or int(number) > latest[stem][0]:
                 latest[stem] = (int(number), key)
-        segments = []
-        for _, key in latest.values():
+        keys = [key for _, key in latest.values()]
+        with self._lock:
+            unknown = [key for key in keys if key not in self._events]
+        if unknown:  # a broker new to the partition reads every event once: in parallel
+            with ThreadPoolExecutor(max_workers=min(_READERS, len(unknown))) as pool:
+                read = list(pool.map(self._read_event, unknown))
             with self._lock:
-                known = self._events.get(key)
-            if known is None:
-                known = decode_metadata(self.client.get(key), f"s3://{self.client.config.bucket}/{key}")
-                with self._lock:
-                    self._events[key] = known
-            segments.append(known)
+                self._events.update(zip(unknown, read, strict=True))
+        with self._lock:
+            segments = [self._events[key] for key in keys]
         return sorted(segments, key=lambda s: (s.start_offset, s.end_offset))
+
+    def _read_event(self, key: str) -> RemoteSegmentMetadata:
+        return decode_metadata(self.client.get(key), f"s3://{self.client.config.bucket}/{key}")
 
     def delete_partition(self, partition: TopicIdPartition) -> int:
         prefix = metadata_prefix(self.prefix, partition)
