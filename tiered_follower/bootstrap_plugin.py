@@ -23,6 +23,7 @@ every `POLL_S` while there are any.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -179,7 +180,8 @@ class FollowerBootstrapPlugin:
         replica.fetch.backoff.ms; the reason it is missing otherwise."""
         previous = work.target - 1
         deadline = self._clock_ms() + self._metadata_wait_s * 1000
-        while True:
+        read_error = ""
+        for attempt in itertools.count():
             remote = partition.remote
             if remote is None or not remote.loaded:
                 reason = "this broker has not read the partition's remote log metadata yet"
@@ -189,15 +191,16 @@ class FollowerBootstrapPlugin:
                     return segment
                 reason = (f"no finished remote segment of epoch <= {work.target_epoch} holds offset {previous} in "
                           f"this broker's remote log metadata yet")  # the leader may have uploaded it since
-            if self._clock_ms() >= deadline:
-                return reason
+            if attempt > 0 and self._clock_ms() >= deadline:
+                return reason + read_error
+            if attempt > 0:
+                await asyncio.sleep(POLL_S)
             try:
                 await self.manager.refresh(partition)
+                read_error = ""
             except RemoteStorageError as exc:
-                reason = f"{reason}; reading it failed: {exc}"
-                if self._clock_ms() >= deadline:
-                    return reason
-                await asyncio.sleep(POLL_S)
+                read_error = f"; reading it failed: {exc}"
+        raise AssertionError("unreachable")
 
     # -- the report's watcher -------------------------------------------------------------------
 
