@@ -70,6 +70,7 @@ from quorum.controller.short_logs import ShortLocalLogs
 from quorum.controller.validation import (
     DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
+    CollisionIndex,
     check_new_topic_name,
     check_partition_increase,
     duplicate_topic,
@@ -350,7 +351,7 @@ class QuorumController:
         """CreateTopics: TopicRecord (with its topic epoch), ConfigRecords, PartitionRecords per topic."""
         schema = APIS[CREATE_TOPICS].response
         result, config_entry = schema.CreatableTopicResult, schema.CreatableTopicResult.CreatableTopicConfigs
-        unified = {unify_collision_chars(name): name for name in view.topics if has_collision_chars(name)}
+        unified = CollisionIndex(view.topics)
         registered = view.registrations.keys()
         usable = self._usable_brokers(view)
         epoch = _epoch(view)
@@ -628,10 +629,14 @@ class QuorumController:
 
     def _unclean_topics(self, view: ControllerView) -> dict[uuid.UUID, str]:
         """The topics (id -> name) whose `unclean.leader.election.enable` is true, Kafka's way."""
-        static = str(self.config.unclean_leader_election_enable).lower()
-        return {topic.topic_id: name for name, topic in view.topics.items()
-                if (cfg.topic_config_value(view.configs, name, "unclean.leader.election.enable", static) or "")
-                .strip().lower() == "true"}
+        key = "unclean.leader.election.enable"
+        fallback = view.configs.get((cfg.BROKER, ""), {}).get(key, str(self.config.unclean_leader_election_enable))
+        if _true(fallback):  # every topic but those that turn it off
+            return {topic.topic_id: name for name, topic in view.topics.items()
+                    if _true(view.configs.get((cfg.TOPIC, name), {}).get(key, fallback))}
+        # only topics that turn it on: a pass over the configs, not every topic (ticks run it 10 times a second)
+        return {topic.topic_id: name for (kind, name), values in view.configs.items()
+                if kind == cfg.TOPIC and _true(values.get(key)) and (topic := view.topics.get(name)) is not None}
 
     def _usable_brokers(self, view: ControllerView) -> list[int]:
         return [broker for broker in view.registrations if self._is_active(view, broker)]
@@ -695,6 +700,11 @@ def _each_name_once(topics: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
         if topic.name not in seen:
             seen.add(topic.name)
             yield topic, counts[topic.name] > 1
+
+
+def _true(value: str | None) -> bool:
+    """A boolean config's value as Kafka reads it."""
+    return (value or "").strip().lower() == "true"
 
 
 def _epoch(view: ControllerView) -> int:

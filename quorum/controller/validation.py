@@ -12,7 +12,7 @@ the KRaft controller's ReplicationControlManager and ReplicaPlacer), except wher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from quorum.controller.results import ApiError
 from quorum.wire.errors import ErrorCode
@@ -51,6 +51,33 @@ def has_collision_chars(name: str) -> bool:
 def unify_collision_chars(name: str) -> str:
     """Kafka's Topic.unifyCollisionChars: '.' and '_' collide in metric names."""
     return name.replace(".", "_")
+
+
+class CollisionIndex(Mapping[str, str]):
+    """unify_collision_chars(name) -> a topic name with it, for the view's topics and those created
+    so far in the request. Built on the first look-up, which only a name with '.' or '_' makes: a
+    request of plain names does not pay a pass over every topic (issue 17)."""
+
+    def __init__(self, topics: Iterable[str]) -> None:
+        self._topics = topics
+        self._built: dict[str, str] | None = None
+
+    def _index(self) -> dict[str, str]:
+        if self._built is None:
+            self._built = {unify_collision_chars(name): name for name in self._topics if has_collision_chars(name)}
+        return self._built
+
+    def __getitem__(self, key: str) -> str:
+        return self._index()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    def setdefault(self, key: str, name: str) -> None:
+        self._index().setdefault(key, name)
 
 
 def check_collision(name: str, existing_by_unified: Mapping[str, str]) -> None:
