@@ -186,11 +186,12 @@ class FollowerBootstrapPlugin:
             if remote is None or not remote.loaded:
                 reason = "this broker has not read the partition's remote log metadata yet"
             else:
-                segment = current_lineage_segment(remote.finished, previous, work.target_epoch)
+                segment = current_lineage_segment(remote.finished, previous, work.target_epoch, work.epoch_below)
                 if segment is not None:
                     return segment
-                reason = (f"no finished remote segment of epoch <= {work.target_epoch} holds offset {previous} in "
-                          f"this broker's remote log metadata yet")  # the leader may have uploaded it since
+                which = f"of epoch {work.epoch_below}" if work.epoch_below >= 0 else f"of epoch <= {work.target_epoch}"
+                reason = (f"no finished remote segment {which} holds offset {previous} in this broker's remote "
+                          f"log metadata yet")  # the leader may have uploaded it since
             if attempt > 0 and self._clock_ms() >= deadline:
                 return reason + read_error
             if attempt > 0:

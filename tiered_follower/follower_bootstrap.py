@@ -43,6 +43,7 @@ from quorum.broker.replica_fetcher_out_of_range import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     AskLeaderOffset,
     Defer,
@@ -79,6 +80,10 @@ class AuxStateWork:
     leader_log_start: int
     leader_log_end: int | None
     """The leader's log end (ListOffsets -1) when it was asked (KIP-1023's path), else None."""
+    epoch_below: int = -1
+    """The leader's epoch of `target - 1` when it said it (ListOffsets -5, its last tiered offset,
+    is `target - 1` on KIP-1023's path): the lineage is then exact, as Kafka's OffsetForLeaderEpoch
+    to the leader makes it; -1 when unknown."""
 
     def describe(self) -> str:
         where = "earliest pending upload offset" if self.path == TIERED_OFFSET else "local log start offset"
@@ -152,8 +157,13 @@ class TieredOutOfRangeHandler:
                                       start.offset, latest.offset))
         if pending.offset == start.offset:
             return _start_at_leader_offset(s, start.offset)  # nothing below it to build
+        asked = _ask(s, LATEST_TIERED_TIMESTAMP)  # its epoch is the lineage's at pending - 1
+        if isinstance(asked, AskLeaderOffset):
+            return asked
+        (tiered,) = asked
+        below = tiered.leader_epoch if tiered.offset == pending.offset - 1 else -1
         return Defer(AuxStateWork(s.topic_partition, TIERED_OFFSET, pending.offset, pending.leader_epoch, start.offset,
-                                  latest.offset))
+                                  latest.offset, below))
 
 
 def kip_1023_applies(s: OutOfRange) -> bool:
@@ -184,18 +194,21 @@ def _name(s: OutOfRange) -> str:
 # The auxiliary state
 
 
-def current_lineage_segment(finished: Iterable[RemoteSegmentMetadata], offset: int,
-                            epoch_at_or_above: int) -> RemoteSegmentMetadata | None:
+def current_lineage_segment(finished: Iterable[RemoteSegmentMetadata], offset: int, epoch_at_or_above: int,
+                            epoch: int = -1) -> RemoteSegmentMetadata | None:
     """The finished remote segment holding `offset` in the current lineage.
 
-    After an unclean election two lineages may both have uploaded a segment holding `offset`;
-    the current one has, at `offset`, the highest epoch that is not newer than the leader's
+    After an unclean election two lineages may both have uploaded a segment holding `offset`.
+    When the leader said its epoch of `offset` (`epoch`), only a segment of that epoch there is
+    the leader's (records of one epoch are the same on every replica that has them). Otherwise
+    the current lineage has, at `offset`, the highest epoch that is not newer than the leader's
     epoch of the offset after it (`epoch_at_or_above`, from its ListOffsets answer; -1 when it
     gave none). Of two segments of that epoch (a range uploaded again by the next leader, with
     other segment boundaries), the one recorded last.
     """
     holding = [s for s in finished if s.start_offset <= offset <= s.end_offset
-               and (epoch_at_or_above < 0 or s.epoch_at(offset) <= epoch_at_or_above)]
+               and (epoch_at_or_above < 0 or s.epoch_at(offset) <= epoch_at_or_above)
+               and (epoch < 0 or s.epoch_at(offset) == epoch)]
     if not holding:
         return None
     return max(holding, key=lambda s: (s.epoch_at(offset), s.event_timestamp_ms))

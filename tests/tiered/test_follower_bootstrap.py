@@ -27,6 +27,7 @@ from quorum.broker.replica_fetcher_out_of_range import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     AskLeaderOffset,
     Defer,
@@ -79,10 +80,11 @@ def resolve(s: OutOfRange, answers: dict[int, LeaderOffset], handler: TieredOutO
 
 
 def leader(end: int = 1000, start: int = 0, local: int = 0, pending: int = 800, pending_epoch: int = 3,
-           local_epoch: int = 2, pending_error: int = NONE) -> dict[int, LeaderOffset]:
+           local_epoch: int = 2, pending_error: int = NONE, tiered_epoch: int = 3) -> dict[int, LeaderOffset]:
     return {LATEST_TIMESTAMP: LeaderOffset(end, 4), EARLIEST_TIMESTAMP: LeaderOffset(start, 0),
             EARLIEST_LOCAL_TIMESTAMP: LeaderOffset(local, local_epoch),
-            EARLIEST_PENDING_UPLOAD_TIMESTAMP: LeaderOffset(pending, pending_epoch, pending_error)}
+            EARLIEST_PENDING_UPLOAD_TIMESTAMP: LeaderOffset(pending, pending_epoch, pending_error),
+            LATEST_TIERED_TIMESTAMP: LeaderOffset(pending - 1 if pending > 0 else -1, tiered_epoch)}
 
 
 # -- the normal path ---------------------------------------------------------------------------------------------
@@ -131,13 +133,13 @@ def test_omts_with_nothing_tiered_below_the_local_start_any_more_takes_kafkas_ru
 @pytest.mark.parametrize("log_start,local", [(0, 0), (0, 400), (10, 10), (10, 400)])
 def test_an_empty_replica_starts_at_the_earliest_pending_upload_offset(error: int, log_start: int, local: int) -> None:
     step, asked = resolve(situation(error), leader(start=log_start, local=local, pending=800, pending_epoch=3))
-    assert asked == [LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP]
-    assert step == Defer(AuxStateWork(TP, TIERED_OFFSET, 800, 3, log_start, 1000))
+    assert asked == [LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP, LATEST_TIERED_TIMESTAMP]
+    assert step == Defer(AuxStateWork(TP, TIERED_OFFSET, 800, 3, log_start, 1000, 3))
 
 
 def test_everything_uploaded_and_deleted_locally_starts_at_the_log_end() -> None:
     step, _ = resolve(situation(OMTS), leader(end=1000, start=0, local=1000, pending=1000, pending_epoch=4))
-    assert step == Defer(AuxStateWork(TP, TIERED_OFFSET, 1000, 4, 0, 1000))
+    assert step == Defer(AuxStateWork(TP, TIERED_OFFSET, 1000, 4, 0, 1000, 3))
 
 
 def test_an_empty_leader_leaves_nothing_to_skip() -> None:
@@ -207,6 +209,26 @@ def test_an_older_lineage_after_an_unclean_election_does_not_count() -> None:
     again = segment(120, 149, [(3, 120)], at=4)
     assert current_lineage_segment([common, stale, current, again], 149, 3) is again
     assert bytes_in_remote_below([common, stale, current], 150) == 2000
+
+
+def test_the_leaders_epoch_of_the_offset_below_makes_the_lineage_exact() -> None:
+    # epoch 2's leader wrote 100..149 and uploaded them; epoch 3's leader (elected uncleanly, not
+    # in the ISR) still held epoch 1 up to 149 and wrote 150.. in epoch 4: its offset 149 is epoch
+    # 1's, which the highest-epoch rule alone cannot tell from the stale epoch 2 segment
+    common = segment(0, 99, [(0, 0), (1, 50)], at=1)
+    stale = segment(100, 149, [(2, 100)], at=2)
+    current = segment(100, 149, [(1, 100)], at=3)
+    assert current_lineage_segment([common, stale, current], 149, 4) is stale  # the guess is wrong here
+    assert current_lineage_segment([common, stale, current], 149, 4, epoch=1) is current
+
+
+def test_minus_5_answers_the_epoch_below_only_when_it_is_the_offset_below() -> None:
+    answers = leader(pending=800, tiered_epoch=1)
+    step, _ = resolve(situation(NONE), answers)
+    assert step == Defer(AuxStateWork(TP, TIERED_OFFSET, 800, 3, 0, 1000, 1))
+    answers[LATEST_TIERED_TIMESTAMP] = LeaderOffset(640, 1)  # not pending - 1 (a compacted gap?): unknown
+    step, _ = resolve(situation(NONE), answers)
+    assert step == Defer(AuxStateWork(TP, TIERED_OFFSET, 800, 3, 0, 1000, -1))
 
 
 # -- perform: the aux state from the remote tier -------------------------------------------------------------------
@@ -418,3 +440,11 @@ def test_perform_reads_the_remote_metadata_at_once_instead_of_backing_off() -> N
 
     step = asyncio.run(run())
     assert isinstance(step, StartAt) and step.offset == 800
+
+
+def test_perform_takes_only_a_segment_of_the_leaders_epoch_below_the_target_when_it_is_known() -> None:
+    manager, _ = tiered()
+    step, _ = perform(manager, AuxStateWork(TP, TIERED_OFFSET, 800, 3, 0, 1000, epoch_below=3))
+    assert isinstance(step, StartAt) and step.offset == 800
+    step, _ = perform(manager, AuxStateWork(TP, TIERED_OFFSET, 800, 3, 0, 1000, epoch_below=2))
+    assert isinstance(step, Retry) and "of epoch 2 holds offset 799" in step.reason
