@@ -16,7 +16,7 @@ by topic id answers from and which must hold the same topics.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from quorum.image.image import MetadataImage
@@ -41,11 +41,15 @@ def _difference(path: str, left: Any, right: Any) -> str | None:
         return _dataclass_difference(path, left, right, frozenset())
     if isinstance(left, Mapping) and isinstance(right, Mapping):
         return _mapping_difference(path, left, right)
-    if isinstance(left, (tuple, list)) and isinstance(right, (tuple, list)):
+    if _is_sequence(left) and _is_sequence(right):  # tuples, and a topic's undecoded PartitionRecords
         return _sequence_difference(path, left, right)
     if left != right or type(left) is not type(right):
         return f"{path}: {left!r} != {right!r}"
     return None
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
 def _dataclass_difference(path: str, left: Any, right: Any, skip: frozenset[str]) -> str | None:

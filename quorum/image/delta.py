@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -62,11 +62,16 @@ from quorum.image.image import (
     PartitionInfo,
     TopicInfo,
 )
+from quorum.image.partition_records import PartitionRecords, decode_partition
 from quorum.wire.metadata_records import (
     METADATA_RECORD_TYPES,
+    PLAIN_PARTITION_V0,
     ZERO_UUID,
+    MetadataRecordError,
     MetadataRecordType,
+    decode_metadata_record,
     decode_metadata_record_fast,
+    decode_plain_topic_v0,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,6 +107,7 @@ class ChangeObserver(Protocol):
 
 
 _NOT_CHANGED: Any = object()
+_plain_partition = PLAIN_PARTITION_V0.fullmatch
 
 
 def _uuid(value: uuid.UUID | None) -> uuid.UUID:
@@ -158,9 +164,15 @@ class _Overlay(Generic[K, V]):
 
 class _TopicDraft:
     """A topic being changed: `base` is the image's TopicInfo (None for a topic created in this
-    delta, whose `partitions` are then all of them; else they are the changed ones only)."""
+    delta, whose `partitions` are then all of them; else they are the changed ones only).
 
-    __slots__ = ("topic_id", "name", "topic_epoch", "base", "partitions")
+    `raw` is the open run of a topic created in this delta (`quorum.image.partition_records`):
+    the plain PartitionRecord v0 values that came for it, in ascending partition order, not
+    decoded. Anything else that reads or writes the topic's partitions decodes the run into
+    `partitions` first and closes it (`raw` None), so the records apply in log order.
+    """
+
+    __slots__ = ("topic_id", "name", "topic_epoch", "base", "partitions", "raw", "raw_id", "raw_last")
 
     def __init__(self, topic_id: uuid.UUID, name: str, topic_epoch: int, base: TopicInfo | None) -> None:
         self.topic_id = topic_id
@@ -168,20 +180,60 @@ class _TopicDraft:
         self.topic_epoch = topic_epoch
         self.base = base
         self.partitions: dict[int, PartitionInfo] = {}
+        self.raw: list[bytes] | None = None
+        self.raw_id = b""
+        self.raw_last = b""  # the PartitionId bytes of the last value in `raw`
+
+    def open_run(self) -> None:
+        self.raw = []
+        self.raw_id = self.topic_id.bytes
+
+    def takes(self, value: bytes) -> bool:
+        """Keep `value` undecoded when it is the next plain PartitionRecord v0 of the open run: its
+        TopicId (bytes 7-22) this topic's, its PartitionId (bytes 3-6, big-endian) above the last one."""
+        raw = self.raw
+        if raw is None or value[7:23] != self.raw_id:
+            return False
+        index = value[3:7]
+        if index <= self.raw_last or index[0] >= 0x80 or _plain_partition(value) is None:  # >= 0x80: negative
+            return False
+        raw.append(value)
+        self.raw_last = index
+        return True
+
+    def _close_run(self) -> None:
+        raw = self.raw
+        self.raw = None
+        if raw:
+            for value in raw:
+                partition = decode_partition(value, None)  # settled in `build`, as replayed ones are
+                self.partitions[partition.partition] = partition
+
+    def put(self, partition: PartitionInfo) -> None:
+        if self.raw is not None:
+            self._close_run()
+        self.partitions[partition.partition] = partition
 
     def partition(self, index: int) -> PartitionInfo | None:
+        if self.raw is not None:
+            self._close_run()
         found = self.partitions.get(index)
         if found is None and self.base is not None:
             found = _partition_of(self.base, index)
         return found
 
     def indexes(self) -> set[int]:
+        if self.raw is not None:
+            self._close_run()
         found = set(self.partitions)
         if self.base is not None:
             found.update(partition.partition for partition in self.base.partitions)
         return found
 
     def build(self, available: frozenset[int]) -> TopicInfo:
+        if self.raw:  # a created topic whose partitions all came in its run: kept undecoded
+            return TopicInfo(self.name, self.topic_id, PartitionRecords(tuple(self.raw), available),
+                             self.topic_epoch, self.name in INTERNAL_TOPICS)  # fmt: skip
         parts = self.partitions
         if self.base is not None:
             merged = {partition.partition: partition for partition in self.base.partitions}
@@ -250,7 +302,9 @@ class MetadataDelta:
     A delta is applied once: make a new one over the image `apply` returned to go on.
     """
 
-    def __init__(self, image: MetadataImage, observer: ChangeObserver | None = None) -> None:
+    def __init__(self, image: MetadataImage, observer: ChangeObserver | None = None, *, lazy: bool = True) -> None:
+        """`lazy` False: every record through the schema engine's decoder, every partition built at
+        once; the reference the tests compare the specialised decoders and lazy partitions with."""
         self.image = image
         self.observer = observer
         self.offset = image.offset
@@ -265,6 +319,9 @@ class MetadataDelta:
         self._names: dict[str, uuid.UUID | None] = {}  # name -> live topic id, changes over image.topics
         self._applied = False
         self._last_draft: tuple[int, _TopicDraft | None] = (-1, None)  # (topic id as int, its draft)
+        self._lazy = lazy
+        self._decode = decode_metadata_record_fast if lazy else decode_metadata_record
+        self._run: _TopicDraft | None = None  # the last topic created, while its partitions may come undecoded
         types = METADATA_RECORD_TYPES
         self._handlers: dict[type[ApiData], Callable[[ApiData], bool]] = {
             types[MetadataRecordType.REGISTER_BROKER]: self._register_broker,
@@ -297,8 +354,45 @@ class MetadataDelta:
             raise RuntimeError("this delta was applied: replay into a new MetadataDelta over the image it gave")
         if offset is not None:
             self.offset = offset
-        record = decode_metadata_record_fast(value if type(value) is bytes else bytes(value))
+        if type(value) is not bytes:
+            value = bytes(value)
+        run = self._run
+        if run is not None and run.takes(value):  # the snapshot's million PartitionRecords come here
+            return True
+        if self._lazy:
+            fields = decode_plain_topic_v0(value)
+            if fields is not None:
+                return self._topic_fields(*fields)
+        record = self._decode(value)
         return self._handlers[type(record)](record)
+
+    def replay_all(self, values: Iterable[bytes], refused: Callable[[MetadataRecordError], None]) -> None:
+        """`replay` each of `values` in order (a snapshot's: no offsets), telling `refused` of each
+        one that is not a metadata record. The same as a loop over `replay`, with the test that
+        keeps a value in the open run (`_TopicDraft.takes`) inline: a snapshot is a million of them."""
+        plain = _plain_partition
+        replay = self.replay
+        run = self._run
+        raw, topic, last = (None, b"", b"") if run is None else (run.raw, run.raw_id, run.raw_last)
+        for value in values:
+            if type(value) is not bytes:
+                value = bytes(value)
+            elif raw is not None and value[7:23] == topic:
+                index = value[3:7]
+                if index > last and index[0] < 0x80 and plain(value) is not None:
+                    raw.append(value)
+                    last = index
+                    continue
+            if run is not None:
+                run.raw_last = last
+            try:
+                replay(value)
+            except MetadataRecordError as exc:
+                refused(exc)
+            run = self._run
+            raw, topic, last = (None, b"", b"") if run is None else (run.raw, run.raw_id, run.raw_last)
+        if run is not None:
+            run.raw_last = last
 
     # -- brokers ---------------------------------------------------------------------------------
 
@@ -360,7 +454,8 @@ class MetadataDelta:
         topics = self._topics
         draft = topics.get(topic_id, _NOT_CHANGED)
         if draft is _NOT_CHANGED:
-            base = self.image.topics_by_id.get(topic_id)
+            by_id = self.image.topics_by_id
+            base = by_id.get(topic_id) if by_id else None  # a load starts empty: no UUID hash (Python code)
             draft = None if base is None else _TopicDraft(topic_id, base.name, base.topic_epoch, base)
             if draft is not None:
                 topics[topic_id] = draft
@@ -379,11 +474,13 @@ class MetadataDelta:
             self.topic_epoch = epoch
 
     def _topic(self, record: ApiData) -> bool:
-        topic_id = _uuid(record.topic_id)
-        epoch = record.topic_epoch
-        self._raise_counter(epoch)
-        if topic_id == ZERO_UUID:
-            logger.debug("TopicRecord %r with the zero topic id ignored", record.name)
+        return self._topic_fields(record.name, _uuid(record.topic_id), record.topic_epoch)
+
+    def _topic_fields(self, name: str, topic_id: uuid.UUID, epoch: int) -> bool:
+        if epoch > self.topic_epoch:
+            self.topic_epoch = epoch
+        if not topic_id.int:  # the zero id
+            logger.debug("TopicRecord %r with the zero topic id ignored", name)
             return False
         draft = self._draft(topic_id)
         if draft is not None:  # a live topic: only its epoch can go up
@@ -393,7 +490,6 @@ class MetadataDelta:
                 self.observer.modified((TOPIC, topic_id))
             draft.topic_epoch = epoch
             return True
-        name = record.name
         if self._live_id(name) is not None:
             logger.debug("TopicRecord %r id %s ignored: the name is taken by topic %s", name, topic_id,
                          self._live_id(name))  # fmt: skip
@@ -402,6 +498,9 @@ class MetadataDelta:
         draft = self._topics[topic_id] = _TopicDraft(topic_id, name, epoch, None)
         self._last_draft = (topic_id.int, draft)
         self._names[name] = topic_id
+        if self._lazy:
+            draft.open_run()
+            self._run = draft
         return True
 
     def _partition(self, record: ApiData) -> bool:
@@ -425,7 +524,7 @@ class MetadataDelta:
                 return False
             if old is not None:
                 self.observer.dropped((PARTITION, topic_id, index))
-        draft.partitions[index] = partition
+        draft.put(partition)
         return True
 
     def _partition_change(self, record: ApiData) -> bool:
@@ -454,7 +553,7 @@ class MetadataDelta:
         )
         if self.observer is not None:
             self.observer.modified((PARTITION, topic_id, index))
-        draft.partitions[index] = partition
+        draft.put(partition)
         return True
 
     def _remove_topic(self, record: ApiData) -> bool:
@@ -471,6 +570,8 @@ class MetadataDelta:
                 observer.dropped((PARTITION, topic_id, index))
         self._topics[topic_id] = None
         self._last_draft = (-1, None)
+        if self._run is draft:
+            self._run = None
         self._names[name] = None
         resource = (TOPIC_RESOURCE, name)
         configs = self._configs.get(resource)
@@ -573,9 +674,17 @@ class MetadataDelta:
             changed.add(topic.name)
         if flipped:  # brokers fenced, unfenced, (un)registered: offline replicas and leaders elsewhere change too
             for topic_id, topic in base_by_id.items():
-                if topic_id in self._topics or flipped.isdisjoint(topic.broker_ids()):
+                if topic_id in self._topics:
                     continue
-                settled = _settle_topic(topic, available, flipped)
+                partitions = topic.partitions
+                if type(partitions) is PartitionRecords and not partitions.is_decoded:  # stays undecoded
+                    if flipped.isdisjoint(partitions.broker_ids()):
+                        continue
+                    settled = replace(topic, partitions=partitions.settled(available))
+                elif flipped.isdisjoint(topic.broker_ids()):
+                    continue
+                else:
+                    settled = _settle_topic(topic, available, flipped)
                 if settled is not topic:
                     by_id[topic_id] = by_name[topic.name] = settled
                 changed.add(topic.name)  # its Metadata entry may change even so: a leader outside the replicas

@@ -39,12 +39,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import struct
 import threading
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import overload
 
 from quorum.image.delta import MetadataDelta
 from quorum.image.image import BrokerRegistration, MetadataImage, PartitionInfo, TopicInfo, empty_image
+from quorum.image.partition_records import PartitionRecords
 from quorum.image.state_machine import SnapshotCounts
 from quorum.wire import metadata_records as mr
 from quorum.wire.metadata_records import (
@@ -52,6 +54,8 @@ from quorum.wire.metadata_records import (
     CompiledRecordEncoder,
     MetadataRecordError,
     encode_metadata_record,
+    encode_partition_v0,
+    encode_topic_v0,
 )
 
 logger = logging.getLogger(__name__)
@@ -79,19 +83,29 @@ def broker_record(registration: BrokerRegistration) -> bytes:
 
 _TOPIC_V0 = CompiledRecordEncoder(mr.TopicRecord, 0)
 _PARTITION_V0 = CompiledRecordEncoder(mr.PartitionRecord, 0)
+_ENCODER_LIMITS = (struct.error, UnicodeError)  # what the struct encoders leave to the engine (long lists, names)
 
 
 def topic_record(topic: TopicInfo) -> bytes:
-    return _TOPIC_V0(name=topic.name, topic_id=topic.topic_id, topic_epoch=topic.topic_epoch)
+    try:
+        return encode_topic_v0(topic.name, topic.topic_id, topic.topic_epoch)
+    except _ENCODER_LIMITS:
+        return _TOPIC_V0(name=topic.name, topic_id=topic.topic_id, topic_epoch=topic.topic_epoch)
 
 
 def partition_record(topic: TopicInfo, partition: PartitionInfo) -> bytes:
     """PartitionRecord v0: the project keeps no log directories (v1) nor eligible leaders (v2)."""
-    return _PARTITION_V0(
-        partition_id=partition.partition, topic_id=topic.topic_id, replicas=partition.replicas, isr=partition.isr,
-        removing_replicas=partition.removing_replicas, adding_replicas=partition.adding_replicas,
-        leader=partition.leader, leader_recovery_state=partition.leader_recovery_state,
-        leader_epoch=partition.leader_epoch, partition_epoch=partition.partition_epoch)  # fmt: skip
+    p = partition
+    try:
+        return encode_partition_v0(p.partition, topic.topic_id, p.replicas, p.isr, p.removing_replicas,
+                                   p.adding_replicas, p.leader, p.leader_recovery_state, p.leader_epoch,
+                                   p.partition_epoch)  # fmt: skip
+    except _ENCODER_LIMITS:
+        return _PARTITION_V0(
+            partition_id=p.partition, topic_id=topic.topic_id, replicas=p.replicas, isr=p.isr,
+            removing_replicas=p.removing_replicas, adding_replicas=p.adding_replicas, leader=p.leader,
+            leader_recovery_state=p.leader_recovery_state, leader_epoch=p.leader_epoch,
+            partition_epoch=p.partition_epoch)  # fmt: skip
 
 
 def config_record(resource_type: int, resource_name: str, name: str, value: str) -> bytes:
@@ -171,8 +185,12 @@ class ImageSnapshot(Sequence[bytes]):
             yield broker_record(registration)
         for topic in image.topics_by_id.values():
             yield topic_record(topic)
-            for partition in topic.partitions:
-                yield partition_record(topic, partition)
+            partitions = topic.partitions
+            if type(partitions) is PartitionRecords:  # the plain records it was loaded from: the same bytes
+                yield from partitions.values
+            else:
+                for partition in partitions:
+                    yield partition_record(topic, partition)
         if counter_needs_record(image):
             yield counter_record(image.topic_epoch)
         for (resource_type, resource_name), configs in image.configs.items():
@@ -340,15 +358,10 @@ class ImageState(SnapshotCounts):
         image = self._image
         delta = MetadataDelta(empty_image(image.cluster_id, image.controller_id, image.listener))
         delta.offset = offset
-        replay = delta.replay
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for value in values:
-                try:
-                    replay(value)
-                except MetadataRecordError as exc:
-                    self._skip(None, exc)
+            delta.replay_all(values, lambda exc: self._skip(None, exc))
             loaded = delta.apply()
         finally:
             if collecting:

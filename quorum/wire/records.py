@@ -547,6 +547,24 @@ class RecordBatch:
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 
+    def values(self) -> list[bytes | None]:
+        """The value of every record (None for a null one), in order, without `Record` objects.
+
+        A snapshot load reads a million records for their values alone, and building a Record
+        for each cost more than the rest of the load. Records in the form every Kafka writer
+        gives a batch of plain values (offset deltas 0, 1, 2..., one-byte timestamp delta, null
+        key, no headers, short lengths) are read by `_plain_values`; any other batch is decoded
+        by `records()`, so the values and the faults (reason and position) are `records()`'s.
+        Does not check the CRC.
+        """
+        if self._records is None and self.compression is Compression.NONE:
+            self._check_frame()
+            body = bytes(self._buf[BATCH_HEADER_SIZE:])
+            values = _plain_values(body, self.records_count)
+            if values is not None:
+                return values
+        return [record.value for record in self.records()]
+
     def _body(self) -> bytes:
         codec = self.compression
         data = self._buf[BATCH_HEADER_SIZE:]
@@ -772,6 +790,64 @@ def _decode_records(
             reason = f"records overrun the body by {pos - len(body)} bytes"
         raise _corrupt(reason, min(pos, len(body)), where, body_start)
     return records
+
+
+_OFFSET_DELTAS: list[bytes] = list(ZIGZAG_TABLE)
+"""The zigzag varint of each offset delta, grown as batches of more records come (`_plain_values`)."""
+
+
+def _plain_values(body: bytes, count: int) -> list[bytes | None] | None:
+    """The values of exactly `count` plain records that fill `body` exactly; None as soon as a
+    record is not plain (see `RecordBatch.values`) or anything does not fit, for `_decode_records`
+    to decode or refuse. A plain record is one `_decode_records` reads the same way: a length
+    and a value length of one or two varint bytes, a one-byte timestamp delta, its index as its
+    offset delta, a null key and no headers, ending where its length says."""
+    deltas = _OFFSET_DELTAS
+    if count > len(deltas):
+        deltas.extend(encode_zigzag(index) for index in range(len(deltas), count))
+    values: list[bytes | None] = []
+    append = values.append
+    pos = 0
+    try:
+        for index in range(count):
+            byte = body[pos]
+            if byte < 0x80:
+                end = pos + 1 + (byte >> 1)
+                pos += 2  # the length, then the attributes byte Kafka leaves unused
+            else:
+                second = body[pos + 1]
+                if second >= 0x80:
+                    return None
+                byte |= second << 8  # the low bit is the zigzag sign either way
+                end = pos + 2 + (((second << 7) | (byte & 0x7F)) >> 1)
+                pos += 3
+            if byte & 1 or body[pos] >= 0x80:  # a negative length; a long timestamp delta
+                return None
+            delta = deltas[index]
+            if not body.startswith(delta, pos + 1):
+                return None
+            pos += 1 + len(delta)
+            if body[pos] != 1:  # the key: zigzag -1, null
+                return None
+            byte = body[pos + 1]
+            if byte < 0x80:
+                if byte & 1:
+                    return None
+                pos += 2
+                stop = pos + (byte >> 1)
+            else:
+                second = body[pos + 2]
+                if second >= 0x80 or byte & 1:
+                    return None
+                pos += 3
+                stop = pos + ((((second << 7) | (byte & 0x7F))) >> 1)
+            if stop + 1 != end or body[stop] != 0:  # no headers, and the record ends there
+                return None
+            append(body[pos:stop])
+            pos = end
+    except IndexError:
+        return None
+    return values if pos == len(body) else None
 
 
 def _corrupt(reason: str, pos: int, where: int | None, body_start: int) -> CorruptRecordError:
