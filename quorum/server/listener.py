@@ -82,26 +82,30 @@ class KafkaListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
-        answering = asyncio.create_task(self._answer_in_order(started, writer))
+        answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
         try:
             while True:
                 size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
                 payload = await reader.readexactly(size)
                 request = decode_request(payload, self._dispatcher.served)
                 if not self._dispatcher.pipelined(request.api.key):
-                    await self._drained(started, answering)  # alone, as Kafka processes a connection's requests
+                    if answering is not None:
+                        await self._drained(started, answering)  # alone, as Kafka processes a connection's requests
                     reply = await self._dispatcher.dispatch(request)
                     if reply is not None:
                         writer.write(encode_response(request, reply.body, reply.version))
                         await writer.drain()
                     continue
+                if answering is None:
+                    answering = asyncio.create_task(self._answer_in_order(started, writer))
                 await started.put((request, asyncio.ensure_future(self._dispatcher.dispatch(request))))
                 if answering.done():
                     answering.result()  # a handler failed: raise its error here, which closes the connection
         finally:
-            answering.cancel()
-            with suppress(asyncio.CancelledError):
-                await answering
+            if answering is not None:
+                answering.cancel()
+                with suppress(asyncio.CancelledError):
+                    await answering
 
     @staticmethod
     async def _drained(started: asyncio.Queue[Any], answering: asyncio.Task[None]) -> None:
