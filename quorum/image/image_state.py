@@ -217,8 +217,12 @@ class ImageState(SnapshotCounts):
     The KIP-232 counter record is left out of the count.
     """
 
-    def __init__(self, listener: str | None = None, cluster_id: str = "", controller_id: int = -1) -> None:
-        """`listener`: the listener name whose endpoints Metadata lists (each broker's first when None)."""
+    def __init__(self, listener: str | None = None, cluster_id: str = "", controller_id: int = -1, *,
+                 lazy: bool = True) -> None:  # fmt: skip
+        """`listener`: the listener name whose endpoints Metadata lists (each broker's first when None).
+        `lazy` False: every record through the schema engine, every partition built at once
+        (`MetadataDelta`'s reference mode, for tests)."""
+        self._lazy = lazy
         self._image = empty_image(cluster_id, controller_id, listener)
         self._delta: MetadataDelta | None = None
         self._last_offset = -1
@@ -310,7 +314,7 @@ class ImageState(SnapshotCounts):
         self._last_offset = offset
         delta = self._delta
         if delta is None:
-            delta = self._delta = MetadataDelta(self._image, observer=self)
+            delta = self._delta = MetadataDelta(self._image, observer=self, lazy=self._lazy)
         try:
             delta.replay(value, offset)
         except MetadataRecordError as exc:
@@ -356,7 +360,7 @@ class ImageState(SnapshotCounts):
         third of the load time).
         """
         image = self._image
-        delta = MetadataDelta(empty_image(image.cluster_id, image.controller_id, image.listener))
+        delta = MetadataDelta(empty_image(image.cluster_id, image.controller_id, image.listener), lazy=self._lazy)
         delta.offset = offset
         collecting = gc.isenabled()
         gc.disable()
