@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import KafkaAdminClient
 
@@ -207,6 +208,28 @@ def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
         alter_flag(admin, "102", AlterConfigOpType.DELETE, None)
         wait_until("broker 102 using the cluster default", lambda: flag_in_use(cluster, 102) == "true")
         assert broker_configs(admin, 102)[102][flag].value == "true"
+
+        # Calls at once (issue 17): the broker forwards them without waiting, the controller decides those
+        # waiting together against its pending view and commits them as one batch; each gets its own answer.
+        burst = [f"burst-{n:02d}" for n in range(40)]
+        calls = [f for name in burst for f in admin.create_topics([NewTopic(name, 2, 3)], request_timeout=60).values()]
+        twice = [f for _ in range(2) for f in admin.create_topics([NewTopic("burst-twice", 1, 3)],
+                                                                  request_timeout=60).values()]  # fmt: skip
+        for future in calls:
+            future.result(timeout=120)
+        outcomes = []
+        for future in twice:
+            try:
+                future.result(timeout=120)
+                outcomes.append("created")
+            except KafkaException as exc:
+                outcomes.append(exc.args[0].code())
+        assert sorted(outcomes, key=str) == sorted(["created", KafkaError.TOPIC_ALREADY_EXISTS], key=str), outcomes
+        _, topics_now = wait_until("the burst's topics on every broker", lambda: all(
+            {*burst, "burst-twice"} <= set(metadata(a)[1]) for a in addresses) and metadata(addresses[2]))
+        assert {len(topics_now[name].partitions) for name in burst} == {2}
+        epochs = [topics_now[name].topic_epoch for name in (*burst, "burst-twice")]
+        assert len(set(epochs)) == len(epochs) and min(epochs) > topics["payments"].topic_epoch
 
         # A broker dies: fenced within the session timeout, its partitions led by others, epochs higher.
         victim = topics["orders"].partitions[0].leader
