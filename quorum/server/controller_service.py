@@ -159,7 +159,11 @@ class ControllerService:
                 del batch[index:]
                 break
             self.node.metrics.count_controller_request()
-            result = queued.operation(controller, queued.request.body, now, view, first_offset + len(records))
+            try:
+                result = queued.operation(controller, queued.request.body, now, view, first_offset + len(records))
+            except Exception:  # a bug in one request's decision fails that request, not its batch
+                log.exception("controller: %s failed", queued.request.api.name)
+                result = ControllerResult((), refuse(queued.request, ErrorCode.UNKNOWN_SERVER_ERROR))
             if result.records:
                 view = pending_view(view, result.records, first_offset + len(records))
                 records += result.records

@@ -167,3 +167,25 @@ def test_a_batch_stops_at_the_record_limit(monkeypatch: Any) -> None:
     assert node.commits == [6, 6, 3]  # a topic is 3 records; the first request always goes
     assert all(t.error_code == 0 for r in replies for t in r.body.topics)
     assert [node.image.topics[f"t{n}"].topic_epoch for n in range(5)] == [1, 2, 3, 4, 5]
+
+
+def test_a_request_whose_decision_fails_is_answered_alone(monkeypatch: Any) -> None:
+    """A bug in deciding one request answers it UNKNOWN_SERVER_ERROR; the rest of its batch commits."""
+    decide = QuorumController.create_topics
+
+    def failing(self: QuorumController, request: Any, view: Any) -> Any:
+        if request.topics[0].name == "bug":
+            raise RuntimeError("a bug")
+        return decide(self, request, view)
+
+    monkeypatch.setattr(QuorumController, "create_topics", failing)
+
+    async def go() -> tuple[FakeNode, list[Any]]:
+        node, handlers = service(5)
+        replies = await asyncio.gather(*(handlers[CREATE_TOPICS](request(
+            CREATE_TOPICS, create_topics_request((name, 1, 1)), 5)) for name in ("before", "bug", "after")))
+        return node, list(replies)
+
+    node, replies = asyncio.run(go())
+    assert [r.body.topics[0].error_code for r in replies] == [0, ErrorCode.UNKNOWN_SERVER_ERROR, 0]
+    assert node.commits == [4] and {"before", "after"} <= set(node.image.topics) and "bug" not in node.image.topics
