@@ -73,7 +73,7 @@ from quorum.log.snapshot_format import (
     walk_file,
 )
 from quorum.raft.interface import OffsetAndEpoch
-from quorum.wire.records import Compression, CorruptRecordError, Record, RecordBatch, build_batch
+from quorum.wire.records import Compression, CorruptRecordError, Record, RecordBatch, build_values_batch
 
 logger = logging.getLogger(__name__)
 
@@ -269,11 +269,9 @@ class SnapshotWriter(_PartialFile):
         if not self._pending:
             return
         base = self._next_offset
-        timestamp = self._timestamp
-        records = [Record(base + i, timestamp, None, value, []) for i, value in enumerate(self._pending)]
-        self._write(build_batch(records, base_offset=base, partition_leader_epoch=self.snapshot_id.epoch,
-                                compression=self.compression))  # fmt: skip
-        self._next_offset = base + len(records)
+        self._write(build_values_batch(self._pending, base, self.snapshot_id.epoch, self._timestamp,
+                                       self.compression))  # fmt: skip
+        self._next_offset = base + len(self._pending)
         self._pending.clear()  # in place: `append` holds a reference to the list
         self._pending_bytes = 0
 

@@ -38,6 +38,7 @@ from quorum.wire.varint import (
     ZIGZAG_BYTE,
     ZIGZAG_NULL,
     ZIGZAG_TABLE,
+    ZIGZAG_TABLE_SIZE,
     TruncatedVarintError,
     VarintTooLongError,
     decode_zigzag,
@@ -58,6 +59,7 @@ __all__ = [
     "TimestampType",
     "TruncatedBatch",
     "build_batch",
+    "build_values_batch",
     "build_control_batch",
     "iter_batches",
     "patch_base_offset",
@@ -282,16 +284,57 @@ def build_batch(
         base_timestamp = max_timestamp = -1
         last_offset_delta = 0
         body = b""
+    return _assemble(body, len(records), base_offset, partition_leader_epoch, attributes, last_offset_delta,
+                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence)  # fmt: skip
+
+
+def _assemble(body: bytes, count: int, base_offset: int, partition_leader_epoch: int, attributes: int,
+              last_offset_delta: int, base_timestamp: int, max_timestamp: int, producer_id: int = -1,
+              producer_epoch: int = -1, base_sequence: int = -1) -> bytes:  # fmt: skip
+    """The batch: its header (the CRC computed) and the records body."""
     try:
         tail = _TAIL.pack(
             attributes, last_offset_delta, base_timestamp, max_timestamp,
-            producer_id, producer_epoch, base_sequence, len(records),
+            producer_id, producer_epoch, base_sequence, count,
         )  # fmt: skip
         crc = crc32c(body, crc32c(tail))
         head = _HEAD.pack(base_offset, _MIN_BATCH_LENGTH + len(body), partition_leader_epoch, MAGIC, crc)
     except struct.error as exc:
         raise ValueError(f"batch header field out of range: {exc}") from None
     return b"".join((head, tail, body))
+
+
+def build_values_batch(values: Sequence[bytes], base_offset: int, partition_leader_epoch: int, timestamp: int,
+                       compression: Compression | int = Compression.NONE) -> bytes:  # fmt: skip
+    """`build_batch` of records that hold a value only (null key, no headers), all at `timestamp`,
+    numbered from `base_offset`: what a snapshot writer writes, a million of them for a large
+    metadata image, without a `Record` object for each. The same bytes as `build_batch`."""
+    if not values:
+        return build_batch([], base_offset, partition_leader_epoch, compression)
+    codec = Compression(compression)
+    deltas = _offset_deltas(len(values))  # may hold more: zip stops at the values
+    varints = ZIGZAG_TABLE
+    encode = encode_zigzag
+    parts: list[bytes] = []
+    append = parts.append
+    for delta, value in zip(deltas, values, strict=False):
+        # length | attributes, timestamp delta 0 | offset delta | null key | value length | value | headers
+        size = len(value)
+        value_length = varints[size] if size < ZIGZAG_TABLE_SIZE else encode(size)
+        length = 4 + len(delta) + len(value_length) + size
+        append(varints[length] if length < ZIGZAG_TABLE_SIZE else encode(length))
+        append(b"\x00\x00")
+        append(delta)
+        append(b"\x01")
+        append(value_length)
+        append(value)
+        append(b"\x00")  # no headers
+    body = b"".join(parts)
+    if codec is not Compression.NONE:
+        body = compress(codec, body)
+    attributes = _attributes(codec, TimestampType.CREATE_TIME, False, False)
+    return _assemble(body, len(values), base_offset, partition_leader_epoch, attributes, len(values) - 1,
+                     timestamp, timestamp)  # fmt: skip
 
 
 def build_control_batch(
@@ -793,7 +836,15 @@ def _decode_records(
 
 
 _OFFSET_DELTAS: list[bytes] = list(ZIGZAG_TABLE)
-"""The zigzag varint of each offset delta, grown as batches of more records come (`_plain_values`)."""
+"""The zigzag varint of each offset delta, grown as batches of more records come."""
+
+
+def _offset_deltas(count: int) -> list[bytes]:
+    """`_OFFSET_DELTAS`, holding at least the first `count`."""
+    deltas = _OFFSET_DELTAS
+    if count > len(deltas):
+        deltas.extend(encode_zigzag(index) for index in range(len(deltas), count))
+    return deltas
 
 
 def _plain_values(body: bytes, count: int) -> list[bytes | None] | None:
@@ -802,9 +853,7 @@ def _plain_values(body: bytes, count: int) -> list[bytes | None] | None:
     to decode or refuse. A plain record is one `_decode_records` reads the same way: a length
     and a value length of one or two varint bytes, a one-byte timestamp delta, its index as its
     offset delta, a null key and no headers, ending where its length says."""
-    deltas = _OFFSET_DELTAS
-    if count > len(deltas):
-        deltas.extend(encode_zigzag(index) for index in range(len(deltas), count))
+    deltas = _offset_deltas(count)
     values: list[bytes | None] = []
     append = values.append
     pos = 0

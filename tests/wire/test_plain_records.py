@@ -22,7 +22,7 @@ from quorum.wire.metadata_records import (
     plain_partition_v0,
     uuid_from_bytes,
 )
-from quorum.wire.records import CorruptRecordError, Record, RecordBatch, build_batch
+from quorum.wire.records import CorruptRecordError, Record, RecordBatch, build_batch, build_values_batch
 from tests.wire.schema_strategies import message_values
 
 SLOW = [HealthCheck.too_slow]
@@ -176,3 +176,14 @@ def test_damaged_batches_give_records_faults(records: list, data: st.DataObject)
         return [record.value for record in RecordBatch(bytes(raw), 7).records()]
 
     assert outcome(values) == outcome(from_records)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=SLOW)
+@given(values=st.lists(st.binary(max_size=70) | st.binary(min_size=8190, max_size=8200), max_size=40),
+       count=st.sampled_from([0, 1, 9_000]), base=st.integers(0, 2**40), compression=st.sampled_from([0, 1]))
+def test_values_batches_are_build_batchs(values: list[bytes], count: int, base: int, compression: int) -> None:
+    """A snapshot writer's batch (values only) is byte for byte `build_batch`'s, past the varint
+    tables too (lengths of 8,192 and more, offset deltas of 9,000 and more)."""
+    values = values + [b"v"] * count
+    records = [Record(base + index, 1_700, None, value, []) for index, value in enumerate(values)]
+    assert build_values_batch(values, base, 3, 1_700, compression) == build_batch(records, base, 3, compression)
