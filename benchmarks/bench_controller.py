@@ -419,7 +419,7 @@ def create_at_controller(address: str, prefix: str, partitions: int, factor: int
                     raise RuntimeError(f"CreateTopics {answer.name}: error {answer.error_code} {answer.error_message}")
             return Run(f"{_shape(partitions, factor)}, straight to the active controller (PeerClient), "
                        "1 topic/request, sequential", CREATES, CREATES, CREATES * (1 + partitions),
-                       time.perf_counter() - start, latencies)  # fmt: skip
+                       time.perf_counter() - start, latencies, partitions, factor)  # fmt: skip
         finally:
             await client.close()
 
