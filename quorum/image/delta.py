@@ -661,7 +661,7 @@ class MetadataDelta:
         changed: set[str] = set()
         for topic_id, draft in self._topics.items():
             if draft is None or draft.base is None:  # removed, or created (again): out of its old place
-                old = base_by_id.get(topic_id)
+                old = base_by_id.get(topic_id) if base_by_id else None  # a load: no UUID hash (Python code)
                 if old is not None:
                     del by_id[topic_id]
                     if by_name.get(old.name) is old:

@@ -191,7 +191,7 @@ class MetadataReplayer:
     def _load(self, snapshot_id: OffsetAndEpoch) -> None:
         started = self._clock()
         with SnapshotReader.open(self.directory, snapshot_id) as reader:
-            values = list(reader)  # all of it, checked, before anything changes
+            values = reader.values()  # all of it, checked, before anything changes
             timestamp = reader.last_contained_log_timestamp
             size = reader.size
             if reader.cluster_id is not None:

@@ -67,10 +67,14 @@ def replayed_state(directory: Path, log: ReplayLog, snapshots: SnapshotDirectory
     start = 0 if snapshot is None else snapshot.offset
     if log.start_offset > start:
         return None
-    state = ImageState(listener=like.listener, cluster_id=like.cluster_id, controller_id=like.controller_id)
+    # lazy=False: the reference decodes every record with the schema engine and builds every
+    # partition, so each check also compares the node's undecoded partitions and specialised
+    # decoders (issue 17) with the engine's eager reading.
+    state = ImageState(listener=like.listener, cluster_id=like.cluster_id, controller_id=like.controller_id,
+                       lazy=False)  # fmt: skip
     if snapshot is not None:
         with SnapshotReader.open(directory, snapshot) as reader:
-            state.load(list(reader), snapshot.offset - 1)
+            state.load(reader.values(), snapshot.offset - 1)
     return state, replay_batches(state, log, start, upto)
 
 

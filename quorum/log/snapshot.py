@@ -515,14 +515,25 @@ class SnapshotReader:
         """The data records' values (`RecordBatch.values`: no Record objects, a load reads a
         million), each batch's CRC checked again as it is read, as `records()` does."""
         for batch in self._data_batches():
-            try:
-                values = batch.values()
-            except CorruptRecordError as exc:
-                raise CorruptSnapshotError(self.path, exc.position, exc.reason) from None
-            if None in values:
-                offset = batch.records()[values.index(None)].offset
-                raise CorruptSnapshotError(self.path, None, f"the record at offset {offset} has no value")
-            yield from values  # type: ignore[misc]  # no None left
+            yield from self._batch_values(batch)
+
+    def values(self) -> list[bytes]:
+        """All the data records' values, as iterating gives them, in one list: what a load reads
+        before it changes anything, without a generator step per value."""
+        values: list[bytes] = []
+        for batch in self._data_batches():
+            values += self._batch_values(batch)
+        return values
+
+    def _batch_values(self, batch: RecordBatch) -> list[bytes]:
+        try:
+            values = batch.values()
+        except CorruptRecordError as exc:
+            raise CorruptSnapshotError(self.path, exc.position, exc.reason) from None
+        if None in values:
+            offset = batch.records()[values.index(None)].offset
+            raise CorruptSnapshotError(self.path, None, f"the record at offset {offset} has no value")
+        return values  # type: ignore[return-value]  # no None in it
 
     def read_chunk(self, position: int, max_bytes: int) -> bytes:
         """Raw bytes for FetchSnapshot; see `read_snapshot_chunk`."""
