@@ -595,7 +595,7 @@ class RecordBatch:
 
         A snapshot load reads a million records for their values alone, and building a Record
         for each cost more than the rest of the load. Records in the form every Kafka writer
-        gives a batch of plain values (offset deltas 0, 1, 2..., one-byte timestamp delta, null
+        gives a batch of plain values (one-byte timestamp delta, short offset delta, null
         key, no headers, short lengths) are read by `_plain_values`; any other batch is decoded
         by `records()`, so the values and the faults (reason and position) are `records()`'s.
         Does not check the CRC.
@@ -851,14 +851,13 @@ def _plain_values(body: bytes, count: int) -> list[bytes | None] | None:
     """The values of exactly `count` plain records that fill `body` exactly; None as soon as a
     record is not plain (see `RecordBatch.values`) or anything does not fit, for `_decode_records`
     to decode or refuse. A plain record is one `_decode_records` reads the same way: a length
-    and a value length of one or two varint bytes, a one-byte timestamp delta, its index as its
-    offset delta, a null key and no headers, ending where its length says."""
-    deltas = _offset_deltas(count)
+    and a value length of one or two varint bytes, a one-byte timestamp delta, an offset delta
+    of one to three bytes, a null key and no headers, ending where its length says."""
     values: list[bytes | None] = []
     append = values.append
     pos = 0
     try:
-        for index in range(count):
+        for _ in range(count):
             byte = body[pos]
             if byte < 0x80:
                 end = pos + 1 + (byte >> 1)
@@ -872,10 +871,15 @@ def _plain_values(body: bytes, count: int) -> list[bytes | None] | None:
                 pos += 3
             if byte & 1 or body[pos] >= 0x80:  # a negative length; a long timestamp delta
                 return None
-            delta = deltas[index]
-            if not body.startswith(delta, pos + 1):
+            # The offset delta, any value as `_decode_records` reads it (a value has no use for it)
+            if body[pos + 1] < 0x80:
+                pos += 2
+            elif body[pos + 2] < 0x80:
+                pos += 3
+            elif body[pos + 3] < 0x80:
+                pos += 4
+            else:
                 return None
-            pos += 1 + len(delta)
             if body[pos] != 1:  # the key: zigzag -1, null
                 return None
             byte = body[pos + 1]
