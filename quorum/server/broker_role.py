@@ -69,8 +69,9 @@ class BrokerRole:
         `remote` is the remote tier itself (KIP-405: uploads, remote reads, remote retention)."""
         config = node.config
         self._node = node
-        self.served = ServedImage(lambda: node.image_state.image, config.test_metadata_delay_ms,
-                                  config.pause_metadata_path)
+        self._hosted_image: MetadataImage | None = None
+        """The newest image whose partitions this broker has opened: what Metadata answers from."""
+        self.served = ServedImage(self._answerable_image, config.test_metadata_delay_ms, config.pause_metadata_path)
         self.notifier = AppendNotifier()
         self.remote = remote
         self.replicas = ReplicaManager.from_node_config(config, self.notifier, remote)
@@ -106,6 +107,14 @@ class BrokerRole:
         """What this broker answers Metadata from: the replayed image, unless the KAFKA-6262 knob holds it back."""
         return self.served.image
 
+    def _answerable_image(self) -> MetadataImage:
+        """Metadata is answered from the last image this broker has applied, not the newest replayed:
+        its partitions' logs open off the event loop a moment after the image names them, and a client
+        told "this broker leads p" in that moment would get retriable errors for its produce, which a
+        producer that is not idempotent retries out of order. Before the first image is applied
+        (the broker is starting), the replayed image."""
+        return self._hosted_image if self._hosted_image is not None else self._node.image_state.image
+
     def image_replayed(self) -> None:
         """The node replayed more of the metadata log (or installed a snapshot)."""
         self.served.replayed()
@@ -132,6 +141,8 @@ class BrokerRole:
                 self.groups.image_changed(image)
             except Exception:
                 log.exception("applying the metadata image at offset %d failed", image.offset)
+            self._hosted_image = image  # served even when applying failed: the failure is logged per partition
+            self.served.replayed()
 
     def _broker_epoch(self) -> int:
         return self.lifecycle.state.broker_epoch
