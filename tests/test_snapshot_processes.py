@@ -23,6 +23,7 @@ from quorum.log.snapshot import SnapshotDirectory
 from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset
 from quorum.server.config import node_config
 from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
+from tests.test_controller_processes import metadata
 from tests.test_quorum_processes import commit, wait_for_leader
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,6 +80,14 @@ def scrape(cluster: LocalCluster, node_id: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     return samples
+
+
+def listed_brokers(cluster: LocalCluster) -> set[int]:
+    """The brokers the broker lists in its Metadata answer (none while it does not answer)."""
+    try:
+        return metadata(cluster.specs[BROKER].address)[0]
+    except OSError:
+        return set()
 
 
 def replayed_state(cluster: LocalCluster, node_id: int) -> tuple[ImageState, int]:
@@ -138,6 +147,9 @@ def test_stopped_voter_and_late_observer_rejoin_by_fetch_snapshot(tmp_path):
 
         wait_until("every replica to move its log start offset", every_log_start_moved, timeout_s=120)
         wait_for_everyone(cluster, 4)
+        # the broker registers once its replay caught up; a loaded machine may get here first
+        wait_until(f"broker {BROKER}'s registration to be committed (it lists itself in Metadata)",
+                   lambda: BROKER in listed_brokers(cluster))
         for node_id in (1, 2, 3, BROKER):
             metrics = scrape(cluster, node_id)
             assert metrics["kafka_controller_KafkaController_SnapshotSizeBytes"] > 0

@@ -57,10 +57,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: EmbeddedS3) -> 
 
 
 def replicas_of(address: str, topic: str, partition: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(replicas, ISR) of a partition as a broker's Metadata answer has them."""
+    """(replicas, ISR) of a partition as a broker's Metadata answer has them; empty while the broker
+    does not name it yet (it names a new topic once it has opened its partitions)."""
     found = AdminClient({"bootstrap.servers": address, **QUIET}).list_topics(topic, timeout=15).topics[topic]
-    part = found.partitions[partition]
-    return tuple(part.replicas), tuple(part.isrs)
+    part = found.partitions.get(partition)
+    return ((), ()) if part is None else (tuple(part.replicas), tuple(part.isrs))
 
 
 def tool(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
