@@ -125,7 +125,7 @@ class QuorumSystem:
 
     def start(self) -> None:
         self.cluster.format_storage()
-        self.cluster.start()
+        self.cluster.start(wait=False)  # called on the bench's event loop: `ready()` does the waiting
 
     def address(self, member: int) -> str:
         return self.cluster.specs[member].address
