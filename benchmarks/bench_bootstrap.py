@@ -30,7 +30,6 @@ It exits 0 whether the goals are met or not; the table says which are.
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -49,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
 
 from benchmarks.table import print_table, progress  # noqa: E402
 from quorum.launcher import LocalCluster  # noqa: E402
+from tests.support.http_forwarder import HttpForwarder  # noqa: E402
 from tiered_follower.embedded_s3 import s3_properties, start_embedded_s3  # noqa: E402
 
 MIB = 1 << 20
@@ -61,52 +61,20 @@ JOIN_TIMEOUT_S = 1800.0
 GOAL_BYTES, GOAL_TIME, GOAL_GETS = 0.15, 0.15, 3
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that closes its connection (boto3 dropping an idle one) is no error to print."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-
-class CountingProxy:
+class CountingProxy(HttpForwarder):
     """An HTTP proxy on 127.0.0.1 in front of the S3 endpoint that counts the requests it forwards, by
     kind: "LIST", "metadata" (remote log metadata objects), "segment GET" (the objects of a segment)."""
 
     def __init__(self, target_url: str) -> None:
-        target = urlsplit(target_url)
-        self._target = (target.hostname or "127.0.0.1", target.port or 80)
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-            def _any(self) -> None:
-                proxy._forward(self)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any  # noqa: N815
-
-        self._server = _QuietServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="s3-counting-proxy", daemon=True).start()
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__(target_url, "s3-counting-proxy", timeout_s=120.0)
 
     def take(self) -> Counter[str]:
         """What was counted since the last call."""
         with self._lock:
             counts, self.counts = self.counts, Counter()
         return counts
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     @staticmethod
     def kind(method: str, path: str) -> str:
@@ -117,27 +85,10 @@ class CountingProxy:
             return "metadata"
         return f"segment {method}"
 
-    def _forward(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length else b""
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         with self._lock:
             self.counts[self.kind(handler.command, handler.path)] += 1
-        upstream = http.client.HTTPConnection(*self._target, timeout=120)
-        try:
-            headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("connection", "keep-alive")}
-            upstream.request(handler.command, handler.path, body=body, headers=headers)
-            answer = upstream.getresponse()
-            data = answer.read()
-        finally:
-            upstream.close()
-        handler.send_response(answer.status)
-        for key, value in answer.getheaders():
-            if key.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length"):
-                handler.send_header(key, value)
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        if handler.command != "HEAD":
-            handler.wfile.write(data)
+        super().handle(handler, body)
 
 
 @dataclass

@@ -11,30 +11,27 @@ are eligible.
 
 from __future__ import annotations
 
-import http.client
 import random
 import socket
 import struct
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.http_forwarder import HttpForwarder
 
 _ERRORS = {
     "500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "throttle": (503, "Throttling", "Rate exceeded."),
 }
-_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection"}
 
 
-class FaultProxy:
+class FaultProxy(HttpForwarder):
     def __init__(self, target_url: str, kinds: tuple[str, ...] = ("500", "slowdown", "reset", "truncate", "slow"),
                  rate: float = 0.0, seed: int = 0, slow_s: float = 0.3, methods: tuple[str, ...] = (),
                  path_filter: str = "") -> None:
-        target = urlsplit(target_url)
-        self.target = (target.hostname or "127.0.0.1", target.port or 80)
         self.kinds = kinds
         self.rate = rate
         self.slow_s = slow_s
@@ -45,36 +42,12 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._turn = 0
         self._lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-            def _any(self) -> None:
-                proxy._handle(self)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any  # noqa: N815
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
-        self._thread.start()
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__(target_url, "s3-fault-proxy")
 
     @property
     def total_injected(self) -> int:
         with self._lock:
             return sum(self.injected.values())
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def _fault_for(self, method: str, path: str) -> str | None:
         with self._lock:
@@ -87,9 +60,7 @@ class FaultProxy:
             self.injected[kind] += 1
             return kind
 
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length else b""
+    def handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         fault = self._fault_for(handler.command, handler.path)
         if fault == "reset":
             handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -100,38 +71,21 @@ class FaultProxy:
             status, code, message = _ERRORS[fault]
             payload = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
                        f"<Message>{message}</Message></Error>").encode()
-            handler.send_response(status)
-            handler.send_header("Content-Type", "application/xml")
-            handler.send_header("Content-Length", str(len(payload)))
-            handler.end_headers()
-            handler.wfile.write(payload)
+            self.answer(handler, status, [("Content-Type", "application/xml")], payload)
             return
         if fault == "slow":
             time.sleep(self.slow_s)
-        upstream = http.client.HTTPConnection(*self.target, timeout=60)
-        try:
-            headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_HEADERS}
-            upstream.request(handler.command, handler.path, body=body, headers=headers)
-            answer = upstream.getresponse()
-            data = answer.read()
-        finally:
-            upstream.close()
+        status, headers, data = self.upstream(handler, body)
         with self._lock:
             self.forwarded += 1
             if fault == "truncate" and (handler.command == "HEAD" or len(data) <= 1):
                 self.injected["truncate"] -= 1  # nothing to cut short: answered whole, not a fault
                 fault = None
-        handler.send_response(answer.status)
-        for key, value in answer.getheaders():
-            if key.lower() not in _HOP_HEADERS and key.lower() != "content-length":
-                handler.send_header(key, value)
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        if fault == "truncate" and handler.command != "HEAD" and len(data) > 1:
-            handler.wfile.write(data[: len(data) // 2])
-            handler.wfile.flush()
-            handler.close_connection = True
-            handler.connection.shutdown(socket.SHUT_RDWR)
+        if fault != "truncate":
+            self.answer(handler, status, headers, data)
             return
-        if handler.command != "HEAD":
-            handler.wfile.write(data)
+        self.send_head(handler, status, headers, len(data))  # promises the whole body, sends half
+        handler.wfile.write(data[: len(data) // 2])
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
