@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from quorum.launcher import LocalCluster
 from quorum.log.log import Log
-from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_controller_processes import create, topic_seen_by_a_live_broker, wait_until
 from tests.test_replication_chaos import BackgroundProducer
 from tiered_follower.embedded_s3 import s3_properties, start_embedded_s3
 
@@ -58,15 +58,8 @@ def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
 
 def partitions(cluster: LocalCluster, topic: str) -> dict:
     """The topic's partitions as a live broker answers Metadata (leader, leader epoch, ISR)."""
-    for broker in cluster.alive():
-        if broker in BROKERS:
-            try:
-                found = metadata(cluster.specs[broker].address)[1].get(topic)
-            except OSError:
-                continue
-            if found is not None:
-                return found.partitions
-    return {}
+    found = topic_seen_by_a_live_broker(cluster, BROKERS, topic)
+    return {} if found is None else found.partitions
 
 
 def full_isrs(cluster: LocalCluster, topic: str, count: int) -> bool:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pytest
@@ -63,6 +64,19 @@ def metadata(address: str) -> tuple[set[int], dict[str, Topic]]:
                              for p in t.partitions})
               for t in response.topics}
     return {b.node_id for b in response.brokers}, topics
+
+
+def topic_seen_by_a_live_broker(cluster: LocalCluster, brokers: Iterable[int], topic: str) -> Topic | None:
+    """`topic` as the first live broker among `brokers` that answers Metadata and names it has it."""
+    for broker in cluster.alive():
+        if broker in brokers:
+            try:
+                found = metadata(cluster.specs[broker].address)[1].get(topic)
+            except OSError:
+                continue
+            if found is not None:
+                return found
+    return None
 
 
 def create_topics_directly(address: str, name: str) -> int:

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from quorum.launcher import LocalCluster
 from quorum.wire.records import iter_batches
-from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_controller_processes import create, topic_seen_by_a_live_broker, wait_until
 from tests.tiered.fault_proxy import FaultProxy
 from tests.tiered.test_tiered_processes import list_offset, produce, read_confluent
 from tiered_follower.bootstrap_plugin import CRASH_STEPS
@@ -64,12 +64,10 @@ def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
 
 def state(cluster: LocalCluster, topic: str) -> tuple[int, tuple[int, ...]]:
     """(leader, ISR) of partition 0 as an alive broker answers Metadata."""
-    for broker in cluster.alive():
-        if broker in BROKERS:
-            found = metadata(cluster.specs[broker].address)[1].get(topic)
-            if found is not None:
-                return found.partitions[0].leader, found.partitions[0].isr
-    raise OSError("no broker answers")
+    found = topic_seen_by_a_live_broker(cluster, BROKERS, topic)
+    if found is None:
+        raise OSError(f"no live broker answers Metadata naming {topic}")
+    return found.partitions[0].leader, found.partitions[0].isr
 
 
 def follower_of(cluster: LocalCluster, topic: str) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from quorum.launcher import LocalCluster
-from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_controller_processes import create, metadata, topic_seen_by_a_live_broker, wait_until
 from tests.tiered.fault_proxy import FaultProxy
 from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
 from tiered_follower.remote_log_manager import CRASH_FILE, CRASH_KNOB
@@ -143,15 +143,9 @@ def wait_local_start_above(cluster: LocalCluster, topic: str, offset: int) -> No
 
 
 def leader_of(cluster: LocalCluster, topic: str) -> int:
-    for broker in cluster.alive():
-        if broker in BROKERS:
-            try:
-                found = metadata(cluster.specs[broker].address)[1].get(topic)
-            except OSError:
-                continue
-            if found is not None and found.partitions[0].leader in cluster.alive():
-                return found.partitions[0].leader
-    return -1
+    """Partition 0's leader as a live broker answers Metadata, if that leader is alive; else -1."""
+    found = topic_seen_by_a_live_broker(cluster, BROKERS, topic)
+    return found.partitions[0].leader if found is not None and found.partitions[0].leader in cluster.alive() else -1
 
 
 def read_everywhere(cluster: LocalCluster, kcat: str, topic: str, values: list[bytes]) -> None:
