@@ -37,9 +37,12 @@ class _Waiter:
     future: asyncio.Future[None]
 
 
-def epoch_at(entries: Sequence[EpochEntry], offset: int) -> int | None:
-    """The epoch of the entry at `offset` by the log's epoch entries; None below the first."""
-    index = bisect.bisect_right([entry.start_offset for entry in entries], offset) - 1
+def epoch_at(entries: Sequence[EpochEntry], offset: int, starts: Sequence[int] | None = None) -> int | None:
+    """The epoch of the entry at `offset` by the log's epoch entries; None below the first.
+    `starts`: the entries' start offsets, when the caller looks up many offsets."""
+    if starts is None:
+        starts = [entry.start_offset for entry in entries]
+    index = bisect.bisect_right(starts, offset) - 1
     return entries[index].epoch if index >= 0 else None
 
 
@@ -61,14 +64,17 @@ class CommitWaiters:
 
     def committed(self, high_watermark: int, entries: Sequence[EpochEntry]) -> None:
         """The high watermark moved: writes below it succeed if their last entry is still theirs."""
+        if not self._waiting:
+            return
         still = []
+        starts = [entry.start_offset for entry in entries]
         for waiter in self._waiting:
             if waiter.future.done():
                 continue
             if waiter.end_offset > high_watermark:
                 still.append(waiter)
                 continue
-            found = epoch_at(entries, waiter.end_offset - 1)
+            found = epoch_at(entries, waiter.end_offset - 1, starts)
             if found is None or found == waiter.epoch:  # None: below the log's epochs, i.e. in a snapshot
                 waiter.future.set_result(None)
             else:
