@@ -4,6 +4,7 @@
     python -m quorum.sim --seeds 200 --scenario all                       # every scenario
     python -m quorum.sim --seed 42 --voters 3 --observers 1 --scenario chaos   # replay one, traced
     python -m quorum.sim --seeds 10000 --scenario snapshot --jobs 2          # seeds spread over 2 processes
+    python -m quorum.sim --seeds 10000 --scenario chaos,failover,snapshot,snapshot-crash,partition --jobs 2
 
 A failing seed prints its reason and the one-line command that replays it; the exit status is 1.
 """
@@ -30,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--first", type=int, default=0, help="first seed of a --seeds run")
     parser.add_argument("--voters", type=int, default=3)
     parser.add_argument("--observers", type=int, default=0)
-    parser.add_argument("--scenario", default="chaos", choices=[*SCENARIOS, "all"])
+    parser.add_argument("--scenario", default="chaos", type=_scenarios,
+                        help=f"'all', or one or more of {', '.join(SCENARIOS)} separated by commas")
     parser.add_argument("--duration-ms", type=int, default=None,
                         help="simulated time with faults (default: the scenario's)")
     parser.add_argument("--quiet", action="store_true", help="with --seed: no event trace, only the outcome")
@@ -47,9 +49,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _scenarios(text: str) -> list[str]:
+    if text == "all":
+        return list(SCENARIOS)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown scenario(s) {unknown or [text]}: choose 'all' or from "
+                                         f"{', '.join(SCENARIOS)}")
+    return names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    scenarios = args.scenario
     if args.seed is not None:
         return _replay(args, scenarios)
     return _many(args, scenarios)
@@ -129,7 +142,8 @@ def _row(scenario: str, results: list[RunStats], failed: int, seconds: float) ->
         return f"{statistics.fmean(values):.1f}" if values else "-"
 
     return [
-        scenario, str(runs), str(failed), f"{runs / seconds:.1f}" if seconds else "-",
+        scenario, str(runs), str(failed), str(sum(r.events for r in results)), f"{seconds:.0f}",
+        f"{runs / seconds:.1f}" if seconds else "-",
         mean([r.elections for r in results]), str(max((r.elections for r in results), default=0)),
         str(max((r.max_epoch for r in results), default=0)),
         mean([r.committed_offset for r in results]), str(min((r.committed_offset for r in results), default=0)),
@@ -146,9 +160,9 @@ def _row(scenario: str, results: list[RunStats], failed: int, seconds: float) ->
 
 
 def _table(rows: list[list[str]], args: argparse.Namespace) -> None:
-    header = ["scenario", "seeds", "failed", "seeds/s", "elections", "max", "max epoch", "committed",
-              "min", "faults", "recovery ms", "max", "failovers", "max ms", "events", "snapshots", "installs",
-              "inst seeds", "lso moves", "refused", "snap kills", ".part cleaned"]
+    header = ["scenario", "seeds", "violations", "events", "seconds", "seeds/s", "elections", "max", "max epoch",
+              "committed", "min", "faults", "recovery ms", "max", "failovers", "max ms", "events/seed", "snapshots",
+              "installs", "inst seeds", "lso moves", "refused", "snap kills", ".part cleaned"]
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
     print(f"{args.voters} voter(s), {args.observers} observer(s), seeds {args.first}..{args.first + args.seeds - 1}")
     print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
