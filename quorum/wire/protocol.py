@@ -19,6 +19,7 @@ from quorum.wire.framing import (
     RequestHeader,
     encode_request_header,
     frame,
+    frame_size,
     parse_request_header,
     peek_api,
     response_header,
@@ -77,9 +78,9 @@ def _add_snapshot_grant_tag(json: dict[str, Any]) -> dict[str, Any]:
 _KAFKA_SCHEMA_APIS = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-    15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
+    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
     21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs",
-    37: "CreatePartitions", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
+    36: "SaslAuthenticate", 37: "CreatePartitions", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
     46: "ListPartitionReassignments", 55: "DescribeQuorum", 60: "DescribeCluster",
 }
 _SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag, "FetchRequest": _add_snapshot_report_tag,
@@ -185,9 +186,16 @@ def encode_response(request: Request, response: Any, version: int | None = None)
     `response` is a message object, or its body already encoded (bytes) by a handler that caches.
     """
     version = request.version if version is None else version
-    flexible = request.api.is_flexible(version) and request.api.key != API_VERSIONS_KEY
     body = response if isinstance(response, bytes) else response.encode(version=version)
-    return frame(response_header(request.header.correlation_id, flexible) + body)
+    return response_head(request, len(body), version) + body
+
+
+def response_head(request: Request, body_size: int, version: int) -> bytes:
+    """The frame size and response header of a `body_size`-byte answer to `request` at `version`
+    (for a body written in pieces: `quorum.wire.spliced`)."""
+    flexible = request.api.is_flexible(version) and request.api.key != API_VERSIONS_KEY
+    header = response_header(request.header.correlation_id, flexible)
+    return frame_size(len(header) + body_size) + header
 
 
 def encode_request(api: Api, header: RequestHeader, body: Any) -> bytes:
