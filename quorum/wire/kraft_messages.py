@@ -2,9 +2,9 @@
 
 Raft between controllers (KIP-595 Vote, BeginQuorumEpoch, EndQuorumEpoch; KIP-630
 FetchSnapshot) and the broker-to-controller calls of KIP-631 (BrokerRegistration,
-BrokerHeartbeat, AlterPartition). The schemas live in `quorum/wire/schemas/*.json`; each class
-is an ordinary kafka-python `ApiMessage`, so `encode(version=...)` and `decode(data, version=...)`
-work as for kafka-python's own classes.
+BrokerHeartbeat, AlterPartition) and KIP-730 (AllocateProducerIds). The schemas live in
+`quorum/wire/schemas/*.json`; each class is an ordinary kafka-python `ApiMessage`, so
+`encode(version=...)` and `decode(data, version=...)` work as for kafka-python's own classes.
 
 kafka-python's engine accepts every version from 0 to the highest one; the versions Kafka
 itself serves are in each class's `valid_versions` (AlterPartition: 2-3 since Kafka 4.0).
@@ -30,6 +30,8 @@ BrokerRegistrationRequest = define_message("BrokerRegistrationRequest")
 BrokerRegistrationResponse = define_message("BrokerRegistrationResponse")
 BrokerHeartbeatRequest = define_message("BrokerHeartbeatRequest")
 BrokerHeartbeatResponse = define_message("BrokerHeartbeatResponse")
+AllocateProducerIdsRequest = define_message("AllocateProducerIdsRequest")
+AllocateProducerIdsResponse = define_message("AllocateProducerIdsResponse")
 
 
 def _pairs(*classes: type[ApiMessage]) -> dict[int, tuple[type[ApiMessage], type[ApiMessage]]]:
@@ -50,11 +52,13 @@ KRAFT_APIS: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = _pairs(
     FetchSnapshotRequest, FetchSnapshotResponse,
     BrokerRegistrationRequest, BrokerRegistrationResponse,
     BrokerHeartbeatRequest, BrokerHeartbeatResponse,
+    AllocateProducerIdsRequest, AllocateProducerIdsResponse,
 )
 """API key -> (request class, response class) for every KRaft RPC above."""
 
 __all__ = [
     "KRAFT_APIS",
+    "AllocateProducerIdsRequest", "AllocateProducerIdsResponse",
     "AlterPartitionRequest", "AlterPartitionResponse",
     "BeginQuorumEpochRequest", "BeginQuorumEpochResponse",
     "BrokerHeartbeatRequest", "BrokerHeartbeatResponse",

@@ -61,6 +61,7 @@ UnfenceBrokerRecord = define_data("UnfenceBrokerRecord")
 RemoveTopicRecord = define_data("RemoveTopicRecord")
 FeatureLevelRecord = define_data("FeatureLevelRecord")
 NoOpRecord = define_data("NoOpRecord")
+ProducerIdsRecord = define_data("ProducerIdsRecord")
 
 
 def record_type(record: ApiData | type[ApiData]) -> int:
@@ -85,7 +86,7 @@ def _registry(*classes: type[ApiData]) -> dict[int, type[ApiData]]:
 METADATA_RECORD_TYPES: dict[int, type[ApiData]] = _registry(
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
     PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
-    FeatureLevelRecord, NoOpRecord,
+    FeatureLevelRecord, NoOpRecord, ProducerIdsRecord,
 )
 """Record type (apiKey) -> record class, for every metadata record this project reads and writes."""
 
@@ -150,6 +151,7 @@ class MetadataRecordType(IntEnum):
     UNFENCE_BROKER = 8
     REMOVE_TOPIC = 9
     FEATURE_LEVEL = 12
+    PRODUCER_IDS = 15
     NO_OP = 20
 
 
@@ -165,7 +167,7 @@ class RecordKey(NamedTuple):
     Partition, PartitionChange                             (topic id, partition id)
     Config                                                 (resource type, resource name, name)
     FeatureLevel                                           the feature name (str)
-    NoOp                                                   None
+    ProducerIds (KIP-730), NoOp                            None
     ====================================================  ======================================
 
     A zero topic id is `ZERO_UUID` here (Kafka's Uuid.ZERO_UUID), where the schema engine
@@ -232,7 +234,7 @@ def metadata_record_key(value: bytes | bytearray | memoryview) -> RecordKey:
             return RecordKey(record_type, (resource_type, resource_name, name), value_length == 0)
         if key == 12:  # FeatureLevel: Name
             return RecordKey(record_type, _read_string(value, pos, "FeatureLevelRecord.Name")[0])
-        return RecordKey(record_type, None)  # NoOp
+        return RecordKey(record_type, None)  # ProducerIds (one cluster-wide counter), NoOp
     except (struct.error, TruncatedVarintError):
         name = METADATA_RECORD_TYPES[key].__name__
         raise MetadataRecordError(f"{name} v{version} is truncated: its identity fields end past byte {size}") from None
@@ -648,7 +650,7 @@ __all__ = [
     "MetadataRecordType", "RecordKey",
     "PLAIN_PARTITION_V0", "ConfigRecord", "FeatureLevelRecord", "FenceBrokerRecord", "NoOpRecord",
     "PartitionChangeRecord", "PartitionRecord", "RegisterBrokerRecord", "RemoveTopicRecord", "TopicRecord",
-    "UnfenceBrokerRecord",
+    "ProducerIdsRecord", "UnfenceBrokerRecord",
     "UnregisterBrokerRecord",
     "CompiledRecordEncoder", "decode_metadata_record", "decode_metadata_record_fast", "decode_payload",
     "decode_plain_partition_v0", "decode_plain_topic_v0", "encode_metadata_record", "encode_partition_v0",

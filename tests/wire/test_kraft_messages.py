@@ -35,6 +35,7 @@ KAFKA_FACTS = {
     59: ("FetchSnapshot", (0, 1), 0),
     62: ("BrokerRegistration", (0, 4), 0),
     63: ("BrokerHeartbeat", (0, 1), 0),
+    67: ("AllocateProducerIds", (0, 0), 0),
 }
 
 ALL_CLASSES = [schema for pair in KRAFT_APIS.values() for schema in pair]

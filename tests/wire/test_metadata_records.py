@@ -35,6 +35,7 @@ KAFKA_FACTS = {
     8: ("UnfenceBrokerRecord", (0, 0)),
     9: ("RemoveTopicRecord", (0, 0)),
     12: ("FeatureLevelRecord", (0, 0)),
+    15: ("ProducerIdsRecord", (0, 0)),
     20: ("NoOpRecord", (0, 0)),
 }
 
