@@ -61,6 +61,8 @@ UnfenceBrokerRecord = define_data("UnfenceBrokerRecord")
 RemoveTopicRecord = define_data("RemoveTopicRecord")
 FeatureLevelRecord = define_data("FeatureLevelRecord")
 NoOpRecord = define_data("NoOpRecord")
+AccessControlEntryRecord = define_data("AccessControlEntryRecord")
+RemoveAccessControlEntryRecord = define_data("RemoveAccessControlEntryRecord")
 ProducerIdsRecord = define_data("ProducerIdsRecord")
 
 
@@ -86,7 +88,7 @@ def _registry(*classes: type[ApiData]) -> dict[int, type[ApiData]]:
 METADATA_RECORD_TYPES: dict[int, type[ApiData]] = _registry(
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
     PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
-    FeatureLevelRecord, NoOpRecord, ProducerIdsRecord,
+    FeatureLevelRecord, NoOpRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord, ProducerIdsRecord,
 )
 """Record type (apiKey) -> record class, for every metadata record this project reads and writes."""
 
@@ -152,6 +154,8 @@ class MetadataRecordType(IntEnum):
     REMOVE_TOPIC = 9
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
+    ACCESS_CONTROL_ENTRY = 18
+    REMOVE_ACCESS_CONTROL_ENTRY = 19
     NO_OP = 20
 
 
@@ -167,13 +171,14 @@ class RecordKey(NamedTuple):
     Partition, PartitionChange                             (topic id, partition id)
     Config                                                 (resource type, resource name, name)
     FeatureLevel                                           the feature name (str)
+    AccessControlEntry, RemoveAccessControlEntry           the ACL id (uuid.UUID)
     ProducerIds (KIP-730), NoOp                            None
     ====================================================  ======================================
 
     A zero topic id is `ZERO_UUID` here (Kafka's Uuid.ZERO_UUID), where the schema engine
     reads it as None. `deletes` is True for the records that remove their entity:
-    UnregisterBroker, RemoveTopic, and a ConfigRecord whose Value is null (for which the Value's
-    length prefix, right after the identity fields, is read too).
+    UnregisterBroker, RemoveTopic, RemoveAccessControlEntry, and a ConfigRecord whose Value is null
+    (for which the Value's length prefix, right after the identity fields, is read too).
     """
 
     record_type: MetadataRecordType
@@ -232,6 +237,8 @@ def metadata_record_key(value: bytes | bytearray | memoryview) -> RecordKey:
             name, pos = _read_string(value, pos, "ConfigRecord.Name")
             value_length, _ = decode_uvarint(value, pos)
             return RecordKey(record_type, (resource_type, resource_name, name), value_length == 0)
+        if key == 18 or key == 19:  # (Remove)AccessControlEntry: Id
+            return RecordKey(record_type, _uuid_at(value, pos), key == 19)
         if key == 12:  # FeatureLevel: Name
             return RecordKey(record_type, _read_string(value, pos, "FeatureLevelRecord.Name")[0])
         return RecordKey(record_type, None)  # ProducerIds (one cluster-wide counter), NoOp
@@ -647,7 +654,7 @@ def encode_topic_v0(name: str, topic_id: uuid.UUID | None, topic_epoch: int) -> 
 
 __all__ = [
     "FRAME_VERSION", "METADATA_RECORD_TYPES", "TOPIC_EPOCH_TAG", "ZERO_UUID", "MetadataRecordError",
-    "MetadataRecordType", "RecordKey",
+    "MetadataRecordType", "RecordKey", "AccessControlEntryRecord", "RemoveAccessControlEntryRecord",
     "PLAIN_PARTITION_V0", "ConfigRecord", "FeatureLevelRecord", "FenceBrokerRecord", "NoOpRecord",
     "PartitionChangeRecord", "PartitionRecord", "RegisterBrokerRecord", "RemoveTopicRecord", "TopicRecord",
     "ProducerIdsRecord", "UnfenceBrokerRecord",

@@ -36,6 +36,8 @@ KAFKA_FACTS = {
     9: ("RemoveTopicRecord", (0, 0)),
     12: ("FeatureLevelRecord", (0, 0)),
     15: ("ProducerIdsRecord", (0, 0)),
+    18: ("AccessControlEntryRecord", (0, 0)),
+    19: ("RemoveAccessControlEntryRecord", (0, 0)),
     20: ("NoOpRecord", (0, 0)),
 }
 
