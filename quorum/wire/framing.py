@@ -42,6 +42,11 @@ def frame(payload: bytes | bytearray | memoryview) -> bytes:
     return _SIZE.pack(len(payload)) + bytes(payload)
 
 
+def frame_size(size: int) -> bytes:
+    """The int32 size prefix of a `size`-byte frame written in pieces."""
+    return _SIZE.pack(size)
+
+
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint at `pos` and the position after it; at most 5 bytes, as Kafka's int32 ones."""
     try:

@@ -27,6 +27,7 @@ from quorum.wire.framing import (
 )
 from quorum.wire.kraft_messages import KRAFT_APIS
 from quorum.wire.metadata_records import TOPIC_EPOCH_TAG
+from quorum.wire.nulls import null_field
 from quorum.wire.schema import KAFKA_PYTHON_SCHEMAS, define_message
 
 API_VERSIONS_KEY = 18
@@ -170,10 +171,15 @@ def decode_body(schema: type[ApiMessage], payload: bytes | memoryview, pos: int,
                                                        data_class=schema[None])
         body, end = decoder(view, 0)
     except Exception as exc:  # the engine raises struct.error, IndexError, UnicodeDecodeError, ...: no common base
-        raise MalformedRequestError(f"{schema.json['name']} v{version} body does not parse: {exc!r}") from None
+        reason = repr(exc)  # cut: a UnicodeDecodeError holds the whole string, and bad input fills a log line each
+        reason = reason if len(reason) <= 300 else f"{reason[:300]}... ({len(reason)} characters)"
+        raise MalformedRequestError(f"{schema.json['name']} v{version} body does not parse: {reason}") from None
     if end > len(view):
         raise MalformedRequestError(
             f"{schema.json['name']} v{version} body needs {end} bytes but the frame holds {len(view)}")
+    null = null_field(schema._struct, body, version)
+    if null is not None:
+        raise MalformedRequestError(f"{schema.json['name']} v{version}: non-nullable field {null} is null")
     # The compiled decoder skips ApiMessage.__init__: give the instance the state encode() expects.
     body._version = version
     body._header = body._min_version = body._max_version = None
