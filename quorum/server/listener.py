@@ -17,9 +17,10 @@ from contextlib import suppress
 from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.server.reply_writer import write_reply
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, check_frame_size
-from quorum.wire.protocol import Request, decode_request, encode_response
+from quorum.wire.protocol import Request, decode_request
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,7 @@ class KafkaListener:
                         await self._drained(started, answering)  # alone, as Kafka processes a connection's requests
                     reply = await self._dispatcher.dispatch(request)
                     if reply is not None:
-                        writer.write(encode_response(request, reply.body, reply.version))
-                        await writer.drain()
+                        await write_reply(writer, request, reply)
                     continue
                 if answering is None:
                     answering = asyncio.create_task(self._answer_in_order(started, writer))
@@ -127,8 +127,7 @@ class KafkaListener:
             try:
                 reply = await handled
                 if reply is not None:
-                    writer.write(encode_response(request, reply.body, reply.version))
-                    await writer.drain()
+                    await write_reply(writer, request, reply)
             except BaseException:
                 writer.close()  # the reading loop ends too, and `_serve` raises this
                 raise

@@ -1,0 +1,58 @@
+"""Write one answer to a connection, its record spans straight from the segment files.
+
+Most answers are encoded whole and written. A `SplicedBody` (a Fetch answer, `quorum.wire.spliced`)
+is written as Kafka's `FileRecords.writeTo` does with `transferTo`: the frame size and response
+header, the encoded pieces, and each file span handed to the kernel (`loop.sendfile`: `sendfile(2)`
+from the page cache to the socket, never read into Python). A connection that encrypts (TLS) cannot
+take bytes the kernel sends past its cipher, so there the spans are read and written like any bytes.
+
+The frame's size is on the wire before its spans are sent, so a span that comes up short (its file
+was cut meanwhile) or a peer that goes away mid-transfer ends the connection; the client retries
+the fetch elsewhere or again, as it does after any broken connection. Every span's descriptor is
+closed once the answer is written or abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from quorum.net.dispatch import Reply
+from quorum.wire.protocol import Request, encode_response, response_head
+from quorum.wire.spliced import FileRecords, Piece, ShortSpanError, SplicedBody
+
+
+async def write_reply(writer: asyncio.StreamWriter, request: Request, reply: Reply) -> None:
+    """Write `reply` to `request` and wait until the transport has taken it (drain)."""
+    body = reply.body
+    if not isinstance(body, SplicedBody):
+        writer.write(encode_response(request, body, reply.version))
+        await writer.drain()
+        return
+    try:
+        head = response_head(request, body.size, reply.version)
+        if writer.get_extra_info("ssl_object") is not None:
+            writer.write(head + body.encode())  # TLS: the bytes must pass through the cipher
+        else:
+            await _send_pieces(writer, head, body.pieces)
+        await writer.drain()
+    finally:
+        body.close()
+
+
+async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[Piece]) -> None:
+    loop = asyncio.get_running_loop()
+    pending: list[bytes | memoryview] = [head]
+    for piece in pieces:
+        if not isinstance(piece, FileRecords):
+            pending.append(piece)
+            continue
+        writer.write(b"".join(pending))
+        pending = []
+        if writer.transport.is_closing():
+            raise ConnectionResetError("the connection closed while a Fetch answer was being written")
+        sent = await loop.sendfile(writer.transport, piece, piece.position, piece.length)
+        if sent != piece.length:
+            raise ShortSpanError(f"a segment span of {piece.length} bytes at {piece.position} sent only {sent}: "
+                                 "the file was cut while the answer was written; closing the connection")
+    if pending:
+        writer.write(b"".join(pending))
