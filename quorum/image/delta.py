@@ -63,6 +63,8 @@ from quorum.image.image import (
     TopicInfo,
 )
 from quorum.image.partition_records import PartitionRecords, decode_partition
+from quorum.security.acl import AclBinding
+from quorum.security.acl_records import binding_of
 from quorum.wire.metadata_records import (
     METADATA_RECORD_TYPES,
     PLAIN_PARTITION_V0,
@@ -85,9 +87,10 @@ NO_LEADER_CHANGE = -2
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Kafka's Topic.isInternal names: Metadata flags them is_internal."""
 
-BROKER, TOPIC, PARTITION, CONFIG, FEATURE = "broker", "topic", "partition", "config", "feature"
+BROKER, TOPIC, PARTITION, CONFIG, FEATURE, ACL = "broker", "topic", "partition", "config", "feature", "acl"
 """First element of the entity keys a ChangeObserver is given: (BROKER, id), (TOPIC, topic id),
-(PARTITION, topic id, index), (CONFIG, resource type, resource name, name), (FEATURE, name)."""
+(PARTITION, topic id, index), (CONFIG, resource type, resource name, name), (FEATURE, name),
+(ACL, acl id)."""
 
 
 class ChangeObserver(Protocol):
@@ -315,6 +318,7 @@ class MetadataDelta:
         self._configs: _Overlay[tuple[int, str], dict[str, str]] = _Overlay(image.configs)  # type: ignore[arg-type]
         self._owned_configs: set[tuple[int, str]] = set()  # resources whose dict in _configs.changes is ours
         self._features: _Overlay[str, int] = _Overlay(image.features)
+        self._acls: _Overlay[uuid.UUID, AclBinding] = _Overlay(image.acls)
         self._topics: dict[uuid.UUID, _TopicDraft | None] = {}  # None: removed; base None: (re)created
         self._names: dict[str, uuid.UUID | None] = {}  # name -> live topic id, changes over image.topics
         self._applied = False
@@ -335,6 +339,8 @@ class MetadataDelta:
             types[MetadataRecordType.REMOVE_TOPIC]: self._remove_topic,
             types[MetadataRecordType.FEATURE_LEVEL]: self._feature_level,
             types[MetadataRecordType.NO_OP]: lambda record: False,
+            types[MetadataRecordType.ACCESS_CONTROL_ENTRY]: self._acl,
+            types[MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY]: self._remove_acl,
         }
 
     def __repr__(self) -> str:
@@ -629,6 +635,28 @@ class MetadataDelta:
             self._features.put(name, level)
         return True
 
+    # -- ACLs ------------------------------------------------------------------------------------
+
+    def _acl(self, record: ApiData) -> bool:
+        """An ACL created (Kafka's AclControlManager.replay); the same id again replaces it."""
+        acl_id, binding = _uuid(record.id), binding_of(record)
+        old = self._acls.get(acl_id)
+        if old == binding:
+            return False
+        if old is not None and self.observer is not None:
+            self.observer.dropped((ACL, acl_id))
+        self._acls.put(acl_id, binding)
+        return True
+
+    def _remove_acl(self, record: ApiData) -> bool:
+        acl_id = _uuid(record.id)
+        if self._acls.get(acl_id) is None:
+            return False
+        if self.observer is not None:
+            self.observer.dropped((ACL, acl_id))
+        self._acls.delete(acl_id)
+        return True
+
     # -- the next image --------------------------------------------------------------------------
 
     def apply(self) -> MetadataImage:
@@ -654,7 +682,7 @@ class MetadataDelta:
             cluster_id=image.cluster_id, controller_id=image.controller_id, brokers=brokers, topics=by_name,
             encoded=encoded, offset=self.offset, topic_epoch=self.topic_epoch, registrations=registrations,
             configs=self._configs.merged(), features=self._features.merged(), listener=image.listener,
-            topics_by_id=by_id)  # fmt: skip
+            acls=self._acls.merged(), topics_by_id=by_id)  # fmt: skip
 
     def _merge_topics(self, available: frozenset[int], was_available: frozenset[int],
                       ) -> tuple[Mapping[str, TopicInfo], Mapping[uuid.UUID, TopicInfo], set[str]]:

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from quorum.security.acl import AclBinding
+
 NO_LEADER = -1
 """Kafka's leader id for a partition without a leader."""
 
@@ -116,7 +118,7 @@ class MetadataImage:
     or not, with all of its endpoints. `topic_epoch` is the cluster-wide KIP-232 counter: the
     highest topic epoch any TopicRecord or RemoveTopicRecord carried. `configs` maps (resource
     type, resource name) to that resource's configs; `features` maps a feature name to its
-    finalized level.
+    finalized level; `acls` maps an ACL's id to its binding (AccessControlEntryRecords).
 
     `topics_by_id` is derived from `topics` when not given; the delta that builds the next image
     passes it, so that no image pays for a scan of its topics.
@@ -134,6 +136,7 @@ class MetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=dict)
     features: Mapping[str, int] = field(default_factory=dict)
     listener: str | None = None
+    acls: Mapping[uuid.UUID, AclBinding] = field(default_factory=dict)
     topics_by_id: Mapping[uuid.UUID, TopicInfo] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:

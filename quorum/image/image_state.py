@@ -24,9 +24,9 @@ current TopicEpoch), each followed by one PartitionRecord v0 per partition (curr
 ISR, leader, leader and partition epochs); when the KIP-232 counter is above every live topic's
 epoch (the newest topic was deleted), one RemoveTopicRecord with the zero topic id carrying it
 (replaying a removal of an unknown id only raises the counter, so it never goes back across a
-snapshot); then one ConfigRecord per config. Within a kind, entities are in the image's order,
-which does not depend on how records were batched into deltas, so replicas at the same offset
-write identical snapshots.
+snapshot); then one ConfigRecord per config; then one AccessControlEntryRecord per ACL. Within
+a kind, entities are in the image's order, which does not depend on how records were batched
+into deltas, so replicas at the same offset write identical snapshots.
 
 A value that is not a metadata record (the commit path accepts any bytes) holds no metadata: it
 is skipped, counted in `skipped_records` and logged (a warning for the first, debug after), and
@@ -48,6 +48,7 @@ from quorum.image.delta import MetadataDelta
 from quorum.image.image import BrokerRegistration, MetadataImage, PartitionInfo, TopicInfo, empty_image
 from quorum.image.partition_records import PartitionRecords
 from quorum.image.state_machine import SnapshotCounts
+from quorum.security.acl_records import encode_acl
 from quorum.wire import metadata_records as mr
 from quorum.wire.metadata_records import (
     ZERO_UUID,
@@ -133,7 +134,8 @@ def record_count(image: MetadataImage) -> int:
     """How many records a snapshot of `image` holds."""
     return (len(image.features) + len(image.registrations) + len(image.topics_by_id)
             + sum(len(topic.partitions) for topic in image.topics_by_id.values())
-            + sum(len(configs) for configs in image.configs.values()) + counter_needs_record(image))  # fmt: skip
+            + sum(len(configs) for configs in image.configs.values()) + counter_needs_record(image)
+            + len(image.acls))  # fmt: skip
 
 
 class ImageSnapshot(Sequence[bytes]):
@@ -196,6 +198,8 @@ class ImageSnapshot(Sequence[bytes]):
         for (resource_type, resource_name), configs in image.configs.items():
             for name, value in configs.items():
                 yield config_record(resource_type, resource_name, name, value)
+        for acl_id, binding in image.acls.items():
+            yield encode_acl(acl_id, binding)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,7 +278,8 @@ class ImageState(SnapshotCounts):
                 controller_id=image.controller_id if controller_id is None else controller_id,
                 brokers=image.brokers, topics=image.topics, encoded=image.encoded, offset=image.offset,
                 topic_epoch=image.topic_epoch, registrations=image.registrations, configs=image.configs,
-                features=image.features, listener=image.listener, topics_by_id=image.topics_by_id)  # fmt: skip
+                features=image.features, listener=image.listener, acls=image.acls,
+                topics_by_id=image.topics_by_id)  # fmt: skip
             if self._delta is not None:
                 self._delta.image = renamed
             self._image = renamed

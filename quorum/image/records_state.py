@@ -46,6 +46,7 @@ class EntityKind(Enum):
     TOPIC = "topic"
     PARTITION = "partition"
     CONFIG = "config"
+    ACL = "acl"
 
 
 class _Table:
@@ -121,6 +122,7 @@ class MetadataRecordsState(SnapshotCounts):
         self._topics = self._tables[EntityKind.TOPIC]
         self._partitions = self._tables[EntityKind.PARTITION]
         self._configs = self._tables[EntityKind.CONFIG]
+        self._acls = self._tables[EntityKind.ACL]
         self._topic_partitions: dict[Any, set[int]] = {}  # topic id -> its partition ids, for RemoveTopic
         self._opaque: list[bytes] = []
         self._records = 0
@@ -193,6 +195,9 @@ class MetadataRecordsState(SnapshotCounts):
             records, changed = self._configs.delete(key) if deletes else self._configs.replace(key, value)
         elif record_type is MetadataRecordType.FEATURE_LEVEL:
             records, changed = self._features.replace(key, value)
+        elif record_type is MetadataRecordType.ACCESS_CONTROL_ENTRY or record_type is \
+                MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY:
+            records, changed = self._acls.delete(key) if deletes else self._acls.replace(key, value)
         else:  # NoOp
             return
         self._records += records
@@ -206,7 +211,7 @@ class MetadataRecordsState(SnapshotCounts):
         A copy: later `apply` calls do not change it, so it can be written out at leisure.
         """
         values: list[bytes] = []
-        for table in self._tables.values():  # EntityKind order: features, brokers, topics, partitions, configs
+        for table in self._tables.values():  # EntityKind order: features, brokers, topics, partitions, configs, ACLs
             for records in table.entities.values():
                 values.extend(records)
         values.extend(self._opaque)
