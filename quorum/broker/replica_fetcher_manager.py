@@ -39,6 +39,7 @@ from quorum.broker.replica_fetcher_out_of_range import Fail, OutOfRangePlugin, S
 from quorum.image.image import MetadataImage
 from quorum.log.epoch_cache import EpochEntry
 from quorum.log.errors import LogError
+from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.raft.interface import OffsetAndEpoch
 
@@ -103,14 +104,15 @@ class _LeaderLink:
 
     def __init__(self, config: ev.ReplicaFetcherConfig, address: tuple[str, int], notifier: AppendNotifier,
                  clock_ms: Callable[[], int], out_of_range: OutOfRangePlugin | None = None,
-                 facts: Callable[[Partition], Callable[[], ev.TieringFacts]] | None = None) -> None:
+                 facts: Callable[[Partition], Callable[[], ev.TieringFacts]] | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.fetcher = ReplicaFetcher(config, out_of_range.handler if out_of_range is not None else None)
         self._out_of_range = out_of_range
         self._facts = facts if facts is not None else (lambda _: ev.no_tiering)
         self._versions = rpc.LeaderVersions()
         self.address = address
         self.peer = PeerClient(address[0], address[1], f"replica-fetcher-{config.broker_id}-{config.leader_id}",
-                               REPLICA_SOCKET_TIMEOUT_MS + config.fetch_wait_max_ms)
+                               REPLICA_SOCKET_TIMEOUT_MS + config.fetch_wait_max_ms, security=security)
         self.followed: dict[ev.TopicPartition, tuple[Partition, int]] = {}  # -> (partition, leader epoch)
         self._notifier = notifier
         self._clock_ms = clock_ms
@@ -242,9 +244,11 @@ class ReplicaFetcherManager:
 
     def __init__(self, broker_id: int, notifier: AppendNotifier, broker_epoch: Callable[[], int],
                  properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = monotonic_ms,
-                 out_of_range: OutOfRangePlugin | None = None) -> None:
+                 out_of_range: OutOfRangePlugin | None = None, security: ClientSecurity | None = None) -> None:
         """`out_of_range` replaces Kafka's out-of-range behaviour of every follower (the remote tier's
-        plug-in point, `quorum.broker.replica_fetcher_out_of_range`)."""
+        plug-in point, `quorum.broker.replica_fetcher_out_of_range`); `security`: TLS and SASL for the
+        inter-broker listener (issue 18)."""
+        self._security = security
         self.broker_id = broker_id
         self._out_of_range = out_of_range
         self._notifier = notifier
@@ -308,7 +312,7 @@ class ReplicaFetcherManager:
                     continue
                 config = fetcher_config(self.broker_id, leader_id, epoch, self._properties)
                 link = self._links[leader_id] = _LeaderLink(config, address, self._notifier, self._clock_ms,
-                                                            self._out_of_range, self.tiering_facts)
+                                                            self._out_of_range, self.tiering_facts, self._security)
                 logger.info("replicating %d partition(s) from broker %d at %s:%d", len(followed), leader_id,
                             *address)  # fmt: skip
             removes = [tp for tp, (p, _) in link.followed.items() if tp not in followed or followed[tp][0] is not p]

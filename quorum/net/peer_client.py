@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from typing import Any
 
+from quorum.net.client_security import ClientSecurity, sasl_login
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader, check_frame_size
 from quorum.wire.protocol import Api, decode_response, encode_request
@@ -43,8 +44,10 @@ def peer_gone(exc: BaseException) -> bool:
 
 class PeerClient:
     def __init__(self, host: str, port: int, client_id: str, request_timeout_ms: int,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: ClientSecurity | None = None) -> None:
+        """`security`: TLS and a SASL login for a secured listener (`quorum.net.client_security`)."""
         self.host = host
+        self._security = security or ClientSecurity()
         self.port = port
         self._client_id = client_id
         self._timeout = request_timeout_ms / 1000
@@ -76,9 +79,34 @@ class PeerClient:
     async def _connection(self) -> asyncio.StreamWriter:
         async with self._connecting:
             if self._writer is None or self._writer.is_closing():
-                reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                tls = self._security.ssl_context
+                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=tls,
+                                                               server_hostname=self.host if tls else None)
+                if self._security.sasl is not None:
+                    try:
+                        await sasl_login(self._exchanger(reader, writer), self._security.sasl)
+                    except BaseException:
+                        writer.close()
+                        raise
+                self._writer = writer
                 self._reader_task = asyncio.create_task(self._read_responses(reader))
             return self._writer
+
+    def _exchanger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):  # noqa: ANN202
+        """One request and its answer at a time on a connection not yet handed to `_read_responses`
+        (the SASL login before any other request)."""
+
+        async def exchange(api: Api, version: int, body: Any) -> Any:
+            correlation_id = next(self._correlation)
+            writer.write(encode_request(api, RequestHeader(api.key, version, correlation_id, self._client_id), body))
+            await writer.drain()
+            size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
+            answered, answer = decode_response(api, version, await reader.readexactly(size))
+            if answered != correlation_id:
+                raise WireError(f"correlation id {answered} where {correlation_id} was expected")
+            return answer
+
+        return exchange
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
         try:

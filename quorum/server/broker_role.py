@@ -30,6 +30,7 @@ from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
 from quorum.broker.leadership import Leadership
+from quorum.broker.listener_view import ListenerViews
 from quorum.broker.local_log_length import LocalLogLengths
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.broker.offsets_topic import GroupCoordination, group_config
@@ -42,8 +43,10 @@ from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.served_image import ServedImage
 from quorum.broker.topic_creation import TopicCreator, TopicDefaults
 from quorum.image.image import MetadataImage
+from quorum.net.client_security import node_client_security
 from quorum.net.dispatch import Reply
 from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
+from quorum.server.config import SECURITY_PROTOCOLS
 from quorum.server.refusals import refuse
 from quorum.wire.protocol import Request
 
@@ -79,7 +82,9 @@ class BrokerRole:
                                      config.extra)
         self.replicas.on_open = self.leadership.manage
         self.fetchers = ReplicaFetcherManager(config.node_id, self.notifier, self._broker_epoch, config.extra,
-                                              out_of_range=out_of_range)
+                                              out_of_range=out_of_range,
+                                              security=node_client_security(config, config.client_endpoint().name,
+                                                                            "sasl.mechanism.inter.broker.protocol"))
         self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))
         self._applied_image: MetadataImage | None = None
         self._applier: asyncio.Task[None] | None = None
@@ -88,11 +93,13 @@ class BrokerRole:
         dispatcher.register(METADATA, self._metadata)
         register_forwarding(dispatcher, node.controller_peer, refuse)
         register_produce(dispatcher, self.replicas, replication=self.leadership)
-        register_read_path(dispatcher, self.replicas, self.notifier, lambda: node.image,
+        self.views = ListenerViews()  # each request's brokers are those of the listener it came on
+        register_read_path(dispatcher, self.replicas, self.notifier, lambda: self.views.of(node.image),
                            FetchSessionCache.from_properties(config.extra), replication=self.leadership,
                            remote=remote)
-        listeners = tuple(ListenerInfo(e.name, e.host, e.port) for e in config.listeners
-                          if e.name not in config.controller_listener_names)
+        protocol_id = SECURITY_PROTOCOLS.index
+        listeners = tuple(ListenerInfo(e.name, a.host, a.port, protocol_id(config.security_protocol(e.name)))
+                          for e in config.client_endpoints() if (a := config.advertised(e.name)) is not None)
         lengths = LocalLogLengths()
         self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
                                          lambda: node.core.cluster_id, node.controller_peer,
@@ -100,7 +107,7 @@ class BrokerRole:
                                          int(config.extra.get("broker.heartbeat.interval.ms", "2000")),
                                          lambda: lengths.short(self.replicas.partitions(), node.now_ms()))
         self.groups = GroupCoordination(config.node_id, self.replicas, self.topics, group_config(config.extra),
-                                        dispatcher, lambda: node.image)
+                                        dispatcher, lambda: self.views.of(node.image))
 
     @property
     def image(self) -> MetadataImage:
@@ -188,7 +195,8 @@ class BrokerRole:
         if missing:
             await asyncio.gather(*(self.topics.auto_create(name) for name in missing))
             await self._wait_for(lambda image: all(name in image.topics for name in missing))
-        return Reply(encoded_metadata_response(self.image, request.body, request.version), request.version)
+        image = self.views.of(self.image)
+        return Reply(encoded_metadata_response(image, request.body, request.version), request.version)
 
     def _to_auto_create(self, request: Request) -> list[str]:
         """The topics a Metadata request names that do not exist and that it allows creating."""

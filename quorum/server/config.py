@@ -31,6 +31,11 @@ DEFAULTS = {
     "quorum.test.metadata.delay.ms": "0",
 }
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""Kafka's security protocols, in the order of their ids (RegisterBrokerRecord's SecurityProtocol: 0..3)."""
+DEFAULT_PROTOCOL_MAP = {**{p: p for p in SECURITY_PROTOCOLS}, "CONTROLLER": "PLAINTEXT"}
+"""`listener.security.protocol.map`'s default: Kafka's (each protocol maps to itself), plus CONTROLLER."""
+
 PAUSE_METADATA = "PAUSE_METADATA"
 """Test only (KAFKA-6262): while a file of this name is in a broker's metadata log dir, its Metadata
 answers stay those of the moment the file appeared (`NodeConfig.pause_metadata_path`)."""
@@ -71,6 +76,12 @@ class NodeConfig:
     request_timeout_ms: int
     max_frame_bytes: int
     extra: dict[str, str] = field(default_factory=dict)
+    security_protocols: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PROTOCOL_MAP))
+    """`listener.security.protocol.map`: listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    advertised_listeners: tuple[Endpoint, ...] = ()
+    """`advertised.listeners`: what the broker registers for clients (its `listeners` where not named)."""
+    inter_broker_listener_name: str | None = None
+    """`inter.broker.listener.name`: the listener brokers replicate over (the first client listener when unset)."""
 
     @property
     def is_controller(self) -> bool:
@@ -89,7 +100,34 @@ class NodeConfig:
         return next((e for e in self.listeners if e.name in self.controller_listener_names), None)
 
     def client_endpoint(self) -> Endpoint | None:
+        """The inter-broker listener (`inter_broker_listener_name`), or the first client listener."""
+        named = self.inter_broker_listener_name
+        if named is not None:
+            return next((e for e in self.listeners if e.name == named), None)
         return next((e for e in self.listeners if e.name not in self.controller_listener_names), None)
+
+    def client_endpoints(self) -> tuple[Endpoint, ...]:
+        """Every listener that is not a controller listener: what a broker serves clients on."""
+        return tuple(e for e in self.listeners if e.name not in self.controller_listener_names)
+
+    def served_endpoints(self) -> tuple[Endpoint, ...]:
+        """What this node listens on: a controller its controller listeners, a broker its client listeners."""
+        if self.is_controller:
+            return tuple(e for e in self.listeners if e.name in self.controller_listener_names)
+        return self.client_endpoints()
+
+    def advertised(self, name: str) -> Endpoint | None:
+        """The endpoint the broker registers for listener `name`: `advertised.listeners`' or its own."""
+        own = next((e for e in self.listeners if e.name == name), None)
+        return next((e for e in self.advertised_listeners if e.name == name), own)
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of listener `listener_name` (`listener.security.protocol.map`)."""
+        return self.security_protocols[listener_name]
+
+    def controller_security_protocol(self) -> str:
+        """The protocol of the first controller listener name: what every node speaks to the controllers."""
+        return self.security_protocols.get(self.controller_listener_names[0], "PLAINTEXT")
 
     def quorum(self) -> QuorumConfig:
         return QuorumConfig(
@@ -146,14 +184,47 @@ def parse_voters(text: str) -> tuple[Voter, ...]:
     return tuple(voters)
 
 
-def parse_listeners(text: str) -> tuple[Endpoint, ...]:
+def parse_listeners(text: str, key: str = "listeners") -> tuple[Endpoint, ...]:
     endpoints = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = _LISTENER.match(item)
         if match is None:
-            raise ConfigError(f"listeners: expected NAME://host:port, got {item!r}")
+            raise ConfigError(f"{key}: expected NAME://host:port, got {item!r}")
         endpoints.append(Endpoint(match["name"], match["host"].strip("[]") or "0.0.0.0", int(match["port"])))
     return tuple(endpoints)
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """`listener.security.protocol.map`: NAME:PROTOCOL,...; an unknown protocol is refused by name."""
+    mapping = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not name.strip() or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: expected NAME:PROTOCOL with PROTOCOL one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}, got {item!r}")
+        mapping[name.strip()] = protocol
+    return mapping
+
+
+def _check_listener_security(config: NodeConfig, props: dict[str, str]) -> None:
+    """Every listener has a protocol; advertised and inter-broker names are listeners (Kafka's checks)."""
+    for endpoint in (*config.listeners, *config.advertised_listeners):
+        if endpoint.name not in config.security_protocols:
+            raise ConfigError(f"listener.security.protocol.map has no security protocol for listener "
+                              f"{endpoint.name!r} (NAME:PROTOCOL,...)")
+    names = {e.name for e in config.listeners}
+    for endpoint in config.advertised_listeners:
+        if endpoint.name not in names:
+            raise ConfigError(f"advertised.listeners names {endpoint.name!r}, which is not in listeners")
+    named = config.inter_broker_listener_name
+    if named is not None:
+        if props.get("inter.broker.listener.name") and props.get("security.inter.broker.protocol"):
+            raise ConfigError("only one of inter.broker.listener.name and security.inter.broker.protocol may be set")
+        if config.is_broker and named not in names:
+            raise ConfigError(f"inter.broker.listener.name {named!r} is not in listeners")
+        if named in config.controller_listener_names:
+            raise ConfigError(f"inter.broker.listener.name {named!r} is a controller listener")
 
 
 def node_config(props: dict[str, str]) -> NodeConfig:
@@ -181,12 +252,30 @@ def node_config(props: dict[str, str]) -> NodeConfig:
         request_timeout_ms=_int(props, "quorum.request.timeout.ms"),
         max_frame_bytes=_int(props, "socket.request.max.bytes"),
         extra={k: v for k, v in props.items()},
+        security_protocols=(parse_protocol_map(props["listener.security.protocol.map"])
+                            if "listener.security.protocol.map" in props else dict(DEFAULT_PROTOCOL_MAP)),
+        advertised_listeners=parse_listeners(props.get("advertised.listeners", ""), "advertised.listeners"),
+        inter_broker_listener_name=_inter_broker_listener(props),
     )
+    _check_listener_security(config, props)
     if config.is_controller and config.node_id not in {v.node_id for v in voters}:
         raise ConfigError(f"node.id {config.node_id} has the controller role but is not in controller.quorum.voters")
     if config.is_controller and config.controller_endpoint() is None:
         raise ConfigError(f"listeners has no listener named in controller.listener.names {controller_names}")
     return config
+
+
+def _inter_broker_listener(props: dict[str, str]) -> str | None:
+    """`inter.broker.listener.name`, or the listener named by `security.inter.broker.protocol` (Kafka's
+    older key, whose listener is the one named like the protocol); None when neither is set."""
+    named = props.get("inter.broker.listener.name", "").strip()
+    if named:
+        return named
+    protocol = props.get("security.inter.broker.protocol", "").strip().upper()
+    if protocol and protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"security.inter.broker.protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, "
+                          f"got {protocol!r}")
+    return protocol or None
 
 
 def load_config(path: str | Path, overrides: dict[str, str] | None = None) -> NodeConfig:

@@ -7,6 +7,9 @@ requests): up to MAX_PIPELINED of those are read and started while earlier ones 
 answers are still written in request order; any other request waits until every earlier one is
 answered, so it is processed alone as before. Bad input closes only the
 connection it came on, with the reason logged; every other connection keeps being served.
+
+Security (`quorum.net.secure_connection`): each accepted connection goes through the listener's
+TLS handshake and gets its request context; each request is screened for SASL before dispatch.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from contextlib import suppress
 from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.secure_connection import ConnectionSecurity, ListenerSecurity
 from quorum.server.reply_writer import write_reply
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, check_frame_size
@@ -30,8 +34,9 @@ MAX_PIPELINED = 1000
 
 class KafkaListener:
     def __init__(self, dispatcher: Dispatcher, host: str = "127.0.0.1", port: int = 0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: ListenerSecurity | None = None) -> None:
         self._dispatcher = dispatcher
+        self.security = security if security is not None else ListenerSecurity.plaintext()
         self._host = host
         self._port = port
         self._max_frame_bytes = max_frame_bytes
@@ -65,7 +70,7 @@ class KafkaListener:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, await self.security.accept(writer))
         except WireError as exc:
             self.closed_for_bad_input += 1
             log.warning("closing connection from %s: %s", peer, exc)
@@ -81,7 +86,8 @@ class KafkaListener:
             with suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     connection: ConnectionSecurity) -> None:
         started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
         try:
@@ -89,6 +95,14 @@ class KafkaListener:
                 size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
                 payload = await reader.readexactly(size)
                 request = decode_request(payload, self._dispatcher.served)
+                screened = connection.screen(request)
+                if screened is not None:  # SASL, answered by the connection's security
+                    if answering is not None:
+                        await self._drained(started, answering)
+                    await write_reply(writer, request, screened.reply)
+                    if screened.close is not None:
+                        return
+                    continue
                 if not self._dispatcher.pipelined(request.api.key):
                     if answering is not None:
                         await self._drained(started, answering)  # alone, as Kafka processes a connection's requests

@@ -44,8 +44,10 @@ from quorum.image.verify import ImageDivergenceError, ImageVerifier, verify_imag
 from quorum.log.log import Log
 from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
 from quorum.log.snapshot import SnapshotDirectory
+from quorum.net.client_security import node_client_security
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.net.peer_client import PeerClient, PeerUnavailable
+from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside_authentication
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
 from quorum.raft.state import Role
@@ -112,9 +114,12 @@ class RaftNode:
         self.snapshot_turns = SnapshotTurns(
             config.node_id, (v.node_id for v in config.voters), config.quorum().fetch_timeout_ms,
             degraded_min_bytes(config.extra, policy.max_record_bytes_between_snapshots), self.replayer)
+        # TLS and SASL to the controllers as their first controller listener asks (issue 18)
+        to_controllers = node_client_security(config, config.controller_listener_names[0],
+                                              "sasl.mechanism.controller.protocol")
         self.peers = {
             v.node_id: PeerClient(v.host, v.port, f"raft-node-{config.node_id}", config.request_timeout_ms,
-                                  config.max_frame_bytes)
+                                  config.max_frame_bytes, to_controllers)
             for v in config.voters if v.node_id != config.node_id
         }
         # A second connection to each controller for the broker's own requests (registration, heartbeats,
@@ -122,7 +127,7 @@ class RaftNode:
         # on the Raft connection they would queue behind a Fetch the leader holds for up to 500 ms.
         self.controller_channels = {
             v.node_id: PeerClient(v.host, v.port, f"broker-{config.node_id}-to-controller", config.request_timeout_ms,
-                                  config.max_frame_bytes)
+                                  config.max_frame_bytes, to_controllers)
             for v in config.voters if v.node_id != config.node_id
         } if config.is_broker and not config.is_controller else {}
         self.dispatcher = Dispatcher()
@@ -134,7 +139,8 @@ class RaftNode:
         self._stopped = asyncio.Event()
         self._fatal: str | None = None
         self._commits = CommitWaiters(config.node_id)
-        self.listener = self._build_listener()
+        self.listeners = self._build_listeners()
+        self.listener = self.listeners[0]
         if config.is_controller:
             for key in raft_rpc.RAFT_API_KEYS:
                 self.dispatcher.register(key, self._handle_raft_request)
@@ -172,11 +178,20 @@ class RaftNode:
         """The channel to the active controller (the quorum leader), when this node knows one."""
         return self.controller_channels.get(self.core.leader_id)
 
-    def _build_listener(self) -> KafkaListener:
-        endpoint = self.config.controller_endpoint() if self.config.is_controller else self.config.client_endpoint()
-        if endpoint is None:
+    def _build_listeners(self) -> list[KafkaListener]:
+        """A controller's controller listeners, a broker's client listeners: the inter-broker (or first)
+        one first, each with its security protocol's TLS and SASL (issue 18)."""
+        config = self.config
+        primary = config.controller_endpoint() if config.is_controller else config.client_endpoint()
+        if primary is None:
             raise ValueError("no listener to serve on")
-        return KafkaListener(self.dispatcher, endpoint.host, endpoint.port, self.config.max_frame_bytes)
+        endpoints = [primary, *(e for e in config.served_endpoints() if e != primary)]
+        listeners = [KafkaListener(self.dispatcher, e.host, e.port, config.max_frame_bytes,
+                                   ListenerSecurity.of(config.extra, e.name, config.security_protocol(e.name)))
+                     for e in endpoints]
+        if any(listener.security.sasl is not None for listener in listeners):
+            register_sasl_outside_authentication(self.dispatcher)
+        return listeners
 
     # -- driving the core ----------------------------------------------------------------------
 
@@ -421,13 +436,17 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stopped.set)
-        await self.listener.start()
+        for listener in self.listeners:
+            await listener.start()
         if self.config.metrics_port is not None:
             port = self.metrics.serve(self.config.metrics_port)
             print(f"node {self.config.node_id} metrics on http://127.0.0.1:{port}/metrics", flush=True)
         role = "controller" if self.config.is_controller else "broker (observer)"
         print(f"node {self.config.node_id} ({role}) listening on {self.listener._host}:{self.listener.port}",
               flush=True)
+        for listener in self.listeners[1:]:
+            print(f"node {self.config.node_id} listener {listener.security.name} ({listener.security.protocol}) "
+                  f"on {listener._host}:{listener.port}", flush=True)
         await self.drive(lambda: self.core.start(wall_clock_ms()))
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
         if self.controller_service is not None:
@@ -439,7 +458,8 @@ class RaftNode:
             await self._resign_gracefully()
         for task in tasks:
             task.cancel()
-        await self.listener.close()
+        for listener in self.listeners:
+            await listener.close()
         for peer in (*self.peers.values(), *self.controller_channels.values()):
             await peer.close()
         if self.broker is not None:

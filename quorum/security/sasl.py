@@ -1,0 +1,268 @@
+"""SASL on a listener as Kafka runs it: the settings, the mechanisms (PLAIN, SCRAM-SHA-256/512) and one
+connection's authentication state, sans-IO (the listener feeds it SaslHandshake and SaslAuthenticate
+requests and writes what it answers).
+
+Settings, Kafka's names (each may be set for one listener as `listener.name.<name>.<key>`, the
+mechanism's own in lower case, `listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`):
+  * `sasl.enabled.mechanisms`: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; by default every mechanism that
+    has a JAAS config on the listener.
+  * `listener.name.<l>.plain.sasl.jaas.config`: Kafka's PlainLoginModule, whose `user_<name>="<password>"`
+    options are the users (`username`/`password` are what the node itself logs in with).
+  * `listener.name.<l>.scram-sha-512.sasl.jaas.config` (or -256): Kafka's ScramLoginModule; its
+    `username`/`password` are the node's own login. SCRAM users live in the metadata log in Kafka;
+    until this project keeps them there, `user_<name>="<password>"` options of this JAAS config are
+    this project's way to give them (salted at start, 4096 iterations, never kept in clear).
+  * `connections.max.reauth.ms` (KIP-368; default 0, off): a session's lifetime, sent in every
+    SaslAuthenticate v1+ answer; a connection that sends anything but a re-authentication past it is closed.
+
+Before a connection has authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are
+served; anything else closes it, as Kafka does. A failed authentication is answered with
+SASL_AUTHENTICATION_FAILED, then the connection is closed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from quorum.security.principal import KafkaPrincipal
+from quorum.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer, make_credential
+from quorum.security.tls import listener_setting
+from quorum.server.config import ConfigError
+from quorum.wire.errors import ErrorCode
+
+PLAIN = "PLAIN"
+SUPPORTED = (PLAIN, *MECHANISMS)
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+UNAUTHENTICATED_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
+_JAAS = re.compile(r'^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)'
+                   r'\s*(?P<options>.*?)\s*;\s*$', re.DOTALL)
+_OPTION = re.compile(r'\s*(?P<key>[^\s=]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s";]+))')
+
+
+class SaslFailure(Exception):
+    """Authentication failed; the text is for the log (the client gets Kafka's generic message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JaasConfig:
+    """One `sasl.jaas.config` entry: the login module and its options."""
+
+    module: str
+    options: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> JaasConfig:
+        match = _JAAS.match(text)
+        if match is None:
+            raise ConfigError(f"{key}: expected '<LoginModule class> required key=\"value\" ...;', got {text!r}")
+        options: dict[str, str] = {}
+        rest = match["options"]
+        while rest.strip():
+            option = _OPTION.match(rest)
+            if option is None:
+                raise ConfigError(f"{key}: cannot read the options at {rest.strip()[:40]!r} (key=\"value\" ...)")
+            value = option["quoted"] if option["quoted"] is not None else option["bare"]
+            options[option["key"]] = re.sub(r"\\(.)", r"\1", value)
+            rest = rest[option.end():]
+        return cls(match["module"], options)
+
+    def users(self) -> dict[str, str]:
+        """`user_<name>="<password>"` options: name -> password."""
+        return {k.removeprefix("user_"): v for k, v in self.options.items() if k.startswith("user_") and k != "user_"}
+
+    def login(self) -> tuple[str, str] | None:
+        """`username`/`password`: what the node itself logs in with on this listener, if set."""
+        if "username" in self.options and "password" in self.options:
+            return self.options["username"], self.options["password"]
+        return None
+
+
+ScramLookup = Callable[[str, str], ScramCredential | None]
+"""(mechanism, user) -> that user's credential for the mechanism, or None."""
+
+
+@dataclass
+class SaslSettings:
+    """One SASL listener's mechanisms and users."""
+
+    listener: str
+    mechanisms: tuple[str, ...]
+    plain_users: dict[str, str] = field(default_factory=dict)
+    scram_lookup: ScramLookup = lambda mechanism, user: None
+    reauth_ms: int = 0
+    logins: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """mechanism -> (user, password) the node itself uses on this listener (its JAAS username/password)."""
+
+    @classmethod
+    def of(cls, props: Mapping[str, str], listener: str) -> SaslSettings:
+        jaas: dict[str, JaasConfig] = {}
+        for mechanism in SUPPORTED:
+            key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+            if key in props:
+                jaas[mechanism] = JaasConfig.parse(props[key], key)
+        enabled_key, enabled = listener_setting(props, listener, "sasl.enabled.mechanisms")
+        if enabled is not None:
+            mechanisms = tuple(m.strip().upper() for m in enabled.split(",") if m.strip())
+            unknown = [m for m in mechanisms if m not in SUPPORTED]
+            if unknown:
+                raise ConfigError(f"{enabled_key}: {', '.join(unknown)} not supported (supported: "
+                                  f"{', '.join(SUPPORTED)})")
+        else:
+            mechanisms = tuple(jaas)
+        if not mechanisms:
+            raise ConfigError(f"listener {listener} is SASL but no mechanism is enabled: set "
+                              f"listener.name.{listener.lower()}.<mechanism>.sasl.jaas.config "
+                              f"(mechanism plain, scram-sha-256 or scram-sha-512)")
+        if PLAIN in mechanisms and PLAIN not in jaas:
+            raise ConfigError(f"PLAIN is enabled on listener {listener} but "
+                              f"listener.name.{listener.lower()}.plain.sasl.jaas.config (its users) is not set")
+        credentials = {(m, user): make_credential(m, password)
+                       for m, config in jaas.items() if m in MECHANISMS for user, password in config.users().items()}
+        reauth = props.get("connections.max.reauth.ms", "0")
+        if not reauth.strip().isdigit():
+            raise ConfigError(f"connections.max.reauth.ms must be 0 or more, got {reauth!r}")
+        return cls(listener, mechanisms, jaas[PLAIN].users() if PLAIN in jaas else {},
+                   lambda mechanism, user: credentials.get((mechanism, user)), int(reauth),
+                   {m: login for m, config in jaas.items() if (login := config.login()) is not None})
+
+
+class PlainServer:
+    """RFC 4616: one message `[authzid] NUL authcid NUL passwd`; the authzid, if any, must be the user."""
+
+    def __init__(self, users: Mapping[str, str]) -> None:
+        self._users = users
+        self.user: str | None = None
+
+    def respond(self, token: bytes) -> tuple[bytes, bool]:
+        if self.user is not None:
+            raise SaslFailure("PLAIN takes one message")
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslFailure("PLAIN message is not authzid NUL user NUL password")
+        try:
+            authzid, user, password = (part.decode("utf-8") for part in parts)
+        except UnicodeDecodeError:
+            raise SaslFailure("PLAIN message is not UTF-8") from None
+        if not user:
+            raise SaslFailure("PLAIN message has no user name")
+        if authzid and authzid != user:
+            raise SaslFailure(f"PLAIN authorization id {authzid!r} is not the user {user!r}")
+        expected = self._users.get(user)
+        # compare in constant time whether the user exists or not
+        matched = hmac.compare_digest((expected or "\0" + password).encode(), password.encode())
+        if expected is None:
+            raise SaslFailure(f"unknown user {user!r}")
+        if not matched:
+            raise SaslFailure(f"wrong password for user {user!r}")
+        self.user = user
+        return b"", True
+
+
+class ScramMechanism:
+    """A ScramServer as a two-step SASL mechanism."""
+
+    def __init__(self, mechanism: str, lookup: ScramLookup) -> None:
+        self._server = ScramServer(mechanism, lambda user: lookup(mechanism, user))
+        self._step = 0
+        self.user: str | None = None
+
+    def respond(self, token: bytes) -> tuple[bytes, bool]:
+        self._step += 1
+        try:
+            if self._step == 1:
+                return self._server.first(token), False
+            if self._step == 2:
+                answer = self._server.final(token)
+                self.user = self._server.user
+                return answer, True
+        except ScramError as exc:
+            raise SaslFailure(str(exc)) from None
+        raise SaslFailure("SCRAM exchange already complete")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to answer a SaslHandshake or SaslAuthenticate with, and what follows."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    auth_bytes: bytes = b""
+    session_lifetime_ms: int = 0
+    close: bool = False
+    log: str | None = None
+    """Why it failed, for the node's log (the client is told less)."""
+
+
+class SaslSession:
+    """One connection's SASL state: handshake, authenticate (one or more steps), authenticated; again
+    for a KIP-368 re-authentication, which must keep the mechanism and the principal."""
+
+    def __init__(self, settings: SaslSettings) -> None:
+        self._settings = settings
+        self._mechanism_name: str | None = None
+        self._mechanism: PlainServer | ScramMechanism | None = None
+        self.principal: KafkaPrincipal | None = None
+        self._authenticated_mechanism: str | None = None
+        self._expires_ms: int | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
+
+    def admits(self, api_key: int, now_ms: int) -> str | None:
+        """Why a request of `api_key` may not be served now (the connection is closed), or None."""
+        if api_key in UNAUTHENTICATED_APIS:
+            return None
+        if not self.authenticated:
+            return f"API key {api_key} before SASL authentication"
+        if self._mechanism is not None:
+            return f"API key {api_key} during SASL re-authentication"
+        if self._expires_ms is not None and now_ms >= self._expires_ms:
+            return f"the SASL session of {self.principal} expired (connections.max.reauth.ms) without re-authentication"
+        return None
+
+    def handshake(self, mechanism: str) -> Step:
+        enabled = self._settings.mechanisms
+        if self._mechanism is not None:
+            return Step(ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake during an authentication", close=True,
+                        log="a second SaslHandshake before SaslAuthenticate completed")
+        if mechanism not in enabled:
+            return Step(ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"mechanism {mechanism!r} is not enabled", close=True,
+                        log=f"unsupported SASL mechanism {mechanism!r} (enabled: {', '.join(enabled)})")
+        if self._authenticated_mechanism not in (None, mechanism):
+            return Step(ErrorCode.ILLEGAL_SASL_STATE, "re-authentication must use the same mechanism", close=True,
+                        log=f"re-authentication with {mechanism} after {self._authenticated_mechanism}")
+        self._mechanism_name = mechanism
+        self._mechanism = (PlainServer(self._settings.plain_users) if mechanism == PLAIN
+                           else ScramMechanism(mechanism, self._settings.scram_lookup))  # fmt: skip
+        return Step()
+
+    def authenticate(self, token: bytes, now_ms: int) -> Step:
+        mechanism = self._mechanism
+        if mechanism is None:
+            return Step(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate without SaslHandshake", close=True,
+                        log="SaslAuthenticate without a SaslHandshake first")
+        try:
+            answer, done = mechanism.respond(token)
+        except SaslFailure as exc:
+            self._mechanism = None
+            return Step(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                        f"Authentication failed during authentication due to invalid credentials with SASL "
+                        f"mechanism {self._mechanism_name}", close=True, log=str(exc))
+        if not done:
+            return Step(auth_bytes=answer)
+        assert mechanism.user is not None
+        principal = KafkaPrincipal("User", mechanism.user)
+        self._mechanism = None
+        if self.principal is not None and principal != self.principal:
+            return Step(ErrorCode.SASL_AUTHENTICATION_FAILED, "re-authentication changed the principal", close=True,
+                        log=f"re-authentication as {principal} on a connection of {self.principal}")
+        self.principal = principal
+        self._authenticated_mechanism = self._mechanism_name
+        lifetime = self._settings.reauth_ms
+        self._expires_ms = now_ms + lifetime if lifetime > 0 else None
+        return Step(auth_bytes=answer, session_lifetime_ms=lifetime)
