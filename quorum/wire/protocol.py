@@ -79,9 +79,10 @@ def _add_snapshot_grant_tag(json: dict[str, Any]) -> dict[str, Any]:
 _KAFKA_SCHEMA_APIS = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
     10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
-    21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch", 32: "DescribeConfigs",
-    36: "SaslAuthenticate", 37: "CreatePartitions", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
+    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics",
+    20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
+    29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs", 36: "SaslAuthenticate",
+    37: "CreatePartitions", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
     46: "ListPartitionReassignments", 55: "DescribeQuorum", 60: "DescribeCluster",
 }
 _SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag, "FetchRequest": _add_snapshot_report_tag,
