@@ -22,6 +22,10 @@ What a consumer sees is what Kafka's ReplicaManager.fetchMessages gives it:
   whole even when larger than either limit, so a consumer always progresses; later partitions get
   only whole batches that fit what is left.
 * KIP-227 sessions (`quorum.broker.fetch_sessions`): which partitions are read and answered.
+* Zero copy, as Kafka's FileRecords: a partition's batches are a span of its segment file
+  (`ServedPartition.read_records`), found from the indexes and a few batch headers, never read;
+  the answer is a `quorum.wire.spliced.SplicedBody` whose spans the listener sends with
+  sendfile (`quorum.server.reply_writer`). Followers' fetches take the same path.
 * KIP-951 (v16+): a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer names the current leader
   and its endpoint from the metadata image, so the client can move without a Metadata round trip.
 
@@ -63,6 +67,7 @@ from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
+from quorum.wire.spliced import FileRecords, encode_spliced
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +118,8 @@ class PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | FileRecords = b""
+    """The batches read: bytes, or a span of a segment file the answer sends without reading it."""
     diverging: EpochEndOffset | None = None
     remote: ServedPartition | None = None
     """Set when the records are only in the remote tier: the partition to read them from there."""
@@ -156,13 +162,15 @@ def read_partition(partition: ServedPartition, position: FetchPosition, read_com
         return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, remote=partition,
                              fetch_offset=offset)
     upto = partition.log_end_offset if to_log_end else last_stable if read_committed else high_watermark
-    records = b""
+    records: bytes | FileRecords = b""
     if offset < upto and (first or max_bytes > 0):
         try:
-            records = partition.read(offset, max_bytes, upto)
+            records = partition.read_records(offset, max_bytes, upto)
         except OffsetOutOfRange:
             return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
         if not first and len(records) > max_bytes:
+            if isinstance(records, FileRecords):
+                records.close()
             records = b""  # only the response's first batch may exceed the limit
     return PartitionRead(ErrorCode.NONE, high_watermark, last_stable, log_start, records)
 
@@ -341,6 +349,7 @@ class FetchHandler:
         image = self._image() if discover else None
         endpoints: dict[int, Any] = {}
         topics: list[Any] = []
+        spliced: list[Any] = []  # the entries whose records are file spans, in encoding order
         previous: str | uuid.UUID | None = None
         for key in named:
             topic, index = key
@@ -353,14 +362,19 @@ class FetchHandler:
                                last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
                                aborted_transactions=[] if isolation_level == READ_COMMITTED else None,
                                preferred_read_replica=-1, records=read.records)
+            if isinstance(read.records, FileRecords):
+                spliced.append(entry)
             if read.diverging is not None:
                 entry.diverging_epoch = _Partition.EpochEndOffset(epoch=read.diverging.leader_epoch,
                                                                   end_offset=read.diverging.end_offset)
             if image is not None and read.error_code in _LEADERSHIP_ERRORS:
                 entry.current_leader = _current_leader(image, topic, index, endpoints)
             topics[-1].partitions.append(entry)
-        return _Response(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics,
-                         node_endpoints=list(endpoints.values()))
+        response = _Response(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics,
+                             node_endpoints=list(endpoints.values()))
+        if not spliced:
+            return response
+        return encode_spliced(response, version, FETCH.is_flexible(version), spliced)
 
 
 def _enough(reads: Iterable[PartitionRead], min_bytes: int) -> bool:

@@ -63,6 +63,7 @@ from quorum.wire.records import (
     patch_partition_leader_epoch,
     validate_produced_batch,
 )
+from quorum.wire.spliced import FileRecords
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +218,13 @@ class Partition:
     def read(self, offset: int, max_bytes: int, upto: int) -> bytes:
         try:
             return self.log.read(offset, max_bytes, upto)
+        except OffsetOutOfRangeError as exc:
+            raise OffsetOutOfRange(str(exc)) from None
+
+    def read_records(self, offset: int, max_bytes: int, upto: int) -> bytes | FileRecords:
+        """`read`'s batches as a span of the segment file, not read (zero-copy Fetch)."""
+        try:
+            return self.log.read_records(offset, max_bytes, upto)
         except OffsetOutOfRangeError as exc:
             raise OffsetOutOfRange(str(exc)) from None
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from quorum.broker.remote_tier import RemoteLogState
+    from quorum.wire.spliced import FileRecords
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,11 @@ class ServedPartition(Protocol):
         `max_bytes`, except that the first batch is returned whole however large (KIP-74), so a
         consumer always makes progress. b"" when `offset` == `upto`. Raises OffsetOutOfRange
         when `offset` is below the log start or above the log end."""
+        ...
+
+    def read_records(self, offset: int, max_bytes: int, upto: int) -> bytes | FileRecords:
+        """What `read` returns, or the same bytes as a span of a file that is not read yet
+        (`quorum.wire.spliced.FileRecords`, which the caller closes): what Fetch answers with."""
         ...
 
     def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:

@@ -107,6 +107,12 @@ class OffsetIndex:
         number = bisect.bisect_right(self._relative, offset - self.base_offset) - 1
         return self._positions[number] if number >= 0 else 0
 
+    def lookup_position(self, position: int) -> int:
+        """The start of an indexed batch at or before byte `position` (0 when none is): a header
+        walk that looks for the last batch ending by `position` starts there."""
+        number = bisect.bisect_right(self._positions, position) - 1
+        return self._positions[number] if number >= 0 else 0
+
     def truncate_to_position(self, log_size: int) -> None:
         """Drop entries for batches at or after `log_size`, after the log was cut there."""
         keep = bisect.bisect_left(self._positions, log_size)

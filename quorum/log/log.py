@@ -74,6 +74,7 @@ from quorum.log.errors import (
     OffsetOutOfRangeError,
 )
 from quorum.log.index import DEFAULT_INDEX_INTERVAL_BYTES, INDEX_SUFFIX, IndexCorrupt
+from quorum.log.records_span import open_span
 from quorum.log.segment import DEFAULT_SEGMENT_BYTES, LogSegment, ScanResult, parse_log_name
 from quorum.log.start_intent import (
     StartIntent,
@@ -89,6 +90,7 @@ from quorum.log.validation import batch_fault
 from quorum.raft.interface import OffsetAndEpoch
 from quorum.wire.records import CorruptRecordError, RecordBatch
 from quorum.wire.records import iter_batches as walk_batches
+from quorum.wire.spliced import FileRecords
 
 logger = logging.getLogger(__name__)
 
@@ -251,6 +253,20 @@ class Log:
                 break
             keep = walker.position
         return data if keep == len(data) else data[:keep]
+
+    def read_records(self, offset: int, max_bytes: int, upto: int | None = None) -> bytes | FileRecords:
+        """What `read` returns, as a span of the segment file that is not read (`FileRecords`,
+        which the caller closes, or b"" when empty): for answers written with sendfile."""
+        with self._lock:
+            self._check_open()
+            end = self.end_offset
+            if not self._start <= offset <= end:
+                raise OffsetOutOfRangeError(offset, self._start, end, self.directory)
+            if offset == end or (upto is not None and offset >= upto):
+                return b""
+            segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
+            span = open_span(segment, offset, max_bytes, upto)
+        return b"" if span is None else span
 
     # -- writing -----------------------------------------------------------------------------
 

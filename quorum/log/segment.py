@@ -23,6 +23,7 @@ from quorum.log.index import INDEX_SUFFIX, IndexCorrupt, OffsetIndex
 from quorum.log.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from quorum.log.validation import batch_fault
 from quorum.wire.records import BATCH_HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, RecordBatch, iter_batches
+from quorum.wire.spliced import FileRecords
 
 LOG_SUFFIX = ".log"
 #: Kafka's `log.segment.bytes` default.
@@ -264,6 +265,11 @@ class LogSegment:
 
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
+
+    def open_span(self, position: int, length: int) -> FileRecords:
+        """`length` bytes at `position` as a span on a duplicate descriptor, which stays valid
+        (and reads this file) after the segment is closed or deleted, until the span is closed."""
+        return FileRecords(os.dup(self._fd), position, length)
 
     def iter_headers(self, start: int) -> Iterator[tuple[int, RecordBatch]]:
         """(position, batch) for each batch from byte `start` to the end of the segment.

@@ -74,6 +74,9 @@ class FakePartition:
     def last_stable_offset(self) -> int:
         return self.high_watermark if self._last_stable_offset is None else self._last_stable_offset
 
+    def read_records(self, offset: int, max_bytes: int, upto: int) -> bytes:
+        return self.read(offset, max_bytes, upto)
+
     def read(self, offset: int, max_bytes: int, upto: int) -> bytes:
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(f"{self.topic}-{self.partition}: offset {offset}")
