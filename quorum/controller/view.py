@@ -113,6 +113,11 @@ class ControllerView(Protocol):
     @property
     def configs(self) -> Mapping[tuple[int, str], Mapping[str, str]]: ...
 
+    @property
+    def next_producer_id(self) -> int:
+        """KIP-730: where the next block of producer ids starts; -1 before the first block."""
+        ...
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None: ...
 
 

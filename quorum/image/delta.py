@@ -29,6 +29,8 @@ returns False, where Kafka's broker would raise; the same log always gives the s
 * Config sets a config, or deletes it when Value is null; a resource without configs is gone.
 * FeatureLevel sets a feature's finalized level; level 0 removes the feature (Kafka).
 * NoOp changes nothing.
+* ProducerIds (KIP-730) sets `next_producer_id` when its NextProducerId is higher; a lower or
+  equal one is ignored, so blocks already handed out are never handed out again.
 
 The KIP-232 counter `topic_epoch` is the highest TopicEpoch of every TopicRecord and
 RemoveTopicRecord replayed (ignored ones too: the counter never goes back). A RemoveTopicRecord
@@ -86,6 +88,9 @@ NO_LEADER_CHANGE = -2
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Kafka's Topic.isInternal names: Metadata flags them is_internal."""
+
+PRODUCER_IDS = "producer ids"
+"""The ChangeObserver key of the KIP-730 counter, `(PRODUCER_IDS,)`: one entity, one snapshot record."""
 
 BROKER, TOPIC, PARTITION, CONFIG, FEATURE, ACL = "broker", "topic", "partition", "config", "feature", "acl"
 """First element of the entity keys a ChangeObserver is given: (BROKER, id), (TOPIC, topic id),
@@ -314,6 +319,8 @@ class MetadataDelta:
         """The offset of the last record replayed (the next image's `offset`)."""
         self.topic_epoch = image.topic_epoch
         """The KIP-232 counter so far."""
+        self.next_producer_id = image.next_producer_id
+        """KIP-730: where the next block of producer ids starts."""
         self._registrations: _Overlay[int, BrokerRegistration] = _Overlay(image.registrations)
         self._configs: _Overlay[tuple[int, str], dict[str, str]] = _Overlay(image.configs)  # type: ignore[arg-type]
         self._owned_configs: set[tuple[int, str]] = set()  # resources whose dict in _configs.changes is ours
@@ -339,6 +346,7 @@ class MetadataDelta:
             types[MetadataRecordType.REMOVE_TOPIC]: self._remove_topic,
             types[MetadataRecordType.FEATURE_LEVEL]: self._feature_level,
             types[MetadataRecordType.NO_OP]: lambda record: False,
+            types[MetadataRecordType.PRODUCER_IDS]: self._producer_ids,
             types[MetadataRecordType.ACCESS_CONTROL_ENTRY]: self._acl,
             types[MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY]: self._remove_acl,
         }
@@ -657,6 +665,18 @@ class MetadataDelta:
         self._acls.delete(acl_id)
         return True
 
+    # -- producer ids ----------------------------------------------------------------------------
+
+    def _producer_ids(self, record: ApiData) -> bool:
+        """A block of producer ids handed out (KIP-730): the next block starts at NextProducerId."""
+        next_id = record.next_producer_id
+        if next_id <= self.next_producer_id:
+            return False
+        if self.next_producer_id >= 0 and self.observer is not None:
+            self.observer.modified((PRODUCER_IDS,))
+        self.next_producer_id = next_id
+        return True
+
     # -- the next image --------------------------------------------------------------------------
 
     def apply(self) -> MetadataImage:
@@ -682,6 +702,7 @@ class MetadataDelta:
             cluster_id=image.cluster_id, controller_id=image.controller_id, brokers=brokers, topics=by_name,
             encoded=encoded, offset=self.offset, topic_epoch=self.topic_epoch, registrations=registrations,
             configs=self._configs.merged(), features=self._features.merged(), listener=image.listener,
+            next_producer_id=self.next_producer_id,
             acls=self._acls.merged(), topics_by_id=by_id)  # fmt: skip
 
     def _merge_topics(self, available: frozenset[int], was_available: frozenset[int],

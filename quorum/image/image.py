@@ -135,6 +135,9 @@ class MetadataImage:
     registrations: Mapping[int, BrokerRegistration] = field(default_factory=dict)
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=dict)
     features: Mapping[str, int] = field(default_factory=dict)
+    next_producer_id: int = -1
+    """KIP-730: where the controller's next block of producer ids starts (the last ProducerIdsRecord's
+    NextProducerId); -1 while no block was handed out, as Kafka's ProducerIdsImage.EMPTY."""
     listener: str | None = None
     acls: Mapping[uuid.UUID, AclBinding] = field(default_factory=dict)
     topics_by_id: Mapping[uuid.UUID, TopicInfo] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]

@@ -28,6 +28,9 @@ snapshot); then one ConfigRecord per config; then one AccessControlEntryRecord p
 a kind, entities are in the image's order, which does not depend on how records were batched
 into deltas, so replicas at the same offset write identical snapshots.
 
+KIP-730: once the controller has handed out producer ids, one ProducerIdsRecord carries the
+next producer id (broker id and epoch -1, as Kafka's snapshot writes it), after the configs.
+
 A value that is not a metadata record (the commit path accepts any bytes) holds no metadata: it
 is skipped, counted in `skipped_records` and logged (a warning for the first, debug after), and
 it is not written to snapshots. (`MetadataRecordsState` keeps such values as opaque entities;
@@ -123,6 +126,12 @@ def counter_record(topic_epoch: int) -> bytes:
     return encode_metadata_record(mr.RemoveTopicRecord(version=0, topic_id=ZERO_UUID, topic_epoch=topic_epoch))
 
 
+def producer_ids_record(next_producer_id: int) -> bytes:
+    """The ProducerIdsRecord that carries where the next block of producer ids starts (KIP-730)."""
+    return encode_metadata_record(mr.ProducerIdsRecord(version=0, broker_id=-1, broker_epoch=-1,
+                                                       next_producer_id=next_producer_id))  # fmt: skip
+
+
 def counter_needs_record(image: MetadataImage) -> bool:
     """Whether the counter is above every live topic's epoch. The newest topic is usually the last
     one created, so the scan from the end stops at once."""
@@ -132,7 +141,7 @@ def counter_needs_record(image: MetadataImage) -> bool:
 
 def record_count(image: MetadataImage) -> int:
     """How many records a snapshot of `image` holds."""
-    return (len(image.features) + len(image.registrations) + len(image.topics_by_id)
+    return (len(image.features) + len(image.registrations) + len(image.topics_by_id) + (image.next_producer_id >= 0)
             + sum(len(topic.partitions) for topic in image.topics_by_id.values())
             + sum(len(configs) for configs in image.configs.values()) + counter_needs_record(image)
             + len(image.acls))  # fmt: skip
@@ -198,6 +207,8 @@ class ImageSnapshot(Sequence[bytes]):
         for (resource_type, resource_name), configs in image.configs.items():
             for name, value in configs.items():
                 yield config_record(resource_type, resource_name, name, value)
+        if image.next_producer_id >= 0:
+            yield producer_ids_record(image.next_producer_id)
         for acl_id, binding in image.acls.items():
             yield encode_acl(acl_id, binding)
 
@@ -278,6 +289,7 @@ class ImageState(SnapshotCounts):
                 controller_id=image.controller_id if controller_id is None else controller_id,
                 brokers=image.brokers, topics=image.topics, encoded=image.encoded, offset=image.offset,
                 topic_epoch=image.topic_epoch, registrations=image.registrations, configs=image.configs,
+                next_producer_id=image.next_producer_id,
                 features=image.features, listener=image.listener, acls=image.acls,
                 topics_by_id=image.topics_by_id)  # fmt: skip
             if self._delta is not None:

@@ -17,6 +17,7 @@ by the record's entity key (`quorum.wire.metadata_records.metadata_record_key`):
 * UnregisterBroker, a ConfigRecord with a null Value, and RemoveTopic delete their entity;
   RemoveTopic deletes the topic's partitions too. (Kafka's controller also drops a deleted
   topic's configs, which are keyed by topic name; that is the full image's job, later.)
+* A ProducerIdsRecord (KIP-730) replaces the one before it: one cluster-wide entity.
 * NoOpRecords change nothing.
 * A value that is not a metadata record at all (the commit path accepts any bytes) is kept as an
   opaque entity of its own: it is never changed or deleted.
@@ -46,6 +47,7 @@ class EntityKind(Enum):
     TOPIC = "topic"
     PARTITION = "partition"
     CONFIG = "config"
+    PRODUCER_IDS = "producer ids"
     ACL = "acl"
 
 
@@ -122,6 +124,7 @@ class MetadataRecordsState(SnapshotCounts):
         self._topics = self._tables[EntityKind.TOPIC]
         self._partitions = self._tables[EntityKind.PARTITION]
         self._configs = self._tables[EntityKind.CONFIG]
+        self._producer_ids = self._tables[EntityKind.PRODUCER_IDS]
         self._acls = self._tables[EntityKind.ACL]
         self._topic_partitions: dict[Any, set[int]] = {}  # topic id -> its partition ids, for RemoveTopic
         self._opaque: list[bytes] = []
@@ -193,6 +196,8 @@ class MetadataRecordsState(SnapshotCounts):
                 changed += more_changed
         elif record_type is MetadataRecordType.CONFIG:
             records, changed = self._configs.delete(key) if deletes else self._configs.replace(key, value)
+        elif record_type is MetadataRecordType.PRODUCER_IDS:
+            records, changed = self._producer_ids.replace(None, value)
         elif record_type is MetadataRecordType.FEATURE_LEVEL:
             records, changed = self._features.replace(key, value)
         elif record_type is MetadataRecordType.ACCESS_CONTROL_ENTRY or record_type is \
