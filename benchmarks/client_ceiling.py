@@ -4,8 +4,11 @@ A producer can only write to something that speaks Kafka, and a consumer only re
 the "plain local TCP sink/source" the broker's throughput is set beside is this: a listener on
 127.0.0.1 that answers ApiVersions, Metadata (one broker, one topic of `partitions` partitions), and
 InitProducerId like a broker, takes every Produce as written at once and drops the bytes (the
-sink), and answers every Fetch with the same ready-made record batches rebased to the offset
-asked for (the source: a memory copy and the offsets patched, no file, no index, no validation).
+sink), and answers every Fetch from a ready-made encoded answer (the source): the answer to a
+request naming the same partitions at the same version is encoded once, and each request only
+puts in the batches' base offsets (8 bytes a batch, outside the CRC) for the offset it asks; the
+batches themselves are never copied or encoded again (`quorum.wire.spliced`), no file, no index,
+no validation. The listener writes the answer with one copy into the socket's buffer.
 What a client does against it is what it does against any broker minus the broker's work, so
 the gap between the two figures is the broker's cost.
 
@@ -26,7 +29,8 @@ from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
-from quorum.wire.records import Record, build_batch, iter_batches, patch_base_offset
+from quorum.wire.records import Record, build_batch, iter_batches
+from quorum.wire.spliced import RebasedBatches, SplicedBody, encode_spliced
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
 EARLIEST, LATEST = -2, -1
@@ -56,8 +60,9 @@ class MemoryEndpoint:
         self.partitions = partitions
         self.end_offset = end_offset
         self.batch_records = batch_records
-        self._template, self._positions = source_batches(message_bytes, batch_records, batches)
-        self._span = batch_records * batches
+        template, positions = source_batches(message_bytes, batch_records, batches)
+        self._batches = RebasedBatches(bytes(template), positions, batch_records)
+        self._answers: dict[tuple[Any, ...], _ReadyAnswer] = {}
         self._image: Any = None
         self._loop = asyncio.new_event_loop()
         self._listener: KafkaListener | None = None
@@ -113,27 +118,40 @@ class MemoryEndpoint:
             return None
         return Reply(schema(responses=topics, throttle_time_ms=0), request.version)
 
-    def _rebased(self, offset: int) -> bytes:
-        """The template's batches, the first starting at `offset` rounded down to a batch boundary."""
-        first = offset - offset % self.batch_records
-        data = bytearray(self._template)
-        for number, position in enumerate(self._positions):
-            patch_base_offset(data, position, first + number * self.batch_records)
-        return bytes(data)
-
     async def _fetch(self, request: Request) -> Reply:
+        topics = request.body.topics
+        key = (request.version, *((getattr(t, "topic", None), getattr(t, "topic_id", None),
+                                   *(p.partition for p in t.partitions)) for t in topics))
+        ready = self._answers.get(key)
+        if ready is None:
+            ready = self._answers[key] = self._ready_answer(request)
+        pieces = list(ready.pieces)
+        firsts = [p.fetch_offset - p.fetch_offset % self.batch_records for t in topics for p in t.partitions]
+        for slot, partition, batch in ready.base_offsets:
+            pieces[slot] = RebasedBatches.base_offset(firsts[partition] + batch * self.batch_records)
+        return Reply(SplicedBody(pieces), request.version)
+
+    def _ready_answer(self, request: Request) -> _ReadyAnswer:
+        """The answer to this request's partitions at its version, encoded once."""
         schema = APIS[FETCH].response
         data = schema.FetchableTopicResponse.PartitionData
         topics = []
+        entries = []
         for topic in request.body.topics:
             parts = [data(partition_index=p.partition, error_code=ErrorCode.NONE, high_watermark=self.end_offset,
                           last_stable_offset=self.end_offset, log_start_offset=0, aborted_transactions=None,
-                          preferred_read_replica=-1, records=self._rebased(p.fetch_offset))
+                          preferred_read_replica=-1, records=self._batches.records(0))
                      for p in topic.partitions]
+            entries.extend(parts)
             topics.append(schema.FetchableTopicResponse(topic=getattr(topic, "topic", None),
                                                         topic_id=getattr(topic, "topic_id", None), partitions=parts))
-        return Reply(schema(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics),
-                     request.version)
+        where = {id(entry.records.parts[2 * batch]): (number, batch)
+                 for number, entry in enumerate(entries) for batch in range(len(self._batches))}
+        message = schema(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+        body = encode_spliced(message, request.version, APIS[FETCH].is_flexible(request.version), entries)
+        slots = [(slot, *where[id(piece)]) for slot, piece in enumerate(body.pieces) if id(piece) in where]
+        assert len(slots) == len(where), "every batch's base offset is a piece of the encoded answer"
+        return _ReadyAnswer(body.pieces, slots)
 
     async def _list_offsets(self, request: Request) -> Reply:
         schema = APIS[LIST_OFFSETS].response
@@ -145,3 +163,14 @@ class MemoryEndpoint:
                      for p in topic.partitions]
             topics.append(schema.ListOffsetsTopicResponse(name=topic.name, partitions=parts))
         return Reply(schema(throttle_time_ms=0, topics=topics), request.version)
+
+
+class _ReadyAnswer:
+    """An encoded Fetch answer and where its batches' base offsets are among its pieces:
+    (piece index, partition number in the request, batch number)."""
+
+    __slots__ = ("pieces", "base_offsets")
+
+    def __init__(self, pieces: list[Any], base_offsets: list[tuple[int, int, int]]) -> None:
+        self.pieces = pieces
+        self.base_offsets = base_offsets

@@ -29,6 +29,7 @@ _MARKER = b"\xf3\x9c\x1a\x7e" + os.urandom(12)
 """What stands in for a spliced records field while the rest of the message is encoded: 16 random
 bytes, so it cannot be mistaken for the few hundred bytes of names and numbers around it."""
 _INT32 = struct.Struct(">i")
+_BASE_OFFSET = struct.Struct(">q")
 
 
 class ShortSpanError(OSError):
@@ -91,6 +92,34 @@ class BufferRecords:
 
     def close(self) -> None:
         pass
+
+
+class RebasedBatches:
+    """Ready-made v2 batches served at any base offset without copying them: each batch is its
+    8-byte base offset (outside the CRC, so any value keeps the batch valid) and a view of the rest."""
+
+    __slots__ = ("_views", "batch_records")
+
+    def __init__(self, data: bytes, positions: Sequence[int], batch_records: int) -> None:
+        view = memoryview(data)
+        ends = [*positions[1:], len(data)]
+        self._views = [view[start + _BASE_OFFSET.size:end] for start, end in zip(positions, ends, strict=True)]
+        self.batch_records = batch_records
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def records(self, first_offset: int) -> BufferRecords:
+        """The batches numbered on from `first_offset`, `batch_records` offsets each."""
+        parts: list[bytes | memoryview] = []
+        for number, view in enumerate(self._views):
+            parts.append(self.base_offset(first_offset + number * self.batch_records))
+            parts.append(view)
+        return BufferRecords(parts)
+
+    @staticmethod
+    def base_offset(offset: int) -> bytes:
+        return _BASE_OFFSET.pack(offset)
 
 
 Spliced = FileRecords | BufferRecords
@@ -165,6 +194,7 @@ __all__ = [
     "BufferRecords",
     "FileRecords",
     "Piece",
+    "RebasedBatches",
     "ShortSpanError",
     "Spliced",
     "SplicedBody",
