@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from quorum.broker.acl_apis import register_acl_apis
 from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
@@ -92,6 +93,7 @@ class BrokerRole:
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
         register_forwarding(dispatcher, node.controller_peer, refuse)
+        register_acl_apis(dispatcher, lambda: node.image)
         register_produce(dispatcher, self.replicas, replication=self.leadership)
         self.views = ListenerViews()  # each request's brokers are those of the listener it came on
         register_read_path(dispatcher, self.replicas, self.notifier, lambda: self.views.of(node.image),

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from quorum.controller import acls
 from quorum.controller.controller import ControllerConfig, QuorumController
 from quorum.controller.results import ControllerResult
 from quorum.image.delta import MetadataDelta
@@ -102,6 +103,8 @@ class ControllerService:
             ALTER_PARTITION: lambda c, body, now, view, offset: c.alter_partition(body, view),
             BROKER_REGISTRATION: lambda c, body, now, view, offset: c.register_broker(body, now, view, offset),
             BROKER_HEARTBEAT: lambda c, body, now, view, offset: c.heartbeat(body, now, view, offset),
+            acls.CREATE_ACLS: lambda c, body, now, view, offset: acls.create_acls(body, view, c.rng),
+            acls.DELETE_ACLS: lambda c, body, now, view, offset: acls.delete_acls(body, view),
         }
         for key, operation in operations.items():
             # pipelined: a connection's next request (a broker's next forwarded CreateTopics) is read

@@ -85,8 +85,22 @@ def _broker_heartbeat(body: Any, error: int, message: str) -> Any:
                              should_shut_down=False)
 
 
+def _create_acls(body: Any, error: int, message: str) -> Any:
+    schema = APIS[30].response
+    return schema(throttle_time_ms=0, results=[schema.AclCreationResult(error_code=error, error_message=message)
+                                               for _ in body.creations or ()])
+
+
+def _delete_acls(body: Any, error: int, message: str) -> Any:
+    schema = APIS[31].response
+    return schema(throttle_time_ms=0, filter_results=[
+        schema.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=[])
+        for _ in body.filters or ()])
+
+
 _BUILDERS: dict[int, Callable[[Any, int, str], Any]] = {
     19: _create_topics, 20: _delete_topics, 32: _describe_configs, 37: _create_partitions,
+    30: _create_acls, 31: _delete_acls,
     44: _incremental_alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
     56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat,
 }
