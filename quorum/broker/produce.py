@@ -14,9 +14,10 @@ Kafka closes the connection of an acks=0 producer whose batch failed, so that it
 metadata; the handler interface cannot, so such failures are only logged here.
 
 InitProducerId hands idempotent producers an id from `ReplicaManager.producer_ids` (see
-`quorum.broker.producer_ids`) with epoch 0. Transactions are not supported: a transactional id
-is answered with INVALID_REQUEST (a fatal error that names the problem in the client, where a
-retriable one would make it retry until its timeout).
+`quorum.broker.producer_ids`: blocks from the controller, KIP-730) with epoch 0; while no block
+has come it answers COORDINATOR_LOAD_IN_PROGRESS, which clients retry. Transactions are not
+supported: a transactional id is answered with INVALID_REQUEST (a fatal error that names the
+problem in the client, where a retriable one would make it retry until its timeout).
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from quorum.broker.partition import AppendError, AppendResult, Partition
-from quorum.broker.producer_ids import ProducerIdsExhausted
+from quorum.broker.producer_ids import ProducerIdsUnavailable
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import MetadataImage
-from quorum.log.errors import LogError
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
@@ -214,11 +214,10 @@ class ProduceHandlers:
             response.error_code = ErrorCode.INVALID_REQUEST
             return Reply(response, request.version)
         try:
-            response.producer_id = self.replicas.producer_ids.allocate()
+            response.producer_id = await self.replicas.producer_ids.allocate()
             response.producer_epoch = 0
-        except (LogError, OSError, ProducerIdsExhausted) as exc:
-            logger.error("cannot allocate a producer id: %s", exc)
-            response.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+        except ProducerIdsUnavailable:  # logged, with what it waited for
+            response.error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return Reply(response, request.version)
 
 

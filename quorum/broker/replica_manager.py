@@ -36,7 +36,7 @@ from pathlib import Path
 from quorum.broker.log_config import TOPIC_RESOURCE, LogConfig, LogConfigError, config_layers, topic_log_config
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
-from quorum.broker.producer_ids import ProducerIdAllocator
+from quorum.broker.producer_ids import InProcessBlocks, ProducerIdManager
 from quorum.broker.remote_tier import RemoteTier, TopicIdPartition
 from quorum.image.image import MetadataImage, PartitionInfo, TopicInfo
 from quorum.log.errors import CorruptFileError, LogError
@@ -115,18 +115,21 @@ class ReplicaManager:
     """See the module docstring. Runs on the event loop thread; no method awaits mid-change."""
 
     def __init__(self, broker_id: int, log_dirs: Sequence[Path | str], properties: Mapping[str, str] | None = None,
-                 notifier: AppendNotifier | None = None, remote: RemoteTier | None = None) -> None:
+                 notifier: AppendNotifier | None = None, remote: RemoteTier | None = None,
+                 producer_ids: ProducerIdManager | None = None) -> None:
         """`properties` are the node's (NodeConfig.extra): the broker defaults of topic configs
         (`log.segment.bytes`, `log.retention.ms`, ...), read with Kafka's names and defaults.
         `remote` is the remote tier (KIP-405), told of every partition opened and of every topic
-        deleted, whose remote data goes with it."""
+        deleted, whose remote data goes with it. `producer_ids` hands out InitProducerId's ids: a
+        node's broker passes one fed by the controller (KIP-730); without it, ids come from this
+        process only (`InProcessBlocks`, for brokers without a controller)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.broker_id = broker_id
         self.log_dirs = [Path(d) for d in log_dirs]
         self.properties = dict(properties or {})
         self.notifier = notifier if notifier is not None else AppendNotifier()
-        self.producer_ids = ProducerIdAllocator(broker_id, self.log_dirs[0])
+        self.producer_ids = producer_ids or ProducerIdManager(broker_id, InProcessBlocks())
         self.image: MetadataImage | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._by_id: dict[tuple[uuid.UUID, int], Partition] = {}
@@ -144,9 +147,11 @@ class ReplicaManager:
 
     @classmethod
     def from_node_config(cls, config: object, notifier: AppendNotifier | None = None,
-                         remote: RemoteTier | None = None) -> ReplicaManager:
+                         remote: RemoteTier | None = None, producer_ids: ProducerIdManager | None = None,
+                         ) -> ReplicaManager:
         """From a `quorum.server.config.NodeConfig`: its node id, `log.dirs` and properties."""
-        return cls(config.node_id, config.log_dirs, config.extra, notifier, remote)  # type: ignore[attr-defined]
+        return cls(config.node_id, config.log_dirs, config.extra, notifier, remote,  # type: ignore[attr-defined]
+                   producer_ids)
 
     # -- PartitionLookup ---------------------------------------------------------------------
 

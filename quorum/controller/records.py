@@ -95,7 +95,14 @@ def config(resource_type: int, resource_name: str, name: str, value: str | None)
                            value=value)
 
 
+def producer_ids(broker_id: int, broker_epoch: int, next_producer_id: int) -> Any:
+    """A block of producer ids handed to a broker (KIP-730): the next block starts at `next_producer_id`."""
+    return mr.ProducerIdsRecord(version=0, broker_id=broker_id, broker_epoch=broker_epoch,
+                                next_producer_id=next_producer_id)
+
+
 __all__ = [
     "NO_LEADER", "NO_LEADER_CHANGE", "config", "encode", "fence_broker", "partition",
-    "partition_change", "register_broker", "remove_topic", "topic", "unfence_broker", "unregister_broker",
+    "partition_change", "producer_ids", "register_broker", "remove_topic", "topic", "unfence_broker",
+    "unregister_broker",
 ]

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from quorum.broker.acl_apis import register_acl_apis
+from quorum.broker.allocate_producer_ids_rpc import ControllerBlocks
 from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
@@ -37,6 +38,7 @@ from quorum.broker.metadata import encoded_metadata_response
 from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.produce import register_produce
+from quorum.broker.producer_ids import ProducerIdManager
 from quorum.broker.remote_tier import RemoteTier
 from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
@@ -78,7 +80,9 @@ class BrokerRole:
         self.served = ServedImage(self._answerable_image, config.test_metadata_delay_ms, config.pause_metadata_path)
         self.notifier = AppendNotifier()
         self.remote = remote
-        self.replicas = ReplicaManager.from_node_config(config, self.notifier, remote)
+        producer_ids = ProducerIdManager(config.node_id, ControllerBlocks(
+            config.node_id, node.controller_peer, lambda: node.core.leader_id, self._broker_epoch))
+        self.replicas = ReplicaManager.from_node_config(config, self.notifier, remote, producer_ids)
         self.leadership = Leadership(config.node_id, self.notifier, node.controller_peer, self._broker_epoch,
                                      config.extra)
         self.replicas.on_open = self.leadership.manage
@@ -173,6 +177,7 @@ class BrokerRole:
         await self.fetchers.close()
         await self.leadership.close()
         await self.groups.close()
+        self.replicas.producer_ids.close()
         if self.remote is not None:
             await self.remote.close()
         self.replicas.close()

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from quorum.controller import acls
 from quorum.controller.controller import ControllerConfig, QuorumController
+from quorum.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
 from quorum.controller.results import ControllerResult
 from quorum.image.delta import MetadataDelta
 from quorum.image.image import MetadataImage
@@ -103,6 +104,7 @@ class ControllerService:
             ALTER_PARTITION: lambda c, body, now, view, offset: c.alter_partition(body, view),
             BROKER_REGISTRATION: lambda c, body, now, view, offset: c.register_broker(body, now, view, offset),
             BROKER_HEARTBEAT: lambda c, body, now, view, offset: c.heartbeat(body, now, view, offset),
+            ALLOCATE_PRODUCER_IDS: lambda c, body, now, view, offset: allocate_producer_ids(body, view),
             acls.CREATE_ACLS: lambda c, body, now, view, offset: acls.create_acls(body, view, c.rng),
             acls.DELETE_ACLS: lambda c, body, now, view, offset: acls.delete_acls(body, view),
         }

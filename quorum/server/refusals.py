@@ -98,11 +98,15 @@ def _delete_acls(body: Any, error: int, message: str) -> Any:
         for _ in body.filters or ()])
 
 
+def _allocate_producer_ids(body: Any, error: int, message: str) -> Any:
+    return APIS[67].response(throttle_time_ms=0, error_code=error, producer_id_start=-1, producer_id_len=0)
+
+
 _BUILDERS: dict[int, Callable[[Any, int, str], Any]] = {
     19: _create_topics, 20: _delete_topics, 32: _describe_configs, 37: _create_partitions,
     30: _create_acls, 31: _delete_acls,
     44: _incremental_alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
-    56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat,
+    56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat, 67: _allocate_producer_ids,
 }
 REFUSABLE = tuple(_BUILDERS)
 
