@@ -4,12 +4,14 @@ One cluster for the module (1 controller, 3 brokers, every topic RF=3) with tier
 broker, `follower.fetch.last.tiered.offset.enable=true`, small segments and a remote log task
 every 200 ms. Each test makes a follower bootstrap and checks it from outside: the follower is
 back in the ISR, its bootstrap report says what it fetched, every replica holds the same bytes
-where their logs overlap, and every record is readable.
+where their logs overlap, and every record is readable. The last one checks that a wiped broker
+hands out no producer id that any producer got before (KIP-730: ids come from the controller).
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +20,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from quorum.launcher import LocalCluster
+from quorum.wire.framing import RequestHeader
+from quorum.wire.protocol import APIS, decode_response, encode_request
 from quorum.wire.records import iter_batches
 from tests.test_controller_processes import create, topic_seen_by_a_live_broker, wait_until
+from tests.test_server_bad_input import _recv_exactly
 from tests.tiered.fault_proxy import FaultProxy
 from tests.tiered.test_tiered_processes import list_offset, produce, read_confluent
 from tiered_follower.bootstrap_plugin import CRASH_STEPS
@@ -274,3 +279,51 @@ def test_a_leader_change_in_the_middle_of_a_bootstrap(cluster: LocalCluster) -> 
                and local_end(cluster, follower, topic) == local_end(cluster, new_leader, topic) == len(values), 90)
     assert_identical_where_they_overlap(cluster, topic)
     assert read_confluent(cluster, topic, len(values)) == values
+
+
+def init_producer_id(cluster: LocalCluster, broker: int) -> int:
+    """A producer id from `broker` itself: InitProducerId v4, an idempotent producer's first request,
+    asked again while the broker answers COORDINATOR_LOAD_IN_PROGRESS (it has no block of ids yet)."""
+    api = APIS[22]
+    host, port = cluster.specs[broker].address.rsplit(":", 1)
+
+    def ask() -> tuple[int] | None:
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            body = api.request(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1)
+            connection.sendall(encode_request(api, RequestHeader(api.key, 4, 1, "pid-test"), body))
+            size = int.from_bytes(_recv_exactly(connection, 4), "big")
+            _, answer = decode_response(api, 4, _recv_exactly(connection, size))
+        return (answer.producer_id,) if answer.error_code == 0 else None
+
+    return wait_until(f"a producer id from broker {broker}", ask, 90)[0]
+
+
+def producer_ids_in_logs(cluster: LocalCluster) -> set[int]:
+    """Every producer id in any batch of any partition log of any broker: ids producers wrote with."""
+    found: set[int] = set()
+    for broker in BROKERS:
+        for path in (cluster.specs[broker].directory / "data").glob("*-*/*.log"):
+            found |= {batch.producer_id for batch in iter_batches(path.read_bytes()) if batch.producer_id >= 0}
+    return found
+
+
+def test_a_wiped_broker_never_hands_out_a_producer_id_again(cluster: LocalCluster) -> None:
+    """The broker that handed out ids is wiped and restarted with the same id: what it hands out
+    next, to InitProducerId and to a real idempotent producer, no producer got before (before
+    KIP-730 it started again from its first id, which a partition took for an old producer's:
+    OUT_OF_ORDER_SEQUENCE_NUMBER, or its batches acknowledged as duplicates and never written)."""
+    broker = BROKERS[1]
+    handed_out = [init_producer_id(cluster, b) for b in BROKERS for _ in range(2)]
+    assert len(set(handed_out)) == len(handed_out)
+    before = set(handed_out) | producer_ids_in_logs(cluster)
+    restart_wiped(cluster, broker)
+    cluster.wait_ready()
+    after = [init_producer_id(cluster, broker) for _ in range(3)]
+    assert len(set(after)) == 3 and not set(after) & before, (after, sorted(before))
+    topic = "pids-after-wipe"
+    new_topic(cluster, topic)
+    values = produce(cluster, topic, 40)
+    assert read_confluent(cluster, topic, len(values)) == values
+    leader, _ = follower_of(cluster, topic)
+    written = {batch.producer_id for batch in iter_batches(b"".join(local_batches(cluster, leader, topic).values()))}
+    assert written and not written & before, (written, sorted(before))
