@@ -50,7 +50,16 @@ async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[P
         pending = []
         if writer.transport.is_closing():
             raise ConnectionResetError("the connection closed while a Fetch answer was being written")
-        sent = await loop.sendfile(writer.transport, piece, piece.position, piece.length)
+        try:
+            sent = await loop.sendfile(writer.transport, piece, piece.position, piece.length, fallback=False)
+        except asyncio.SendfileNotAvailableError:
+            # os.sendfile failed before its first byte (a peer that reset the connection, a file system
+            # without sendfile): asyncio's own fallback seeks and reads a file object, which a span is
+            # not (AttributeError: 'FileRecords' object has no attribute 'seek', seen in the soak after
+            # a SIGSTOP/SIGCONT). Read the span and write it like any bytes; a dead peer ends the
+            # connection at the drain, as after any broken connection.
+            writer.write(piece.read())
+            continue
         if sent != piece.length:
             raise ShortSpanError(f"a segment span of {piece.length} bytes at {piece.position} sent only {sent}: "
                                  "the file was cut while the answer was written; closing the connection")
