@@ -773,8 +773,12 @@ class RaftCore:
 
         if ids_conflict(request.cluster_id, self._cluster.committed):
             answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
-            self._die(f"BeginQuorumEpoch from elected leader {request.leader_id} (epoch {request.leader_epoch}) "
-                      f"carries cluster id {request.cluster_id}, ours is {self._cluster.committed}")
+            # Fatal only from what can be an elected leader: another voter, in our epoch or a later one. Any
+            # other sender (a stray or forged request: the protocol fuzzer sent leader 9, epoch -32768) is refused.
+            elected = request.leader_id != self._id and request.leader_id in self._voters
+            if elected and request.leader_epoch >= self.epoch:
+                self._die(f"BeginQuorumEpoch from elected leader {request.leader_id} (epoch {request.leader_epoch}) "
+                          f"carries cluster id {request.cluster_id}, ours is {self._cluster.committed}")
             return
         if request.leader_epoch < self.epoch:
             answer(ErrorCode.FENCED_LEADER_EPOCH)

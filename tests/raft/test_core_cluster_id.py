@@ -133,6 +133,18 @@ def test_begin_quorum_epoch_from_a_leader_with_another_cluster_id_is_fatal() -> 
     assert node.core.tick(node.now + 10_000) == []  # a stopped core does nothing more
 
 
+def test_begin_quorum_epoch_with_another_cluster_id_from_no_elected_leader_is_refused_not_fatal() -> None:
+    """A non-voter, this node itself, or an epoch below ours cannot be an elected leader: the protocol
+    fuzzer stopped a controller with BeginQuorumEpoch(leader 9, epoch -32768, a garbage cluster id)."""
+    node = Node(2, cluster_id=ID)
+    node.start()
+    for leader_id, epoch in ((9, 1), (2, 1), (1, -32768)):
+        actions = node.request(1, BeginQuorumEpochRequest(OTHER, leader_id, epoch))
+        (response,) = replied(actions, BeginQuorumEpochResponse)
+        assert response.error == ErrorCode.INCONSISTENT_CLUSTER_ID
+        assert not of_type(actions, Fatal) and node.core.fatal is None
+
+
 def test_the_leader_refuses_a_fetch_with_another_cluster_id_and_the_fetcher_dies() -> None:
     leader = Node(1, log=log_with([]))
     leader.start()
