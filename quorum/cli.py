@@ -116,7 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
                        help="give up (exit 1, naming what was not ready and the node log to read) unless the "
                             "cluster is ready within S seconds (default 60)")
+    fuzz = commands.add_parser("fuzz", help="protocol fuzzing at volume: garbage frames against a local cluster "
+                                            "(1 controller, 1 broker) while a real client produces and consumes")
+    fuzz.add_argument("--frames", type=_positive_int, default=1_000_000, help="frames to send (default 1,000,000)")
+    fuzz.add_argument("--connections", type=_positive_int, default=16,
+                      help="connections at once per node and worker (default 16)")
+    fuzz.add_argument("--workers", type=_positive_int, default=2, help="worker processes (default 2)")
+    fuzz.add_argument("--seed", type=int, default=1, help="seed of the frames (default 1)")
+    fuzz.add_argument("--hang-deadline", type=_positive_seconds, default=30.0, metavar="S",
+                      help="a frame neither answered nor closed within S seconds is a hang (default 30)")
+    fuzz.add_argument("--dir", default=None, help="directory for the cluster (default: a temporary one)")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.replace("_", "").isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def _positive_seconds(text: str) -> float:
@@ -172,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _get_offsets(args)
     if args.command == "reassign-partitions":
         return _reassign_partitions(args)
+    if args.command == "fuzz":
+        return _fuzz(args)
     return 2
 
 
@@ -233,6 +251,16 @@ def _reassign_partitions(args: argparse.Namespace) -> int:
         return 1
     print("\n".join(lines))
     return code
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    from quorum.fuzz.run import Plan, format_report, run_local
+
+    plan = Plan(args.frames, args.connections, args.workers, args.seed, args.hang_deadline)
+    report = run_local(plan, args.dir, lambda line: print(line, flush=True))
+    for line in format_report(report):
+        print(line, flush=True)
+    return 1 if report.problems() else 0
 
 
 def _storage(args: argparse.Namespace) -> int:
