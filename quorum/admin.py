@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
@@ -73,8 +74,9 @@ class QuorumStatus:
         return max(0, max(leader.last_caught_up_timestamp - max(r.last_caught_up_timestamp, 0) for r in followers))
 
 
-async def _describe_once(host: str, port: int, timeout_ms: int) -> tuple[object, object]:
-    client = PeerClient(host, port, "quorum-describe", timeout_ms)
+async def _describe_once(host: str, port: int, timeout_ms: int,
+                         security: ClientSecurity | None = None) -> tuple[object, object]:
+    client = PeerClient(host, port, "quorum-describe", timeout_ms, security=security)
     try:
         api = APIS[DESCRIBE_QUORUM]
         request = api.request(topics=[api.request.TopicData(
@@ -89,12 +91,14 @@ async def _describe_once(host: str, port: int, timeout_ms: int) -> tuple[object,
         await client.close()
 
 
-async def describe_quorum(bootstrap: str, timeout_ms: int = 10_000) -> QuorumStatus:
-    """Ask `bootstrap` (HOST:PORT of any controller) and, if it is not the leader, the leader."""
+async def describe_quorum(bootstrap: str, timeout_ms: int = 10_000,
+                          security: ClientSecurity | None = None) -> QuorumStatus:
+    """Ask `bootstrap` (HOST:PORT of any controller) and, if it is not the leader, the leader
+    (`security`: TLS and SASL for a secured controller listener)."""
     host, _, port = bootstrap.rpartition(":")
     target = (host, int(port))
     for _ in range(3):
-        quorum, cluster = await _describe_once(*target, timeout_ms)
+        quorum, cluster = await _describe_once(*target, timeout_ms, security)
         partition = quorum.topics[0].partitions[0] if quorum.topics else None
         error = quorum.error_code or (partition.error_code if partition else ErrorCode.UNKNOWN_SERVER_ERROR)
         if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition is not None and partition.leader_id >= 0:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quorum.properties import format_properties, parse_properties
@@ -115,6 +115,8 @@ class NodeSpec:
     role: str  # "controller" or "broker"
     port: int
     directory: Path
+    extra_ports: dict[str, int] = field(default_factory=dict)
+    """A secured broker's other client listeners (SASL_SSL, SASL_PLAINTEXT) -> port; `port` is its first."""
 
     @property
     def config_path(self) -> Path:
@@ -138,13 +140,23 @@ class LocalCluster:
     `settings` go to every node. `stale_brokers` maps broker ids to a Metadata delay in ms: those
     brokers alone get `quorum.test.metadata.delay.ms` (test only, KAFKA-6262), so that they answer
     Metadata with old leaders and epochs while the others are current; it wins over `settings`.
+
+    `security` (issue 18): a CA, node certificates and users in `<directory>/security`
+    (`quorum.security.local_cluster`); the controllers listen on mutual TLS, each broker on SSL (its
+    `port`), SASL_SSL and SASL_PLAINTEXT (`extra_ports`); `client_settings(protocol)` is what a client uses.
     """
 
     def __init__(self, directory: str | Path, controllers: int, brokers: int = 0,
-                 settings: dict[str, str] | None = None, stale_brokers: dict[int, int] | None = None) -> None:
+                 settings: dict[str, str] | None = None, stale_brokers: dict[int, int] | None = None,
+                 security: bool = False) -> None:
         if controllers < 1:
             raise ValueError("a cluster needs at least one controller")
         self.directory = Path(directory).resolve()
+        self.security = None
+        if security:
+            from quorum.security.local_cluster import LocalSecurity  # needs `cryptography`, only here
+
+            self.security = LocalSecurity(self.directory / "security")
         self.settings = dict(settings or {})
         self.specs = self._load_or_plan(controllers, brokers)
         self.stale_brokers = dict(stale_brokers or {})
@@ -165,8 +177,12 @@ class LocalCluster:
         ids += [(100 + n, "broker") for n in range(1, brokers + 1)]
         for node_id, role in ids:
             directory = self.directory / f"node-{node_id}"
-            port = _configured_port(directory / "server.properties") or free_port()
-            specs[node_id] = NodeSpec(node_id, role, port, directory)
+            configured = _configured_ports(directory / "server.properties")
+            port = next(iter(configured.values()), None) or free_port()
+            extra = {}
+            if self.security is not None and role == "broker":
+                extra = {name: configured.get(name) or free_port() for name in ("SASL_SSL", "SASL_PLAINTEXT")}
+            specs[node_id] = NodeSpec(node_id, role, port, directory, extra)
         return specs
 
     @property
@@ -189,6 +205,9 @@ class LocalCluster:
         }
         if spec.role == "broker":
             props.update(DEV_BROKER_DEFAULTS)
+        if self.security is not None:
+            ports = {"CONTROLLER": spec.port} if spec.role == "controller" else {"SSL": spec.port, **spec.extra_ports}
+            props.update(self.security.node_properties(spec.node_id, spec.role, ports))
         props.update(self.settings)
         if spec.node_id in self.stale_brokers:
             props[STALE_METADATA_KEY] = str(self.stale_brokers[spec.node_id])
@@ -244,7 +263,8 @@ class LocalCluster:
                     break
                 spec = self.specs[node_id]
                 raise ClusterNotReadyError(exit_note(Node(node_id, spec.address, spec.log_path), code))
-            state = check(nodes("controller"), nodes("broker"))
+            security = None if self.security is None else (self.security.to_controllers(), self.security.to_brokers())
+            state = check(nodes("controller"), nodes("broker"), security)
             if state.ready:
                 return
             waited = time.monotonic() - started
@@ -332,6 +352,18 @@ class LocalCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(s.address for s in self.specs.values() if s.role == "broker")
 
+    def bootstrap(self, protocol: str) -> str:
+        """A secured cluster's bootstrap servers for listener `protocol` (SSL, SASL_SSL or SASL_PLAINTEXT)."""
+        return ",".join(f"127.0.0.1:{s.extra_ports.get(protocol, s.port)}" for s in self.specs.values()
+                        if s.role == "broker")
+
+    def client_settings(self, protocol: str, user: str = "alice", mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """librdkafka settings (bootstrap servers included) for a client of a secured cluster's `protocol` listener."""
+        if self.security is None:
+            raise ValueError("this local cluster was started without security")
+        return {"bootstrap.servers": self.bootstrap(protocol),
+                **self.security.client_settings(protocol, user, mechanism)}
+
     def ready_line(self) -> str:
         """The line `quorum local-cluster` prints last, once `wait_ready` returned: scripts wait for it."""
         roles = [s.role for s in self.specs.values()]
@@ -349,10 +381,10 @@ class LocalCluster:
         return lines  # the bootstrap servers come with the ready line, once clients can use them
 
 
-def _configured_port(path: Path) -> int | None:
-    """The port a node was given before, so a restarted local cluster keeps its addresses."""
+def _configured_ports(path: Path) -> dict[str, int]:
+    """The ports a node was given before (listener name -> port, its first listener first), so a
+    restarted local cluster keeps its addresses."""
     if not path.exists():
-        return None
+        return {}
     listeners = parse_properties(path.read_text(encoding="utf-8")).get("listeners", "")
-    match = re.match(r"^\w+://[^:]*:(\d+)", listeners)
-    return int(match[1]) if match else None
+    return {match[1]: int(match[2]) for match in re.finditer(r"(\w+)://[^:,]*:(\d+)", listeners)}

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quorum.admin import QuorumToolError, describe_quorum
+from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.protocol import APIS
 
 METADATA = APIS[3]
 METADATA_VERSION = 12
 CHECK_TIMEOUT_MS = 2000
+Security = tuple[ClientSecurity | None, ClientSecurity | None]
+"""How to reach the controllers, and the brokers' first listeners, of a secured cluster."""
 
 
 class ClusterNotReadyError(RuntimeError):
@@ -54,10 +57,10 @@ class Readiness:
         return self.waiting_for + (f" (see {self.log_path})" if self.log_path else "")
 
 
-async def _broker_ids(address: str) -> set[int]:
+async def _broker_ids(address: str, security: ClientSecurity | None = None) -> set[int]:
     """The brokers `address` lists in its Metadata answer (Metadata v12, no topics): registered and unfenced."""
     host, _, port = address.rpartition(":")
-    client = PeerClient(host, int(port), "quorum-readiness", CHECK_TIMEOUT_MS)
+    client = PeerClient(host, int(port), "quorum-readiness", CHECK_TIMEOUT_MS, security=security)
     try:
         body = METADATA.request(version=METADATA_VERSION, topics=[], allow_auto_topic_creation=False,
                                 include_topic_authorized_operations=False)
@@ -67,12 +70,13 @@ async def _broker_ids(address: str) -> set[int]:
     return {b.node_id for b in response.brokers}
 
 
-async def _check(controllers: Sequence[Node], brokers: Sequence[Node]) -> Readiness:
+async def _check(controllers: Sequence[Node], brokers: Sequence[Node], security: Security | None = None) -> Readiness:
+    to_controllers, to_brokers = security or (None, None)
     last: Exception | None = None
     leader_id = -1
     for node in controllers:
         try:
-            status = await describe_quorum(node.address, timeout_ms=CHECK_TIMEOUT_MS)
+            status = await describe_quorum(node.address, timeout_ms=CHECK_TIMEOUT_MS, security=to_controllers)
         except (QuorumToolError, PeerUnavailable, OSError) as exc:
             last = exc
             continue
@@ -87,7 +91,7 @@ async def _check(controllers: Sequence[Node], brokers: Sequence[Node]) -> Readin
     expected = {n.node_id for n in brokers}
     for node in brokers:
         try:
-            listed = await _broker_ids(node.address)
+            listed = await _broker_ids(node.address, to_brokers)
         except (PeerUnavailable, OSError) as exc:
             return Readiness(f"broker {node.node_id} to answer Metadata at {node.address} (it does once registered "
                              f"and unfenced): {exc}", node.log_path, leader_id)
@@ -100,9 +104,10 @@ async def _check(controllers: Sequence[Node], brokers: Sequence[Node]) -> Readin
     return Readiness(None, leader_id=leader_id)
 
 
-def check(controllers: Sequence[Node], brokers: Sequence[Node]) -> Readiness:
-    """Ask the cluster once: a leader among `controllers`, and every broker listing every broker."""
-    return asyncio.run(_check(controllers, brokers))
+def check(controllers: Sequence[Node], brokers: Sequence[Node], security: Security | None = None) -> Readiness:
+    """Ask the cluster once: a leader among `controllers`, and every broker listing every broker
+    (`security`: how to reach the controllers and the brokers' first listeners of a secured cluster)."""
+    return asyncio.run(_check(controllers, brokers, security))
 
 
 def exit_note(node: Node, code: int | None) -> str:

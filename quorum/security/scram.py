@@ -193,7 +193,10 @@ class ScramServer:
         if first is None or credential is None or self.user is not None:
             raise ScramError("client-final message out of order")
         final = parse_client_final(data)
-        if not hmac.compare_digest(final.nonce, first.nonce + self._server_nonce):
+        # Kafka (3.8.1+, its fix of CVE-2024-56128) checks that the nonce ENDS with the server-first
+        # one: librdkafka before 2.6.1 sends its own nonce once more in front (librdkafka PR 4895).
+        expected = first.nonce + self._server_nonce
+        if not hmac.compare_digest(final.nonce[-len(expected):].encode(), expected.encode()):
             raise ScramError("nonce does not match the server-first message")
         if _b64(final.channel_binding, "channel binding") != first.gs2_header.encode():
             raise ScramError("channel binding (c=) does not match the client-first gs2 header")

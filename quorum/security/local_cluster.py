@@ -1,0 +1,94 @@
+"""The security of a `quorum local-cluster --security ...`: a CA, node certificates, users, and the
+settings nodes and clients use.
+
+Layout: controllers listen on `CONTROLLER` over mutual TLS (every node, and the tools, present a
+certificate of the cluster's CA). Each broker serves three client listeners: `SSL` (client
+certificates requested, not required; brokers replicate over it with their own certificates),
+`SASL_SSL` and `SASL_PLAINTEXT`, both with PLAIN and SCRAM-SHA-256/512 for the same users. The
+user `admin` is what the nodes and tools log in as; `alice` is the user a cluster's clients get.
+Everything lives in `<cluster dir>/security` and is kept across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+
+from quorum.net.client_security import ClientSecurity, SaslLogin
+from quorum.security.certificates import CertificateAuthority
+
+PROTOCOLS = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
+"""A secured broker's client listeners, its first (inter-broker) one first."""
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+USERS = ("admin", "alice")
+_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+            "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+            "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+class LocalSecurity:
+    """Certificates and users of one local cluster (made on first use, then reused)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.ca = CertificateAuthority(self.directory)
+        users = self.directory / "users.json"
+        if users.exists():
+            self.passwords: dict[str, str] = json.loads(users.read_text(encoding="utf-8"))
+        else:
+            self.passwords = {user: secrets.token_urlsafe(12) for user in USERS}
+            users.touch(mode=0o600)
+            users.write_text(json.dumps(self.passwords), encoding="utf-8")
+        self.tool = self._certificate("quorum-tools")
+
+    def _certificate(self, name: str) -> Path:
+        pem = self.directory / f"{name}.pem"
+        return pem if pem.exists() else self.ca.issue(name).pem
+
+    def node_properties(self, node_id: int, role: str, ports: dict[str, int],
+                        host: str = "127.0.0.1") -> dict[str, str]:
+        """A node's listeners and their security (`ports`: listener name -> port; a controller has
+        CONTROLLER only, a broker the PROTOCOLS)."""
+        props = {
+            "listener.security.protocol.map": "CONTROLLER:SSL,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "listeners": ",".join(f"{name}://{host}:{port}" for name, port in ports.items()),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self._certificate(f"node-{node_id}")),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca.cert_path),
+            "listener.name.controller.ssl.client.auth": "required",
+        }
+        if role == "broker":
+            props["inter.broker.listener.name"] = "SSL"
+            props["listener.name.ssl.ssl.client.auth"] = "requested"
+            admin = self.passwords["admin"]
+            users = " ".join(f'user_{user}="{password}"' for user, password in self.passwords.items())
+            for listener in ("sasl_ssl", "sasl_plaintext"):
+                for mechanism in SASL_MECHANISMS:
+                    props[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = (
+                        f'{_MODULES[mechanism]} required username="admin" password="{admin}" {users};')
+        return props
+
+    def client_settings(self, protocol: str, user: str = "alice", mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """librdkafka (confluent-kafka, kcat) settings for a client of listener `protocol`."""
+        settings = {"security.protocol": protocol}
+        if protocol in ("SSL", "SASL_SSL"):
+            settings["ssl.ca.location"] = str(self.ca.cert_path)
+        if protocol.startswith("SASL"):
+            settings.update({"sasl.mechanism": mechanism, "sasl.username": user,
+                             "sasl.password": self.passwords[user]})
+        return settings
+
+    def to_controllers(self) -> ClientSecurity:
+        """What the tools (readiness, describe) present to the controllers: the tools' certificate."""
+        return ClientSecurity.of_client_properties({
+            "security.protocol": "SSL", "ssl.ca.location": str(self.ca.cert_path),
+            "ssl.certificate.location": str(self.tool)})
+
+    def to_brokers(self) -> ClientSecurity:
+        """What the tools use on a broker's first (SSL) listener."""
+        return self.to_controllers()
+
+    def admin_login(self, mechanism: str = "SCRAM-SHA-512") -> SaslLogin:
+        return SaslLogin(mechanism, "admin", self.passwords["admin"])

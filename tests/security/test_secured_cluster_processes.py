@@ -1,0 +1,272 @@
+"""Issue 18 with real processes and real clients: one 3+3 local cluster started with security (the
+controllers on mutual TLS, every broker on SSL, SASL_SSL and SASL_PLAINTEXT), shared by every test.
+
+confluent-kafka, kafka-python and kcat produce, consume in a group and commit over SSL, SASL_SSL
+with SCRAM-SHA-512 and SASL_PLAINTEXT with PLAIN; and the refusals: a wrong password or an unknown
+user (SASL_AUTHENTICATION_FAILED, then the connection is closed), a plaintext client on a TLS port
+and a TLS client on a plaintext port (closed; the node keeps serving), an expired or untrusted
+client certificate on the controller listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import struct
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from quorum.admin import QuorumToolError, describe_quorum
+from quorum.launcher import LocalCluster
+from quorum.net.client_security import ClientSecurity, SaslLogin, sasl_login
+from quorum.net.peer_client import PeerClient, PeerUnavailable
+from quorum.security.certificates import CertificateAuthority
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS
+from tests.test_controller_processes import create, wait_until
+
+pytestmark = pytest.mark.timeout(600)
+
+WAIT_S = 90.0
+QUIET = {"log_level": 0}
+SETTINGS = {"offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "3",
+            "group.initial.rebalance.delay.ms": "0"}
+CLIENTS = [("SSL", None), ("SASL_SSL", "SCRAM-SHA-512"), ("SASL_PLAINTEXT", "PLAIN")]
+API_VERSIONS = APIS[18]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("secured"), controllers=3, brokers=3, settings=SETTINGS,
+                           security=True)
+    cluster.format_storage()
+    cluster.start(timeout=WAIT_S)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def settings_of(cluster: LocalCluster, protocol: str, mechanism: str | None, **more: str) -> dict[str, str]:
+    return {**cluster.client_settings(protocol, mechanism=mechanism or "SCRAM-SHA-512"), **QUIET, **more}
+
+
+def new_topic(cluster: LocalCluster, protocol: str, mechanism: str | None) -> str:
+    name = f"secured-{protocol.lower()}-{uuid.uuid4().hex[:8]}"
+    create(AdminClient(settings_of(cluster, protocol, mechanism)), NewTopic(name, 3, 3))
+    return name
+
+
+@pytest.mark.parametrize(("protocol", "mechanism"), CLIENTS)
+def test_confluent_kafka_produces_consumes_in_a_group_and_commits(cluster, protocol, mechanism):
+    topic = new_topic(cluster, protocol, mechanism)
+    producer = Producer(settings_of(cluster, protocol, mechanism, **{"acks": "all"}))
+    for n in range(30):
+        producer.produce(topic, f"m{n}".encode())
+    assert producer.flush(WAIT_S) == 0
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(settings_of(cluster, protocol, mechanism, **{
+        "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": "false"}))
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+
+        def read() -> bool:
+            for message in consumer.consume(30, 1.0):
+                assert message.error() is None, message.error()
+                got.append(message.value())
+            return len(got) >= 30
+
+        wait_until(f"30 records of {topic} over {protocol} in group {group}", read, timeout_s=WAIT_S)
+        assert sorted(got) == sorted(f"m{n}".encode() for n in range(30))
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed(consumer.assignment(), timeout=WAIT_S)
+        assert sum(max(tp.offset, 0) for tp in committed) == 30
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(("protocol", "mechanism"), CLIENTS)
+def test_kafka_python_produces_consumes_in_a_group_and_commits(cluster, protocol, mechanism):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = new_topic(cluster, protocol, mechanism)
+    options = {"bootstrap_servers": cluster.bootstrap(protocol), "security_protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
+        options["ssl_cafile"] = str(cluster.security.ca.cert_path)
+    if mechanism is not None:
+        options.update(sasl_mechanism=mechanism, sasl_plain_username="alice",
+                       sasl_plain_password=cluster.security.passwords["alice"])
+    producer = KafkaProducer(acks="all", **options)
+    for n in range(20):
+        producer.send(topic, f"k{n}".encode(), partition=n % 3)
+    producer.flush(WAIT_S)
+    producer.close()
+    group = f"kp-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                             **options)
+    try:
+        got: list[bytes] = []
+
+        def read() -> bool:
+            for records in consumer.poll(1000).values():
+                got.extend(record.value for record in records)
+            return len(got) >= 20
+
+        wait_until(f"20 records of {topic} with kafka-python over {protocol}", read, timeout_s=WAIT_S)
+        consumer.commit()
+        assert sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in range(3)) == 20
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(("protocol", "mechanism"), CLIENTS)
+def test_kcat_produces_and_consumes_in_a_group(cluster, kcat, protocol, mechanism):
+    topic = new_topic(cluster, protocol, mechanism)
+    options = [arg for key, value in settings_of(cluster, protocol, mechanism).items()
+               if key not in ("log_level",) for arg in ("-X", f"{key}={value}")]
+    lines = "".join(f"kc{n}\n" for n in range(10))
+    subprocess.run([kcat, *options, "-P", "-t", topic], input=lines, text=True, check=True, timeout=WAIT_S)
+    group = f"kcat-{uuid.uuid4().hex[:8]}"
+    consumed = subprocess.run([kcat, *options, "-X", "auto.offset.reset=earliest", "-G", group, "-e",
+                               "-f", "%s\n", topic], capture_output=True, text=True, timeout=WAIT_S)
+    assert sorted(consumed.stdout.split()) == sorted(f"kc{n}" for n in range(10)), consumed.stderr
+    consumer = Consumer(settings_of(cluster, protocol, mechanism, **{"group.id": group}))
+    try:
+        from confluent_kafka import TopicPartition
+
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=WAIT_S)
+        assert sum(max(tp.offset, 0) for tp in committed) == 10
+    finally:
+        consumer.close()
+
+
+# -- refusals --------------------------------------------------------------------------------
+
+
+def _address(cluster: LocalCluster, protocol: str) -> tuple[str, int]:
+    host, _, port = cluster.bootstrap(protocol).split(",")[0].rpartition(":")
+    return host, int(port)
+
+
+def _api_versions(host: str, port: int, security: ClientSecurity) -> object:
+    async def ask() -> object:
+        client = PeerClient(host, port, "security-test", 30_000, security=security)
+        try:
+            return await client.request(API_VERSIONS, 3, API_VERSIONS.request(client_software_name="t",
+                                                                              client_software_version="1"))
+        finally:
+            await client.close()
+
+    return asyncio.run(ask())
+
+
+def _sasl_ssl(cluster: LocalCluster, login: SaslLogin | None) -> ClientSecurity:
+    return ClientSecurity(ClientSecurity.of_client_properties(cluster.security.client_settings("SSL")).ssl_context,
+                          login)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize(("user", "password"), [("alice", "not-her-password"), ("mallory", "anything")])
+def test_wrong_password_or_unknown_user_is_refused_then_closed(cluster, mechanism, user, password):
+    """SaslAuthenticate answers SASL_AUTHENTICATION_FAILED, then the broker closes the connection."""
+    host, port = _address(cluster, "SASL_SSL")
+
+    async def attempt() -> tuple[int, bytes]:
+        context = _sasl_ssl(cluster, None).ssl_context
+        reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
+        answers: list[int] = []
+        correlation = iter(range(1, 100))
+
+        async def exchange(api, version, body):
+            from quorum.wire.framing import RequestHeader
+            from quorum.wire.protocol import decode_response, encode_request
+
+            writer.write(encode_request(api, RequestHeader(api.key, version, next(correlation), "t"), body))
+            await writer.drain()
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            answer = decode_response(api, version, await reader.readexactly(size))[1]
+            answers.append(answer.error_code)
+            return answer
+
+        with pytest.raises(ConnectionError, match="SASL_AUTHENTICATION_FAILED"):
+            await sasl_login(exchange, SaslLogin(mechanism, user, password))
+        rest = await asyncio.wait_for(reader.read(), WAIT_S)  # EOF: the broker closed the connection
+        writer.close()
+        return answers[-1], rest
+
+    code, rest = asyncio.run(attempt())
+    assert code == ErrorCode.SASL_AUTHENTICATION_FAILED and rest == b""
+    assert _api_versions(host, port, _sasl_ssl(cluster, SaslLogin(mechanism, "alice",
+                                                                  cluster.security.passwords["alice"])))
+
+
+def test_confluent_kafka_with_a_wrong_password_fails_authentication(cluster):
+    errors: list = []
+    admin = AdminClient({**cluster.client_settings("SASL_SSL"), "sasl.password": "wrong", **QUIET,
+                         "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=30)
+    admin.poll(1)
+    assert any(error.code() == KafkaError._AUTHENTICATION for error in errors), errors
+
+
+def _closed_after(host: str, port: int, first_bytes: bytes) -> bytes:
+    """Send `first_bytes` and read until the node closes the connection (what it sent back)."""
+    with socket.create_connection((host, port), timeout=WAIT_S) as sock:
+        sock.sendall(first_bytes)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+def test_plaintext_client_on_a_tls_port_is_closed_and_the_node_keeps_serving(cluster):
+    host, port = _address(cluster, "SSL")
+    api_versions = struct.pack(">ihhi", 4 + 2 + 2 + 4 + 2, 18, 0, 1) + struct.pack(">h", -1)
+    assert b"\x16\x03" not in _closed_after(host, port, api_versions)[:1]  # no answer: at most a TLS alert
+    assert _api_versions(host, port, ClientSecurity.of_client_properties(cluster.security.client_settings("SSL")))
+
+
+def test_tls_client_on_a_plaintext_port_is_closed_and_the_node_keeps_serving(cluster):
+    host, port = _address(cluster, "SASL_PLAINTEXT")
+    context = ssl.create_default_context(cafile=str(cluster.security.ca.cert_path))
+    with (socket.create_connection((host, port), timeout=WAIT_S) as raw,
+          pytest.raises((ssl.SSLError, ConnectionError)),
+          context.wrap_socket(raw, server_hostname=host)):
+        pass
+    login = SaslLogin("PLAIN", "alice", cluster.security.passwords["alice"])
+    assert _api_versions(host, port, ClientSecurity(None, login))
+
+
+def _controller(cluster: LocalCluster) -> str:
+    return next(spec.address for spec in cluster.specs.values() if spec.role == "controller")
+
+
+def _describe(cluster: LocalCluster, certificate: str | None, ca: str | None = None) -> object:
+    settings = {"security.protocol": "SSL", "ssl.ca.location": ca or str(cluster.security.ca.cert_path)}
+    if certificate is not None:
+        settings["ssl.certificate.location"] = certificate
+    return asyncio.run(describe_quorum(_controller(cluster), 30_000, ClientSecurity.of_client_properties(settings)))
+
+
+@pytest.mark.parametrize("certificate", ["none", "expired", "untrusted"])
+def test_controller_listener_refuses_clients_without_a_valid_certificate(cluster, tmp_path, certificate):
+    """Mutual TLS: no client certificate, an expired one, or one of another CA is refused; the
+    controllers keep answering a client with a good one."""
+    if certificate == "expired":
+        path = str(cluster.security.ca.issue(f"expired-{uuid.uuid4().hex[:6]}", days=-1).pem)
+    elif certificate == "untrusted":
+        path = str(CertificateAuthority(tmp_path / "other-ca").issue("stranger").pem)
+    else:
+        path = None
+    with pytest.raises((PeerUnavailable, OSError, QuorumToolError)):
+        _describe(cluster, path)
+    status = _describe(cluster, str(cluster.security.tool))
+    assert status.leader_id in {spec.node_id for spec in cluster.specs.values() if spec.role == "controller"}
