@@ -24,6 +24,11 @@ changes this walks down one epoch per round trip until the logs agree. The follo
 truncates below its high watermark except on such an answer (or the out-of-range rules of an
 unclean election), and then says so in the log.
 
+Catch-up: a partition whose last fetch came back full (half of replica.fetch.max.bytes or more) while
+the leader's high watermark is past it asks for replica.fetch.response.max.bytes next, until it
+is near the leader again; a returning follower then copies in few large round trips, each
+response's batches appended at once.
+
 One Fetch and one OffsetForLeaderEpoch are in flight at a time, as in Kafka's fetcher thread, and
 each partition in at most one request. The next Fetch leaves as soon as the previous response is
 handled (the leader long-polls it for replica.fetch.wait.max.ms).
@@ -132,6 +137,8 @@ class _Partition:
     local log, the very thing KIP-1023 avoids while the leader has not learnt its tiered offset)."""
     reason: str = ""
     diverged_at: tuple[int, int | None] | None = None  # the position of the last divergence answer
+    catching_up: bool = False
+    """The last fetch came back full and the leader has more: ask for a whole response's worth."""
 
     @property
     def tp(self) -> TopicPartition:
@@ -422,7 +429,7 @@ class ReplicaFetcher:
             FetchPartition(p.tp, p.add.topic_id, p.leader_epoch, p.fetch_offset,
                            NO_EPOCH if p.last_fetched_epoch is None or not self.config.truncate_on_fetch
                            else p.last_fetched_epoch,
-                           p.log_start, self.config.fetch_max_bytes)  # fmt: skip
+                           p.log_start, self._partition_max_bytes(p))  # fmt: skip
             for p in self._partitions.values()
             if self._ready(p, FetchPhase.FETCHING)
         )
@@ -433,6 +440,13 @@ class ReplicaFetcher:
                                config.fetch_response_max_bytes, parts)  # fmt: skip
         self._in_flight.sent(request)
         self._actions.append(Send(request))
+
+    def _partition_max_bytes(self, p: _Partition) -> int:
+        """replica.fetch.max.bytes; while the partition is far behind (its last fetch came back
+        full, at least half the limit, and the leader has more), replica.fetch.response.max.bytes, so that a returning
+        follower catches up in few large round trips instead of many 1 MiB ones."""
+        config = self.config
+        return max(config.fetch_max_bytes, config.fetch_response_max_bytes) if p.catching_up else config.fetch_max_bytes
 
     def _send_epoch_queries(self) -> None:
         if self._in_flight.epochs is not None:
@@ -519,12 +533,17 @@ class ReplicaFetcher:
                 # The leader's log start is inside a batch (DeleteRecords): Kafka starts our empty log
                 # at that batch's base offset, as Partition.appendRecordsToFollowerOrFutureReplica does.
                 self._start_at(p, parsed.restart_at)
-            self._actions.append(AppendAsFollower(p.tp, bytes(data.records[: parsed.valid_bytes]),
+            records = data.records
+            whole = isinstance(records, bytes) and len(records) == parsed.valid_bytes
+            self._actions.append(AppendAsFollower(p.tp, records if whole else bytes(records[: parsed.valid_bytes]),
                                                   parsed.end_offset, parsed.last_epoch))  # fmt: skip
             p.fetch_offset = p.log_end = parsed.end_offset
             p.last_fetched_epoch = parsed.last_epoch
             p.diverged_at = None
             self._partitions[p.tp] = self._partitions.pop(p.tp)  # to the back of the queue, as Kafka
+        # Whole batches only, so a full answer may fall short of the limit by up to a batch: half counts.
+        p.catching_up = (2 * len(data.records or b"") >= self.config.fetch_max_bytes
+                         and data.high_watermark > p.fetch_offset)
         self._follow_leader(p, data.high_watermark, data.log_start_offset)
 
     def _parse(self, p: _Partition, records: bytes) -> _Parsed:

@@ -99,6 +99,25 @@ def test_empty_follower_fetches_everything_and_follows_the_high_watermark() -> N
     assert (nxt.fetch_offset, nxt.last_fetched_epoch) == (5, 1)
 
 
+def test_a_follower_far_behind_asks_for_a_whole_response_until_it_is_near_the_leader() -> None:
+    leader = LeaderSide(log_with("L", (1, 60), hw=60), epoch=1)
+    follower = MemoryLog("F")
+    fetcher = new_fetcher(2, 1, fetch_max_bytes=200, fetch_response_max_bytes=4000)
+    request = only_send(follow(fetcher, follower, 1))
+    asked = []
+    while True:
+        asked.append(request.partitions[0].partition_max_bytes)
+        response, _ = serve_fetch(leader, request)
+        out = fetcher.on_fetch_response(request, response, 0)
+        apply_follower_actions(follower, out)
+        request = only_send(out)
+        if follower.log_end_offset == 60:
+            break
+    assert asked[0] == 200 and set(asked[1:]) == {4000}, "full fetches while behind ask for a whole response"
+    assert follower.history() == leader.log.history()
+    assert request.partitions[0].partition_max_bytes == 200, "back to replica.fetch.max.bytes once caught up"
+
+
 def test_follower_log_start_follows_the_leader_but_not_past_its_high_watermark() -> None:
     leader = LeaderSide(log_with("L", (1, 6), hw=6), epoch=1)
     follower = MemoryLog("F")
