@@ -4,7 +4,8 @@ kafka-python's schema engine reads a length of -1 as None for every string, byte
 nullable or not. Kafka's generated code throws "non-nullable field ... was serialized as null", so
 the request fails to parse and the connection is closed; handlers here, written against the schema,
 would otherwise meet a None where the schema promises a list or a string and fail with a TypeError
-(the protocol fuzzer found ListOffsets, DescribeGroups, JoinGroup, DeleteRecords and Produce doing so).
+(the protocol fuzzer found ListOffsets, DescribeGroups, JoinGroup, DeleteRecords and Produce doing so),
+or hang (DeleteTopics v0-v5 with a null among its topic names).
 
 A checker is built once per struct and version: it looks only at the fields that can be null and
 must not be, and walks into struct arrays only when their elements have such fields, so the common
@@ -41,6 +42,7 @@ def _checker(struct: StructField, version: int) -> Checker | None:
 def _build(struct: StructField, version: int) -> Checker | None:
     plain: list[str] = []
     nested: list[tuple[str, Checker | None, bool, bool]] = []  # name, element checker, is array, nullable
+    elements: list[str] = []  # arrays of strings or bytes
     for field in struct.fields.values():
         if not field.for_version_q(version) or field.tagged_field_q(version):
             continue  # an absent tagged field holds its default, whatever it is
@@ -51,14 +53,20 @@ def _build(struct: StructField, version: int) -> Checker | None:
             nested.append((field.name, _checker(field, version), False, nullable))
         elif (field.is_array() or field.type_str in _NULLABLE_TYPES) and not nullable:
             plain.append(field.name)
+        if field.is_array() and not field.is_struct_array() and field.array_of.type_str in _NULLABLE_TYPES:
+            elements.append(field.name)  # an array's strings are never null, in any version
     nested = [entry for entry in nested if entry[1] is not None or not entry[3]]
-    if not plain and not nested:
+    if not plain and not nested and not elements:
         return None
 
     def check(value: Any) -> str | None:
         for name in plain:
             if getattr(value, name) is None:
                 return name
+        for name in elements:
+            items = getattr(value, name)
+            if items is not None and None in items:
+                return f"{name}[{items.index(None)}]"
         for name, element, is_array, nullable in nested:
             inner = getattr(value, name)
             if inner is None:

@@ -47,3 +47,10 @@ def test_nullable_fields_may_be_null():
     fetched = decode_request(_payload("Metadata", 12, topics=None, allow_auto_topic_creation=False,
                                       include_topic_authorized_operations=False))
     assert fetched.body.topics is None  # null topics: all topics, as the schema allows
+
+
+def test_a_null_string_in_an_array_of_strings_is_malformed():
+    """DeleteTopics v1 naming one topic whose name is null hung the broker's answer (the fuzzer's frame)."""
+    frame = bytes.fromhex("0014000100000763000000000001ffffffff000001f4")
+    with pytest.raises(MalformedRequestError, match=r"non-nullable field topic_names\[0\] is null"):
+        decode_request(frame)
