@@ -65,6 +65,8 @@ from quorum.broker.partition_view import (
 from quorum.broker.remote_tier import RemoteReadError, RemoteTier
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.security.acl import AclOperation
+from quorum.security.authorization import refused
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 from quorum.wire.spliced import FileRecords, encode_spliced
@@ -240,7 +242,10 @@ class FetchHandler:
         if context.error_code != ErrorCode.NONE:
             return Reply(_Response(throttle_time_ms=0, error_code=context.error_code, session_id=0, responses=[]),
                          version)
-        reads = await self._long_poll(context.partitions, body)
+        denied = refused(AclOperation.READ, (key[0] for key, _ in context.partitions))  # issue 18: READ topic
+        reads = await self._long_poll([item for item in context.partitions if item[0][0] not in denied], body)
+        reads.update({key: PartitionRead(ErrorCode.TOPIC_AUTHORIZATION_FAILED) for key, _ in context.partitions
+                      if key[0] in denied})
         session_id, named = context.complete({key: read.outcome() for key, read in reads.items()}, self._clock_ms())
         return Reply(self._response(version, session_id, named, reads, body.isolation_level), version)
 

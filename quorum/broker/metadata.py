@@ -15,6 +15,7 @@ that the response does not list (the controller moves leadership off a fenced br
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from quorum.image.image import NO_LEADER, MetadataImage, TopicInfo
@@ -62,17 +63,42 @@ def _topic_entry(image: MetadataImage, topic: TopicInfo) -> Any:
                   is_internal=topic.is_internal, partitions=partitions, topic_epoch=topic.topic_epoch)
 
 
+def _authorized(items: list[TopicInfo | tuple[str | None, Any]], refused: Callable[[str], bool],
+                all_topics: bool) -> list[TopicInfo | tuple[str | None, Any]]:
+    """The requested topics with the refused ones left out (all topics) or marked (named ones)."""
+    if all_topics:
+        return [item for item in items if not (isinstance(item, TopicInfo) and refused(item.name))]
+    out: list[TopicInfo | tuple[str | None, Any]] = []
+    for item in items:
+        name = item.name if isinstance(item, TopicInfo) else item[0]
+        out.append((name, _REFUSED) if name is not None and refused(name) else item)
+    return out
+
+
+_REFUSED = object()
+"""In place of a topic id: this named topic is answered TOPIC_AUTHORIZATION_FAILED."""
+
+
 def _unknown_topic_entry(name: str | None, topic_id: Any) -> Any:
+    if topic_id is _REFUSED:
+        return _Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=_ZERO_UUID,
+                      is_internal=False, partitions=[])
     code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return _Topic(error_code=code, name=name, topic_id=topic_id or _ZERO_UUID, is_internal=False, partitions=[])
 
 
-def encoded_metadata_response(image: MetadataImage, request: Any, version: int) -> bytes:
+def encoded_metadata_response(image: MetadataImage, request: Any, version: int,
+                              refused: Callable[[str], bool] | None = None) -> bytes:
     """The encoded MetadataResponse body, reusing the image's memo of encoded topics.
 
-    Same bytes as encoding metadata_response(); what a node sends on the wire.
+    Same bytes as encoding metadata_response(); what a node sends on the wire. `refused` (issue 18,
+    `quorum.security.authorization.metadata_refusals`) names the topics the principal may not see:
+    left out of an all-topics answer, answered TOPIC_AUTHORIZATION_FAILED when named (whether they
+    exist or not, so their existence is not disclosed).
     """
     items = requested_topics(image, request, version)
+    if refused is not None:
+        items = _authorized(items, refused, all_topics=request.topics is None or (version == 0 and not request.topics))
     missing = [item for item in items if not isinstance(item, TopicInfo) or (item.name, version) not in image.encoded]
     fresh = iter(encode_topics(_Response, [_topic_entry(image, item) if isinstance(item, TopicInfo)
                                            else _unknown_topic_entry(*item) for item in missing], version))

@@ -25,12 +25,17 @@ class Reply:
 Handler = Callable[[Request], Awaitable[Reply | None]]
 """A handler answers a request, or returns None when the protocol sends no reply (acks=0 Produce)."""
 
+Guard = Callable[[Request, Handler], Awaitable[Reply | None]]
+"""Runs in place of every handler, given the handler: authorization (`quorum.security.authorization`)."""
+
 
 class Dispatcher:
     def __init__(self) -> None:
         self._handlers: dict[int, Handler] = {API_VERSIONS_KEY: self._api_versions}
         self._served: dict[int, Api] = {API_VERSIONS_KEY: APIS[API_VERSIONS_KEY]}
         self._pipelined: set[int] = set()
+        self.guard: Guard | None = None
+        """Set by a node with an authorizer: decides before (and around) each handler."""
 
     def register(self, api_key: int, handler: Handler, max_version: int | None = None,
                  pipelined: bool = False) -> None:
@@ -60,7 +65,10 @@ class Dispatcher:
         return api_key in self._pipelined
 
     async def dispatch(self, request: Request) -> Reply | None:
-        return await self._handlers[request.api.key](request)
+        handler = self._handlers[request.api.key]
+        if self.guard is None:
+            return await handler(request)
+        return await self.guard(request, handler)
 
     async def _api_versions(self, request: Request) -> Reply:
         body, version = api_versions_response(request, self._served)

@@ -48,6 +48,7 @@ from quorum.broker.topic_creation import TopicCreator, TopicDefaults
 from quorum.image.image import MetadataImage
 from quorum.net.client_security import node_client_security
 from quorum.net.dispatch import Reply
+from quorum.security.authorization import metadata_refusals
 from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
 from quorum.server.config import SECURITY_PROTOCOLS
 from quorum.server.refusals import refuse
@@ -199,11 +200,13 @@ class BrokerRole:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
         missing = self._to_auto_create(request)
+        refused = metadata_refusals(self._node.image, request.body.topics is not None, bool(missing))  # issue 18
+        missing = [name for name in missing if refused is None or not refused(name)]
         if missing:
             await asyncio.gather(*(self.topics.auto_create(name) for name in missing))
             await self._wait_for(lambda image: all(name in image.topics for name in missing))
         image = self.views.of(self.image)
-        return Reply(encoded_metadata_response(image, request.body, request.version), request.version)
+        return Reply(encoded_metadata_response(image, request.body, request.version, refused), request.version)
 
     def _to_auto_create(self, request: Request) -> list[str]:
         """The topics a Metadata request names that do not exist and that it allows creating."""

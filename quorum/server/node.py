@@ -51,6 +51,7 @@ from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
 from quorum.raft.state import Role
+from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
@@ -58,6 +59,7 @@ from quorum.server.config import NodeConfig
 from quorum.server.controller_service import ControllerService
 from quorum.server.listener import KafkaListener
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
+from quorum.server.refusals import refuse
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
@@ -157,6 +159,8 @@ class RaftNode:
                        if config.is_broker and not config.is_controller else None)
         if self.broker is not None:  # a plug-in may bring metrics (the follower bootstrap's report)
             self.metrics.register(getattr(out_of_range, "collectors", ()))
+        # issue 18: with `authorizer.class.name`, every request is authorized (quorum.security.authorization)
+        install_authorization(self.dispatcher, config.extra, lambda: self.image, refuse, config.is_controller)
 
     # -- the broker role ------------------------------------------------------------------------
 

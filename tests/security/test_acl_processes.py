@@ -1,20 +1,27 @@
 """ACLs on a real cluster (one controller, one broker; one cluster for the whole module): created,
 described and deleted with confluent-kafka's and kafka-python's admin clients through the broker
-(which forwards CreateAcls and DeleteAcls to the controller and answers DescribeAcls from its image).
+(which forwards CreateAcls and DeleteAcls to the controller and answers DescribeAcls from its image),
+and at work: every PLAINTEXT client is User:ANONYMOUS, so the tests put ACLs for other principals
+on a resource (which takes it out of allow.everyone.if.no.acl.found) and grant and revoke
+ANONYMOUS's own in turn: producing, consuming in a group, committing, creating and deleting topics
+are refused with Kafka's error codes and allowed once CreateAcls allows them.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
@@ -29,14 +36,16 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KResourceType
 
+from client_epochs import MetadataClient
 from tests.test_broker_processes import QUIET, one_broker
-from tests.test_controller_processes import wait_until
+from tests.test_controller_processes import create, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "allow.everyone.if.no.acl.found": "true", "super.users": "User:admin"}
 ANONYMOUS = "User:ANONYMOUS"
+CLUSTER = "kafka-cluster"
 TIMEOUT_S = 60
 
 
@@ -138,3 +147,117 @@ def test_kafka_python_admin_creates_describes_and_deletes_acls(cluster) -> None:
         assert error.errno == 0 and [a.operation for a in removed] == [ACLOperation.WRITE]
     finally:
         admin.close()
+
+
+# -- authorization: User:ANONYMOUS (every PLAINTEXT client) refused, then allowed by CreateAcls ----------
+
+
+def _produce(address: str, topic: str, count: int = 5) -> list:
+    """Produce `count` records; the delivery errors (None each for a delivered record)."""
+    producer = Producer({"bootstrap.servers": address, "message.timeout.ms": 20_000, **QUIET})
+    errors: list = []
+    for n in range(count):
+        producer.produce(topic, f"{topic}-{n}".encode(), on_delivery=lambda error, _: errors.append(error))
+    assert producer.flush(TIMEOUT_S) == 0
+    return errors
+
+
+def _consumer_error(address: str, topic: str, group: str) -> int | None:
+    """The first error code a group consumer of `topic` meets, or None once it got a record."""
+    consumer = Consumer({"bootstrap.servers": address, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, **QUIET})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() in (KafkaError._PARTITION_EOF,):
+                    continue
+                return message.error().code()
+            return None
+        raise AssertionError(f"the consumer of {topic} in {group} got neither a record nor an error")
+    finally:
+        consumer.close()
+
+
+def _admin_error(futures) -> int | None:
+    try:
+        for future in futures.values():
+            future.result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    return None
+
+
+def test_produce_consume_commit_refused_until_acls_allow_them(cluster) -> None:
+    topic, group = f"guarded-{uuid.uuid4().hex[:6]}", f"readers-{uuid.uuid4().hex[:6]}"
+    create(cluster.admin, NewTopic(topic, 1, 1))
+    assert _produce(cluster.address, topic) == [None] * 5  # no ACL on the topic: allow.everyone.if.no.acl.found
+    bob = _binding(topic, AclOperation.ALL, principal="User:bob")
+    cluster.create_acls(bob)  # now the topic has an ACL, none for ANONYMOUS
+    cluster.wait_listed({bob}, set(), "bob's ACL")
+    assert {e.code() for e in _produce(cluster.address, topic)} == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    assert _consumer_error(cluster.address, topic, group) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with MetadataClient(cluster.address) as client:  # an all-topics Metadata answer hides it
+        assert topic not in {tp.topic for tp in client.fetch(None).partitions}
+
+    write, read = _binding(topic, AclOperation.WRITE), _binding(topic, AclOperation.READ)
+    group_read = _binding(group, AclOperation.READ, kind=ResourceType.GROUP)
+    locked = _binding(group, AclOperation.READ, kind=ResourceType.GROUP, principal="User:bob")
+    cluster.create_acls(write, locked)
+    cluster.wait_listed({write, locked}, set(), "ANONYMOUS's WRITE")
+    assert _produce(cluster.address, topic) == [None] * 5
+    cluster.create_acls(read)  # READ on the topic, but the group has ACLs only for bob
+    cluster.wait_listed({read}, set(), "ANONYMOUS's READ on the topic")
+    assert _consumer_error(cluster.address, topic, group) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    cluster.create_acls(group_read)
+    cluster.wait_listed({group_read}, set(), "ANONYMOUS's READ on the group")
+    assert _consumer_error(cluster.address, topic, group) is None
+
+    consumer = Consumer({"bootstrap.servers": cluster.address, "group.id": group, **QUIET})
+    try:
+        [committed] = consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        assert committed.error is None and committed.offset == 3
+        cluster.delete_acls(AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, ANONYMOUS, "*",
+                                             AclOperation.READ, AclPermissionType.ALLOW))
+        cluster.wait_listed(set(), {read}, "ANONYMOUS's READ on the topic revoked")
+        with pytest.raises(KafkaException) as refused:
+            consumer.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+        assert "TOPIC_AUTHORIZATION_FAILED" in str(refused.value)
+    finally:
+        consumer.close()
+
+
+def test_create_and_delete_topics_refused_until_acls_allow_them(cluster) -> None:
+    name = f"forbidden-{uuid.uuid4().hex[:6]}"
+    # ACLs on the cluster: the nodes' own requests (ANONYMOUS too, over PLAINTEXT) keep CLUSTER_ACTION,
+    # the admin keeps ALTER (CreateAcls) and DESCRIBE; CREATE on the cluster is no longer everyone's
+    on_cluster = [_binding(CLUSTER, op, kind=ResourceType.BROKER) for op in (AclOperation.CLUSTER_ACTION,
+                                                                              AclOperation.ALTER)]
+    deny_create = _binding("forbidden-", AclOperation.CREATE, ResourcePatternType.PREFIXED,
+                           permission=AclPermissionType.DENY)
+    cluster.create_acls(*on_cluster, deny_create)
+    try:
+        cluster.wait_listed({*on_cluster, deny_create}, set(), "the cluster ACLs")
+        assert _admin_error(cluster.admin.create_topics([NewTopic(name, 1, 1)], request_timeout=TIMEOUT_S)) == \
+            KafkaError.TOPIC_AUTHORIZATION_FAILED
+        cluster.delete_acls(AclBindingFilter(ResourceType.TOPIC, "forbidden-", ResourcePatternType.PREFIXED, None,
+                                             None, AclOperation.ANY, AclPermissionType.ANY))
+        cluster.wait_listed(set(), {deny_create}, "the DENY revoked")
+        create(cluster.admin, NewTopic(name, 1, 1))  # no ACL on the name: allow.everyone.if.no.acl.found
+
+        deny_delete = _binding(name, AclOperation.DELETE, permission=AclPermissionType.DENY)
+        cluster.create_acls(deny_delete)
+        cluster.wait_listed({deny_delete}, set(), "the DENY of DELETE")
+        assert _admin_error(cluster.admin.delete_topics([name], request_timeout=TIMEOUT_S)) == \
+            KafkaError.TOPIC_AUTHORIZATION_FAILED
+        cluster.delete_acls(AclBindingFilter(ResourceType.TOPIC, name, ResourcePatternType.LITERAL, None, None,
+                                             AclOperation.ANY, AclPermissionType.ANY))
+        cluster.wait_listed(set(), {deny_delete}, "the DENY of DELETE revoked")
+        assert _admin_error(cluster.admin.delete_topics([name], request_timeout=TIMEOUT_S)) is None
+    finally:
+        cluster.delete_acls(AclBindingFilter(ResourceType.BROKER, CLUSTER, ResourcePatternType.ANY, None, None,
+                                             AclOperation.ANY, AclPermissionType.ANY))

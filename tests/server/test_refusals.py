@@ -32,6 +32,10 @@ def named(key: int, body) -> int:
         return len(body.resources or ())
     if key == 45:
         return sum(len(topic.partitions or ()) for topic in body.topics or ())
+    if key == 30:
+        return len(body.creations or ())
+    if key == 31:
+        return len(body.filters or ())
     return 0
 
 
@@ -41,7 +45,7 @@ def answered(key: int, response) -> list[int]:
         return [p.error_code for topic in response.responses for p in topic.partitions]
     if key == 46:
         return [response.error_code]
-    for name in ("topics", "responses", "results"):
+    for name in ("topics", "responses", "results", "filter_results"):
         items = getattr(response, name, None)
         if items is not None and key not in (56,):
             return [item.error_code for item in items]
@@ -60,4 +64,4 @@ def test_every_named_resource_gets_the_error(case, data):
     _, response = decode_response(api, version, framed[4:])
     codes = answered(key, response)
     assert set(codes) <= {ErrorCode.NOT_CONTROLLER}
-    assert len(codes) == (named(key, request.body) if key in (19, 20, 32, 37, 44, 45) else 1)
+    assert len(codes) == (named(key, request.body) if key in (19, 20, 30, 31, 32, 37, 44, 45) else 1)
