@@ -1,0 +1,172 @@
+"""TLS and SASL on an in-process listener, with the node's own client (PeerClient): the principal each
+handler sees, the APIs served before authentication, and Kafka's ssl.* settings with errors naming
+the key. The real-process, real-client side is tests/security/test_secured_cluster_processes.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from quorum.net.client_security import ClientSecurity, SaslLogin, node_client_security
+from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.peer_client import PeerClient, PeerUnavailable
+from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside_authentication
+from quorum.security.certificates import CertificateAuthority
+from quorum.security.principal import RequestContext, request_context
+from quorum.security.tls import SslSettings, certificate_principal
+from quorum.server.config import ConfigError, node_config
+from quorum.server.listener import KafkaListener
+from quorum.wire.protocol import APIS
+
+METADATA = APIS[3]
+USERS = 'user_alice="alice-pw"'
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    ca = CertificateAuthority(tmp_path_factory.mktemp("ca"))
+    return ca, ca.issue("node-1"), ca.issue("client-1")
+
+
+def props_of(pki, **more: str) -> dict[str, str]:
+    ca, node, _ = pki
+    return {"ssl.keystore.location": str(node.pem), "ssl.truststore.location": str(ca.cert_path),
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": f"x.PlainLoginModule required {USERS};",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"x.ScramLoginModule required {USERS};",
+            **more}
+
+
+def served(props: dict[str, str], name: str, protocol: str, calls: list[RequestContext]):
+    """A listener serving Metadata (recording each request's context) with `name`'s security."""
+    dispatcher = Dispatcher()
+    register_sasl_outside_authentication(dispatcher)
+
+    async def metadata(request) -> Reply:
+        calls.append(request_context())
+        return Reply(METADATA.response(brokers=[], topics=[]), request.version)
+
+    dispatcher.register(3, metadata)
+    return KafkaListener(dispatcher, security=ListenerSecurity.of(props, name, protocol))
+
+
+def ask_metadata(listener_security, client_security: ClientSecurity, calls) -> list[RequestContext]:
+    async def run() -> None:
+        listener = served(*listener_security, calls)
+        await listener.start()
+        client = PeerClient("127.0.0.1", listener.port, "test", 30_000, security=client_security)
+        try:
+            await client.request(METADATA, 12, METADATA.request(topics=[], allow_auto_topic_creation=False,
+                                                                include_topic_authorized_operations=False))
+        finally:
+            await client.close()
+            await listener.close()
+
+    asyncio.run(run())
+    return calls
+
+
+def tls_client(pki, certificate: bool) -> ClientSecurity:
+    ca, _, client = pki
+    settings = {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert_path)}
+    if certificate:
+        settings["ssl.certificate.location"] = str(client.pem)
+    return ClientSecurity.of_client_properties(settings)
+
+
+def test_ssl_principal_is_the_certificate_subject_or_anonymous(pki):
+    props = props_of(pki, **{"ssl.client.auth": "requested"})
+    [with_cert] = ask_metadata((props, "SSL", "SSL"), tls_client(pki, True), [])
+    assert str(with_cert.principal) == "User:CN=client-1,O=quorum"
+    assert (with_cert.listener_name, with_cert.security_protocol, with_cert.client_host) == ("SSL", "SSL", "127.0.0.1")
+    [without] = ask_metadata((props, "SSL", "SSL"), tls_client(pki, False), [])
+    assert str(without.principal) == "User:ANONYMOUS"
+
+
+def test_required_client_auth_refuses_a_client_without_a_certificate(pki):
+    props = props_of(pki, **{"ssl.client.auth": "required"})
+    calls: list[RequestContext] = []
+    with pytest.raises(PeerUnavailable):
+        ask_metadata((props, "SSL", "SSL"), tls_client(pki, False), calls)
+    assert calls == []
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_sasl_principal_is_the_user(pki, mechanism):
+    security = ClientSecurity(tls_client(pki, False).ssl_context, SaslLogin(mechanism, "alice", "alice-pw"))
+    [context] = ask_metadata((props_of(pki), "SASL_SSL", "SASL_SSL"), security, [])
+    assert str(context.principal) == "User:alice" and context.security_protocol == "SASL_SSL"
+
+
+def test_a_request_before_sasl_authentication_closes_the_connection(pki):
+    calls: list[RequestContext] = []
+    with pytest.raises(PeerUnavailable):
+        ask_metadata((props_of(pki), "SASL_SSL", "SASL_SSL"), tls_client(pki, False), calls)
+    assert calls == []
+
+
+def test_ssl_settings_errors_name_the_key(pki, tmp_path):
+    ca, node, _ = pki
+    with pytest.raises(ConfigError, match="ssl.keystore.location.*required"):
+        SslSettings.of({}, "SSL").server_context()
+    with pytest.raises(ConfigError, match="listener.name.ssl.ssl.keystore.location: no such file"):
+        missing = {"listener.name.ssl.ssl.keystore.location": str(tmp_path / "missing.pem")}
+        SslSettings.of(missing, "SSL").server_context()
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    with pytest.raises(ConfigError, match="ssl.keystore.location: not a PEM"):
+        SslSettings.of({"ssl.keystore.location": str(tmp_path / "junk.pem")}, "SSL").server_context()
+    with pytest.raises(ConfigError, match="ssl.truststore.location: not PEM"):
+        SslSettings.of({"ssl.truststore.location": str(tmp_path / "junk.pem")}, "SSL").client_context()
+    with pytest.raises(ConfigError, match="ssl.client.auth=required needs a truststore"):
+        SslSettings.of({"ssl.keystore.location": str(node.pem), "ssl.client.auth": "required"}, "SSL").server_context()
+    with pytest.raises(ConfigError, match="ssl.client.auth must be"):
+        SslSettings.of({"ssl.client.auth": "sometimes"}, "SSL")
+    with pytest.raises(ConfigError, match="only PEM keystores"):
+        SslSettings.of({"ssl.keystore.type": "JKS"}, "SSL")
+    # per-listener settings win, as Kafka's listener.name.<name>.ssl.* do
+    inline = {"listener.name.ssl.ssl.keystore.location": str(tmp_path / "missing.pem"),
+              "listener.name.controller.ssl.keystore.certificate.chain": node.cert.read_text(),
+              "listener.name.controller.ssl.keystore.key": node.key.read_text()}
+    SslSettings.of(inline, "CONTROLLER").server_context()
+
+
+def test_certificate_principal_is_rfc_2253():
+    subject = ((("countryName", "DE"),), (("organizationName", "A, B"),), (("commonName", "node+1"),))
+    assert str(certificate_principal({"subject": subject})) == "User:CN=node\\+1,O=A\\, B,C=DE"
+    assert certificate_principal({}) is None
+
+
+BASE = {"process.roles": "broker", "node.id": "101", "controller.quorum.voters": "1@127.0.0.1:9093",
+        "log.dirs": "/tmp/x"}
+
+
+def test_listener_security_config():
+    config = node_config({**BASE, "listeners": "SSL://127.0.0.1:9092,SASL_SSL://127.0.0.1:9094",
+                          "advertised.listeners": "SSL://kafka-1:19092", "inter.broker.listener.name": "SASL_SSL"})
+    assert config.security_protocol("SASL_SSL") == "SASL_SSL"
+    assert config.client_endpoint().name == "SASL_SSL"
+    assert (config.advertised("SSL").host, config.advertised("SSL").port) == ("kafka-1", 19092)
+    assert config.advertised("SASL_SSL").port == 9094
+    with pytest.raises(ConfigError, match="no security protocol for listener 'CLIENT'"):
+        node_config({**BASE, "listeners": "CLIENT://127.0.0.1:9092"})
+    custom = node_config({**BASE, "listeners": "CLIENT://127.0.0.1:9092",
+                          "listener.security.protocol.map": "CLIENT:SASL_SSL,CONTROLLER:SSL"})
+    assert custom.security_protocol("CLIENT") == "SASL_SSL" and custom.controller_security_protocol() == "SSL"
+    with pytest.raises(ConfigError, match="listener.security.protocol.map: expected NAME:PROTOCOL"):
+        node_config({**BASE, "listeners": "CLIENT://127.0.0.1:9092", "listener.security.protocol.map": "CLIENT:TLS"})
+    with pytest.raises(ConfigError, match="inter.broker.listener.name 'OTHER' is not in listeners"):
+        node_config({**BASE, "listeners": "SSL://127.0.0.1:9092", "inter.broker.listener.name": "OTHER"})
+    with pytest.raises(ConfigError, match="advertised.listeners names 'SASL_SSL'"):
+        node_config({**BASE, "listeners": "SSL://127.0.0.1:9092", "advertised.listeners": "SASL_SSL://h:1"})
+
+
+def test_node_logs_in_with_its_jaas_username(pki):
+    config = node_config({**BASE, **props_of(pki), "listeners": "SASL_SSL://127.0.0.1:9092"})
+    with pytest.raises(ConfigError, match="needs username and password"):
+        node_client_security(config, "SASL_SSL", "sasl.mechanism.inter.broker.protocol")
+    config = node_config({**BASE, **props_of(pki), "listeners": "SASL_SSL://127.0.0.1:9092",
+                          "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+                          "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
+                              f'x.ScramLoginModule required username="alice" password="alice-pw" {USERS};'})
+    security = node_client_security(config, "SASL_SSL", "sasl.mechanism.inter.broker.protocol")
+    assert security.sasl == SaslLogin("SCRAM-SHA-256", "alice", "alice-pw") and security.ssl_context is not None
