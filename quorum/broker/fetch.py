@@ -243,9 +243,11 @@ class FetchHandler:
             return Reply(_Response(throttle_time_ms=0, error_code=context.error_code, session_id=0, responses=[]),
                          version)
         denied = refused(AclOperation.READ, (key[0] for key, _ in context.partitions))  # issue 18: READ topic
-        reads = await self._long_poll([item for item in context.partitions if item[0][0] not in denied], body)
-        reads.update({key: PartitionRead(ErrorCode.TOPIC_AUTHORIZATION_FAILED) for key, _ in context.partitions
-                      if key[0] in denied})
+        reads = await self._long_poll([item for item in context.partitions if item[0][0] not in denied]
+                                      if denied else context.partitions, body)
+        if denied:
+            reads.update({key: PartitionRead(ErrorCode.TOPIC_AUTHORIZATION_FAILED) for key, _ in context.partitions
+                          if key[0] in denied})
         session_id, named = context.complete({key: read.outcome() for key, read in reads.items()}, self._clock_ms())
         return Reply(self._response(version, session_id, named, reads, body.isolation_level), version)
 

@@ -1,0 +1,125 @@
+"""The request guard, fed by hand: the API table's checks and refusals, the request context set as the
+listener sets it (TLS/SASL principals), handlers that record what reaches them."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+
+import pytest
+
+from quorum.image.image import empty_image
+from quorum.net.dispatch import Dispatcher, Reply
+from quorum.security.acl import new_binding
+from quorum.security.authorization import install_authorization
+from quorum.security.authorizer import STANDARD_AUTHORIZER
+from quorum.security.principal import KafkaPrincipal, RequestContext, set_request_context
+from quorum.server.refusals import refuse
+from quorum.wire.errors import ErrorCode
+from quorum.wire.framing import RequestHeader
+from quorum.wire.protocol import APIS, Request
+
+SETTINGS = {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:controller-2"}
+TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5
+READ, WRITE, DESCRIBE, CLUSTER_ACTION, IDEMPOTENT_WRITE = 3, 4, 8, 9, 12
+
+
+def allow(kind: int, name: str, operation: int, principal: str = "User:alice"):
+    return new_binding(kind, name, 3, principal, "*", operation, 3)
+
+
+class Node:
+    """A dispatcher with a guard over an image holding `acls`; handlers record the bodies they get."""
+
+    def __init__(self, *acls, controller: bool = False) -> None:
+        self.image = dataclasses.replace(empty_image(), acls={uuid.uuid4(): acl for acl in acls})
+        self.dispatcher = Dispatcher()
+        self.seen: list = []
+        for key in (0, 1, 8, 22, 32, 52):
+            self.dispatcher.register(key, self._handler)
+        assert install_authorization(self.dispatcher, SETTINGS, lambda: self.image, refuse, controller) is not None
+
+    async def _handler(self, request: Request) -> Reply:
+        self.seen.append(request.body)
+        return Reply(request.api.response(), request.version)
+
+    def ask(self, key: int, version: int, body, principal: str = "User:alice"):
+        async def run():
+            set_request_context(RequestContext(KafkaPrincipal.parse(principal), "CLIENT", "SASL_SSL", "10.0.0.1"))
+            return await self.dispatcher.dispatch(Request(RequestHeader(key, version, 1, "t"), APIS[key], body))
+        reply = asyncio.run(run())
+        return None if reply is None else reply.body
+
+
+def test_a_vote_from_a_node_that_is_not_a_super_user_is_refused_logged_and_never_counted(caplog) -> None:
+    node = Node(controller=True)
+    vote = APIS[52].request(version=2)
+    with caplog.at_level(logging.WARNING, "quorum.security.authorization"):
+        answer = node.ask(52, 2, vote, principal="User:intruder")
+    assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and node.seen == []
+    assert "refused Vote from User:intruder" in caplog.text
+    node.ask(52, 2, vote, principal="User:controller-2")  # a configured super user (the voters' principals)
+    assert node.seen == [vote]
+    granted = Node(allow(CLUSTER, "kafka-cluster", CLUSTER_ACTION, "User:broker-101"), controller=True)
+    granted.ask(52, 2, vote, principal="User:broker-101")
+    assert granted.seen == [vote]
+
+
+def test_produce_answers_refused_topics_beside_the_allowed_ones() -> None:
+    node = Node(allow(TOPIC, "open", WRITE))
+    schema = APIS[0].request
+    body = schema(version=9, acks=-1, timeout_ms=1000, topic_data=[
+        schema.TopicProduceData(name=name, partition_data=[schema.TopicProduceData.PartitionProduceData(index=0)])
+        for name in ("open", "closed")])
+    answer = node.ask(0, 9, body)
+    assert [t.name for t in node.seen[0].topic_data] == ["open"]
+    assert [(t.name, [p.error_code for p in t.partition_responses]) for t in answer.responses] == [
+        ("closed", [ErrorCode.TOPIC_AUTHORIZATION_FAILED])]
+
+
+def test_offset_commit_of_a_group_it_may_not_read_is_refused_for_every_partition() -> None:
+    node = Node(allow(TOPIC, "t", READ))
+    schema = APIS[8].request
+    topic = schema.OffsetCommitRequestTopic
+    body = schema(version=8, group_id="g", topics=[topic(name="t", partitions=[
+        topic.OffsetCommitRequestPartition(partition_index=i, committed_offset=1) for i in (0, 1)])])
+    answer = node.ask(8, 8, body)
+    assert node.seen == []
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [ErrorCode.GROUP_AUTHORIZATION_FAILED] * 2
+
+
+@pytest.mark.parametrize("acls, transactional_id, expected", [
+    ((), None, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    ((allow(TOPIC, "any", WRITE),), None, None),  # WRITE on any topic is enough (Kafka 3.0+)
+    ((allow(CLUSTER, "kafka-cluster", IDEMPOTENT_WRITE),), None, None),
+    ((allow(TOPIC, "any", WRITE),), "tx-1", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+    ((allow(TXN, "tx-1", WRITE),), "tx-1", None),
+])
+def test_init_producer_id(acls, transactional_id, expected) -> None:
+    node = Node(*acls)
+    answer = node.ask(22, 4, APIS[22].request(version=4, transactional_id=transactional_id))
+    assert (answer.error_code if not node.seen else None) == expected
+
+
+def test_describe_configs_checks_each_resource() -> None:
+    node = Node(allow(TOPIC, "mine", DESCRIBE + 2))  # ALTER_CONFIGS implies DESCRIBE_CONFIGS
+    schema = APIS[32].request
+    body = schema(version=4, resources=[schema.DescribeConfigsResource(resource_type=t, resource_name=n)
+                                        for t, n in ((2, "mine"), (2, "theirs"), (4, "1"))])
+    answer = node.ask(32, 4, body)
+    assert [r.resource_name for r in node.seen[0].resources] == ["mine"]
+    assert [(r.resource_name, r.error_code) for r in answer.results] == [
+        ("theirs", ErrorCode.TOPIC_AUTHORIZATION_FAILED), ("1", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+
+
+def test_a_follower_fetch_needs_cluster_action() -> None:
+    node = Node(allow(TOPIC, "t", READ))
+    body = APIS[1].request(version=12, replica_id=102, max_wait_ms=0, min_bytes=1, topics=[])
+    assert node.ask(1, 12, body).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and node.seen == []
+
+
+def test_without_an_authorizer_nothing_is_installed() -> None:
+    dispatcher = Dispatcher()
+    assert install_authorization(dispatcher, {}, empty_image, refuse, False) is None and dispatcher.guard is None
