@@ -329,15 +329,15 @@ def view(address: str, topics: list[str] | None = None) -> Any:
         return client.fetch(topics if topics is not None else [], timeout=5)
 
 
-def topic_ready(address: str, replicas: int) -> bool:
-    """Every partition of TOPIC has a leader and `replicas` replicas in its ISR, in this broker's view;
+def topic_ready(address: str, replicas: int, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
+    """Every partition of `topic` has a leader and `replicas` replicas in its ISR, in this broker's view;
     NotReady saying what is missing otherwise (for the timeout's message)."""
-    answer = view(address, [TOPIC])
-    parts = answer.partitions_of(TOPIC)
-    if len(parts) == PARTITIONS and all(p.leader_id >= 0 and len(p.isr) == replicas for p in parts.values()):
+    answer = view(address, [topic])
+    parts = answer.partitions_of(topic)
+    if len(parts) == partitions and all(p.leader_id >= 0 and len(p.isr) == replicas for p in parts.values()):
         return True
     seen = ", ".join(f"{tp.partition}: leader {p.leader_id} isr {list(p.isr)}" for tp, p in sorted(parts.items()))
-    raise NotReady(f"broker {address} answers {TOPIC} with {seen or 'no partition'}"
+    raise NotReady(f"broker {address} answers {topic} with {seen or 'no partition'}"
                    f"{f' (topic errors {dict(answer.topic_errors)})' if answer.topic_errors else ''}")
 
 

@@ -39,10 +39,10 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import soak_checks as checks  # noqa: E402
-from benchmarks import soak_faults  # noqa: E402
 from benchmarks.mirror_scenario import start_cluster, view, wait_for  # noqa: E402
+from benchmarks.mirror_scenario import topic_ready as topic_ready_of  # noqa: E402
 from benchmarks.soak_clients import DELIVERY_TIMEOUT_MS  # noqa: E402
-from benchmarks.soak_faults import Faults  # noqa: E402
+from benchmarks.soak_faults import HEAL_TIMEOUT_S, Faults  # noqa: E402
 from benchmarks.table import ROOT  # noqa: E402
 
 TOPIC = "soak"
@@ -151,7 +151,7 @@ class Soak:
             return topic_ready(self.live_view(avoid), 3)
 
         wait_for(f"{TOPIC}: a leader and 3 in-sync replicas for each partition after the fault", ready,
-                 soak_faults.HEAL_TIMEOUT_S, (self.source,))
+                 HEAL_TIMEOUT_S, (self.source,))
 
     def leader_of(self, partition: int, avoid: set[int]) -> int:
         parts = view(self.live_view(avoid), [TOPIC]).partitions_of(TOPIC)
@@ -368,15 +368,7 @@ class NotHealed(Exception):
 
 
 def topic_ready(address: str, replicas: int) -> bool:
-    """Every partition of TOPIC has a leader and `replicas` replicas in its ISR, in this broker's view;
-    NotHealed saying what is missing otherwise (for the timeout's message)."""
-    parts = view(address, [TOPIC]).partitions_of(TOPIC)
-    if len(parts) == PARTITIONS and all(p.leader_id >= 0 and len(p.isr) == replicas for p in parts.values()):
-        return True
-    seen = ", ".join(f"{tp.partition}: leader {p.leader_id} isr {list(p.isr)}" for tp, p in sorted(parts.items()))
-    raise NotHealed(f"broker {address} answers {TOPIC} with {seen or 'no partition'}")
-
-
+    return topic_ready_of(address, replicas, TOPIC, PARTITIONS)
 
 
 def _count_lines(path: Path, prefix: str) -> int:
