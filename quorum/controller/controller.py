@@ -375,6 +375,8 @@ class QuorumController:
                         topic.num_partitions, topic.replication_factor,
                         default_num_partitions=self.config.default_num_partitions,
                         default_replication_factor=self.config.default_replication_factor)
+                    if len(out) + 1 + len(configs) + count > MAX_RECORDS_PER_USER_OP:
+                        return _excessive(schema, [t.name for t in request.topics])
                     placed = [(replicas, replicas) for replicas in place_replicas(usable, count, factor, self.rng)]
             except ApiError as error:
                 results.append(result(name=name, topic_id=None, error_code=error.code, error_message=error.message,
@@ -474,6 +476,8 @@ class QuorumController:
                         start, asked.count, factor, [a.broker_ids for a in asked.assignments],
                         registered=registered, is_usable=lambda b: self._is_active(view, b))
                 else:
+                    if len(out) + 1 + asked.count - start > MAX_RECORDS_PER_USER_OP:
+                        return _excessive(schema, [t.name for t in request.topics])
                     placed = [(r, r) for r in place_replicas(usable, asked.count - start, factor, self.rng)]
             except ApiError as error:
                 results.append(result(name=name, error_code=error.code, error_message=error.message))
@@ -714,6 +718,26 @@ def _epoch(view: ControllerView) -> int:
 
 def _result(out: list[Any], response: Any) -> ControllerResult:
     return ControllerResult(tuple(rec.encode(record) for record in out), response)
+
+
+MAX_RECORDS_PER_USER_OP = 10_000
+"""Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: the most records one CreateTopics or CreatePartitions
+may generate. A request for 2**31 - 1 partitions (the protocol fuzzer sent some) otherwise held the controller
+placing them, memory growing, until the broker's session expired."""
+_EXCESSIVE = "Unable to perform excessively large batch operation."
+
+
+def _excessive(schema: Any, names: list[str]) -> ControllerResult:
+    """Kafka fails the whole operation with POLICY_VIOLATION (its BoundedListTooLongException): nothing is written."""
+    once = list(dict.fromkeys(names))
+    if schema is APIS[CREATE_TOPICS].response:
+        topics = [schema.CreatableTopicResult(name=name, topic_id=None, error_code=ErrorCode.POLICY_VIOLATION,
+                                              error_message=_EXCESSIVE, num_partitions=-1, replication_factor=-1,
+                                              configs=None) for name in once]
+        return _result([], schema(throttle_time_ms=0, topics=topics))
+    results = [schema.CreatePartitionsTopicResult(name=name, error_code=ErrorCode.POLICY_VIOLATION,
+                                                  error_message=_EXCESSIVE) for name in once]
+    return _result([], schema(throttle_time_ms=0, results=results))
 
 
 __all__ = ["ControllerConfig", "QuorumController", "TickOutcome"]

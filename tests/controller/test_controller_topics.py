@@ -244,3 +244,19 @@ def test_responses_encode_at_every_version(key: int) -> None:
     api = APIS[key]
     for version in range(api.min_version, api.max_version + 1):
         assert api.response.decode(result.response.encode(version=version), version=version) is not None
+
+
+def test_a_request_for_more_partitions_than_one_operation_may_write_fails_whole() -> None:
+    """Kafka's MAX_RECORDS_PER_USER_OP (10,000 records): POLICY_VIOLATION for every topic of the request and
+    nothing written; the protocol fuzzer's CreateTopics for 2**31 - 1 partitions held the controller placing them."""
+    current = view(topic("t", ((1,), (1,), 1)), registrations=brokers(1, 2, 3))
+    excessive = (ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+    for request in (create_topics_request(("small", 1, 1), ("huge", 2**31 - 1, 1)),
+                    create_topics_request(("a", 5_000, 1), ("b", 5_000, 1))):
+        result = controller().create_topics(request, current)
+        assert result.records == ()
+        assert {(t.error_code, t.error_message) for t in result.response.topics} == {excessive}
+    result = controller().create_partitions(create_partitions_request(("t", 2**31 - 1)), current)
+    assert result.records == ()
+    assert [(r.name, r.error_code, r.error_message) for r in result.response.results] == [("t", *excessive)]
+    assert len(controller().create_topics(create_topics_request(("fits", 9_998, 1)), current).records) == 9_999
