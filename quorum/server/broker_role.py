@@ -49,6 +49,7 @@ from quorum.image.image import MetadataImage
 from quorum.net.client_security import node_client_security
 from quorum.net.dispatch import Reply
 from quorum.security.authorization import metadata_refusals
+from quorum.security.authorizer import authorizer_from_properties
 from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
 from quorum.server.config import SECURITY_PROTOCOLS
 from quorum.server.refusals import refuse
@@ -98,7 +99,7 @@ class BrokerRole:
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
         register_forwarding(dispatcher, node.controller_peer, refuse)
-        register_acl_apis(dispatcher, lambda: node.image)
+        register_acl_apis(dispatcher, lambda: node.image, refuse, authorizer_from_properties(config.extra) is not None)
         register_produce(dispatcher, self.replicas, replication=self.leadership)
         self.views = ListenerViews()  # each request's brokers are those of the listener it came on
         register_read_path(dispatcher, self.replicas, self.notifier, lambda: self.views.of(node.image),

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from quorum.broker.acl_apis import register_acl_apis
 from quorum.image.image import empty_image
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.security.acl import new_binding
@@ -123,3 +124,21 @@ def test_a_follower_fetch_needs_cluster_action() -> None:
 def test_without_an_authorizer_nothing_is_installed() -> None:
     dispatcher = Dispatcher()
     assert install_authorization(dispatcher, {}, empty_image, refuse, False) is None and dispatcher.guard is None
+
+
+def test_a_broker_without_an_authorizer_answers_the_acl_apis_security_disabled() -> None:
+    dispatcher = Dispatcher()
+    register_acl_apis(dispatcher, empty_image, refuse, authorizer=False)
+    describe = APIS[29].request(version=3, resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    create = APIS[30].request(version=3, creations=[APIS[30].request.AclCreation(
+        resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:a", host="*", operation=3,
+        permission_type=3)])
+
+    def ask(key: int, body):
+        request = Request(RequestHeader(key, 3, 1, "t"), APIS[key], body)
+        return asyncio.run(dispatcher.dispatch(request)).body
+
+    answer = ask(29, describe)
+    assert (answer.error_code, answer.error_message) == (ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
+    assert [r.error_code for r in ask(30, create).results] == [ErrorCode.SECURITY_DISABLED]
