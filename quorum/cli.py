@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     describe = commands.add_parser("describe", help="describe the metadata quorum (as kafka-metadata-quorum.sh)")
     describe.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT",
                           help="any controller of the quorum")
+    describe.add_argument("--command-config", default=None, metavar="FILE",
+                          help="client settings for a secured controller listener, as Kafka's tools take them "
+                               "(security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, "
+                               "sasl.mechanism, sasl.username, sasl.password)")
     what = describe.add_mutually_exclusive_group(required=True)
     what.add_argument("--status", action="store_true", help="leader, epoch, high watermark, voters, observers")
     what.add_argument("--replication", action="store_true", help="one row per replica with its lag")
@@ -113,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--s3-bucket", default=None, metavar="NAME",
                        help="with --tiered: the bucket (created on the embedded S3; must exist on another; "
                             "default quorum-tiered)")
+    local.add_argument("--security", choices=("sasl_ssl", "ssl", "sasl_plaintext"), default=None,
+                       help="issue 18: a CA, node certificates and users (in DIR/security); controllers on mutual "
+                            "TLS, brokers on SSL, SASL_SSL and SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256/512); prints "
+                            "the client settings, this protocol's first")
     local.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
                        help="give up (exit 1, naming what was not ready and the node log to read) unless the "
                             "cluster is ready within S seconds (default 60)")
@@ -278,10 +286,17 @@ def _storage(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace) -> int:
     from quorum.admin import QuorumToolError, describe_quorum, format_replication, format_status
+    from quorum.net.client_security import ClientSecurity
     from quorum.net.peer_client import PeerUnavailable
+    from quorum.properties import parse_properties
 
     try:
-        status = asyncio.run(describe_quorum(args.bootstrap_controller))
+        security = None
+        if args.command_config:
+            with open(args.command_config, encoding="utf-8") as config:
+                text = config.read()
+            security = ClientSecurity.of_client_properties(parse_properties(text))
+        status = asyncio.run(describe_quorum(args.bootstrap_controller, security=security))
     except (QuorumToolError, PeerUnavailable, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -323,7 +338,7 @@ def _local_cluster(args: argparse.Namespace) -> int:
         settings = {**TIERED_DEV_DEFAULTS, **s3, **settings}
     try:
         cluster = LocalCluster(args.dir, args.controllers, args.brokers, settings,
-                               stale_brokers=_stale_brokers(args))
+                               stale_brokers=_stale_brokers(args), security=args.security or False)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if embedded is not None:
@@ -357,6 +372,8 @@ def _run_local_cluster(args: argparse.Namespace, cluster: LocalCluster) -> int:
         cluster.stop()
         return 1
     print("press Ctrl-C to stop", flush=True)
+    for line in cluster.client_lines():
+        print(line, flush=True)
     print(cluster.ready_line(), flush=True)
     reported: set[int] = set()
     while not stop.wait(1.0):

@@ -144,16 +144,24 @@ class LocalCluster:
     `security` (issue 18): a CA, node certificates and users in `<directory>/security`
     (`quorum.security.local_cluster`); the controllers listen on mutual TLS, each broker on SSL (its
     `port`), SASL_SSL and SASL_PLAINTEXT (`extra_ports`); `client_settings(protocol)` is what a client uses.
+    `plaintext_listener` adds a PLAINTEXT listener to a secured cluster's brokers (benchmarks compare).
     """
 
     def __init__(self, directory: str | Path, controllers: int, brokers: int = 0,
                  settings: dict[str, str] | None = None, stale_brokers: dict[int, int] | None = None,
-                 security: bool = False) -> None:
+                 security: bool | str = False, plaintext_listener: bool = False) -> None:
         if controllers < 1:
             raise ValueError("a cluster needs at least one controller")
         self.directory = Path(directory).resolve()
         self.security = None
+        self._extra_listeners = ("SASL_SSL", "SASL_PLAINTEXT", *(("PLAINTEXT",) if plaintext_listener else ()))
+        self.client_protocol = security.upper() if isinstance(security, str) else "SASL_SSL"
+        """The listener `ready_line` and `client_lines` name first, for a secured cluster."""
         if security:
+            from quorum.security.local_cluster import PROTOCOLS
+
+            if self.client_protocol not in PROTOCOLS:
+                raise ValueError(f"security must be one of {', '.join(p.lower() for p in PROTOCOLS)}, got {security!r}")
             from quorum.security.local_cluster import LocalSecurity  # needs `cryptography`, only here
 
             self.security = LocalSecurity(self.directory / "security")
@@ -181,7 +189,7 @@ class LocalCluster:
             port = next(iter(configured.values()), None) or free_port()
             extra = {}
             if self.security is not None and role == "broker":
-                extra = {name: configured.get(name) or free_port() for name in ("SASL_SSL", "SASL_PLAINTEXT")}
+                extra = {name: configured.get(name) or free_port() for name in self._extra_listeners}
             specs[node_id] = NodeSpec(node_id, role, port, directory, extra)
         return specs
 
@@ -368,9 +376,26 @@ class LocalCluster:
         """The line `quorum local-cluster` prints last, once `wait_ready` returned: scripts wait for it."""
         roles = [s.role for s in self.specs.values()]
         line = f"ready: {roles.count('controller')} controllers, {roles.count('broker')} brokers; "
+        if self.security is not None and self.bootstrap_servers:
+            return line + f"bootstrap servers ({self.client_protocol}): {self.bootstrap(self.client_protocol)}"
         if self.bootstrap_servers:
             return line + f"bootstrap servers: {self.bootstrap_servers}"
         return line + f"bootstrap controllers: {self.bootstrap_controllers}"
+
+    def client_lines(self) -> list[str]:
+        """A secured cluster's client settings, one listener a line (librdkafka's names), its CA and users."""
+        if self.security is None or not self.bootstrap_servers:
+            return []
+        from quorum.security.local_cluster import PROTOCOLS
+
+        ordered = [self.client_protocol, *(p for p in PROTOCOLS if p != self.client_protocol)]
+        lines = [f"client settings ({protocol}): " + " ".join(f"{k}={v}" for k, v in self.client_settings(
+                 protocol, mechanism="SCRAM-SHA-512" if protocol == "SASL_SSL" else "PLAIN").items())
+                 for protocol in ordered]
+        lines.append(f"users: {', '.join(self.security.passwords)} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); CA "
+                     f"{self.security.ca.cert_path}; controllers on mutual TLS (tools' certificate "
+                     f"{self.security.tool})")
+        return lines
 
     def describe_lines(self) -> list[str]:
         lines = [f"{s.role:<10} node {s.node_id:<4} {s.address}   config {s.config_path}   log {s.log_path}"

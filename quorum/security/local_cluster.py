@@ -51,7 +51,8 @@ class LocalSecurity:
         """A node's listeners and their security (`ports`: listener name -> port; a controller has
         CONTROLLER only, a broker the PROTOCOLS)."""
         props = {
-            "listener.security.protocol.map": "CONTROLLER:SSL,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:SSL,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "PLAINTEXT:PLAINTEXT",
             "listeners": ",".join(f"{name}://{host}:{port}" for name, port in ports.items()),
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self._certificate(f"node-{node_id}")),

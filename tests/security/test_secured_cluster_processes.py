@@ -15,6 +15,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -104,9 +105,9 @@ def test_kafka_python_produces_consumes_in_a_group_and_commits(cluster, protocol
         options.update(sasl_mechanism=mechanism, sasl_plain_username="alice",
                        sasl_plain_password=cluster.security.passwords["alice"])
     producer = KafkaProducer(acks="all", **options)
-    for n in range(20):
-        producer.send(topic, f"k{n}".encode(), partition=n % 3)
-    producer.flush(WAIT_S)
+    sent = [producer.send(topic, f"k{n}".encode(), partition=n % 3) for n in range(20)]
+    for future in sent:
+        future.get(timeout=WAIT_S)  # raises what a failed delivery failed with
     producer.close()
     group = f"kp-{uuid.uuid4().hex[:8]}"
     consumer = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
@@ -270,3 +271,24 @@ def test_controller_listener_refuses_clients_without_a_valid_certificate(cluster
         _describe(cluster, path)
     status = _describe(cluster, str(cluster.security.tool))
     assert status.leader_id in {spec.node_id for spec in cluster.specs.values() if spec.role == "controller"}
+
+
+def test_printed_client_settings_work_and_describe_takes_a_command_config(cluster, tmp_path):
+    """What `quorum local-cluster --security sasl_ssl` prints is enough for a client; `quorum describe`
+    reaches the mutual-TLS controllers with `--command-config`, and fails cleanly without it."""
+    lines = cluster.client_lines()
+    assert lines[0].startswith("client settings (SASL_SSL): ")
+    settings = dict(item.split("=", 1) for item in lines[0].split(": ", 1)[1].split())
+    assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert AdminClient({**settings, **QUIET}).list_topics(timeout=WAIT_S).brokers.keys() == {101, 102, 103}
+    assert "bootstrap servers (SASL_SSL): " + cluster.bootstrap("SASL_SSL") in cluster.ready_line()
+    config = tmp_path / "tools.properties"
+    config.write_text(f"security.protocol=SSL\nssl.ca.location={cluster.security.ca.cert_path}\n"
+                      f"ssl.certificate.location={cluster.security.tool}\n", encoding="utf-8")
+    describe = [sys.executable, "-m", "quorum.cli", "describe", "--bootstrap-controller", _controller(cluster),
+                "--status"]
+    done = subprocess.run([*describe, "--command-config", str(config)], capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert done.returncode == 0 and "LeaderId" in done.stdout, done.stderr
+    refused = subprocess.run(describe, capture_output=True, text=True, timeout=WAIT_S)
+    assert refused.returncode == 1 and refused.stderr.startswith("error: "), refused.stderr
