@@ -115,8 +115,10 @@ def run_timeout_s(messages: int) -> float:
 # -- the client runs (child processes) ------------------------------------------------------------
 
 
-def produce_run(address: str, topic: str, messages: int, acks: str, label: str) -> dict[str, Any]:
-    """Produce `messages` values of MESSAGE_BYTES to `topic`; the time until all are acknowledged."""
+def produce_run(address: str, topic: str, messages: int, acks: str, label: str,
+                client: dict[str, str] | None = None) -> dict[str, Any]:
+    """Produce `messages` values of MESSAGE_BYTES to `topic`; the time until all are acknowledged.
+    `client`: more settings (a secured listener's, bench_security)."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -127,7 +129,7 @@ def produce_run(address: str, topic: str, messages: int, acks: str, label: str) 
 
     deadline = time.monotonic() + run_timeout_s(messages) - 10
     producer = Producer({"bootstrap.servers": address, "acks": acks, "on_delivery": delivered,
-                         **PRODUCER, **QUIET})  # fmt: skip
+                         **PRODUCER, **QUIET, **(client or {})})  # fmt: skip
     try:
         producer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
         value = bytes(MESSAGE_BYTES)
@@ -168,13 +170,13 @@ def produce_run(address: str, topic: str, messages: int, acks: str, label: str) 
 
 
 def consume_run(address: str, topic: str, partitions: int, messages: int, label: str,
-                ends: list[int] | None) -> dict[str, Any]:  # fmt: skip
+                ends: list[int] | None, client: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Read `messages` values back from offset 0 of every partition; `ends`, when given, are the
     high watermarks at which each partition must end exactly."""
     from confluent_kafka import Consumer, TopicPartition
 
     deadline = time.monotonic() + run_timeout_s(messages) - 10
-    consumer = Consumer({"bootstrap.servers": address, **CONSUMER, **QUIET})
+    consumer = Consumer({"bootstrap.servers": address, **CONSUMER, **QUIET, **(client or {})})
     try:
         consumer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
         clock = time.perf_counter
@@ -210,18 +212,19 @@ def consume_run(address: str, topic: str, partitions: int, messages: int, label:
 def child_main(arguments: str) -> None:
     job = json.loads(arguments)
     if job["operation"] == "produce":
-        result = produce_run(job["address"], job["topic"], job["messages"], job["acks"], job["label"])
+        result = produce_run(job["address"], job["topic"], job["messages"], job["acks"], job["label"],
+                             job.get("client"))
     else:
         result = consume_run(job["address"], job["topic"], job["partitions"], job["messages"], job["label"],
-                             job.get("ends"))  # fmt: skip
+                             job.get("ends"), job.get("client"))  # fmt: skip
     print(json.dumps(result), flush=True)
 
 
-def run_client(job: dict[str, Any]) -> dict[str, Any]:
+def run_client(job: dict[str, Any], module: str = "benchmarks.bench_broker") -> dict[str, Any]:
     """One client run in a child process (see the module docstring); its progress lines are passed
     on as they come, its last line is its result. A child past `run_timeout_s` is killed."""
     progress(job["label"])
-    return run_child("benchmarks.bench_broker", json.dumps(job), timeout_s=run_timeout_s(job["messages"]))
+    return run_child(module, json.dumps(job), timeout_s=run_timeout_s(job["messages"]))
 
 
 # -- the broker --------------------------------------------------------------------------------------
@@ -265,11 +268,11 @@ def start_broker(cluster: Any) -> str:
     return address
 
 
-def create_topic(cluster: Any, address: str, topic: str, partitions: int) -> None:
+def create_topic(cluster: Any, address: str, topic: str, partitions: int, client: dict[str, str] | None = None) -> None:
     """Create `topic` (replication factor 1) and wait until the broker leads all its partitions."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    admin = AdminClient({"bootstrap.servers": address, **QUIET, **(client or {})})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=60).values():
         future.result(timeout=90)
 
@@ -281,10 +284,10 @@ def create_topic(cluster: Any, address: str, topic: str, partitions: int) -> Non
     wait_until(f"broker {BROKER} to lead every partition of {topic}", led, READY_TIMEOUT_S, cluster)
 
 
-def high_watermarks(address: str, topic: str, partitions: int) -> list[int]:
+def high_watermarks(address: str, topic: str, partitions: int, client: dict[str, str] | None = None) -> list[int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": address, **CONSUMER, **QUIET})
+    consumer = Consumer({"bootstrap.servers": address, **CONSUMER, **QUIET, **(client or {})})
     try:
         return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
     finally:
