@@ -45,6 +45,11 @@ one. Set beside "seconds" it tells which side was the bottleneck; the endpoint i
 answering Fetch (encoding and framing a megabyte a partition) keeps it busy, so for consume it is
 a ceiling of the client and of the project's listener and codec together, which the broker shares.
 
+Beside the 1 KiB rows (1 and 4 partitions), one partition is measured with 10 KiB messages and
+with lz4-compressed batches of 1 KiB messages (produce acks=1 and consume; the endpoint serves
+batches of the same kind). The "goal" column is issue 20's: produce at 80% of the ceiling or
+more, consume at 90% or more.
+
 MB are 10^6 bytes of message values (keys are empty; record and batch headers are not counted).
 Client and server share the machine's cores (and the broker's disk writes reach the page cache
 only), so on a small or busy machine the figures move from run to run: on two shared cores, by a
@@ -77,6 +82,14 @@ from benchmarks.table import print_table, progress, run_child  # noqa: E402
 MESSAGES = int(os.environ.get("BENCH_BROKER_MESSAGES", "2000000"))
 MESSAGE_BYTES = 1024
 PARTITION_COUNTS = (1, 4)
+VARIANTS: tuple[tuple[int, str, tuple[int, ...], tuple[tuple[str, str | None], ...]], ...] = (
+    (MESSAGE_BYTES, "none", PARTITION_COUNTS, (("produce", "1"), ("produce", "all"), ("consume", None))),
+    (10 * MESSAGE_BYTES, "none", (1,), (("produce", "1"), ("consume", None))),
+    (MESSAGE_BYTES, "lz4", (1,), (("produce", "1"), ("consume", None))),
+)
+"""(message bytes, compression, partition counts, operations): the table's rows."""
+GOALS = {"produce": 0.80, "consume": 0.90}
+"""Issue 20: the broker's share of the ceiling to reach."""
 BROKER = 101
 CEILING_TOPIC = "ceiling"
 CEILING_BATCH_RECORDS = 967
@@ -116,9 +129,9 @@ def run_timeout_s(messages: int) -> float:
 
 
 def produce_run(address: str, topic: str, messages: int, acks: str, label: str,
-                client: dict[str, str] | None = None) -> dict[str, Any]:
-    """Produce `messages` values of MESSAGE_BYTES to `topic`; the time until all are acknowledged.
-    `client`: more settings (a secured listener's, bench_security)."""
+                client: dict[str, str] | None = None, message_bytes: int = MESSAGE_BYTES) -> dict[str, Any]:
+    """Produce `messages` values of `message_bytes` to `topic`; the time until all are acknowledged.
+    `client`: more settings (a secured listener's, bench_security; compression.type)."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -132,7 +145,7 @@ def produce_run(address: str, topic: str, messages: int, acks: str, label: str,
                          **PRODUCER, **QUIET, **(client or {})})  # fmt: skip
     try:
         producer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
-        value = bytes(MESSAGE_BYTES)
+        value = bytes(message_bytes)
         produce, poll = producer.produce, producer.poll
         clock = time.perf_counter
         start = clock()
@@ -162,7 +175,7 @@ def produce_run(address: str, topic: str, messages: int, acks: str, label: str,
         seconds = clock() - start
         if errors:
             raise RuntimeError(f"{label}: delivery failed: {errors}")
-        return {"seconds": seconds, "messages": messages, "bytes": messages * MESSAGE_BYTES}
+        return {"seconds": seconds, "messages": messages, "bytes": messages * message_bytes}
     finally:
         if len(producer):  # an error path: drop what is left, so that close() does not wait for it
             producer.purge()
@@ -213,7 +226,7 @@ def child_main(arguments: str) -> None:
     job = json.loads(arguments)
     if job["operation"] == "produce":
         result = produce_run(job["address"], job["topic"], job["messages"], job["acks"], job["label"],
-                             job.get("client"))
+                             job.get("client"), job.get("message_bytes", MESSAGE_BYTES))
     else:
         result = consume_run(job["address"], job["topic"], job["partitions"], job["messages"], job["label"],
                              job.get("ends"), job.get("client"))  # fmt: skip
@@ -311,52 +324,59 @@ def main() -> None:
     from quorum.launcher import LocalCluster
 
     base = Path(os.environ.get("BENCH_BROKER_DIR", "."))
-    operations = (("produce", "1"), ("produce", "all"), ("consume", None))
-    results: dict[tuple[int, str, str], dict[str, Any]] = {}  # (partitions, operation, target) -> figures
+    results: dict[tuple[str, int, str, str], dict[str, Any]] = {}  # (kind, partitions, operation, target) -> figures
     with tempfile.TemporaryDirectory(prefix="bench-broker-", dir=base) as name:
-        progress(f"{MESSAGES:,} messages of {MESSAGE_BYTES} bytes a run; broker logs in {Path(name).resolve()}")
+        progress(f"{MESSAGES:,} messages of {MESSAGE_BYTES} bytes a run (a tenth as many of 10 KiB); "
+                 f"broker logs in {Path(name).resolve()}")
         cluster = LocalCluster(Path(name) / "cluster", controllers=1, brokers=1, settings=CLUSTER_SETTINGS)
-        endpoints = {n: MemoryEndpoint(CEILING_TOPIC, message_bytes=MESSAGE_BYTES, batch_records=CEILING_BATCH_RECORDS,
-                                       batches=1, partitions=n)
-                     for n in PARTITION_COUNTS}  # fmt: skip
         started: list[MemoryEndpoint] = []
         try:
             progress("starting the cluster: 1 controller, 1 broker")
             address = start_broker(cluster)
-            ceilings = {}
             broker_pid = cluster.processes[BROKER].pid
 
             def broker_cpu_s() -> float:
                 return process_cpu_s(broker_pid)
 
-            for n, endpoint in endpoints.items():
-                ceilings[n] = endpoint.start()
-                started.append(endpoint)
-            for partitions in PARTITION_COUNTS:
-                topics = {acks: f"bench-{partitions}p-acks-{acks}" for acks in ("1", "all")}
-                for topic in topics.values():
-                    create_topic(cluster, address, topic, partitions)
-                for operation, acks in operations:
-                    topic = topics[acks or "1"]
-                    what = f"{operation}{f' acks={acks}' if acks else ''}"
-                    for target, where, name_ in (("ceiling", ceilings[partitions], CEILING_TOPIC),
-                                                 ("broker", address, topic)):  # fmt: skip
-                        label = f"{target}, {plural(partitions)}: {what}"
-                        job: dict[str, Any] = {"operation": operation, "address": where, "topic": name_,
-                                               "messages": MESSAGES, "acks": acks, "partitions": partitions,
-                                               "label": label}  # fmt: skip
-                        if operation == "consume" and target == "broker":
-                            job["ends"] = high_watermarks(address, topic, partitions)
-                        cpu = broker_cpu_s if target == "broker" else time.process_time
-                        began = cpu()
-                        run = run_client(job)
-                        run["server_cpu"] = cpu() - began
-                        results[(partitions, what, target)] = run
-                        if operation == "produce" and target == "broker":
-                            ends = high_watermarks(address, topic, partitions)
-                            if sum(ends) != MESSAGES:
-                                raise RuntimeError(f"{topic}: the high watermarks {ends} do not hold the "
-                                                   f"{MESSAGES:,} messages acknowledged")  # fmt: skip
+            for message_bytes, compression, partition_counts, operations in VARIANTS:
+                kind = message_kind(message_bytes, compression)
+                messages = MESSAGES * MESSAGE_BYTES // message_bytes
+                client = {"compression.type": compression}
+                for partitions in partition_counts:
+                    endpoint = MemoryEndpoint(CEILING_TOPIC, message_bytes=message_bytes, batches=1,
+                                              batch_records=CEILING_BATCH_RECORDS * MESSAGE_BYTES // message_bytes,
+                                              partitions=partitions, compression=compression)  # fmt: skip
+                    ceiling = endpoint.start()
+                    started.append(endpoint)
+                    suffix = "" if kind == message_kind(MESSAGE_BYTES, "none") else f"-{message_bytes}-{compression}"
+                    topics = {acks: f"bench-{partitions}p-acks-{acks}{suffix}" for acks in ("1", "all")}
+                    for acks in {acks or "1" for _, acks in operations}:
+                        create_topic(cluster, address, topics[acks], partitions)
+                    for operation, acks in operations:
+                        topic = topics[acks or "1"]
+                        what = f"{operation}{f' acks={acks}' if acks else ''}"
+                        for target, where, name_ in (("ceiling", ceiling, CEILING_TOPIC),
+                                                     ("broker", address, topic)):  # fmt: skip
+                            label = f"{target}, {kind}, {plural(partitions)}: {what}"
+                            job: dict[str, Any] = {"operation": operation, "address": where, "topic": name_,
+                                                   "messages": messages, "acks": acks, "partitions": partitions,
+                                                   "label": label, "message_bytes": message_bytes}  # fmt: skip
+                            if operation == "produce":
+                                job["client"] = client
+                            if operation == "consume" and target == "broker":
+                                job["ends"] = high_watermarks(address, topic, partitions)
+                            cpu = broker_cpu_s if target == "broker" else time.process_time
+                            began = cpu()
+                            run = run_client(job)
+                            run["server_cpu"] = cpu() - began
+                            results[(kind, partitions, what, target)] = run
+                            if operation == "produce" and target == "broker":
+                                ends = high_watermarks(address, topic, partitions)
+                                if sum(ends) != messages:
+                                    raise RuntimeError(f"{topic}: the high watermarks {ends} do not hold the "
+                                                       f"{messages:,} messages acknowledged")  # fmt: skip
+                    endpoint.stop()
+                    started.remove(endpoint)
         finally:
             for endpoint in started:
                 endpoint.stop()
@@ -364,30 +384,37 @@ def main() -> None:
     report(results)
 
 
-def report(results: dict[tuple[int, str, str], dict[str, Any]]) -> None:
+def message_kind(message_bytes: int, compression: str) -> str:
+    size = f"{message_bytes // 1024} KiB" if message_bytes % 1024 == 0 else f"{message_bytes} B"
+    return size if compression == "none" else f"{size} {compression}"
+
+
+def report(results: dict[tuple[str, int, str, str], dict[str, Any]]) -> None:
     rows = []
-    for (partitions, operation, target), run in results.items():
+    for (kind, partitions, operation, target), run in results.items():
         seconds = run["seconds"]
         megabytes = run["bytes"] / 1e6
-        row: list[object] = [target, plural(partitions), operation, run["messages"], megabytes, seconds,
+        row: list[object] = [target, kind, plural(partitions), operation, run["messages"], megabytes, seconds,
                              megabytes / seconds, round(run["messages"] / seconds),
                              f"{run['server_cpu']:.1f} s"]  # fmt: skip
         if target == "broker":
-            ceiling = results[(partitions, operation, "ceiling")]
+            ceiling = results[(kind, partitions, operation, "ceiling")]
             share = (run["bytes"] / seconds) / (ceiling["bytes"] / ceiling["seconds"])
-            row.append(f"{share:.0%}")
+            goal = GOALS[operation.split()[0]]
+            row += [f"{share:.0%}", f">= {goal:.0%} {'met' if share >= goal else 'NOT met'}"]
         else:
-            row.append("")
+            row += ["", ""]
         rows.append(row)
     print_table(
         f"confluent-kafka against one broker (1 controller + 1 broker, `quorum start` processes, 127.0.0.1) and "
-        f"against the client's ceiling (MemoryEndpoint: stores nothing), {MESSAGE_BYTES}-byte messages;\n"
-        f"producer: {', '.join(f'{k}={v}' for k, v in PRODUCER.items() if k != 'delivery.report.only.error')}; "
+        f"against the client's ceiling (MemoryEndpoint: stores nothing);\n"
+        f"producer: {', '.join(f'{k}={v}' for k, v in PRODUCER.items() if k != 'delivery.report.only.error')} "
+        "(lz4 rows: compression.type=lz4); "
         "consumer: assign() from offset 0, defaults; MB = 10^6 bytes of values",
-        ["target", "topic", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "server CPU",
-         "broker % of ceiling"],
+        ["target", "messages of", "topic", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "server CPU",
+         "broker % of ceiling", "goal"],
         rows,
-        left=(1, 2),
+        left=(1, 2, 3),
     )
 
 

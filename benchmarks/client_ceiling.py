@@ -29,16 +29,19 @@ from quorum.net.dispatch import Dispatcher, Reply
 from quorum.server.listener import KafkaListener
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
-from quorum.wire.records import Record, build_batch, iter_batches
+from quorum.wire.records import Compression, Record, build_batch, iter_batches
 from quorum.wire.spliced import RebasedBatches, SplicedBody, encode_spliced
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
 EARLIEST, LATEST = -2, -1
 
 
-def source_batches(message_bytes: int, batch_records: int, batches: int) -> tuple[bytearray, list[int]]:
-    """`batches` uncompressed v2 batches of `batch_records` records of `message_bytes` each, from
-    offset 0, and the position of each batch (to rebase them per Fetch)."""
+def source_batches(message_bytes: int, batch_records: int, batches: int,
+                   compression: str = "none") -> tuple[bytearray, list[int]]:
+    """`batches` v2 batches of `batch_records` records of `message_bytes` each, from offset 0,
+    compressed with `compression` (a librdkafka compression.type), and the position of each batch
+    (to rebase them per Fetch)."""
+    codec = Compression[compression.upper()]
     value = bytes(message_bytes)
     now = int(time.time() * 1000)
     data = bytearray()
@@ -46,7 +49,8 @@ def source_batches(message_bytes: int, batch_records: int, batches: int) -> tupl
     for number in range(batches):
         base = number * batch_records
         positions.append(len(data))
-        data += build_batch([Record(base + i, now, None, value) for i in range(batch_records)], base_offset=base)
+        data += build_batch([Record(base + i, now, None, value) for i in range(batch_records)], base_offset=base,
+                            compression=codec)
     assert len(list(iter_batches(data))) == batches
     return data, positions
 
@@ -55,12 +59,12 @@ class MemoryEndpoint:
     """The sink/source endpoint, served from a thread of its own; `start()` returns its address."""
 
     def __init__(self, topic: str, message_bytes: int = 1024, batch_records: int = 64, batches: int = 16,
-                 end_offset: int = 10**12, partitions: int = 1) -> None:
+                 end_offset: int = 10**12, partitions: int = 1, compression: str = "none") -> None:
         self.topic = topic
         self.partitions = partitions
         self.end_offset = end_offset
         self.batch_records = batch_records
-        template, positions = source_batches(message_bytes, batch_records, batches)
+        template, positions = source_batches(message_bytes, batch_records, batches, compression)
         self._batches = RebasedBatches(bytes(template), positions, batch_records)
         self._answers: dict[tuple[Any, ...], _ReadyAnswer] = {}
         self._image: Any = None
