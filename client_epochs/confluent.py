@@ -58,6 +58,7 @@ from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.out_of_range import normalize_policy
+from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,13 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._group = merged.get("group.id")
         self._incremental = "cooperative" in str(merged.get("partition.assignment.strategy", ""))
         isolation = str(merged.get("isolation.level", "read_committed"))  # librdkafka's default
-        self._guard = EpochGuard(MetadataClient(bootstrap), on_topic_recreated=on_topic_recreated,
+        security = ClientSecurity.of_client_properties(merged)  # the SDK's own connections, secured as the user's
+        self._guard = EpochGuard(MetadataClient(bootstrap, security=security), on_topic_recreated=on_topic_recreated,
                                  wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s,
                                  isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED)
-        self._offsets = OffsetFetcher(bootstrap)
+        self._offsets = OffsetFetcher(bootstrap, security=security)
         self._partitions_watch = None if not self._group or no_partitions_warning_s is None else PartitionsWatch(
-            bootstrap, str(self._group), no_partitions_warning_s, offsets=self._offsets)
+            bootstrap, str(self._group), no_partitions_warning_s, offsets=self._offsets, security=security)
         self._subscribed: list[str] = []
         """The topics of the current subscription (none: not subscribed)."""
         self._leader_epochs: dict[TopicPartition, int] = {}

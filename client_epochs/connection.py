@@ -4,6 +4,10 @@ Blocking sockets, because the SDK's callers (consumer wrappers, a replicator loo
 source) are synchronous and must not need an event loop of their own. Every wait is bounded by a
 deadline, and every failure is a BrokerError naming the broker, so a caller rotating over brokers
 can say which one failed and why.
+
+A secured cluster (issue 18): `security` (`quorum.security.client.ClientSecurity`, made from the
+user's own client settings) wraps each new connection in TLS and logs in with SASL before the first
+request, so the SDK's connections are secured exactly as the user's consumer is.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import socket
 import time
 from typing import Any
 
+from quorum.security.client import ClientSecurity, SaslLoginError, sasl_steps
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader, check_frame_size
 from quorum.wire.protocol import Api, decode_response, encode_request
@@ -50,8 +55,9 @@ class BrokerConnection:
     """A connection opened lazily and closed on the first error, so a broken stream is never reused."""
 
     def __init__(self, host: str, port: int, client_id: str,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: ClientSecurity | None = None) -> None:
         self.host = host
+        self._security = security or ClientSecurity()
         self.port = port
         self._client_id = client_id
         self._max_frame_bytes = max_frame_bytes
@@ -74,13 +80,10 @@ class BrokerConnection:
         `deadline` is a time.monotonic() value; BrokerError on any failure, after closing the connection.
         """
         try:
-            sock = self._connect(deadline)
-            correlation_id = next(self._correlation)
-            header = RequestHeader(api.key, version, correlation_id, self._client_id)
-            self._settimeout(sock, deadline)
-            sock.sendall(encode_request(api, header, body))
-            size = check_frame_size(self._read(sock, 4, deadline), self._max_frame_bytes)
-            got, response = decode_response(api, version, self._read(sock, size, deadline))
+            return self._round_trip(self._connect(deadline), api, version, body, deadline)
+        except SaslLoginError as exc:
+            self.close()
+            raise BrokerError(self.address, f"SASL login refused: {exc}") from None
         except TimeoutError:
             self.close()
             raise BrokerError(self.address, f"{api.name} v{version} got no answer in time") from None
@@ -90,10 +93,16 @@ class BrokerConnection:
         except OSError as exc:
             self.close()
             raise BrokerError(self.address, f"{api.name} v{version} failed: {exc!r}") from None
+
+    def _round_trip(self, sock: socket.socket, api: Api, version: int, body: Any, deadline: float) -> Any:
+        correlation_id = next(self._correlation)
+        header = RequestHeader(api.key, version, correlation_id, self._client_id)
+        self._settimeout(sock, deadline)
+        sock.sendall(encode_request(api, header, body))
+        size = check_frame_size(self._read(sock, 4, deadline), self._max_frame_bytes)
+        got, response = decode_response(api, version, self._read(sock, size, deadline))
         if got != correlation_id:
-            self.close()
-            raise BrokerProtocolError(self.address,
-                                      f"{api.name} answered with correlation id {got}, not {correlation_id}")
+            raise WireError(f"{api.name} answered with correlation id {got}, not {correlation_id}")
         return response
 
     def close(self) -> None:
@@ -106,8 +115,20 @@ class BrokerConnection:
 
     def _connect(self, deadline: float) -> socket.socket:
         if self._sock is None:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self._remaining(deadline))
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = socket.create_connection((self.host, self.port), timeout=self._remaining(deadline))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock
+            if self._security.ssl_context is not None:
+                sock.settimeout(self._remaining(deadline))
+                self._sock = sock = self._security.ssl_context.wrap_socket(sock, server_hostname=self.host)
+            if self._security.sasl is not None:
+                steps = sasl_steps(self._security.sasl)
+                answer = None
+                try:
+                    while True:
+                        answer = self._round_trip(sock, *steps.send(answer), deadline)
+                except StopIteration:
+                    pass
         return self._sock
 
     def _read(self, sock: socket.socket, size: int, deadline: float) -> bytes:
@@ -136,14 +157,16 @@ class ConnectionPool:
     """One BrokerConnection per broker address, opened on first use and kept until `close()`: the
     metadata client, the offset fetcher and the log-bounds client each ask the same brokers again."""
 
-    def __init__(self, client_id: str = "client-epochs") -> None:
+    def __init__(self, client_id: str = "client-epochs", security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
+        self.security = security
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
 
     def get(self, address: tuple[str, int]) -> BrokerConnection:
         connection = self._connections.get(address)
         if connection is None:
-            connection = self._connections[address] = BrokerConnection(*address, client_id=self.client_id)
+            connection = self._connections[address] = BrokerConnection(*address, client_id=self.client_id,
+                                                                       security=self.security)
         return connection
 
     def close(self) -> None:

@@ -47,6 +47,7 @@ from client_epochs.model import NO_EPOCH, ZERO_UUID, ClusterMetadata, Epochs, Pa
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.out_of_range import Resolution, normalize_policy, resolve
 from client_epochs.waits import NoPartitionsWatch, diagnose
+from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -316,14 +317,15 @@ class PartitionsWatch:
     """
 
     def __init__(self, bootstrap: str, group: str, after_s: float, interval_s: float = 15.0,
-                 offsets: OffsetFetcher | None = None, metadata: MetadataClient | None = None) -> None:
+                 offsets: OffsetFetcher | None = None, metadata: MetadataClient | None = None,
+                 security: ClientSecurity | None = None) -> None:
         """`offsets`: the consumer's OffsetFetcher when it has one (closed by its owner), else one is made.
         The metadata client is the watch's own (`metadata` replaces it in tests): a look leaves the
         consumer's epoch cache and refusal count alone, as the replicator's probe does."""
-        self.metadata = metadata if metadata is not None else MetadataClient(bootstrap)
+        self.metadata = metadata if metadata is not None else MetadataClient(bootstrap, security=security)
         self.watch = NoPartitionsWatch(group, after_s, interval_s)
         self._own_offsets = offsets is None
-        self._offsets = offsets if offsets is not None else OffsetFetcher(bootstrap)
+        self._offsets = offsets if offsets is not None else OffsetFetcher(bootstrap, security=security)
 
     def check(self, topics: Iterable[str], assigned: bool) -> None:
         """Note whether the consumer holds partitions; look why not and log it when that is due.

@@ -64,6 +64,7 @@ from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.out_of_range import normalize_policy
+from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
 
 __all__ = ["KafkaConsumer"]
@@ -118,10 +119,12 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
                  no_partitions_warning_s: float | None = 5.0, **configs: Any) -> None:
         defaults = kafka.KafkaConsumer.DEFAULT_CONFIG
         bootstrap = _bootstrap(configs.get("bootstrap_servers", defaults["bootstrap_servers"]))
-        metadata = MetadataClient(bootstrap, client_id=str(configs.get("client_id", defaults["client_id"])))
+        security = ClientSecurity.of_kafka_python(configs)  # the SDK's own connections, secured as the user's
+        metadata = MetadataClient(bootstrap, client_id=str(configs.get("client_id", defaults["client_id"])),
+                                  security=security)
         group = configs.get("group_id")
         self._partitions_watch = None if group is None or no_partitions_warning_s is None else PartitionsWatch(
-            bootstrap, str(group), no_partitions_warning_s)
+            bootstrap, str(group), no_partitions_warning_s, security=security)
         try:
             committed_only = configs.get("isolation_level", defaults["isolation_level"]) == "read_committed"
             self._guard = EpochGuard(metadata, on_topic_recreated=on_topic_recreated,

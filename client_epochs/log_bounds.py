@@ -107,7 +107,7 @@ class LogBoundsClient:
         self._request_timeout_s = request_timeout_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
-        self._connections = ConnectionPool()
+        self._connections = ConnectionPool(security=getattr(metadata, "security", None))
         self.retries = 0
         """Attempts that had to be made again (fenced, moved or unreachable leader), for tests and logs."""
 

@@ -28,6 +28,7 @@ from client_epochs.model import (
     PartitionMetadata,
     TopicPartition,
 )
+from quorum.security.client import ClientSecurity
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import API_VERSIONS_KEY, APIS
 
@@ -78,12 +79,17 @@ class MetadataClient:
 
     def __init__(self, bootstrap: str, *, client_id: str = "client-epochs",
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, backoff_s: float = DEFAULT_BACKOFF_S,
-                 backoff_max_s: float = DEFAULT_BACKOFF_MAX_S, cache: EpochCache | None = None) -> None:
+                 backoff_max_s: float = DEFAULT_BACKOFF_MAX_S, cache: EpochCache | None = None,
+                 security: ClientSecurity | None = None) -> None:
+        """`security`: TLS and SASL for a secured cluster, from the user's client settings
+        (`ClientSecurity.of_client_properties` / `of_kafka_python`); every connection of this client
+        and of the log-bounds client made over it uses it."""
+        self.security = security
         self._addresses: list[tuple[str, int]] = parse_bootstrap(bootstrap)
         self._request_timeout_s = request_timeout_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
-        self._connections = ConnectionPool(client_id)
+        self._connections = ConnectionPool(client_id, security)
         self._cursor = 0
         self.cache = cache if cache is not None else EpochCache()
         self.refusals = 0

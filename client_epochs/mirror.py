@@ -75,6 +75,7 @@ from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, r
 from client_epochs.model import NO_EPOCH, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.waits import WaitTimer, diagnose
+from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
 
 log = logging.getLogger(__name__)
@@ -167,11 +168,13 @@ class Replicator:
         """Partitions this replicator paused for their resume seek, until their metadata wait ends."""
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._source_metadata = MetadataClient(source, client_id="client-epochs-mirror")
+        # the replicator's own source connections, secured as its consumer (issue 18)
+        security = ClientSecurity.of_client_properties(self.options.consumer_config)
+        self._source_metadata = MetadataClient(source, client_id="client-epochs-mirror", security=security)
         self._source_cluster_id: str | None = None
         self._last_activity = clock()
-        self._offsets = OffsetFetcher(source, client_id="client-epochs-mirror")
-        self._probe = MetadataClient(source, client_id="client-epochs-mirror")
+        self._offsets = OffsetFetcher(source, client_id="client-epochs-mirror", security=security)
+        self._probe = MetadataClient(source, client_id="client-epochs-mirror", security=security)
         """The group's coordinator and the source's metadata, asked directly when the replicator is not
         copying (client_epochs.waits); apart from the consumer's, so that probing counts no refusal of its own."""
         self._waits = WaitTimer()

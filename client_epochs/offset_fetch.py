@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from client_epochs.connection import BrokerError, ConnectionPool, parse_bootstrap
 from client_epochs.model import NO_EPOCH, TopicPartition
+from quorum.security.client import ClientSecurity
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 
@@ -44,10 +45,11 @@ class OffsetFetchError(BrokerError):
 class OffsetFetcher:
     """Reads a group's committed offsets; connections are kept for the next call and closed by close()."""
 
-    def __init__(self, bootstrap: str, client_id: str = "client-epochs", retry_backoff_s: float = 0.1) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "client-epochs", retry_backoff_s: float = 0.1,
+                 security: ClientSecurity | None = None) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
         self._backoff_s = retry_backoff_s
-        self._connections = ConnectionPool(client_id)
+        self._connections = ConnectionPool(client_id, security)
         self._coordinators: dict[str, tuple[str, int]] = {}
 
     def close(self) -> None:

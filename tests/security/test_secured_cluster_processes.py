@@ -292,3 +292,88 @@ def test_printed_client_settings_work_and_describe_takes_a_command_config(cluste
     assert done.returncode == 0 and "LeaderId" in done.stdout, done.stderr
     refused = subprocess.run(describe, capture_output=True, text=True, timeout=WAIT_S)
     assert refused.returncode == 1 and refused.stderr.startswith("error: "), refused.stderr
+
+
+# -- the SDK's own connections ------------------------------------------------------------------
+
+
+def _epochs(cluster: LocalCluster, topic: str, security: ClientSecurity) -> tuple[int, int]:
+    from client_epochs import MetadataClient
+    from client_epochs import TopicPartition as Key
+
+    with MetadataClient(cluster.bootstrap("SASL_SSL"), security=security) as client:
+        meta = client.fetch([topic], timeout=WAIT_S).partitions[Key(topic, 0)]
+    return meta.topic_epoch, meta.leader_epoch
+
+
+def test_the_sdk_connects_as_the_users_client_does(cluster):
+    """client_epochs' own connections (metadata, offsets, log bounds) take the user's security settings:
+    without them a SASL_SSL listener refuses them; with librdkafka's or kafka-python's names they work."""
+    from client_epochs import MetadataClient
+    from client_epochs.connection import BrokerError
+
+    with pytest.raises((BrokerError, ConnectionError)), MetadataClient(cluster.bootstrap("SASL_SSL")) as bare:
+        bare.fetch([], timeout=10)
+    settings = cluster.client_settings("SASL_SSL")
+    from_librdkafka = ClientSecurity.of_client_properties(settings)
+    from_kafka_python = ClientSecurity.of_kafka_python({
+        "security_protocol": "SASL_SSL", "ssl_cafile": settings["ssl.ca.location"], "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice", "sasl_plain_password": settings["sasl.password"]})
+    for security in (from_librdkafka, from_kafka_python):
+        with MetadataClient(cluster.bootstrap("SASL_SSL"), security=security) as client:
+            assert set(client.fetch([], timeout=WAIT_S).brokers) == {101, 102, 103}
+
+
+def test_wrapped_consumers_commit_and_seek_with_kip_232_epochs_over_sasl_ssl(cluster):
+    """Both wrappers commit the KIP-232 internal metadata and read it back over SASL_SSL (SCRAM-SHA-512):
+    their epoch checks ran on connections of their own, secured with the consumer's settings."""
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    from client_epochs import TopicPartition as Key
+    from client_epochs.confluent import Consumer as WrappedConsumer
+    from client_epochs.kafka_python import KafkaConsumer as WrappedKafkaConsumer
+    from quorum.wire.internal_metadata import InternalMetadata
+
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer(settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512"))
+    for n in range(10):
+        producer.produce(topic, f"w{n}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    settings = settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    topic_epoch, leader_epoch = _epochs(cluster, topic, ClientSecurity.of_client_properties(settings))
+    group = f"wrapped-{uuid.uuid4().hex[:8]}"
+    consumer = WrappedConsumer({**settings, "group.id": group, "enable.auto.commit": False,
+                                "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        got: list = []
+
+        def read() -> bool:
+            for message in consumer.consume(10, 1.0):
+                assert message.error() is None, message.error()
+                got.append(message)
+            return len(got) >= 10
+
+        wait_until(f"10 records of {topic} through the wrapped confluent-kafka consumer", read, timeout_s=WAIT_S)
+        consumer.commit(asynchronous=False)
+        stored = consumer.committed_internal_metadata([Key(topic, 0)])
+    finally:
+        consumer.close()
+    assert stored[Key(topic, 0)].topic_epoch == topic_epoch and stored[Key(topic, 0)].leader_epoch == leader_epoch
+    kp = WrappedKafkaConsumer(
+        bootstrap_servers=cluster.bootstrap("SASL_SSL"), group_id=group, enable_auto_commit=False,
+        security_protocol="SASL_SSL", ssl_cafile=settings["ssl.ca.location"], sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="alice", sasl_plain_password=settings["sasl.password"])
+    try:
+        tp = KpTopicPartition(topic, 0)
+        kp.assign([tp])
+        kp.seek(tp, 4, stored[Key(topic, 0)].to_json())  # KIP-232's seek with internal metadata
+        records: list = []
+        wait_until(f"{topic} from offset 4 through the wrapped kafka-python consumer",
+                   lambda: records.extend(r for rs in kp.poll(1000).values() for r in rs) or len(records) >= 6,
+                   timeout_s=WAIT_S)
+        assert records[0].offset == 4
+        offset, internal = kp.position_with_internal_metadata(tp)
+        assert offset == 10 and InternalMetadata.from_json(internal).topic_epoch == topic_epoch
+    finally:
+        kp.close()
