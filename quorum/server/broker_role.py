@@ -110,7 +110,7 @@ class BrokerRole:
                           for e in config.client_endpoints() if (a := config.advertised(e.name)) is not None)
         lengths = LocalLogLengths()
         self.lifecycle = BrokerLifecycle(config.node_id, listeners, config.extra.get("broker.rack"),
-                                         lambda: node.core.cluster_id, node.controller_peer,
+                                         lambda: node.core.cluster_id, node.lifecycle_peer,
                                          lambda: node.replayer.applied_offset,
                                          int(config.extra.get("broker.heartbeat.interval.ms", "2000")),
                                          lambda: lengths.short(self.replicas.partitions(), node.now_ms()))

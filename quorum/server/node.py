@@ -132,6 +132,14 @@ class RaftNode:
                                   config.max_frame_bytes, to_controllers)
             for v in config.voters if v.node_id != config.node_id
         } if config.is_broker and not config.is_controller else {}
+        # And a third for registration and heartbeats alone, as Kafka's BrokerLifecycleManager has its own
+        # "heartbeat" channel: answers come back in request order, so behind a slow forwarded admin request
+        # a heartbeat waited out the session and the controller fenced a healthy broker (the protocol fuzzer).
+        self.lifecycle_channels = {
+            v.node_id: PeerClient(v.host, v.port, f"broker-{config.node_id}-heartbeat", config.request_timeout_ms,
+                                  config.max_frame_bytes, to_controllers)
+            for v in config.voters if v.node_id != config.node_id
+        } if config.is_broker and not config.is_controller else {}
         self.dispatcher = Dispatcher()
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
@@ -181,6 +189,10 @@ class RaftNode:
     def controller_peer(self) -> PeerClient | None:
         """The channel to the active controller (the quorum leader), when this node knows one."""
         return self.controller_channels.get(self.core.leader_id)
+
+    def lifecycle_peer(self) -> PeerClient | None:
+        """The broker's registration and heartbeat channel to the active controller, when it knows one."""
+        return self.lifecycle_channels.get(self.core.leader_id)
 
     def _build_listeners(self) -> list[KafkaListener]:
         """A controller's controller listeners, a broker's client listeners: the inter-broker (or first)
@@ -464,7 +476,7 @@ class RaftNode:
             task.cancel()
         for listener in self.listeners:
             await listener.close()
-        for peer in (*self.peers.values(), *self.controller_channels.values()):
+        for peer in (*self.peers.values(), *self.controller_channels.values(), *self.lifecycle_channels.values()):
             await peer.close()
         if self.broker is not None:
             await self.broker.close()

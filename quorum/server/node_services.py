@@ -43,6 +43,11 @@ class NodeServices(Protocol):
         """The channel to the active controller, when the node knows one."""
         ...
 
+    def lifecycle_peer(self) -> PeerClient | None:
+        """The broker's registration and heartbeat channel to the active controller (kept apart from
+        forwarded requests, as Kafka's), when the node knows one."""
+        ...
+
     async def commit(self, values: list[bytes], timeout_s: float) -> int:
         """Append `values` as one batch and wait until it is committed; its base offset.
         NotLeaderError (`quorum.server.commit_waiters`) when this node is not the leader or stops
