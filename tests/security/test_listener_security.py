@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quorum.net.client_security import ClientSecurity, SaslLogin, node_client_security
 from quorum.net.dispatch import Dispatcher, Reply
@@ -170,3 +172,48 @@ def test_node_logs_in_with_its_jaas_username(pki):
                               f'x.ScramLoginModule required username="alice" password="alice-pw" {USERS};'})
     security = node_client_security(config, "SASL_SSL", "sasl.mechanism.inter.broker.protocol")
     assert security.sasl == SaslLogin("SCRAM-SHA-256", "alice", "alice-pw") and security.ssl_context is not None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from([17, 36, 3]), st.sampled_from(["PLAIN", "SCRAM-SHA-256", "X"]),
+                          st.binary(max_size=120)), min_size=1, max_size=5))
+def test_sasl_garbage_on_the_wire_never_authenticates_and_the_listener_keeps_serving(pki, steps):
+    """Any sequence of SaslHandshake / SaslAuthenticate (garbage tokens) / Metadata on one connection: Metadata
+    is never served to it, and a well-behaved client logs in on the same listener afterwards."""
+    calls: list[RequestContext] = []
+    from quorum.wire.framing import RequestHeader
+    from quorum.wire.protocol import decode_response, encode_request
+
+    async def run() -> None:
+        listener = served(props_of(pki), "SASL_SSL", "SASL_PLAINTEXT", calls)
+        await listener.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            for correlation, (key, mechanism, token) in enumerate(steps, 1):
+                api = APIS[key]
+                body = (api.request(mechanism=mechanism) if key == 17 else
+                        api.request(auth_bytes=token) if key == 36 else
+                        api.request(topics=[], allow_auto_topic_creation=False,
+                                    include_topic_authorized_operations=False))
+                version = {17: 1, 36: 1, 3: 12}[key]
+                writer.write(encode_request(api, RequestHeader(key, version, correlation, "fuzz"), body))
+                try:
+                    await writer.drain()
+                    size = int.from_bytes(await reader.readexactly(4), "big")
+                    decode_response(api, version, await reader.readexactly(size))
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break  # closed by the listener, as Kafka closes after a refusal
+            writer.close()
+            login = ClientSecurity(None, SaslLogin("PLAIN", "alice", "alice-pw"))
+            client = PeerClient("127.0.0.1", listener.port, "after", 30_000, security=login)
+            try:
+                await client.request(METADATA, 12, METADATA.request(topics=[], allow_auto_topic_creation=False,
+                                                                    include_topic_authorized_operations=False))
+            finally:
+                await client.close()
+        finally:
+            await listener.close()
+
+    asyncio.run(run())
+    # only the well-behaved client's Metadata reached the handler (garbage cannot make a PLAIN login)
+    assert [str(c.principal) for c in calls] == ["User:alice"]
