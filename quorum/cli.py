@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--seed", type=int, default=1, help="seed of the frames (default 1)")
     fuzz.add_argument("--hang-deadline", type=_positive_seconds, default=30.0, metavar="S",
                       help="a frame neither answered nor closed within S seconds is a hang (default 30)")
+    fuzz.add_argument("--max-seconds", type=_positive_seconds, default=None, metavar="S",
+                      help="stop sending after S seconds and print the table of what was sent (default: no limit)")
     fuzz.add_argument("--dir", default=None, help="directory for the cluster (default: a temporary one)")
     return parser
 
@@ -264,7 +266,7 @@ def _reassign_partitions(args: argparse.Namespace) -> int:
 def _fuzz(args: argparse.Namespace) -> int:
     from quorum.fuzz.run import Plan, format_report, run_local
 
-    plan = Plan(args.frames, args.connections, args.workers, args.seed, args.hang_deadline)
+    plan = Plan(args.frames, args.connections, args.workers, args.seed, args.hang_deadline, args.max_seconds)
     report = run_local(plan, args.dir, lambda line: print(line, flush=True))
     for line in format_report(report):
         print(line, flush=True)

@@ -51,6 +51,8 @@ class Plan:
     workers: int
     seed: int
     hang_deadline_s: float
+    max_seconds: float | None = None
+    """Stop sending after this long (the table then says how many frames were sent of how many planned)."""
 
 
 @dataclass
@@ -134,15 +136,30 @@ def fuzz_targets(targets: list[Target], plan: Plan, progress: Callable[[int], No
     processes = []
     for worker in range(plan.workers):
         share = shares[worker * len(targets):(worker + 1) * len(targets)]
-        process = context.Process(target=_worker, name=f"fuzz-worker-{worker}", args=(
+        process = context.Process(target=_worker, name=f"fuzz-worker-{worker}", daemon=True, args=(
             targets, share, plan, plan.seed * 1000 + worker, counters[worker], stop, results, avoid))
         process.start()
         processes.append(process)
+    try:
+        return _collect(processes, counters, results, stop, targets, progress, alive,
+                        progress_interval_s, plan.max_seconds)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # only after a failure: a worker that finished has exited
+            process.join(60)
+
+
+def _collect(processes: list[Any], counters: list[Any], results: Any, stop: Any, targets: list[Target],
+             progress: Callable[[int], None] | None, alive: Callable[[], bool],
+             progress_interval_s: float, max_seconds: float | None) -> dict[str, Tally]:
+    """Each worker's tallies as it finishes, merged per target; progress and crash checks meanwhile."""
     tallies: dict[str, Tally] = {t.name: Tally() for t in targets}
     received = 0
-    next_progress = time.monotonic() + progress_interval_s
+    started = time.monotonic()
+    next_progress = started + progress_interval_s
     while received < len(processes):
-        if not alive():
+        if not alive() or (max_seconds is not None and time.monotonic() - started > max_seconds):
             stop.set()
         try:
             for name, tally in results.get(timeout=0.5).items():
@@ -156,8 +173,6 @@ def fuzz_targets(targets: list[Target], plan: Plan, progress: Callable[[int], No
         if progress is not None and time.monotonic() >= next_progress:
             progress(sum(c.value for c in counters))
             next_progress = time.monotonic() + progress_interval_s
-    for process in processes:
-        process.join(60)
     return tallies
 
 
@@ -191,14 +206,16 @@ def run_local(plan: Plan, directory: str | None = None, print_line: Callable[[st
         cluster = LocalCluster(directory or scratch, controllers=1, brokers=1)
         cluster.format_storage()
         print_line(f"starting 1 controller and 1 broker in {cluster.directory}")
-        cluster.start(progress=print_line)
         try:
-            return _fuzz_cluster(cluster, plan, print_line)
+            cluster.start(progress=print_line)
+            return fuzz_cluster(cluster, plan, print_line)
         finally:
             cluster.stop()
 
 
-def _fuzz_cluster(cluster: Any, plan: Plan, print_line: Callable[[str], None]) -> Report:
+def fuzz_cluster(cluster: Any, plan: Plan, print_line: Callable[[str], None], probe_client: bool = True) -> Report:
+    """Fuzz every node of a started `LocalCluster`; `probe_client` False leaves out the confluent-kafka probe
+    (the unit suite's slice, which asserts nothing about time)."""
     report = Report(plan)
     targets = []
     for node_id, spec in cluster.specs.items():
@@ -206,8 +223,9 @@ def _fuzz_cluster(cluster: Any, plan: Plan, print_line: Callable[[str], None]) -
         targets.append(Target(name, "127.0.0.1", spec.port, api_ranges("127.0.0.1", spec.port)))
     suffix = uuid.uuid4().hex[:12]
     topic, group = f"fuzz-probe-{suffix}", f"fuzz-probe-group-{suffix}"
-    probe = ProbeClient(cluster.bootstrap_servers, topic, group)
-    probe.warm_up()
+    probe = ProbeClient(cluster.bootstrap_servers, topic, group) if probe_client else None
+    if probe is not None:
+        probe.warm_up()
     for node_id, spec in cluster.specs.items():
         pid = cluster.processes[node_id].pid
         report.nodes.append(NodeWatch(f"{spec.role} {node_id}", pid, spec.log_path, spec.log_path.stat().st_size,
@@ -231,14 +249,15 @@ def _fuzz_cluster(cluster: Any, plan: Plan, print_line: Callable[[str], None]) -
     started = time.monotonic()
     sampler = _Repeating(1.0, alive)
     sampler.start()
-    probe.start()
+    if probe is not None:
+        probe.start()
 
     def progress(sent: int) -> None:
         rate = sent / max(time.monotonic() - started, 1e-9)
         rss = ", ".join(f"{w.name} RSS max {w.max_rss_kib // 1024} MiB" for w in report.nodes)
-        print_line(f"{sent:>9,} / {plan.frames:,} frames  {rate:,.0f}/s  {rss}  probe: "
-                   f"{probe.stats.round_trips} round trips, {len(probe.stats.errors)} errors, "
-                   f"longest wait {probe.stats.longest_s:.2f} s")
+        stats = report.probe if probe is None else probe.stats
+        print_line(f"{sent:>9,} / {plan.frames:,} frames  {rate:,.0f}/s  {rss}  probe: {stats.round_trips} round "
+                   f"trips, {len(stats.errors)} errors, longest wait {stats.longest_s:.2f} s")
 
     print_line(f"fuzzing {', '.join(f'{t.name} ({t.host}:{t.port}, {len(t.ranges)} APIs)' for t in targets)}: "
                f"{plan.frames:,} frames, {plan.workers} worker(s) x {plan.connections} connections per node")
@@ -246,7 +265,8 @@ def _fuzz_cluster(cluster: Any, plan: Plan, print_line: Callable[[str], None]) -
         report.tallies = fuzz_targets(targets, plan, progress, alive, avoid=frozenset({topic, group}))
     finally:
         report.seconds = time.monotonic() - started
-        report.probe = probe.stop()
+        if probe is not None:
+            report.probe = probe.stop()
         sampler.stop()
     alive()
     _settle(report.nodes, processes)
@@ -340,4 +360,4 @@ def format_report(report: Report) -> list[str]:
 
 
 __all__ = ["ANSWERED", "CLOSED", "HANG", "SILENT_KEPT", "Plan", "Report", "Target", "api_ranges", "format_report",
-           "fuzz_targets", "run_local"]
+           "fuzz_cluster", "fuzz_targets", "run_local"]
