@@ -5,6 +5,7 @@ the key. The real-process, real-client side is tests/security/test_secured_clust
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -217,3 +218,65 @@ def test_sasl_garbage_on_the_wire_never_authenticates_and_the_listener_keeps_ser
     asyncio.run(run())
     # only the well-behaved client's Metadata reached the handler (garbage cannot make a PLAIN login)
     assert [str(c.principal) for c in calls] == ["User:alice"]
+
+
+def test_kip_368_a_session_past_its_lifetime_is_closed_unless_reauthenticated(pki):
+    """connections.max.reauth.ms: SaslAuthenticate v1 answers the session lifetime; a request after it
+    closes the connection, while one that re-authenticated first (same user) goes on being served."""
+    from quorum.security.client import sasl_steps
+    from quorum.wire.framing import RequestHeader
+    from quorum.wire.protocol import decode_response, encode_request
+
+    props = props_of(pki, **{"connections.max.reauth.ms": "300"})
+    calls: list[RequestContext] = []
+    metadata = METADATA.request(topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+    async def run() -> tuple[list[int], bool, bool]:
+        listener = served(props, "SASL_SSL", "SASL_PLAINTEXT", calls)
+        await listener.start()
+        lifetimes: list[int] = []
+        try:
+            async def connection():
+                reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+                correlation = iter(range(1, 1000))
+
+                async def exchange(api, version, body):
+                    writer.write(encode_request(api, RequestHeader(api.key, version, next(correlation), "t"), body))
+                    await writer.drain()
+                    size = int.from_bytes(await reader.readexactly(4), "big")
+                    answer = decode_response(api, version, await reader.readexactly(size))[1]
+                    if api.key == 36:
+                        lifetimes.append(answer.session_lifetime_ms)
+                    return answer
+
+                async def login() -> None:
+                    steps, answer = sasl_steps(SaslLogin("SCRAM-SHA-256", "alice", "alice-pw")), None
+                    with contextlib.suppress(StopIteration):
+                        while True:
+                            answer = await exchange(*steps.send(answer))
+
+                return exchange, login, writer
+
+            async def served_after_expiry(reauthenticate: bool) -> bool:
+                exchange, login, writer = await connection()
+                await login()
+                await exchange(METADATA, 12, metadata)
+                await asyncio.sleep(0.4)  # past the 300 ms session
+                if reauthenticate:
+                    await login()
+                try:
+                    await exchange(METADATA, 12, metadata)
+                    return True
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return False
+                finally:
+                    writer.close()
+
+            return lifetimes, await served_after_expiry(True), await served_after_expiry(False)
+        finally:
+            await listener.close()
+
+    lifetimes, reauthenticated, expired = asyncio.run(run())
+    assert set(lifetimes) == {0, 300}  # SCRAM's first step has no session yet; every completed login 300 ms
+    assert reauthenticated and not expired
+    assert len(calls) == 3
