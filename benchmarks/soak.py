@@ -24,7 +24,6 @@ duplicated, moved, rewinds, skips and replica mismatches are all 0.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import signal
 import subprocess
@@ -120,6 +119,8 @@ class Soak:
         self.consumers: dict[str, list[Child]] = {}
         self.replicator: Child | None = None
         self.samples: dict[str, list[dict[int, int]]] = {g: [] for g in (*GROUPS.values(), MIRROR_GROUP)}
+        self.sample_failures: dict[str, tuple[int, str]] = {}
+        """group -> (samples that failed, the last failure): the coordinator moving, or down."""
         self.disk = ""
         self.mounted: Path | None = None
         self.faults: Faults | None = None
@@ -242,8 +243,11 @@ class Soak:
 
     def sample(self, fetcher: Any) -> None:
         for group in self.samples:
-            with contextlib.suppress(Exception):  # a coordinator moving or down right now: the next sample
+            try:
                 self.samples[group].append(checks.sample_committed(fetcher, group, TOPIC, PARTITIONS))
+            except Exception as exc:  # noqa: BLE001 - a coordinator moving or down right now: the next sample
+                self.sample_failures[group] = (self.sample_failures.get(group, (0, ""))[0] + 1,
+                                               f"{type(exc).__name__}: {exc}")
 
     def progress(self, started: float) -> str:
         assert self.faults is not None
@@ -321,15 +325,15 @@ class Soak:
         for client, group in groups.items():
             rewinds = checks.committed_rewinds(self.samples[GROUPS[client]])
             rows += [(f"consumers {client} ({group.members} members): records handed over", f"{group.records:,}"),
+                     (f"consumers {client}: handed over again from the committed offset", f"{group.redelivered:,}"),
                      (f"consumers {client}: rewinds / skips", f"{group.rewinds} / {group.skips}"),
-                     (f"consumers {client}: committed offset rewinds ({len(self.samples[GROUPS[client]])} samples)",
-                      str(rewinds))]
+                     (f"consumers {client}: committed offset rewinds ({self.sampled(GROUPS[client])})", str(rewinds))]
         mirror_committed = checks.committed_rewinds(self.samples[MIRROR_GROUP])
         rows += [("replicator: records copied", f"{mirror.copied:,}"),
                  ("replicator: acknowledged records missing on the target", str(mirror.missing)),
                  ("replicator: duplicated / misplaced on the target", f"{mirror.duplicated} / {mirror.misplaced}"),
                  ("replicator: rewinds (source offsets going back)", str(mirror.rewinds)),
-                 ("replicator: committed offset rewinds", str(mirror_committed)),
+                 (f"replicator: committed offset rewinds ({self.sampled(MIRROR_GROUP)})", str(mirror_committed)),
                  ("replicas compared (partitions x replicas)", f"{replicas.partitions} x "
                                                                f"{replicas.replicas // max(replicas.partitions, 1)}"),
                  ("batches / bytes identical up to the high watermark", f"{replicas.batches:,} / {replicas.bytes:,}"),
@@ -348,6 +352,10 @@ class Soak:
                + sum(checks.committed_rewinds(self.samples[g]) for g in GROUPS.values()))
         print("result:", "OK (nothing lost, nothing duplicated, nothing rewound)" if bad == 0 else f"FAILED ({bad})")
         return 0 if bad == 0 else 1
+
+    def sampled(self, group: str) -> str:
+        failed, last = self.sample_failures.get(group, (0, ""))
+        return f"{len(self.samples[group])} samples" + (f", {failed} failed, the last: {last[:80]}" if failed else "")
 
     def close(self) -> None:
         for child in self.children:

@@ -137,6 +137,9 @@ class ConsumerCheck:
     commits: int = 0
     rewinds: int = 0
     skips: int = 0
+    redelivered: int = 0
+    """Records handed over more than once: read again from the committed offset after a rebalance
+    whose last commit did not make it (at-least-once, not a rewind)."""
     examples: list[str] = field(default_factory=list)
 
 
@@ -171,6 +174,7 @@ def consumer_rewinds(files: list[Path]) -> ConsumerCheck:
         return highest[index - 1] if index else -1
 
     position: dict[tuple[int, int], int] = {}  # (member, partition) -> the next offset it must hand over
+    handed: dict[int, set[int]] = defaultdict(set)  # partition -> offsets handed over by any member
     for when, member, kind, values in events:
         if kind == "assign":
             for partition in values:
@@ -182,6 +186,7 @@ def consumer_rewinds(files: list[Path]) -> ConsumerCheck:
             partition, first, last, count = values
             check.batches += 1
             check.records += count
+            handed[partition].update(range(first, last + 1))
             expected = position.get((member, partition), -1)
             if expected >= 0 and first < expected:
                 check.rewinds += 1
@@ -193,6 +198,7 @@ def consumer_rewinds(files: list[Path]) -> ConsumerCheck:
                 if len(check.examples) < 5:
                     check.examples.append(f"member {member}: partition {partition} jumped from {expected} to {first}")
             position[(member, partition)] = last + 1
+    check.redelivered = check.records - sum(len(offsets) for offsets in handed.values())
     return check
 
 

@@ -27,9 +27,11 @@ def _events(tmp_path: Path, name: str, lines: list[str]) -> Path:
 
 
 def test_a_member_handed_records_below_the_groups_commit_is_a_rewind(tmp_path: Path) -> None:
+    first = _events(tmp_path, "m0", ["assign 1.0 0", "b 2.0 0 0 99 100", "c 2.1 0 90", "revoke 3.0 0"])
+    fine = _events(tmp_path, "m1", ["assign 4.0 0", "b 5.0 0 90 149 60", "c 5.1 0 150"])  # from the commit
+    check = checks.consumer_rewinds([first, fine])
+    assert (check.rewinds, check.redelivered, check.records) == (0, 10, 160)
     first = _events(tmp_path, "m0", ["assign 1.0 0", "b 2.0 0 0 99 100", "c 2.1 0 100", "revoke 3.0 0"])
-    fine = _events(tmp_path, "m1", ["assign 4.0 0", "b 5.0 0 100 149 50", "c 5.1 0 150"])
-    assert checks.consumer_rewinds([first, fine]).rewinds == 0
     rewound = _events(tmp_path, "m2", ["assign 4.0 0", "b 5.0 0 0 149 150"])  # back to the log start
     check = checks.consumer_rewinds([first, rewound])
     assert check.rewinds == 1 and "below 100" in check.examples[0]
