@@ -30,9 +30,11 @@ Durability (design principle 4, "acknowledged means durable"):
 * `append` writes to the page cache only; `flush` fsyncs and only then advances
   `flushed_offset`, the one figure a node may acknowledge.
 * A segment is fsynced (data and index) before its successor is created, so after a crash only
-  the last segment can hold a torn write. Recovery CRC-scans it and truncates at the first bad
-  batch, logging the file and byte; damage anywhere before that is refused, naming the file and
-  byte, because it would be committed data. With `verify_all_segments` (the default) every
+  the last segment can hold a torn write. (With `roll_sync_in_background` a full segment takes
+  appends past `segment_bytes` while a background thread fsyncs it, and rolls after.) Recovery
+  CRC-scans the last segment and truncates at the first bad batch, logging the file and byte;
+  damage anywhere before that is refused, naming the file and byte, because it would be
+  committed data. With `verify_all_segments` (the default) every
   segment is CRC-scanned at open; without it the earlier segments only get their framing and
   index checked, which keeps the open of a large partition log fast.
 * `truncate_to` is durable when it returns: the cut is fsynced, removed segments are removed
@@ -54,6 +56,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +97,9 @@ from quorum.wire.spliced import FileRecords
 
 logger = logging.getLogger(__name__)
 
+_ROLL_SYNC = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-roll-fsync")
+"""The background fsyncs of full segments (`roll_sync_in_background`), one at a time per process."""
+
 _INT32_MAX = 2**31 - 1
 #: Bytes read at a time by `Log.iter_batches`.
 _ITER_CHUNK = 1 << 20
@@ -125,6 +131,7 @@ class Log:
         time_index: bool = False,
         roll_ms: int | None = None,
         keep_epochs_below_start: bool = False,
+        roll_sync_in_background: bool = False,
     ) -> None:
         """Open the log in `directory`, creating it if needed, and recover it.
 
@@ -133,6 +140,9 @@ class Log:
         `keep_epochs_below_start` (partition logs) keeps leader-epoch entries below the log start
         offset at recovery, as `start_empty_at` leaves them (Kafka keeps its cache down to the
         whole log's start, remote tier included); the Raft log keeps only epochs it holds records of.
+        `roll_sync_in_background` (partition logs of large segments): a full segment is fsynced
+        by a background thread while appends go on into it, and the log rolls at the first append
+        after that fsync (see `append`), instead of the append that fills it waiting for the fsync.
 
         Raises CorruptLogError when a segment other than the last is damaged or the segments do
         not follow on from each other.
@@ -150,6 +160,7 @@ class Log:
         self.time_index = time_index
         self.roll_ms = roll_ms
         self.keep_epochs_below_start = keep_epochs_below_start
+        self.roll_sync_in_background = roll_sync_in_background
         self._lock = threading.Lock()  # the segment list, offsets, epochs; never held across an fsync by flush
         self._flush_lock = threading.Lock()  # one flush at a time; truncate_to and close wait for it
         self._segments: list[LogSegment] = []
@@ -310,7 +321,7 @@ class Log:
                 segment.size + size > self.segment_bytes
                 or last - segment.base_offset > _INT32_MAX
                 or self._roll_time_reached(segment, parsed)
-            ):
+            ) and not self._synced_in_background(segment, size, last):
                 try:
                     segment = self._roll(first)
                 except OSError as exc:  # the old segment's fsync may have failed: see flush
@@ -772,8 +783,29 @@ class Log:
         fsync_directory(self.directory)
         self._rolls_synced = self._rolls
 
+    def _synced_in_background(self, segment: LogSegment, size: int, last: int) -> bool:
+        """Whether a segment due to roll takes this append too, while a background thread fsyncs
+        it (Kafka flushes rolled segments off its request threads as well). The first append
+        past the limit starts that fsync; appends go on into the segment until it is done, and
+        the first one after rolls, fsyncing only what came meanwhile. So a segment is still
+        durable before its successor exists (recovery's rule: only the last segment can be torn),
+        and the event loop never waits for a whole segment's fsync. Never past the int32 limits
+        of a segment's positions and relative offsets."""
+        if not self.roll_sync_in_background:
+            return False
+        if segment.size + size > _INT32_MAX or last - segment.base_offset > _INT32_MAX:
+            return False
+        pending = segment.pending_sync
+        if pending is None:
+            segment.pending_sync = _ROLL_SYNC.submit(segment.flush)
+            return True
+        return not pending.done()
+
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new segment at `base_offset`, after making the current one durable."""
+        pending = self._segments[-1].pending_sync
+        if pending is not None:
+            pending.result()  # raises the background fsync's error: the log then refuses writes
         self._segments[-1].seal_time_index()
         self._segments[-1].flush_all()
         segment = self._new_segment(base_offset)

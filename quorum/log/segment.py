@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,6 +140,8 @@ class LogSegment:
         self.has_time_index = time_index
         self.time_index: TimeIndex | None = None
         self._time = TimeTracker()
+        #: The background fsync of a full segment (`Log` with `roll_sync_in_background`), if one ran.
+        self.pending_sync: Future[None] | None = None
         self._rolling_timestamp: int | None = None
 
     def __repr__(self) -> str:
@@ -447,6 +450,9 @@ class LogSegment:
             self.time_index.flush()
 
     def close(self) -> None:
+        if self.pending_sync is not None:  # never close the descriptor under a running fsync
+            with contextlib.suppress(Exception):
+                self.pending_sync.result()
         if self.index is not None:
             self.index.close()
         if self.time_index is not None:

@@ -1,0 +1,101 @@
+"""A full segment's fsync off the appending thread (issue 20): `Log(roll_sync_in_background=True)`.
+
+The append that fills a segment starts its fsync on a background thread and returns; appends go
+on into that segment until the fsync is done, and the next one rolls. A segment is still durable
+before its successor exists, and nothing is lost or reordered. The fsync is held by a gate here,
+so what is checked does not depend on how fast the disk is.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from quorum.broker.log_config import LogConfig
+from quorum.broker.partition import BACKGROUND_ROLL_SYNC_BYTES, Partition
+from quorum.log import Log, LogError
+from quorum.log.segment import LogSegment
+from tests.log.helpers import make_batch
+
+BATCH = len(make_batch(0, 3))
+TOPIC_ID = uuid.UUID(int=0x20)
+
+
+class GatedFsync:
+    """LogSegment.flush that waits for `gate` when called from the background thread."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> None:
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        self.synced: list[Path] = []
+        self.fail = fail
+        original = LogSegment.flush
+
+        def flush(segment: LogSegment) -> None:
+            if threading.current_thread().name.startswith("segment-roll-fsync"):
+                self.started.set()
+                assert self.gate.wait(60), "the test never opened the fsync gate"
+                if self.fail:
+                    raise OSError("fsync failed (injected)")
+                self.synced.append(segment.path)
+            original(segment)
+
+        monkeypatch.setattr(LogSegment, "flush", flush)
+
+
+def append(log: Log, batches: int) -> None:
+    for _ in range(batches):
+        log.append(make_batch(log.end_offset, 3))
+
+
+def test_a_full_segment_takes_appends_while_its_fsync_runs_then_rolls(tmp_path: Path, monkeypatch) -> None:
+    fsync = GatedFsync(monkeypatch)
+    with Log(tmp_path, segment_bytes=BATCH * 4, roll_sync_in_background=True) as log:
+        append(log, 5)  # the fifth would not fit: its append starts the segment's fsync and returns
+        assert fsync.started.wait(60), "waiting for the background fsync of the full segment to start"
+        append(log, 3)  # the fsync still runs: the segment takes these too
+        assert log.segment_base_offsets == [0]
+        fsync.gate.set()
+        log._segments[0].pending_sync.result(60)  # waiting for the background fsync to finish
+        append(log, 1)  # the first append after it rolls
+        assert log.segment_base_offsets == [0, 24]
+        assert fsync.synced == [tmp_path / "00000000000000000000.log"]
+        assert (tmp_path / "00000000000000000000.log").stat().st_size == BATCH * 8
+        expected = [batch.base_offset for batch in log.iter_batches()]
+    assert expected == list(range(0, 27, 3))
+    with Log(tmp_path, segment_bytes=BATCH * 4) as reopened:
+        assert [batch.base_offset for batch in reopened.iter_batches()] == expected
+        assert reopened.end_offset == 27
+
+
+def test_a_failed_background_fsync_makes_the_log_refuse_writes(tmp_path: Path, monkeypatch) -> None:
+    fsync = GatedFsync(monkeypatch, fail=True)
+    with Log(tmp_path, segment_bytes=BATCH * 4, roll_sync_in_background=True) as log:
+        append(log, 5)
+        fsync.gate.set()
+        with pytest.raises(OSError, match="injected"):
+            log._segments[0].pending_sync.result(60)
+        with pytest.raises(OSError, match="injected"):
+            append(log, 1)  # the roll finds the failure
+        with pytest.raises(LogError, match="refuses writes"):
+            append(log, 1)
+
+
+def test_without_it_a_segment_rolls_at_once(tmp_path: Path) -> None:
+    with Log(tmp_path, segment_bytes=BATCH * 4) as log:
+        append(log, 5)
+        assert log.segment_base_offsets == [0, 12]
+
+
+def test_partition_logs_of_large_segments_sync_in_the_background(tmp_path: Path) -> None:
+    big = Partition("t", 0, TOPIC_ID, tmp_path / "t-0", LogConfig(segment_bytes=BACKGROUND_ROLL_SYNC_BYTES),
+                    broker_id=1)
+    small = Partition("t", 1, TOPIC_ID, tmp_path / "t-1", LogConfig(segment_bytes=1 << 20), broker_id=1)
+    try:
+        assert big.log.roll_sync_in_background and not small.log.roll_sync_in_background
+    finally:
+        big.close()
+        small.close()
