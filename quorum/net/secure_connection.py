@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.security.principal import ANONYMOUS, KafkaPrincipal, RequestContext, request_context, set_request_context
 from quorum.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslSession, SaslSettings, Step
-from quorum.security.tls import SslSettings, certificate_principal
+from quorum.security.tls import PrincipalRule, SslSettings, certificate_principal
 from quorum.wire.errors import ErrorCode, WireError
 from quorum.wire.protocol import Request
 
@@ -87,8 +87,10 @@ class ListenerSecurity:
     """How one listener secures its connections (see the module docstring)."""
 
     def __init__(self, name: str, protocol: str, ssl_context: ssl.SSLContext | None = None,
-                 sasl: SaslSettings | None = None) -> None:
+                 sasl: SaslSettings | None = None,
+                 principal_rules: tuple[PrincipalRule, ...] = (PrincipalRule(),)) -> None:
         self.name = name
+        self.principal_rules = principal_rules
         self.protocol = protocol
         self.ssl_context = ssl_context
         self.sasl = sasl
@@ -101,9 +103,10 @@ class ListenerSecurity:
     @classmethod
     def of(cls, props: dict[str, str], name: str, protocol: str) -> ListenerSecurity:
         """From a node's properties: the listener's `ssl.*` and SASL settings (ConfigError naming the key)."""
-        tls = SslSettings.of(props, name).server_context() if protocol in ("SSL", "SASL_SSL") else None
+        settings = SslSettings.of(props, name)
+        tls = settings.server_context() if protocol in ("SSL", "SASL_SSL") else None
         sasl = SaslSettings.of(props, name) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
-        return cls(name, protocol, tls, sasl)
+        return cls(name, protocol, tls, sasl, settings.principal_rules)
 
     async def accept(self, writer: asyncio.StreamWriter) -> ConnectionSecurity:
         """TLS (when the listener has it), then the connection's request context, set for its task."""
@@ -117,7 +120,11 @@ class ListenerSecurity:
                 self.tls_failures += 1
                 raise AuthenticationError(f"{self.name}: TLS handshake failed: {exc}") from None
             if self.sasl is None:
-                principal = certificate_principal(writer.get_extra_info("peercert")) or ANONYMOUS
+                try:
+                    principal = certificate_principal(writer.get_extra_info("peercert"),
+                                                      self.principal_rules) or ANONYMOUS
+                except ValueError as exc:
+                    raise AuthenticationError(f"{self.name}: {exc}") from None
         context = RequestContext(principal, self.name, self.protocol, host)
         set_request_context(context)
         return ConnectionSecurity(self, context, SaslSession(self.sasl) if self.sasl is not None else None)

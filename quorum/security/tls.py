@@ -8,13 +8,16 @@ required); `ssl.endpoint.identification.algorithm` (`https`, Kafka's default, ch
 host name; empty does not). Each may be set for one listener as `listener.name.<name>.ssl.*`
 (the listener name in lower case, as Kafka writes it), which wins over the plain key.
 
-A client certificate names the connection's principal as Kafka's default principal builder does
-(`ssl.principal.mapping.rules=DEFAULT`): `User:` and the certificate's subject as an RFC 2253
-distinguished name, most specific attribute first (`User:CN=node-1,O=quorum`).
+A client certificate names the connection's principal as Kafka's default principal builder does:
+`User:` and the certificate's subject as an RFC 2253 distinguished name, most specific attribute
+first (`User:CN=node-1,O=quorum`), mapped by `ssl.principal.mapping.rules` (Kafka's syntax,
+`RULE:<pattern>/<replacement>/[LU],...,DEFAULT`: the first rule whose pattern matches the whole name
+gives the principal name, `$1` for a group, L/U for lower/upper case; DEFAULT keeps the name).
 """
 
 from __future__ import annotations
 
+import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -49,6 +52,7 @@ class SslSettings:
     trusted: tuple[str, str | None]
     client_auth: tuple[str, str]
     check_hostname: bool
+    principal_rules: tuple[PrincipalRule, ...] = ()
 
     @classmethod
     def of(cls, props: Mapping[str, str], listener: str | None = None) -> SslSettings:
@@ -66,7 +70,9 @@ class SslSettings:
         if auth not in CLIENT_AUTH:
             raise ConfigError(f"{auth_key} must be none, requested or required, got {auth!r}")
         _, algorithm = get("ssl.endpoint.identification.algorithm")
-        return cls(keystore=get("ssl.keystore.location"), chain=get("ssl.keystore.certificate.chain"),
+        rules_key, rules = get("ssl.principal.mapping.rules")
+        return cls(principal_rules=parse_principal_rules(rules or "DEFAULT", rules_key),
+                   keystore=get("ssl.keystore.location"), chain=get("ssl.keystore.certificate.chain"),
                    key=get("ssl.keystore.key"), key_password=get("ssl.key.password")[1],
                    truststore=get("ssl.truststore.location"), trusted=get("ssl.truststore.certificates"),
                    client_auth=(auth_key, auth),
@@ -144,14 +150,62 @@ class SslSettings:
         return True
 
 
-def certificate_principal(peer_certificate: Mapping[str, object] | None) -> KafkaPrincipal | None:
-    """The principal a verified client certificate names (`ssl.getpeercert()`'s dict), None without one."""
+@dataclass(frozen=True, slots=True)
+class PrincipalRule:
+    """One `ssl.principal.mapping.rules` entry; `pattern` None is DEFAULT."""
+
+    pattern: re.Pattern[str] | None = None
+    replacement: str = ""
+    case: str = ""
+
+    def apply(self, name: str) -> str | None:
+        if self.pattern is None:
+            return name
+        if self.pattern.fullmatch(name) is None:
+            return None
+        mapped = self.pattern.sub(self.replacement, name, count=1)
+        return mapped.lower() if self.case == "L" else mapped.upper() if self.case == "U" else mapped
+
+
+_RULE = re.compile(r"\s*(DEFAULT|RULE:((?:\\/|[^/])*)/((?:\\/|[^/])*)/([LU])?)\s*(?:[,\n]\s*|$)")
+
+
+def parse_principal_rules(text: str, key: str = "ssl.principal.mapping.rules") -> tuple[PrincipalRule, ...]:
+    """Kafka's `ssl.principal.mapping.rules`; ConfigError naming the key for a rule that does not parse."""
+    rules, position = [], 0
+    while position < len(text):
+        match = _RULE.match(text, position)
+        if match is None or match.end() == position:
+            raise ConfigError(f"{key}: cannot read a rule at {text[position:position + 40]!r} "
+                              f"(RULE:pattern/replacement/[LU] or DEFAULT, comma-separated)")
+        position = match.end()
+        if match[1] == "DEFAULT":
+            rules.append(PrincipalRule())
+            continue
+        try:
+            pattern = re.compile(match[2].replace("\\/", "/"))
+        except re.error as exc:
+            raise ConfigError(f"{key}: bad pattern {match[2]!r}: {exc}") from None
+        replacement = re.sub(r"\$(\d+)", r"\\g<\1>", match[3].replace("\\/", "/"))
+        rules.append(PrincipalRule(pattern, replacement, match[4] or ""))
+    return tuple(rules) or (PrincipalRule(),)
+
+
+def certificate_principal(peer_certificate: Mapping[str, object] | None,
+                          rules: tuple[PrincipalRule, ...] = (PrincipalRule(),)) -> KafkaPrincipal | None:
+    """The principal a verified client certificate names (`ssl.getpeercert()`'s dict) by `rules`; None
+    without a certificate. A name no rule maps is refused, as Kafka refuses it."""
     if not peer_certificate:
         return None
     subject = peer_certificate.get("subject") or ()
     rdns = ["+".join(f"{_SHORT_NAMES.get(name, name)}={_escape(str(value))}" for name, value in rdn)
             for rdn in subject]  # type: ignore[attr-defined]
-    return KafkaPrincipal("User", ",".join(reversed(rdns)))  # RFC 2253: the last RDN first
+    name = ",".join(reversed(rdns))  # RFC 2253: the last RDN first
+    for rule in rules:
+        mapped = rule.apply(name)
+        if mapped is not None:
+            return KafkaPrincipal("User", mapped)
+    raise ValueError(f"no ssl.principal.mapping.rules rule maps the certificate subject {name!r}")
 
 
 _SHORT_NAMES = {

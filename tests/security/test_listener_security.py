@@ -280,3 +280,20 @@ def test_kip_368_a_session_past_its_lifetime_is_closed_unless_reauthenticated(pk
     assert set(lifetimes) == {0, 300}  # SCRAM's first step has no session yet; every completed login 300 ms
     assert reauthenticated and not expired
     assert len(calls) == 3
+
+
+def test_ssl_principal_mapping_rules_as_kafka():
+    from quorum.security.tls import parse_principal_rules
+
+    subject = ((("organizationName", "quorum"),), (("commonName", "Node-1"),))
+    rules = parse_principal_rules(r"RULE:^CN=(.*?),O=quorum$/$1/L,RULE:^CN=([^,]*),.*$/$1@other/,DEFAULT")
+    assert str(certificate_principal({"subject": subject}, rules)) == "User:node-1"
+    other = ((("organizationName", "elsewhere"),), (("commonName", "x"),))
+    assert str(certificate_principal({"subject": other}, rules)) == "User:x@other"
+    strict = parse_principal_rules(r"RULE:^CN=(.*?),O=quorum$/$1/")
+    with pytest.raises(ValueError, match="no ssl.principal.mapping.rules rule maps"):
+        certificate_principal({"subject": other}, strict)
+    with pytest.raises(ConfigError, match="ssl.principal.mapping.rules: cannot read a rule"):
+        parse_principal_rules("RULE:broken")
+    settings = SslSettings.of({"listener.name.ssl.ssl.principal.mapping.rules": r"RULE:^CN=(.*?),.*$/$1/U"}, "SSL")
+    assert str(certificate_principal({"subject": subject}, settings.principal_rules)) == "User:NODE-1"
