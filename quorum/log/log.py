@@ -247,13 +247,9 @@ class Log:
         (an InvalidOffsetError) outside it, naming the start offset for a read below it.
         """
         with self._lock:
-            self._check_open()
-            end = self.end_offset
-            if not self._start <= offset <= end:
-                raise OffsetOutOfRangeError(offset, self._start, end, self.directory)
-            if offset == end or (upto is not None and offset >= upto):
+            segment = self._segment_to_read(offset, upto)
+            if segment is None:
                 return b""
-            segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
             position, first = segment.find(offset)
             length = min(max(max_bytes, first.size_in_bytes), segment.size - position)
             data = segment.read(position, length)
@@ -269,15 +265,20 @@ class Log:
         """What `read` returns, as a span of the segment file that is not read (`FileRecords`,
         which the caller closes, or b"" when empty): for answers written with sendfile."""
         with self._lock:
-            self._check_open()
-            end = self.end_offset
-            if not self._start <= offset <= end:
-                raise OffsetOutOfRangeError(offset, self._start, end, self.directory)
-            if offset == end or (upto is not None and offset >= upto):
-                return b""
-            segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
-            span = open_span(segment, offset, max_bytes, upto)
+            segment = self._segment_to_read(offset, upto)
+            span = None if segment is None else open_span(segment, offset, max_bytes, upto)
         return b"" if span is None else span
+
+    def _segment_to_read(self, offset: int, upto: int | None) -> LogSegment | None:
+        """The segment holding `offset`, None when nothing is to be read there (the log end, or
+        at or past `upto`); OffsetOutOfRangeError outside the log. Called with the lock held."""
+        self._check_open()
+        end = self.end_offset
+        if not self._start <= offset <= end:
+            raise OffsetOutOfRangeError(offset, self._start, end, self.directory)
+        if offset == end or (upto is not None and offset >= upto):
+            return None
+        return self._segments[bisect.bisect_right(self._bases, offset) - 1]
 
     # -- writing -----------------------------------------------------------------------------
 
