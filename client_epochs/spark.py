@@ -56,6 +56,7 @@ from client_epochs.spark_planning import (
     ranges,
 )
 from client_epochs.spark_read import read_range, spark_schema
+from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import encode
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,9 @@ class _Prober:
     @property
     def metadata(self) -> MetadataClient:
         if self._metadata is None:
-            self._metadata = MetadataClient(self.options.bootstrap, client_id="kafka-epochs-driver")
+            # the driver's own connections, secured by the source's kafka.* options as its executors' consumers
+            self._metadata = MetadataClient(self.options.bootstrap, client_id="kafka-epochs-driver",
+                                            security=ClientSecurity.of_client_properties(self.options.client))
             self._bounds = LogBoundsClient(self._metadata)
         return self._metadata
 
