@@ -17,6 +17,8 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from quorum.sim.cluster import RunStats, SimulationFailure, run_seed
 from quorum.sim.scenarios import SCENARIOS
@@ -89,11 +91,23 @@ def _many(args: argparse.Namespace, scenarios: list[str]) -> int:
     done = 0
     started = time.perf_counter()
     interactive = sys.stderr.isatty()  # a live progress line on a terminal, a line per 5% in a log
+    broken = ""
     for scenario in scenarios:
         results: list[RunStats] = []
         scenario_failures = 0
         scenario_started = time.perf_counter()
-        for outcome in _outcomes(args, scenario):
+        outcomes = _outcomes(args, scenario)
+        while True:
+            try:
+                outcome = next(outcomes)
+            except StopIteration:
+                break
+            except BrokenProcessPool as exc:
+                seed = args.first + len(results) + scenario_failures
+                broken = (f"a worker process died while running {scenario} seeds from {seed} on ({exc}); "
+                          f"the table holds the seeds that ran before it")
+                print(f"\n{broken}", file=sys.stderr)
+                break
             if isinstance(outcome, RunStats):
                 results.append(outcome)
             else:
@@ -110,11 +124,14 @@ def _many(args: argparse.Namespace, scenarios: list[str]) -> int:
                 print(f"\r{line}" if interactive else line, end="" if interactive else "\n", file=sys.stderr,
                       flush=True)
         rows.append(_row(scenario, results, scenario_failures, time.perf_counter() - scenario_started))
-        if failures and args.fail_fast:
+        if (failures and args.fail_fast) or broken:
             break
     if interactive:
         print(file=sys.stderr)
     _table(rows, args)
+    if broken:
+        print(f"\nNOT COMPLETE: {broken}")
+        return 1
     if failures:
         print(f"\n{len(failures)} failing seed(s); replay with:")
         for failure in failures:
@@ -131,8 +148,14 @@ def _outcomes(args: argparse.Namespace, scenario: str) -> Iterator[Outcome]:
     if args.jobs == 1:
         yield from map(run_one, jobs)
         return
-    with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=quiet_logs) as pool:
-        yield from pool.imap(run_one, jobs, chunksize=4)
+    # concurrent.futures, not multiprocessing.Pool: a worker that dies (kill -9, the OOM killer) breaks
+    # the pool and the run ends naming it, where Pool quietly started another and waited for ever for
+    # the seeds the dead one held (a 10,000-seed run hung so after a worker was killed).
+    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=quiet_logs)
+    try:
+        yield from pool.map(run_one, jobs, chunksize=4)
+    finally:  # --fail-fast or a broken pool: the seeds not started are dropped, not run to the end
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _row(scenario: str, results: list[RunStats], failed: int, seconds: float) -> list[str]:

@@ -6,6 +6,12 @@ elects a leader and commits a new record on every node.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
 import pytest
 
 from quorum.raft.core import RaftCore
@@ -179,3 +185,27 @@ def test_the_checker_catches_diverging_committed_prefixes_and_lost_majorities() 
     with pytest.raises(InvariantViolation, match="beyond its durable log end"):
         InvariantChecker((1,)).check([View(1, unflushed, hw=2)])
 
+
+
+def test_a_worker_killed_mid_run_ends_the_run_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # multiprocessing.Pool replaced a killed worker and waited for ever for the seeds it held.
+    status: list[int] = []
+
+    def kill_a_worker() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not multiprocessing.active_children():
+            time.sleep(0.05)
+        time.sleep(1.0)  # the workers have started their seeds
+        for child in multiprocessing.active_children()[:1]:
+            os.kill(child.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    runner = threading.Thread(target=lambda: status.append(main(["--seeds", "400", "--scenario", "failover",
+                                                                 "--jobs", "2"])), daemon=True)
+    runner.start()
+    runner.join(240)
+    assert status == [1], "the run did not end after one of its workers was killed"
+    captured = capsys.readouterr()
+    assert "a worker process died while running failover seeds from" in captured.err
+    assert "NOT COMPLETE" in captured.out
