@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import kafka.errors
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -25,6 +26,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import (
     ACL,
     ACLFilter,
@@ -261,3 +263,38 @@ def test_create_and_delete_topics_refused_until_acls_allow_them(cluster) -> None
     finally:
         cluster.delete_acls(AclBindingFilter(ResourceType.BROKER, CLUSTER, ResourcePatternType.ANY, None, None,
                                              AclOperation.ANY, AclPermissionType.ANY))
+
+
+def test_kafka_python_producer_refused_then_allowed_and_its_group_consumer_reads(cluster) -> None:
+    topic, group = f"kp-guarded-{uuid.uuid4().hex[:6]}", f"kp-readers-{uuid.uuid4().hex[:6]}"
+    create(cluster.admin, NewTopic(topic, 1, 1))
+    bob = _binding(topic, AclOperation.ALL, principal="User:bob")
+    cluster.create_acls(bob)
+    cluster.wait_listed({bob}, set(), "bob's ACL")
+    producer = KafkaProducer(bootstrap_servers=cluster.address, max_block_ms=TIMEOUT_S * 1000)
+    try:
+        with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+            producer.send(topic, b"refused").get(timeout=TIMEOUT_S)
+        granted = [_binding(topic, AclOperation.WRITE), _binding(topic, AclOperation.READ),
+                   _binding(group, AclOperation.READ, kind=ResourceType.GROUP)]
+        cluster.create_acls(*granted)
+        cluster.wait_listed(set(granted), set(), "ANONYMOUS's WRITE, READ and group READ")
+        wait_until(f"kafka-python to produce to {topic}", lambda: _sent(producer, topic), timeout_s=TIMEOUT_S)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=cluster.address, group_id=group, auto_offset_reset="earliest",
+                             consumer_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        assert next(iter(consumer)).value == b"allowed"
+        consumer.commit()
+    finally:
+        consumer.close()
+
+
+def _sent(producer, topic: str) -> bool:
+    """One record "allowed" sent (False while the producer's metadata still says it may not)."""
+    try:
+        producer.send(topic, b"allowed").get(timeout=TIMEOUT_S)
+    except kafka.errors.TopicAuthorizationFailedError:
+        return False
+    return True
