@@ -86,6 +86,13 @@ def _fields(message: str, what: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _text(data: bytes, encoding: str, what: str) -> str:
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError:
+        raise ScramError(f"{what} is not {encoding}") from None
+
+
 def _b64(value: str, what: str) -> bytes:
     try:
         return base64.b64decode(value.encode("ascii"), validate=True)
@@ -118,10 +125,7 @@ class ClientFirst:
 
 def parse_client_first(data: bytes) -> ClientFirst:
     """`n,[a=authzid],n=user,r=nonce[,extensions]` (Kafka accepts extensions such as tokenauth)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ScramError("client-first message is not UTF-8") from None
+    text = _text(data, "utf-8", "client-first message")
     match = re.fullmatch(r"(?P<gs2>n,(?:a=(?P<authzid>[^,]*))?,)(?P<bare>n=(?P<user>[^,]*),r=(?P<nonce>[^,]*)"
                          r"(?P<extensions>.*))", text, re.DOTALL)
     if match is None:
@@ -148,10 +152,7 @@ class ClientFinal:
 
 def parse_client_final(data: bytes) -> ClientFinal:
     """`c=<base64 gs2 header>,r=<nonce>[,extensions],p=<base64 proof>`."""
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise ScramError("client-final message is not ASCII") from None
+    text = _text(data, "ascii", "client-final message")
     without_proof, sep, proof = text.rpartition(",p=")
     if not sep:
         raise ScramError("client-final message has no proof (p=)")
@@ -229,10 +230,7 @@ class ScramClient:
         return f"n,,{self._bare}".encode()
 
     def final(self, server_first: bytes) -> bytes:
-        try:
-            text = server_first.decode("ascii")
-        except UnicodeDecodeError:
-            raise ScramError("server-first message is not ASCII") from None
+        text = _text(server_first, "ascii", "server-first message")
         pairs = dict(_fields(text, "server-first message"))
         nonce, salt, iterations = pairs.get("r", ""), pairs.get("s"), pairs.get("i", "")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce) or salt is None:

@@ -23,6 +23,12 @@ from quorum.server.listener import KafkaListener
 from quorum.wire.protocol import APIS
 
 METADATA = APIS[3]
+
+
+def no_topics():
+    """A Metadata v12 request for no topic (what each test connection asks once logged in)."""
+    return METADATA.request(topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
 USERS = 'user_alice="alice-pw"'
 
 
@@ -59,8 +65,7 @@ def ask_metadata(listener_security, client_security: ClientSecurity, calls) -> l
         await listener.start()
         client = PeerClient("127.0.0.1", listener.port, "test", 30_000, security=client_security)
         try:
-            await client.request(METADATA, 12, METADATA.request(topics=[], allow_auto_topic_creation=False,
-                                                                include_topic_authorized_operations=False))
+            await client.request(METADATA, 12, no_topics())
         finally:
             await client.close()
             await listener.close()
@@ -208,8 +213,7 @@ def test_sasl_garbage_on_the_wire_never_authenticates_and_the_listener_keeps_ser
             login = ClientSecurity(None, SaslLogin("PLAIN", "alice", "alice-pw"))
             client = PeerClient("127.0.0.1", listener.port, "after", 30_000, security=login)
             try:
-                await client.request(METADATA, 12, METADATA.request(topics=[], allow_auto_topic_creation=False,
-                                                                    include_topic_authorized_operations=False))
+                await client.request(METADATA, 12, no_topics())
             finally:
                 await client.close()
         finally:
@@ -229,7 +233,7 @@ def test_kip_368_a_session_past_its_lifetime_is_closed_unless_reauthenticated(pk
 
     props = props_of(pki, **{"connections.max.reauth.ms": "300"})
     calls: list[RequestContext] = []
-    metadata = METADATA.request(topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    metadata = no_topics()
 
     async def run() -> tuple[list[int], bool, bool]:
         listener = served(props, "SASL_SSL", "SASL_PLAINTEXT", calls)
