@@ -15,7 +15,7 @@ ListOffsets (2)                DESCRIBE topic (each)                            
 Metadata (3)                   DESCRIBE topic (hidden from all-topics answers); 29 per named topic
                                auto-creation: CREATE cluster or CREATE topic
 OffsetCommit (8)               READ group, then READ topic (each)               GROUP_ (30) all; 29 per topic
-OffsetFetch (9)                DESCRIBE group                                   30
+OffsetFetch (9)                DESCRIBE group, DESCRIBE topic (each)            30; 29 per topic (named)
 FindCoordinator (10)           DESCRIBE group / transactional id                30 / 53
 Join/Heartbeat/Leave/SyncGroup READ group                                       30
 DescribeGroups (15)            DESCRIBE group (each)                            30 per group
@@ -331,6 +331,8 @@ class RequestGuard:
                 self._filter_groups(reply.body)
             if key == 15 and reply is not None:
                 self._describe_groups(reply.body)
+            if key == 9 and reply is not None and not isinstance(reply.body, bytes | bytearray):
+                self._offset_fetch_topics(request, reply.body)
             return reply
         return await self._split(request, handler, spec)
 
@@ -390,6 +392,29 @@ class RequestGuard:
         field = "results" if describe else "responses"
         setattr(response, field, list(getattr(response, field) or []) + answers)
         return Reply(response, request.version)
+
+    def _offset_fetch_topics(self, request: Any, response: Any) -> None:
+        """OffsetFetch: the offsets of a topic the principal may not DESCRIBE are answered
+        TOPIC_AUTHORIZATION_FAILED when the request named the topic, and left out of an all-topics answer."""
+        if request.version >= 8:
+            named = {group.group_id: group.topics is not None for group in request.body.groups}
+            for group in response.groups or ():
+                group.topics = self._visible_offsets(group.topics, named.get(group.group_id, False))
+        else:
+            response.topics = self._visible_offsets(response.topics, request.body.topics is not None)
+
+    def _visible_offsets(self, topics: Any, named: bool) -> list[Any]:
+        auth = self.authorizer
+        out = []
+        for topic in topics or ():
+            name = auth.topic_name(getattr(topic, "name", None) or getattr(topic, "topic_id", None))
+            if name is None or auth.allowed(AclOperation.DESCRIBE, TOPIC, name, log_denied=named):
+                out.append(topic)
+            elif named:
+                for partition in topic.partitions:
+                    partition.error_code, partition.committed_offset, partition.metadata = TOPIC_DENIED, -1, ""
+                out.append(topic)
+        return out
 
     def _filter_groups(self, response: Any) -> None:
         """ListGroups: without DESCRIBE on the cluster, only the groups the principal may DESCRIBE."""

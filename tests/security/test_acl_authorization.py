@@ -11,10 +11,11 @@ import uuid
 import pytest
 
 from quorum.broker.acl_apis import register_acl_apis
-from quorum.image.image import empty_image
+from quorum.broker.metadata import encoded_metadata_response
+from quorum.image.image import empty_image, single_node_image
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.security.acl import new_binding
-from quorum.security.authorization import install_authorization
+from quorum.security.authorization import install_authorization, metadata_refusals
 from quorum.security.authorizer import STANDARD_AUTHORIZER
 from quorum.security.principal import KafkaPrincipal, RequestContext, set_request_context
 from quorum.server.refusals import refuse
@@ -142,3 +143,55 @@ def test_a_broker_without_an_authorizer_answers_the_acl_apis_security_disabled()
     answer = ask(29, describe)
     assert (answer.error_code, answer.error_message) == (ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     assert [r.error_code for r in ask(30, create).results] == [ErrorCode.SECURITY_DISABLED]
+
+
+def test_offset_fetch_hides_or_refuses_the_topics_it_may_not_describe() -> None:
+    node = Node(allow(GROUP, "g", READ), allow(TOPIC, "mine", READ))
+    response = APIS[9].response
+    topic, partition = response.OffsetFetchResponseTopic, response.OffsetFetchResponseTopic.OffsetFetchResponsePartition
+
+    async def committed(request: Request) -> Reply:
+        return Reply(response(topics=[topic(name=n, partitions=[partition(partition_index=0, committed_offset=7,
+                                                                          metadata="m", error_code=0)])
+                                      for n in ("mine", "theirs")], error_code=0), request.version)
+
+    node.dispatcher.register(9, committed)
+    request = APIS[9].request
+    named = request(version=7, group_id="g", topics=[request.OffsetFetchRequestTopic(name=n, partition_indexes=[0])
+                                                     for n in ("mine", "theirs")])
+    answer = node.ask(9, 7, named)
+    assert [(t.name, t.partitions[0].committed_offset, t.partitions[0].error_code) for t in answer.topics] == [
+        ("mine", 7, 0), ("theirs", -1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
+    every = node.ask(9, 7, request(version=7, group_id="g", topics=None))
+    assert [t.name for t in every.topics] == ["mine"]
+    assert node.ask(9, 7, request(version=7, group_id="other", topics=None)).error_code == \
+        ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def test_metadata_hides_what_it_may_not_describe_and_refuses_it_by_name() -> None:
+    image = single_node_image(101, "127.0.0.1", 9092, {"mine": 1, "theirs": 1})
+    image = dataclasses.replace(image, acls={uuid.uuid4(): allow(TOPIC, "mine", READ)})
+    node = Node()
+    node.image = image
+    seen = {}
+
+    async def metadata(request: Request) -> Reply:
+        refusals = metadata_refusals(image, request.body.topics is not None, auto_create=False)
+        seen["body"] = metadata_response_body(image, request, refusals)
+        return Reply(APIS[3].response(), request.version)
+
+    node.dispatcher.register(3, metadata)
+    request = APIS[3].request
+    node.ask(3, 12, request(version=12, topics=None))
+    assert [t.name for t in seen["body"].topics] == ["mine"]
+    node.ask(3, 12, request(version=12, topics=[request.MetadataRequestTopic(name=n) for n in ("theirs", "nope")]))
+    assert [(t.name, t.error_code) for t in seen["body"].topics] == [
+        ("theirs", ErrorCode.TOPIC_AUTHORIZATION_FAILED), ("nope", ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
+
+
+def metadata_response_body(image, request: Request, refusals):
+    """The Metadata answer encoded as a broker sends it, decoded back."""
+    from quorum.wire.protocol import decode_body
+
+    encoded = encoded_metadata_response(image, request.body, request.version, refusals)
+    return decode_body(APIS[3].response, encoded, 0, request.version)
