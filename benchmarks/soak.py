@@ -345,6 +345,8 @@ class Soak:
             print(f"  {key.ljust(width)}  {value}")
         problems = records.examples + [e for g in groups.values() for e in g.examples] + replicas.mismatches
         problems += self.faults.findings + crashes
+        problems += [f"group {group}: the last failed committed-offset sample: {last}"
+                     for group, (_, last) in self.sample_failures.items()]
         for problem in problems:
             print(f"  ! {problem}")
         bad = (records.lost + records.moved + records.duplicated + mirror.missing + mirror.rewinds + mirror_committed
@@ -354,8 +356,8 @@ class Soak:
         return 0 if bad == 0 else 1
 
     def sampled(self, group: str) -> str:
-        failed, last = self.sample_failures.get(group, (0, ""))
-        return f"{len(self.samples[group])} samples" + (f", {failed} failed, the last: {last[:80]}" if failed else "")
+        failed, _ = self.sample_failures.get(group, (0, ""))
+        return f"{len(self.samples[group])} samples" + (f", {failed} failed" if failed else "")
 
     def close(self) -> None:
         for child in self.children:
