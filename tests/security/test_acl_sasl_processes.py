@@ -1,0 +1,125 @@
+"""ACLs with real principals (one secured 1+1 local cluster for the module: the controller on mutual
+TLS, the broker on SASL_SSL with SCRAM): `allow.everyone.if.no.acl.found` false, the admin user and
+the nodes' certificate principals super users. The user alice, without ACLs, is refused producing,
+consuming, committing, creating and deleting topics and creating ACLs, each with Kafka's error, and
+is allowed once the admin grants her ACLs.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from quorum.launcher import LocalCluster
+from quorum.security.certificates import ORGANIZATION
+from tests.test_controller_processes import create, wait_until
+
+pytestmark = pytest.mark.timeout(600)
+
+WAIT_S = 90.0
+QUIET = {"log_level": 0}
+NODES = ("node-1", "node-101", "quorum-tools")  # the certificates of the nodes and the tools (mutual TLS)
+SETTINGS = {
+    "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
+    "group.initial.rebalance.delay.ms": "0",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "false",
+    "super.users": ";".join(["User:admin", *(f"User:CN={name},O={ORGANIZATION}" for name in NODES)]),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("acl-sasl"), controllers=1, brokers=1, settings=SETTINGS,
+                           security=True)
+    cluster.format_storage()
+    cluster.start(timeout=WAIT_S)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def client(cluster: LocalCluster, user: str, **more: str) -> dict[str, str]:
+    return {**cluster.client_settings("SASL_SSL", user=user, mechanism="SCRAM-SHA-512"), **QUIET, **more}
+
+
+def allow(name: str, operation: AclOperation, kind=ResourceType.TOPIC) -> AclBinding:
+    return AclBinding(kind, name, ResourcePatternType.LITERAL, "User:alice", "*", operation, AclPermissionType.ALLOW)
+
+
+def error_of(futures) -> int | None:
+    try:
+        for future in futures.values():
+            future.result(timeout=WAIT_S)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    return None
+
+
+def produce(cluster: LocalCluster, topic: str) -> set:
+    producer = Producer(client(cluster, "alice", **{"message.timeout.ms": "20000"}))
+    errors: list = []
+    for n in range(3):
+        producer.produce(topic, f"m{n}".encode(), on_delivery=lambda error, _: errors.append(error))
+    assert producer.flush(WAIT_S) == 0
+    return {None if error is None else error.code() for error in errors}
+
+
+def first_consumer_outcome(cluster: LocalCluster, topic: str, group: str) -> int | None:
+    """The first error alice's group consumer meets, or None once it read a record."""
+    consumer = Consumer(client(cluster, "alice", **{"group.id": group, "auto.offset.reset": "earliest",
+                                                    "enable.auto.commit": "false"}))
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                return None if message.error() is None else message.error().code()
+        raise AssertionError(f"alice's consumer of {topic} got neither a record nor an error")
+    finally:
+        consumer.close()
+
+
+def test_alice_is_refused_until_the_admin_grants_her_acls(cluster) -> None:
+    admin, alice = AdminClient(client(cluster, "admin")), AdminClient(client(cluster, "alice"))
+    topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"billing-{uuid.uuid4().hex[:6]}"
+    create(admin, NewTopic(topic, 1, 1))
+    assert produce(cluster, topic) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    assert first_consumer_outcome(cluster, topic, group) in (KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                                             KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    assert error_of(alice.create_topics([NewTopic(f"mine-{topic}", 1, 1)], request_timeout=WAIT_S)) == \
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(alice.delete_topics([topic], request_timeout=WAIT_S)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(alice.create_acls([allow(topic, AclOperation.ALL)], request_timeout=WAIT_S)) == \
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+    assert error_of(admin.create_acls([allow(group, AclOperation.READ, ResourceType.GROUP)],
+                                      request_timeout=WAIT_S)) is None
+    wait_until("alice's group to be allowed, her topic still refused",
+               lambda: first_consumer_outcome(cluster, topic, group) == KafkaError.TOPIC_AUTHORIZATION_FAILED,
+               timeout_s=WAIT_S)
+    granted = [allow(topic, AclOperation.WRITE), allow(topic, AclOperation.READ)]
+    assert error_of(admin.create_acls(granted, request_timeout=WAIT_S)) is None
+    wait_until("alice's produce to be allowed", lambda: produce(cluster, topic) == {None}, timeout_s=WAIT_S)
+    assert first_consumer_outcome(cluster, topic, group) is None
+    consumer = Consumer(client(cluster, "alice", **{"group.id": group}))
+    try:
+        [committed] = consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        assert committed.error is None
+    finally:
+        consumer.close()
