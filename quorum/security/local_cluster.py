@@ -3,9 +3,9 @@ settings nodes and clients use.
 
 Layout: controllers listen on `CONTROLLER` over mutual TLS (every node, and the tools, present a
 certificate of the cluster's CA). Each broker serves three client listeners: `SSL` (client
-certificates requested, not required; brokers replicate over it with their own certificates),
-`SASL_SSL` and `SASL_PLAINTEXT`, both with PLAIN and SCRAM-SHA-256/512 for the same users. The
-user `admin` is what the nodes and tools log in as; `alice` is the user a cluster's clients get.
+certificates requested, not required), `SASL_SSL` (brokers replicate over it, logging in as `admin`
+with SCRAM-SHA-512) and `SASL_PLAINTEXT`, both SASL ones with PLAIN and SCRAM-SHA-256/512 for the
+same users. `alice` is the user a cluster's clients get.
 Everything lives in `<cluster dir>/security` and is kept across restarts.
 """
 
@@ -61,7 +61,8 @@ class LocalSecurity:
             "listener.name.controller.ssl.client.auth": "required",
         }
         if role == "broker":
-            props["inter.broker.listener.name"] = "SSL"
+            props["inter.broker.listener.name"] = "SASL_SSL"
+            props["sasl.mechanism.inter.broker.protocol"] = "SCRAM-SHA-512"
             props["listener.name.ssl.ssl.client.auth"] = "requested"
             admin = self.passwords["admin"]
             users = " ".join(f'user_{user}="{password}"' for user, password in self.passwords.items())
