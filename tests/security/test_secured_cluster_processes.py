@@ -377,3 +377,54 @@ def test_wrapped_consumers_commit_and_seek_with_kip_232_epochs_over_sasl_ssl(clu
         assert offset == 10 and InternalMetadata.from_json(internal).topic_epoch == topic_epoch
     finally:
         kp.close()
+
+
+def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
+    """`client-epochs-mirror` with the source consumer's SASL_SSL settings (--consumer-property): its own
+    metadata, offset and log-bounds connections to the source use them too; every record reaches a
+    (plaintext) target and the group's commits carry the KIP-232 internal metadata."""
+    from client_epochs import TopicPartition as Key
+    from client_epochs.confluent import Consumer as WrappedConsumer
+
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer(settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512"))
+    for n in range(60):
+        producer.produce(topic, f"r{n}".encode(), partition=n % 3)
+    assert producer.flush(WAIT_S) == 0
+    target = LocalCluster(tmp_path / "target", controllers=1, brokers=1, settings={
+        "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1"})
+    target.format_storage()
+    target.start(timeout=WAIT_S)
+    try:
+        settings = cluster.client_settings("SASL_SSL")
+        group = f"mirror-{uuid.uuid4().hex[:8]}"
+        source = settings.pop("bootstrap.servers")
+        command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
+                   "--target-bootstrap", target.bootstrap_servers, "--topics", topic, "--group", group,
+                   "--stop-after-idle-s", "5", "--give-up-after-s", str(WAIT_S)]
+        for key, value in settings.items():
+            command += ["--consumer-property", f"{key}={value}"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=4 * WAIT_S)
+        assert done.returncode == 0, done.stdout + done.stderr
+        reader = Consumer({"bootstrap.servers": target.bootstrap_servers, "group.id": "check", **QUIET,
+                           "auto.offset.reset": "earliest"})
+        try:
+            reader.subscribe([topic])
+            copied: list[bytes] = []
+
+            def read() -> bool:
+                copied.extend(m.value() for m in reader.consume(60, 1.0) if m.error() is None)
+                return len(copied) >= 60
+
+            wait_until(f"the 60 records of {topic} on the target", read, timeout_s=WAIT_S)
+        finally:
+            reader.close()
+        assert sorted(copied) == sorted(f"r{n}".encode() for n in range(60))
+        checker = WrappedConsumer({**cluster.client_settings("SASL_SSL"), "group.id": group, **QUIET})
+        try:
+            stored = checker.committed_internal_metadata([Key(topic, p) for p in range(3)])
+        finally:
+            checker.close()
+        assert len(stored) == 3 and all(internal.topic_epoch >= 1 for internal in stored.values())
+    finally:
+        target.stop()
