@@ -123,9 +123,9 @@ def test_jobs_spread_the_seeds_over_processes_and_print_the_same_table(capsys: p
 
 
 def test_a_list_of_scenarios_runs_each_and_an_unknown_one_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--seeds", "2", "--scenario", "calm,resign"]) == 0
+    assert main(["--seeds", "1", "--scenario", "calm,resign"]) == 0
     rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()[-2:]]
-    assert rows == [["calm", "2", "0"], ["resign", "2", "0"]]
+    assert rows == [["calm", "1", "0"], ["resign", "1", "0"]]
     with pytest.raises(SystemExit):
         main(["--seeds", "2", "--scenario", "calm,chaoss"])
     assert "unknown scenario(s) ['chaoss']" in capsys.readouterr().err
