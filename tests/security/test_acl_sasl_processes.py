@@ -2,11 +2,13 @@
 TLS, the broker on SASL_SSL with SCRAM): `allow.everyone.if.no.acl.found` false, the admin user and
 the nodes' certificate principals super users. The user alice, without ACLs, is refused producing,
 consuming, committing, creating and deleting topics and creating ACLs, each with Kafka's error, and
-is allowed once the admin grants her ACLs.
+is allowed once the admin grants her ACLs. A certificate of the cluster's CA that is not a node's
+sends Vote on the controller listener: refused, never counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,8 +25,13 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from quorum.admin import describe_quorum
 from quorum.launcher import LocalCluster
+from quorum.net.client_security import ClientSecurity
+from quorum.net.peer_client import PeerClient
 from quorum.security.certificates import ORGANIZATION
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS
 from tests.test_controller_processes import create, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -123,3 +130,43 @@ def test_alice_is_refused_until_the_admin_grants_her_acls(cluster) -> None:
         assert committed.error is None
     finally:
         consumer.close()
+
+
+def test_a_vote_from_a_certificate_that_is_not_a_super_user_is_refused_and_never_counted(cluster) -> None:
+    """A client with a certificate of the cluster's own CA (so TLS accepts it) that is not one of the
+    nodes' principals sends Vote for a higher epoch on the controller listener: CLUSTER_AUTHORIZATION_FAILED,
+    and the quorum's leader and epoch stay as they were."""
+    intruder = cluster.security.ca.issue(f"intruder-{uuid.uuid4().hex[:6]}")
+    before = describe(cluster)
+    schema = APIS[52].request
+    vote = schema(version=2, cluster_id=None, voter_id=1, topics=[schema.TopicData(
+        topic_name="__cluster_metadata", partitions=[schema.TopicData.PartitionData(
+            partition_index=0, replica_epoch=before.leader_epoch + 5, replica_id=99, last_offset_epoch=10**6,
+            last_offset=10**9)])])
+    security = ClientSecurity.of_client_properties({"security.protocol": "SSL",
+                                                    "ssl.ca.location": str(cluster.security.ca.cert_path),
+                                                    "ssl.certificate.location": str(intruder.pem)})
+
+    async def ask():
+        host, _, port = controller(cluster).rpartition(":")
+        peer = PeerClient(host, int(port), "intruder", 30_000, security=security)
+        try:
+            return await peer.request(APIS[52], 2, vote)
+        finally:
+            await peer.close()
+
+    answer = asyncio.run(ask())
+    assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and not answer.topics
+    after = describe(cluster)
+    assert (after.leader_id, after.leader_epoch) == (before.leader_id, before.leader_epoch)
+
+
+def controller(cluster: LocalCluster) -> str:
+    return next(spec.address for spec in cluster.specs.values() if spec.role == "controller")
+
+
+def describe(cluster: LocalCluster):
+    """The quorum's status, asked with the tools' certificate (a super user)."""
+    settings = {"security.protocol": "SSL", "ssl.ca.location": str(cluster.security.ca.cert_path),
+                "ssl.certificate.location": str(cluster.security.tool)}
+    return asyncio.run(describe_quorum(controller(cluster), 30_000, ClientSecurity.of_client_properties(settings)))
