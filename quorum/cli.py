@@ -178,14 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "storage":
         return _storage(args)
     if args.command == "start":
+        from quorum.security.authorizer import AuthorizerConfigError, authorizer_from_properties
         from quorum.server.config import load_config
         from quorum.server.node import run_node
         from quorum.server.storage import StorageError, check_storage
 
         config = load_config(args.config, _key_values(args.override))
         try:
+            authorizer_from_properties(config.extra)  # a bad authorizer setting is named before anything starts
             check_storage(config)  # a replaced disk is formatted again first, as with kafka-storage.sh
-        except StorageError as exc:
+        except (AuthorizerConfigError, StorageError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         remote = _remote_tier(config)
