@@ -10,9 +10,10 @@ view of the same image with that listener's brokers, made once per image and lis
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from quorum.image.delta import listed_brokers
-from quorum.image.image import MetadataImage
+from quorum.image.image import BrokerInfo, MetadataImage
 from quorum.security.principal import request_context
 
 
@@ -35,3 +36,12 @@ class ListenerViews:
             view = self._views[name] = dataclasses.replace(
                 image, brokers=listed_brokers(image.registrations, name), listener=name, encoded={})
         return view
+
+
+_VIEWS = ListenerViews()
+
+
+def listener_brokers(image: MetadataImage) -> Mapping[int, BrokerInfo]:
+    """The brokers of `image` as the current request's listener lists them (KIP-951's leader endpoints
+    in Produce and Fetch answers)."""
+    return _VIEWS.of(image).brokers

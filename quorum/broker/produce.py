@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from quorum.broker.listener_view import listener_brokers
 from quorum.broker.partition import AppendError, AppendResult, Partition
 from quorum.broker.producer_ids import ProducerIdsUnavailable
 from quorum.broker.replica_manager import ReplicaManager
@@ -140,7 +141,7 @@ class ProduceHandlers:
         if leaders and version >= 10 and image is not None:
             response.node_endpoints = [
                 _NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack)
-                for node_id in sorted(leaders) if (broker := image.brokers.get(node_id)) is not None
+                for node_id in sorted(leaders) if (broker := listener_brokers(image).get(node_id)) is not None
             ]
         return Reply(response, version)
 
