@@ -222,8 +222,8 @@ def whole_refusal(request: Any, code: int, refuse: Refuse) -> Any:
     if key == 9 and request.version >= 8:
         return schema(groups=[schema.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[])
                               for g in body.groups])
-    if key in (0, 8):  # Produce (a transactional id refused), OffsetCommit (the group refused): every partition
-        return _with_topics(request, schema(), getattr(body, _PER_TOPIC[key].request_field), code)
+    if key in (0, 8, 23):  # Produce (a transactional id refused), OffsetCommit (the group), OffsetForLeaderEpoch
+        return _with_topics(request, schema(), getattr(body, _PER_TOPIC[key].request_field), code)  # (a follower)
     try:
         return refuse(request, code)
     except KeyError:  # no per-resource shape: the top-level error code

@@ -9,19 +9,22 @@ import logging
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quorum.broker.acl_apis import register_acl_apis
 from quorum.broker.metadata import encoded_metadata_response
 from quorum.image.image import empty_image, single_node_image
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.security.acl import new_binding
-from quorum.security.authorization import install_authorization, metadata_refusals
+from quorum.security.authorization import install_authorization, metadata_refusals, whole_refusal
 from quorum.security.authorizer import STANDARD_AUTHORIZER
 from quorum.security.principal import KafkaPrincipal, RequestContext, set_request_context
 from quorum.server.refusals import refuse
 from quorum.wire.errors import ErrorCode
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, Request
+from tests.wire.schema_strategies import message_values
 
 SETTINGS = {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:controller-2"}
 TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5
@@ -195,3 +198,40 @@ def metadata_response_body(image, request: Request, refusals):
 
     encoded = encoded_metadata_response(image, request.body, request.version, refusals)
     return decode_body(APIS[3].response, encoded, 0, request.version)
+
+
+WHOLE_REFUSALS = [(key, version) for key in (0, 1, 8, 9, 10, 11, 12, 13, 14, 22, 23, 29, 30, 31, 45, 46, 52, 53, 54,
+                                             55, 56, 59, 62, 63)
+                  for version in range(APIS[key].min_version, APIS[key].max_version + 1)]
+
+
+@pytest.mark.parametrize("case", WHOLE_REFUSALS, ids=lambda c: f"{APIS[c[0]].name}-v{c[1]}")
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_whole_refusal_encodes_at_the_clients_version(case, data) -> None:
+    """A refused request of any API the guard refuses as a whole is answered in a response that
+    encodes at the request's version (a failure would close the client's connection instead)."""
+    key, version = case
+    body = data.draw(message_values(APIS[key].request, version))
+    request = Request(RequestHeader(key, version, 1, "t"), APIS[key], body)
+    for code in (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.GROUP_AUTHORIZATION_FAILED):
+        whole_refusal(request, code, refuse).encode(version=version)
+
+
+SPLIT_REFUSALS = [(key, version) for key in (0, 2, 8, 19, 20, 21, 23, 32, 37, 44)
+                  for version in range(APIS[key].min_version, APIS[key].max_version + 1)]
+
+
+@pytest.mark.parametrize("case", SPLIT_REFUSALS, ids=lambda c: f"{APIS[c[0]].name}-v{c[1]}")
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_per_topic_refusal_encodes_at_the_clients_version(case, data) -> None:
+    """Nothing allowed: whatever topics or resources a request names are answered refused, in a
+    response that encodes at the request's version."""
+    key, version = case
+    node = Node()
+    node.dispatcher.register(key, node._handler)
+    body = data.draw(message_values(APIS[key].request, version))
+    answer = node.ask(key, version, body)
+    if answer is not None:
+        answer.encode(version=version)
