@@ -216,6 +216,12 @@ def test_every_whole_refusal_encodes_at_the_clients_version(case, data) -> None:
     request = Request(RequestHeader(key, version, 1, "t"), APIS[key], body)
     for code in (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.GROUP_AUTHORIZATION_FAILED):
         whole_refusal(request, code, refuse).encode(version=version)
+    for controller in (False, True):  # the guard's checks read any body without failing
+        node = Node(controller=controller)
+        node.dispatcher.register(key, node._handler)
+        answer = node.ask(key, version, body)
+        if answer is not None:
+            answer.encode(version=version)
 
 
 SPLIT_REFUSALS = [(key, version) for key in (0, 2, 8, 19, 20, 21, 23, 32, 37, 44)
