@@ -206,7 +206,7 @@ WHOLE_REFUSALS = [(key, version) for key in (0, 1, 8, 9, 10, 11, 12, 13, 14, 22,
 
 
 @pytest.mark.parametrize("case", WHOLE_REFUSALS, ids=lambda c: f"{APIS[c[0]].name}-v{c[1]}")
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_whole_refusal_encodes_at_the_clients_version(case, data) -> None:
     """A refused request of any API the guard refuses as a whole is answered in a response that
@@ -229,7 +229,7 @@ SPLIT_REFUSALS = [(key, version) for key in (0, 2, 8, 19, 20, 21, 23, 32, 37, 44
 
 
 @pytest.mark.parametrize("case", SPLIT_REFUSALS, ids=lambda c: f"{APIS[c[0]].name}-v{c[1]}")
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_per_topic_refusal_encodes_at_the_clients_version(case, data) -> None:
     """Nothing allowed: whatever topics or resources a request names are answered refused, in a

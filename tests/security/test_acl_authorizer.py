@@ -80,7 +80,7 @@ def model(acls, super_users, allow_if_none, principal, host, operation, resource
     return AclPermissionType.DENY not in counting and AclPermissionType.ALLOW in counting
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(acls=st.lists(bindings(), max_size=12), super_user=st.booleans(), allow_if_none=st.booleans(),
        principal=PRINCIPALS.filter(lambda p: p != "User:*"), host=HOSTS.filter(lambda h: h != "*"),
        operation=st.sampled_from([op for op in OPERATIONS if op is not AclOperation.ALL]),
