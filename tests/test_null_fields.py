@@ -53,6 +53,7 @@ EXPECTED: dict[str, tuple[frozenset[str], set[int]]] = {
     "BrokerRegistration": (ALL_MODES, {E.INCONSISTENT_CLUSTER_ID}),
     "BrokerHeartbeat": (ALL_MODES, {E.STALE_BROKER_EPOCH}),  # broker 0 is not registered
     "AlterPartition": (ALL_MODES, {E.STALE_BROKER_EPOCH}),
+    "AllocateProducerIds": (ALL_MODES, {E.STALE_BROKER_EPOCH}),
 }
 
 
