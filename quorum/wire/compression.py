@@ -1,7 +1,7 @@
 """The codecs of a record batch body (attribute bits 0-2), as Kafka clients write and read them.
 
     compress(codec, data) -> bytes
-    decompress(codec, data) -> bytes
+    decompress(codec, data, max_bytes=None) -> bytes
 
 `Compression.NONE` passes the bytes through. A codec that is not one of `Compression` raises
 `UnknownCodecError`; a body that does not decompress raises `CompressionError` with the codec
@@ -17,6 +17,7 @@ nothing is silently dropped: bytes after an LZ4 frame and a truncated zstd frame
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Callable
 from enum import IntEnum
 
@@ -28,6 +29,7 @@ __all__ = [
     "GZIP_LEVEL",
     "Compression",
     "CompressionError",
+    "DecompressedTooLargeError",
     "UnknownCodecError",
     "compress",
     "decompress",
@@ -58,16 +60,30 @@ class UnknownCodecError(CompressionError):
     """A codec number that is not one of `Compression`."""
 
 
+class DecompressedTooLargeError(CompressionError):
+    """A body whose output would exceed the `max_bytes` the caller allows."""
+
+
 def compress(codec: Compression | int, data: _Data) -> bytes:
     """`data` compressed with `codec`, framed as Java's producer frames it."""
     return _lookup(_COMPRESSORS, codec)(data)
 
 
-def decompress(codec: Compression | int, data: _Data) -> bytes:
-    """All of `data` decompressed with `codec`; CompressionError if it does not decompress exactly."""
+def decompress(codec: Compression | int, data: _Data, max_bytes: int | None = None) -> bytes:
+    """All of `data` decompressed with `codec`; CompressionError if it does not decompress exactly.
+
+    With `max_bytes`, DecompressedTooLargeError when the output would be longer, found by a first pass that
+    holds at most `max_bytes` + 1 bytes of output: a few hundred KB of gzip'd zeros otherwise made a broker
+    allocate hundreds of MB (the protocol fuzzer's compression bomb, issue 19)."""
     function = _lookup(_DECOMPRESSORS, codec)
     try:
+        if max_bytes is not None and codec != Compression.NONE:
+            size = _BOUNDED_SIZES[codec](data, max_bytes + 1)
+            if size > max_bytes:
+                raise DecompressedTooLargeError(f"decompresses to more than {max_bytes} bytes")
         return function(data)
+    except CompressionError:
+        raise
     except Exception as exc:  # codec libraries raise a zoo of types on bad input
         raise CompressionError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -142,6 +158,77 @@ def _snappy_decompress(data: _Data) -> bytes:
         return b""
     return kafka_codec.snappy_decode(payload)
 
+
+# ---------------------------------------------------------------------------------------------
+# Output sizes, counted up to a cap without holding more than the cap: the first pass of a bounded
+# decompress. Damaged input may count short (the exact pass then names the damage) or raise.
+
+
+def _gzip_size(data: _Data, cap: int) -> int:
+    total, rest = 0, bytes(data)
+    while rest and total < cap:
+        stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while rest and total < cap and not stream.eof:
+            total += len(stream.decompress(rest, min(cap - total, _CHUNK)))
+            rest = stream.unconsumed_tail
+        rest = stream.unused_data if stream.eof else b""
+    return total
+
+
+def _snappy_size(data: _Data, cap: int) -> int:
+    """Snappy states each block's length up front (a varint): xerial's blocks, or librdkafka's one raw block."""
+    payload = bytes(data)
+    if payload[:8] != _XERIAL_HEADER[:8]:
+        return _snappy_block_length(payload, 0)
+    total, pos = 0, 16
+    while pos + 4 <= len(payload) and total < cap:
+        size = int.from_bytes(payload[pos:pos + 4], "big", signed=True)
+        total += _snappy_block_length(payload, pos + 4)
+        pos += 4 + max(size, 0)
+    return total
+
+
+def _snappy_block_length(payload: bytes, pos: int) -> int:
+    length, shift = 0, 0
+    while pos < len(payload) and shift < 35:
+        byte = payload[pos]
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        pos, shift = pos + 1, shift + 7
+    return length
+
+
+def _lz4_size(data: _Data, cap: int) -> int:
+    stream = lz4.frame.LZ4FrameDecompressor()
+    total, rest = 0, bytes(data)
+    while total < cap and not stream.eof:
+        total += len(stream.decompress(rest, max_length=min(cap - total, _CHUNK)))
+        rest = b""  # the decompressor keeps what it has not decompressed yet
+        if stream.needs_input:
+            break  # all input used and the frame not ended: the exact pass names the truncation
+    return total
+
+
+def _zstd_size(data: _Data, cap: int) -> int:
+    total = 0
+    with _zstd_decompressor().stream_reader(bytes(data), read_across_frames=True) as reader:
+        while total < cap:
+            chunk = reader.read(min(cap - total, _CHUNK))
+            if not chunk:
+                break
+            total += len(chunk)
+    return total
+
+
+_CHUNK = 1 << 20
+
+_BOUNDED_SIZES: dict[int, Callable[[_Data, int], int]] = {
+    Compression.GZIP: _gzip_size,
+    Compression.SNAPPY: _snappy_size,
+    Compression.LZ4: _lz4_size,
+    Compression.ZSTD: _zstd_size,
+}
 
 _COMPRESSORS: dict[int, Callable[[_Data], bytes]] = {
     Compression.NONE: bytes,

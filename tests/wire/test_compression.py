@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
 from quorum.wire import records
-from quorum.wire.compression import Compression, CompressionError, UnknownCodecError, compress, decompress
+from quorum.wire.compression import (
+    Compression,
+    CompressionError,
+    DecompressedTooLargeError,
+    UnknownCodecError,
+    compress,
+    decompress,
+)
 
 KAFKA_DECODE = {
     Compression.GZIP: kafka_codec.gzip_decode,
@@ -68,3 +75,24 @@ def test_gzip_uses_kafkas_default_level() -> None:
     data = b"some fairly compressible text " * 200
     assert compress(Compression.GZIP, data)[8] == 0  # FLG/XFL: level 6 sets no "best/fastest" flag
     assert len(compress(Compression.GZIP, data)) == len(kafka_codec.gzip_encode(data, compresslevel=6))
+
+
+@pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
+def test_a_body_that_decompresses_past_max_bytes_is_refused(codec: Compression) -> None:
+    """A compression bomb (issue 19: 300 KB of gzip'd zeros made a broker allocate 600 MB) is refused by a
+    first pass that never holds more than max_bytes + 1 bytes; exactly max_bytes still decompresses."""
+    data = bytes(range(256)) + b"\x00" * 3_000_000
+    packed = compress(codec, data)
+    assert decompress(codec, packed, max_bytes=len(data)) == data
+    with pytest.raises(DecompressedTooLargeError, match=f"more than {len(data) - 1} bytes"):
+        decompress(codec, packed, max_bytes=len(data) - 1)
+    with pytest.raises(CompressionError):
+        decompress(codec, packed[: len(packed) // 2], max_bytes=len(data))  # damage is still named
+
+
+def test_a_batch_whose_body_decompresses_past_the_limit_is_corrupt(monkeypatch) -> None:
+    monkeypatch.setattr(records, "MAX_DECOMPRESSED_BATCH_BYTES", 1_000)
+    batch = records.build_batch([records.Record(offset=0, timestamp=0, value=b"\x00" * 2_000)],
+                                compression=Compression.GZIP)
+    with pytest.raises(records.CorruptRecordError, match="decompresses to more than 1000 bytes"):
+        records.RecordBatch(batch).validate()
