@@ -164,13 +164,13 @@ def _produce(address: str, topic: str, count: int = 5) -> list:
     return errors
 
 
-def _consumer_error(address: str, topic: str, group: str) -> int | None:
-    """The first error code a group consumer of `topic` meets, or None once it got a record."""
-    consumer = Consumer({"bootstrap.servers": address, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, **QUIET})
+def consumer_error(settings: dict, topic: str, timeout_s: float = TIMEOUT_S) -> int | None:
+    """The first error a group consumer (librdkafka `settings`, group.id included) of `topic` meets,
+    or None once it got a record."""
+    consumer = Consumer({"auto.offset.reset": "earliest", "enable.auto.commit": False, **QUIET, **settings})
     consumer.subscribe([topic])
     try:
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is None:
@@ -180,12 +180,17 @@ def _consumer_error(address: str, topic: str, group: str) -> int | None:
                     continue
                 return message.error().code()
             return None
-        raise AssertionError(f"the consumer of {topic} in {group} got neither a record nor an error")
+        raise AssertionError(f"the consumer of {topic} got neither a record nor an error")
     finally:
         consumer.close()
 
 
-def _admin_error(futures) -> int | None:
+def _consumer_error(address: str, topic: str, group: str) -> int | None:
+    return consumer_error({"bootstrap.servers": address, "group.id": group}, topic)
+
+
+def admin_error(futures) -> int | None:
+    """The error code the first refused future of an admin call raised, None when none was."""
     try:
         for future in futures.values():
             future.result(timeout=TIMEOUT_S)
@@ -244,7 +249,7 @@ def test_create_and_delete_topics_refused_until_acls_allow_them(cluster) -> None
     cluster.create_acls(*on_cluster, deny_create)
     try:
         cluster.wait_listed({*on_cluster, deny_create}, set(), "the cluster ACLs")
-        assert _admin_error(cluster.admin.create_topics([NewTopic(name, 1, 1)], request_timeout=TIMEOUT_S)) == \
+        assert admin_error(cluster.admin.create_topics([NewTopic(name, 1, 1)], request_timeout=TIMEOUT_S)) == \
             KafkaError.TOPIC_AUTHORIZATION_FAILED
         cluster.delete_acls(AclBindingFilter(ResourceType.TOPIC, "forbidden-", ResourcePatternType.PREFIXED, None,
                                              None, AclOperation.ANY, AclPermissionType.ANY))
@@ -254,12 +259,12 @@ def test_create_and_delete_topics_refused_until_acls_allow_them(cluster) -> None
         deny_delete = _binding(name, AclOperation.DELETE, permission=AclPermissionType.DENY)
         cluster.create_acls(deny_delete)
         cluster.wait_listed({deny_delete}, set(), "the DENY of DELETE")
-        assert _admin_error(cluster.admin.delete_topics([name], request_timeout=TIMEOUT_S)) == \
+        assert admin_error(cluster.admin.delete_topics([name], request_timeout=TIMEOUT_S)) == \
             KafkaError.TOPIC_AUTHORIZATION_FAILED
         cluster.delete_acls(AclBindingFilter(ResourceType.TOPIC, name, ResourcePatternType.LITERAL, None, None,
                                              AclOperation.ANY, AclPermissionType.ANY))
         cluster.wait_listed(set(), {deny_delete}, "the DENY of DELETE revoked")
-        assert _admin_error(cluster.admin.delete_topics([name], request_timeout=TIMEOUT_S)) is None
+        assert admin_error(cluster.admin.delete_topics([name], request_timeout=TIMEOUT_S)) is None
     finally:
         cluster.delete_acls(AclBindingFilter(ResourceType.BROKER, CLUSTER, ResourcePatternType.ANY, None, None,
                                              AclOperation.ANY, AclPermissionType.ANY))

@@ -9,12 +9,11 @@ sends Vote on the controller listener: refused, never counted.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -32,6 +31,7 @@ from quorum.net.peer_client import PeerClient
 from quorum.security.certificates import ORGANIZATION
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
+from tests.security.test_acl_processes import admin_error, consumer_error
 from tests.test_controller_processes import create, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -68,15 +68,6 @@ def allow(name: str, operation: AclOperation, kind=ResourceType.TOPIC) -> AclBin
     return AclBinding(kind, name, ResourcePatternType.LITERAL, "User:alice", "*", operation, AclPermissionType.ALLOW)
 
 
-def error_of(futures) -> int | None:
-    try:
-        for future in futures.values():
-            future.result(timeout=WAIT_S)
-    except KafkaException as exc:
-        return exc.args[0].code()
-    return None
-
-
 def produce(cluster: LocalCluster, topic: str) -> set:
     producer = Producer(client(cluster, "alice", **{"message.timeout.ms": "20000"}))
     errors: list = []
@@ -88,18 +79,7 @@ def produce(cluster: LocalCluster, topic: str) -> set:
 
 def first_consumer_outcome(cluster: LocalCluster, topic: str, group: str) -> int | None:
     """The first error alice's group consumer meets, or None once it read a record."""
-    consumer = Consumer(client(cluster, "alice", **{"group.id": group, "auto.offset.reset": "earliest",
-                                                    "enable.auto.commit": "false"}))
-    consumer.subscribe([topic])
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None:
-                return None if message.error() is None else message.error().code()
-        raise AssertionError(f"alice's consumer of {topic} got neither a record nor an error")
-    finally:
-        consumer.close()
+    return consumer_error(client(cluster, "alice", **{"group.id": group}), topic, WAIT_S)
 
 
 def test_alice_is_refused_until_the_admin_grants_her_acls(cluster) -> None:
@@ -109,19 +89,19 @@ def test_alice_is_refused_until_the_admin_grants_her_acls(cluster) -> None:
     assert produce(cluster, topic) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
     assert first_consumer_outcome(cluster, topic, group) in (KafkaError.GROUP_AUTHORIZATION_FAILED,
                                                              KafkaError.TOPIC_AUTHORIZATION_FAILED)
-    assert error_of(alice.create_topics([NewTopic(f"mine-{topic}", 1, 1)], request_timeout=WAIT_S)) == \
+    assert admin_error(alice.create_topics([NewTopic(f"mine-{topic}", 1, 1)], request_timeout=WAIT_S)) == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert error_of(alice.delete_topics([topic], request_timeout=WAIT_S)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert error_of(alice.create_acls([allow(topic, AclOperation.ALL)], request_timeout=WAIT_S)) == \
+    assert admin_error(alice.delete_topics([topic], request_timeout=WAIT_S)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert admin_error(alice.create_acls([allow(topic, AclOperation.ALL)], request_timeout=WAIT_S)) == \
         KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
-    assert error_of(admin.create_acls([allow(group, AclOperation.READ, ResourceType.GROUP)],
+    assert admin_error(admin.create_acls([allow(group, AclOperation.READ, ResourceType.GROUP)],
                                       request_timeout=WAIT_S)) is None
     wait_until("alice's group to be allowed, her topic still refused",
                lambda: first_consumer_outcome(cluster, topic, group) == KafkaError.TOPIC_AUTHORIZATION_FAILED,
                timeout_s=WAIT_S)
     granted = [allow(topic, AclOperation.WRITE), allow(topic, AclOperation.READ)]
-    assert error_of(admin.create_acls(granted, request_timeout=WAIT_S)) is None
+    assert admin_error(admin.create_acls(granted, request_timeout=WAIT_S)) is None
     wait_until("alice's produce to be allowed", lambda: produce(cluster, topic) == {None}, timeout_s=WAIT_S)
     assert first_consumer_outcome(cluster, topic, group) is None
     consumer = Consumer(client(cluster, "alice", **{"group.id": group}))
