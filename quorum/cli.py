@@ -60,10 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe = commands.add_parser("describe", help="describe the metadata quorum (as kafka-metadata-quorum.sh)")
     describe.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT",
                           help="any controller of the quorum")
-    describe.add_argument("--command-config", default=None, metavar="FILE",
-                          help="client settings for a secured controller listener, as Kafka's tools take them "
-                               "(security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, "
-                               "sasl.mechanism, sasl.username, sasl.password)")
+    _command_config(describe)
     what = describe.add_mutually_exclusive_group(required=True)
     what.add_argument("--status", action="store_true", help="leader, epoch, high watermark, voters, observers")
     what.add_argument("--replication", action="store_true", help="one row per replica with its lag")
@@ -72,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="offsets of a topic's partitions for a time spec (as kafka-get-offsets.sh)")
     offsets.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="any broker(s)")
     offsets.add_argument("--topic", required=True, help="the topic")
+    _command_config(offsets)
     offsets.add_argument("--partitions", default=None, metavar="P[,P...]",
                          help="comma-separated partition numbers (default: all)")
     offsets.add_argument("--time", default="latest",
@@ -81,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign = commands.add_parser("reassign-partitions",
                                    help="move partition replicas between brokers (as kafka-reassign-partitions.sh)")
     reassign.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="any broker(s)")
+    _command_config(reassign)
     reassign.add_argument("--reassignment-json-file", default=None, metavar="FILE",
                           help='Kafka\'s reassignment JSON: {"version":1,"partitions":[{"topic":..,"partition":..,'
                                '"replicas":[..]}]}')
@@ -240,7 +239,8 @@ def _get_offsets(args: argparse.Namespace) -> int:
     try:
         spec = parse_time(args.time)
         partitions = None if args.partitions is None else [int(p) for p in args.partitions.split(",")]
-        print(format_offsets(args.topic, list_offsets(args.bootstrap_server, args.topic, partitions, spec)))
+        print(format_offsets(args.topic, list_offsets(args.bootstrap_server, args.topic, partitions, spec,
+                                                      security=_command_security(args))))
     except (GetOffsetsError, PeerUnavailable, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -257,8 +257,8 @@ def _reassign_partitions(args: argparse.Namespace) -> int:
             with open(args.reassignment_json_file, encoding="utf-8") as file:
                 text = file.read()
         lines, code = run(action, args.bootstrap_server, text, additional=args.additional,
-                          timeout_ms=int(args.timeout * 1000))
-    except (ReassignError, OSError) as exc:
+                          timeout_ms=int(args.timeout * 1000), security=_command_security(args))
+    except (ReassignError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print("\n".join(lines))
@@ -288,20 +288,32 @@ def _storage(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe(args: argparse.Namespace) -> int:
-    from quorum.admin import QuorumToolError, describe_quorum, format_replication, format_status
+def _command_config(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--command-config", default=None, metavar="FILE",
+                         help="client settings for a secured listener, as Kafka's tools take them (security.protocol, "
+                              "ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.mechanism, "
+                              "sasl.username, sasl.password)")
+
+
+def _command_security(args: argparse.Namespace):  # noqa: ANN202 - quorum.net is imported only when used
+    """The ClientSecurity of --command-config FILE (None without it); OSError or ValueError for a bad file."""
+    if not args.command_config:
+        return None
     from quorum.net.client_security import ClientSecurity
-    from quorum.net.peer_client import PeerUnavailable
     from quorum.properties import parse_properties
 
+    with open(args.command_config, encoding="utf-8") as config:
+        return ClientSecurity.of_client_properties(parse_properties(config.read()))
+
+
+def _describe(args: argparse.Namespace) -> int:
+    from quorum.admin import QuorumToolError, describe_quorum, format_replication, format_status
+    from quorum.net.peer_client import PeerUnavailable
+
     try:
-        security = None
-        if args.command_config:
-            with open(args.command_config, encoding="utf-8") as config:
-                text = config.read()
-            security = ClientSecurity.of_client_properties(parse_properties(text))
+        security = _command_security(args)
         status = asyncio.run(describe_quorum(args.bootstrap_controller, security=security))
-    except (QuorumToolError, PeerUnavailable, OSError) as exc:
+    except (QuorumToolError, PeerUnavailable, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(format_status(status) if args.status else format_replication(status))

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
@@ -57,12 +58,12 @@ def _address(text: str) -> tuple[str, int]:
 
 
 async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | None, spec: int,
-                        timeout_ms: int) -> dict[int, tuple[int, int]]:
+                        timeout_ms: int, security: ClientSecurity | None = None) -> dict[int, tuple[int, int]]:
     clients: dict[tuple[str, int], PeerClient] = {}
 
     def client(address: tuple[str, int]) -> PeerClient:
         if address not in clients:
-            clients[address] = PeerClient(*address, "quorum-get-offsets", timeout_ms)
+            clients[address] = PeerClient(*address, "quorum-get-offsets", timeout_ms, security=security)
         return clients[address]
 
     try:
@@ -109,14 +110,14 @@ async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | 
 
 
 def list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | None, spec: int,
-                 timeout_ms: int = 10_000) -> dict[int, tuple[int, int]]:
+                 timeout_ms: int = 10_000, security: ClientSecurity | None = None) -> dict[int, tuple[int, int]]:
     """Partition -> (offset, leader epoch) for `spec`; raises GetOffsetsError. Retriable answers
     (a leader moving, a tiered partition whose remote metadata is still being read) are asked
-    again until `timeout_ms` has passed."""
+    again until `timeout_ms` has passed. `security`: TLS and SASL for a secured listener."""
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
         try:
-            return asyncio.run(_list_offsets(bootstrap, topic, partitions, spec, timeout_ms))
+            return asyncio.run(_list_offsets(bootstrap, topic, partitions, spec, timeout_ms, security))
         except GetOffsetsError as exc:
             if not exc.retriable or time.monotonic() + RETRY_BACKOFF_S > deadline:
                 raise

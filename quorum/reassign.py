@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
@@ -120,7 +121,8 @@ class Ongoing:
 class ReassignClient:
     """The tool's requests, to the first broker of `bootstrap` that answers."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int = 30_000) -> None:
+    def __init__(self, bootstrap: str, timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> None:
+        self._security = security
         self._addresses = [_address(text) for text in bootstrap.split(",") if text.strip()]
         if not self._addresses:
             raise ReassignError("--bootstrap-server names no broker")
@@ -132,7 +134,7 @@ class ReassignClient:
             return await self._peer.request(api, version, body)
         failures = []
         for host, port in self._addresses:
-            peer = PeerClient(host, port, "quorum-reassign-partitions", self._timeout_ms)
+            peer = PeerClient(host, port, "quorum-reassign-partitions", self._timeout_ms, security=self._security)
             try:
                 answer = await peer.request(api, version, body)
             except PeerUnavailable as exc:
@@ -270,14 +272,14 @@ async def list_ongoing(client: ReassignClient) -> list[str]:
 
 
 def run(action: str, bootstrap: str, json_text: str | None, *, additional: bool = False,
-        timeout_ms: int = 30_000) -> tuple[list[str], int]:
+        timeout_ms: int = 30_000, security: ClientSecurity | None = None) -> tuple[list[str], int]:
     """The lines to print and the exit code of one tool run (`action`: execute, verify, cancel, list)."""
     if action != "list" and json_text is None:
         raise ReassignError(f"--{action} needs --reassignment-json-file")
     moves = parse_reassignment_json(json_text) if json_text is not None and action != "list" else []
 
     async def go() -> tuple[list[str], int]:
-        client = ReassignClient(bootstrap, timeout_ms)
+        client = ReassignClient(bootstrap, timeout_ms, security)
         try:
             if action == "execute":
                 return await execute(client, moves, additional), 0

@@ -292,6 +292,18 @@ def test_printed_client_settings_work_and_describe_takes_a_command_config(cluste
     assert done.returncode == 0 and "LeaderId" in done.stdout, done.stderr
     refused = subprocess.run(describe, capture_output=True, text=True, timeout=WAIT_S)
     assert refused.returncode == 1 and refused.stderr.startswith("error: "), refused.stderr
+    # the broker tools take the same --command-config: get-offsets over SASL_SSL (SCRAM-SHA-512)
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer(settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512"))
+    for _ in range(5):
+        producer.produce(topic, b"x", partition=1)
+    assert producer.flush(WAIT_S) == 0
+    sasl = tmp_path / "sasl.properties"
+    sasl.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"), encoding="utf-8")
+    offsets = subprocess.run([sys.executable, "-m", "quorum.cli", "get-offsets", "--bootstrap-server",
+                              cluster.bootstrap("SASL_SSL"), "--topic", topic, "--command-config", str(sasl)],
+                             capture_output=True, text=True, timeout=WAIT_S)
+    assert offsets.returncode == 0 and f"{topic}:1:5" in offsets.stdout.split(), offsets.stderr
 
 
 # -- the SDK's own connections ------------------------------------------------------------------
