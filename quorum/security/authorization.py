@@ -53,8 +53,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from quorum.net.dispatch import Reply
 from quorum.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
-from quorum.security.authorizer import Authorizer
+from quorum.security.authorizer import Authorizer, authorizer_from_properties
 from quorum.security.principal import request_context
 from quorum.wire.errors import ErrorCode
 
@@ -302,8 +303,6 @@ class RequestGuard:
         self._controller_listener = controller_listener
 
     async def __call__(self, request: Any, handler: Handler) -> Any:
-        from quorum.net.dispatch import Reply  # the shell's type; this module stays importable without it
-
         _CURRENT.set(self.authorizer)
         key, auth = request.api.key, self.authorizer
         if key in FREE_APIS or request.body is None:
@@ -337,8 +336,6 @@ class RequestGuard:
         return await self._split(request, handler, spec)
 
     async def _split(self, request: Any, handler: Handler, spec: _Topics) -> Any:
-        from quorum.net.dispatch import Reply
-
         body = request.body
         field = spec.request_field
         if request.api.key == 20 and request.version < 6:  # DeleteTopics by plain names
@@ -365,8 +362,6 @@ class RequestGuard:
 
     async def _configs(self, request: Any, handler: Handler) -> Any:
         """DescribeConfigs / IncrementalAlterConfigs: each resource checked on its own."""
-        from quorum.net.dispatch import Reply
-
         body, schema = request.body, request.api.response
         describe = request.api.key == 32
         operation = AclOperation.DESCRIBE_CONFIGS if describe else AclOperation.ALTER_CONFIGS
@@ -440,8 +435,6 @@ class _Named:
 def install_authorization(dispatcher: Any, properties: Mapping[str, str], image: Callable[[], Any],
                           refuse: Refuse, controller_listener: bool) -> RequestGuard | None:
     """Guard `dispatcher` when the node's properties configure an authorizer; None (nothing installed) otherwise."""
-    from quorum.security.authorizer import authorizer_from_properties
-
     authorizer = authorizer_from_properties(properties)
     if authorizer is None:
         return None
