@@ -15,8 +15,10 @@ controller, three brokers, broker 103 answering Metadata 2 s old) for the module
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -73,11 +75,36 @@ class Cluster:
         return {tp.partition: meta.leader_id for tp, meta in parts.items() if meta.leader_id >= 0}
 
     def produce(self, name: str, values: list[str], partitions: int, bootstrap: str | None = None) -> None:
+        """Produce `values` with acks=all; a flush that leaves records undelivered fails with what the
+        client saw (its delivery errors and the last lines of its own debug log) and what each live
+        broker says of the partitions' leaders and ISRs, since such a stall has been seen only under load."""
+        client_log = ClientLog()
+        errors: list[str] = []
         producer = Producer({"bootstrap.servers": bootstrap or self.bootstrap, "acks": "all",
-                             "enable.idempotence": True, **QUIET})
+                             "enable.idempotence": True, "debug": "broker,topic,msg,eos,metadata",
+                             "logger": client_log.logger})
         for n, value in enumerate(values):
-            producer.produce(name, value.encode(), partition=n % partitions)
-        assert producer.flush(60) == 0
+            producer.produce(name, value.encode(), partition=n % partitions,
+                             on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+        left = producer.flush(60)
+        assert left == 0, (f"{left} of {len(values)} records to {name} undelivered after 60 s; delivery errors "
+                           f"{errors[:3]}; partition state per broker {self.partition_states(name)}; "
+                           f"the producer's last log lines:\n{client_log.tail()}")
+
+    def partition_states(self, name: str) -> dict[int, object]:
+        """(leader, leader epoch, ISR) per partition as each live broker answers Metadata, or its error."""
+        states: dict[int, object] = {}
+        for node, spec in self.running.specs.items():
+            if spec.role != "broker" or node not in self.running.alive():
+                continue
+            try:
+                with MetadataClient(spec.address) as client:
+                    parts = client.fetch([name]).partitions_of(name)
+                states[node] = {tp.partition: (meta.leader_id, meta.leader_epoch, meta.isr)
+                                for tp, meta in parts.items()}
+            except Exception as exc:  # a diagnostic: the error is what there is to say
+                states[node] = f"{type(exc).__name__}: {exc}"
+        return states
 
     def kill_leader(self, name: str, run: int) -> int:
         """kill -9 the leader of one of the topic's partitions, a different one each run, then start it
@@ -91,6 +118,26 @@ class Cluster:
                    (None, leader), timeout_s=60)
         self.running.start_node(leader)
         return leader
+
+
+class ClientLog:
+    """librdkafka's debug lines for one client, kept in memory (the last few hundred) for a failure message."""
+
+    KEEP = 400
+    WORTH_SHOWING = ("error", "fail", "leader", "pid", "produce", "isr", "stale", "timed out", "drain")
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=self.KEEP)
+        self.logger = logging.getLogger(f"rdkafka.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        handler = logging.Handler()
+        handler.emit = lambda record: self.lines.append(record.getMessage())  # type: ignore[method-assign]
+        self.logger.addHandler(handler)
+
+    def tail(self, count: int = 40) -> str:
+        shown = [line for line in self.lines if any(word in line.lower() for word in self.WORTH_SHOWING)]
+        return "\n".join(shown[-count:])
 
 
 @pytest.fixture(scope="module")
