@@ -301,3 +301,19 @@ def test_ssl_principal_mapping_rules_as_kafka():
         parse_principal_rules("RULE:broken")
     settings = SslSettings.of({"listener.name.ssl.ssl.principal.mapping.rules": r"RULE:^CN=(.*?),.*$/$1/U"}, "SSL")
     assert str(certificate_principal({"subject": subject}, settings.principal_rules)) == "User:NODE-1"
+
+
+def test_client_security_from_either_clients_settings(pki):
+    ca, _, client = pki
+    librdkafka = ClientSecurity.of_client_properties({
+        "security.protocol": "sasl_ssl", "ssl.ca.location": str(ca.cert_path), "sasl.mechanisms": "SCRAM-SHA-256",
+        "sasl.username": "u", "sasl.password": "p", "ssl.certificate.location": str(client.pem)})
+    assert librdkafka.sasl == SaslLogin("SCRAM-SHA-256", "u", "p") and librdkafka.ssl_context is not None
+    kafka_python = ClientSecurity.of_kafka_python({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                                                   "sasl_plain_username": "u", "sasl_plain_password": "p"})
+    assert kafka_python.sasl == SaslLogin("PLAIN", "u", "p") and kafka_python.ssl_context is None
+    assert not ClientSecurity.of_client_properties({}).secured
+    with pytest.raises(ValueError, match="security.protocol must be"):
+        ClientSecurity.of_client_properties({"security.protocol": "TLS"})
+    with pytest.raises(ValueError, match="sasl.mechanism 'GSSAPI' is not supported"):
+        ClientSecurity.of_client_properties({"security.protocol": "SASL_SSL"})  # librdkafka's default mechanism
