@@ -1,9 +1,10 @@
 """Zero-copy Fetch (issue 20): answers whose records go from the segment files to the socket with
 sendfile. What a client reads must be byte for byte what the segments hold: across segment
 boundaries, at the size limit (whole batches, the first one whole however large), with fetch
-sessions, and when a client goes away in the middle of an answer (the broker serves on and keeps
-no descriptor). kafka-python (fetch sessions), confluent-kafka and kcat read a partition of mixed
-batches (plain and lz4, small and 10 KiB records) through it.
+sessions, over TLS (where the spans are read, not sent with sendfile), and when a client goes away
+in the middle of an answer (the broker serves on and keeps no descriptor). kafka-python (fetch
+sessions), confluent-kafka and kcat read a partition of mixed batches (plain and lz4, small and
+10 KiB records) through it.
 
 One in-process broker for the module: a real `Partition` (small segments, so reads cross
 segment files) behind the real listener and read path.
@@ -15,6 +16,7 @@ import asyncio
 import os
 import random
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,6 +35,8 @@ from quorum.broker.partition_view import AppendNotifier
 from quorum.image.image import single_node_image
 from quorum.log.log import Log
 from quorum.net.dispatch import Reply
+from quorum.net.secure_connection import ListenerSecurity
+from quorum.security.certificates import CertificateAuthority
 from quorum.server.listener import KafkaListener
 from quorum.server.reply_writer import write_reply
 from quorum.server.standalone import metadata_dispatcher
@@ -72,6 +76,7 @@ class SpanBroker(BackgroundServer):
     def __init__(self, directory: Path) -> None:
         super().__init__()
         self.directory = directory
+        self.ca = CertificateAuthority(directory / "ca")
         self.values: list[tuple[bytes, bytes]] = []
 
     async def _serve(self) -> None:
@@ -82,6 +87,11 @@ class SpanBroker(BackgroundServer):
         self.fetch = path.fetch
         listener = KafkaListener(dispatcher, "127.0.0.1", 0)
         await listener.start()
+        node = self.ca.issue("node-1")
+        tls = {"ssl.keystore.location": str(node.pem), "ssl.truststore.location": str(self.ca.cert_path)}
+        tls_listener = KafkaListener(dispatcher, "127.0.0.1", 0, security=ListenerSecurity.of(tls, "SSL", "SSL"))
+        await tls_listener.start()
+        self.tls_port = tls_listener.port
         image = single_node_image(1, "127.0.0.1", listener.port, {TOPIC: 1})
         holder.append(image)
         config = LogConfig(segment_bytes=SEGMENT_BYTES, index_interval_bytes=1024)
@@ -94,6 +104,7 @@ class SpanBroker(BackgroundServer):
         self._started(listener.port)
         await self._stop.wait()
         await listener.close()
+        await tls_listener.close()
         self.partition.close()
 
     @staticmethod
@@ -148,17 +159,22 @@ def read_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def connect(broker: SpanBroker) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", broker.port), timeout=60)
+def connect(broker: SpanBroker, tls: bool = False) -> socket.socket:
+    if not tls:
+        return socket.create_connection(("127.0.0.1", broker.port), timeout=60)
+    context = ssl.create_default_context(cafile=str(broker.ca.cert_path))
+    return context.wrap_socket(socket.create_connection(("127.0.0.1", broker.tls_port), timeout=60),
+                               server_hostname="127.0.0.1")
 
 
-def read_all(broker: SpanBroker, version: int, partition_max_bytes: int, session: bool = False) -> list[bytes]:
+def read_all(broker: SpanBroker, version: int, partition_max_bytes: int, session: bool = False,
+             tls: bool = False) -> list[bytes]:
     """Fetch from offset 0 to the high watermark; each answer's records."""
     answers = []
     offset, session_id, epoch = 0, 0, (0 if session else -1)
     end = broker.partition.high_watermark
     topic_id = broker.partition.topic_id
-    with connect(broker) as sock:
+    with connect(broker, tls) as sock:
         while offset < end:
             body = fetch_request(version, offset, partition_max_bytes, session_id=session_id, session_epoch=epoch,
                                  topic_id=topic_id)
@@ -209,6 +225,10 @@ def test_a_full_read_is_the_segments_byte_for_byte(broker, version, partition_ma
 
 def test_fetch_sessions_read_the_segments_byte_for_byte(broker):
     assert b"".join(read_all(broker, 12, 20_000, session=True)) == broker.segment_bytes()
+
+
+def test_over_tls_the_spans_are_read_and_clients_get_the_segments_byte_for_byte(broker):
+    assert b"".join(read_all(broker, 12, 100_000, tls=True)) == broker.segment_bytes()
 
 
 def test_a_client_gone_mid_answer_leaves_no_descriptor_and_the_broker_serves_on(broker):
