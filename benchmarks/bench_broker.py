@@ -39,6 +39,10 @@ itself (the parent's main thread only waits on the child), as the broker has its
 run starts with a fresh client (no threads or queues left over from the previous one). The runs
 go ceiling, then broker, for each row, so drift on a busy machine hits both alike.
 
+"client CPU" is the client process's own CPU time over the timed part (all librdkafka's threads).
+When both CPU figures are far below "seconds", neither side bounds the row: the machine's other
+load does (on a shared machine, the consume rows' seconds then move by 2-3x between runs of the
+same code while both CPU figures stay put), and the CPU columns are the ones to compare.
 "server CPU" is the CPU time the server side used during the run (the client's start-up included):
 the broker process's (/proc), or this process's, in which the endpoint's thread is the only busy
 one. Set beside "seconds" it tells which side was the bottleneck; the endpoint is Python too, and
@@ -149,6 +153,7 @@ def produce_run(address: str, topic: str, messages: int, acks: str, label: str,
         produce, poll = producer.produce, producer.poll
         clock = time.perf_counter
         start = clock()
+        cpu_start = time.process_time()
         next_report = start + PROGRESS_EVERY_S
         for sent in range(messages):
             while True:
@@ -175,7 +180,8 @@ def produce_run(address: str, topic: str, messages: int, acks: str, label: str,
         seconds = clock() - start
         if errors:
             raise RuntimeError(f"{label}: delivery failed: {errors}")
-        return {"seconds": seconds, "messages": messages, "bytes": messages * message_bytes}
+        return {"seconds": seconds, "messages": messages, "bytes": messages * message_bytes,
+                "client_cpu": time.process_time() - cpu_start}
     finally:
         if len(producer):  # an error path: drop what is left, so that close() does not wait for it
             producer.purge()
@@ -194,6 +200,7 @@ def consume_run(address: str, topic: str, partitions: int, messages: int, label:
         consumer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
         clock = time.perf_counter
         start = clock()
+        cpu_start = time.process_time()
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         received = size = 0
         next_report = start + PROGRESS_EVERY_S
@@ -217,7 +224,7 @@ def consume_run(address: str, topic: str, partitions: int, messages: int, label:
             positions = [tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)])]
             if any(position != end for position, end in zip(positions, ends, strict=True) if end > 0):
                 raise RuntimeError(f"{label}: read to offsets {positions}, the high watermarks are {ends}")
-        return {"seconds": seconds, "messages": received, "bytes": size}
+        return {"seconds": seconds, "messages": received, "bytes": size, "client_cpu": time.process_time() - cpu_start}
     finally:
         consumer.close()
 
@@ -396,7 +403,7 @@ def report(results: dict[tuple[str, int, str, str], dict[str, Any]]) -> None:
         megabytes = run["bytes"] / 1e6
         row: list[object] = [target, kind, plural(partitions), operation, run["messages"], megabytes, seconds,
                              megabytes / seconds, round(run["messages"] / seconds),
-                             f"{run['server_cpu']:.1f} s"]  # fmt: skip
+                             f"{run['server_cpu']:.1f} s", f"{run.get('client_cpu', 0):.1f} s"]  # fmt: skip
         if target == "broker":
             ceiling = results[(kind, partitions, operation, "ceiling")]
             share = (run["bytes"] / seconds) / (ceiling["bytes"] / ceiling["seconds"])
@@ -412,7 +419,7 @@ def report(results: dict[tuple[str, int, str, str], dict[str, Any]]) -> None:
         "(lz4 rows: compression.type=lz4); "
         "consumer: assign() from offset 0, defaults; MB = 10^6 bytes of values",
         ["target", "messages of", "topic", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "server CPU",
-         "broker % of ceiling", "goal"],
+         "client CPU", "broker % of ceiling", "goal"],
         rows,
         left=(1, 2, 3),
     )
