@@ -53,6 +53,7 @@ from quorum.security.authorizer import authorizer_from_properties
 from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
 from quorum.server.config import SECURITY_PROTOCOLS
 from quorum.server.refusals import refuse
+from quorum.wire.errors import MalformedRequestError
 from quorum.wire.protocol import Request
 
 if TYPE_CHECKING:
@@ -200,6 +201,10 @@ class BrokerRole:
         if not self.lifecycle.ready.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
+        if request.version < 12 and any(getattr(t, "name", "") is None for t in request.body.topics or ()):
+            # Kafka's KafkaApis refuses the request: topic ids (and so null names) start at v12, and a
+            # v10/v11 answer cannot carry a null name. The listener closes the connection.
+            raise MalformedRequestError(f"Metadata v{request.version}: a topic name can not be null before v12")
         missing = self._to_auto_create(request)
         refused = metadata_refusals(self._node.image, request.body.topics is not None, bool(missing))  # issue 18
         missing = [name for name in missing if refused is None or not refused(name)]
