@@ -101,6 +101,10 @@ _ROLL_SYNC = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-roll-
 """The background fsyncs of full segments (`roll_sync_in_background`), one at a time per process."""
 
 _INT32_MAX = 2**31 - 1
+BACKGROUND_SYNC_MIN_BYTES = 1 << 20
+"""A due segment smaller than this is fsynced and rolled at once, on the caller's thread: it costs
+milliseconds, and a time-based roll (`segment.ms`) of a small segment then happens when it is due,
+as in Kafka, instead of waiting for a background fsync under load."""
 #: Bytes read at a time by `Log.iter_batches`.
 _ITER_CHUNK = 1 << 20
 _UNDEFINED = OffsetAndEpoch(-1, -1)
@@ -792,7 +796,7 @@ class Log:
         durable before its successor exists (recovery's rule: only the last segment can be torn),
         and the event loop never waits for a whole segment's fsync. Never past the int32 limits
         of a segment's positions and relative offsets."""
-        if not self.roll_sync_in_background:
+        if not self.roll_sync_in_background or segment.size < BACKGROUND_SYNC_MIN_BYTES:
             return False
         if segment.size + size > _INT32_MAX or last - segment.base_offset > _INT32_MAX:
             return False

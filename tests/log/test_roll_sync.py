@@ -44,6 +44,7 @@ class GatedFsync:
             original(segment)
 
         monkeypatch.setattr(LogSegment, "flush", flush)
+        monkeypatch.setattr("quorum.log.log.BACKGROUND_SYNC_MIN_BYTES", 0)  # this test's segments are tiny
 
 
 def append(log: Log, batches: int) -> None:
@@ -99,3 +100,17 @@ def test_partition_logs_of_large_segments_sync_in_the_background(tmp_path: Path)
     finally:
         big.close()
         small.close()
+
+
+def test_a_small_segment_due_rolls_at_once_without_waiting_for_a_background_fsync(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """Below BACKGROUND_SYNC_MIN_BYTES the roll is fsynced inline: a segment.ms roll of a small
+    segment happens on the append that finds it due, however slow the background thread is (under
+    load, ten one-batch appends with segment.ms=1 all went into one segment, and retention had
+    nothing to delete)."""
+    fsync = GatedFsync(monkeypatch)
+    monkeypatch.setattr("quorum.log.log.BACKGROUND_SYNC_MIN_BYTES", BATCH * 100)
+    with Log(tmp_path, segment_bytes=BATCH * 4, roll_sync_in_background=True) as log:
+        append(log, 9)
+        assert log.segment_base_offsets == [0, 12, 24]
+        assert not fsync.started.is_set()
