@@ -49,9 +49,12 @@ def slow_key(record: ApiData) -> RecordKey:
         key = (record.resource_type, record.resource_name, record.name)
     elif kind is MetadataRecordType.FEATURE_LEVEL:
         key = record.name
+    elif kind in (MetadataRecordType.ACCESS_CONTROL_ENTRY, MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY):
+        key = ZERO_UUID if record.id is None else record.id
     else:
         key = None
-    deletes = kind in (MetadataRecordType.UNREGISTER_BROKER, MetadataRecordType.REMOVE_TOPIC) or (
+    deletes = kind in (MetadataRecordType.UNREGISTER_BROKER, MetadataRecordType.REMOVE_TOPIC,
+                       MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY) or (
         kind is MetadataRecordType.CONFIG and record.value is None)
     return RecordKey(kind, key, deletes)
 
