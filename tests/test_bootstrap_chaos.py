@@ -96,11 +96,21 @@ def wipe_and_rejoin(cluster: LocalCluster, broker: int, topic: str, count: int) 
     wait_until(f"wiped broker {broker} back in every ISR of {topic}", lambda: full_isrs(cluster, topic, count), 120)
 
 
-def bootstraps_done(cluster: LocalCluster, broker: int, topic: str) -> list[str]:
-    """The broker's report lines of the bootstraps of `topic`'s partitions that reached the ISR."""
-    text = cluster.specs[broker].log_path.read_text(encoding="utf-8", errors="replace")
-    return [line for line in text.splitlines() if f" {topic}-" in line and ": bootstrap from offset" in line
-            and "in the ISR after" in line]
+def bootstraps_done(cluster: LocalCluster, broker: int, topic: str, count: int, need: int | None = None) -> list[str]:
+    """The broker's report lines of the bootstraps of `topic`'s partitions that reached the ISR, once
+    they name `need` of its `count` partitions (default: all): the broker writes a report when its own
+    replayed image has it in the ISR, a moment after another broker's Metadata answer shows it."""
+    need = count if need is None else need
+
+    def lines() -> list[str]:
+        text = cluster.specs[broker].log_path.read_text(encoding="utf-8", errors="replace")
+        found = [line for line in text.splitlines() if f" {topic}-" in line and ": bootstrap from offset" in line
+                 and "in the ISR after" in line]
+        covered = {p for p in range(count) if any(f" {topic}-{p}: bootstrap from offset" in line for line in found)}
+        return found if len(covered) >= need else []
+
+    return wait_until(f"broker {broker}'s bootstrap reports (in the ISR) for {need} of {topic}'s {count} partitions",
+                      lines, 60)
 
 
 def test_a_broker_wiped_and_restarted_with_the_same_id_bootstraps_from_the_earliest_pending_upload(cluster):
@@ -125,7 +135,7 @@ def test_a_broker_wiped_and_restarted_with_the_same_id_bootstraps_from_the_earli
     for partition in (0, 1):
         assert local_start(cluster, victim, topic, partition) == pending[partition], \
             f"{topic}-{partition}: broker {victim}'s replica does not start at the earliest pending upload offset"
-    done = bootstraps_done(cluster, victim, topic)
+    done = bootstraps_done(cluster, victim, topic, 2)
     for partition in (0, 1):
         start = local_start(cluster, victim, topic, partition)
         assert any(f"{topic}-{partition}: bootstrap from offset {start} " in line for line in done), done
@@ -213,7 +223,7 @@ def test_acknowledged_records_survive_wiped_brokers_and_a_killed_leader_under_ac
     assert producer.acked, "nothing was acknowledged"
     read = read_from_zero(cluster, topic, count)
     final = partitions(cluster, topic)
-    bootstrapped = {b: bootstraps_done(cluster, b, topic) for b in set(wiped)}
+    bootstrapped = {b: bootstraps_done(cluster, b, topic, count, need=1) for b in set(wiped)}
     cluster.stop()  # the replicas' files are compared at rest
 
     for partition, offset, value in producer.acked:
