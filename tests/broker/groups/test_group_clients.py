@@ -91,10 +91,11 @@ def broker() -> Iterator[GroupBroker]:
         yield server
 
 
-def wait_for(condition, timeout: float = 30.0, poll=lambda: None) -> None:
+def wait_for(condition, timeout: float = 90.0, poll=lambda: None, what: str = "the condition") -> None:
+    """Until `condition()`, polling the client meanwhile; 90 s, since a loaded machine has taken 30."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
         poll()
 
 
@@ -105,7 +106,8 @@ def test_kafka_python_consumer_joins_commits_with_metadata_and_reads_back(broker
                              heartbeat_interval_ms=500)
     try:
         consumer.subscribe([TOPIC])
-        wait_for(lambda: len(consumer.assignment()) == PARTITIONS, poll=lambda: consumer.poll(timeout_ms=200))
+        wait_for(lambda: len(consumer.assignment()) == PARTITIONS, poll=lambda: consumer.poll(timeout_ms=200),
+                 what=f"kafka-python's consumer assigned all {PARTITIONS} partitions of {TOPIC} in kp-group")
         tp = TopicPartition(TOPIC, 1)
         consumer.commit({tp: OffsetAndMetadata(42, encode("user data", internal), -1)})
         committed = consumer.committed(tp, metadata=True)
