@@ -82,7 +82,10 @@ async def _list_offsets(bootstrap: str, topic: str, partitions: Sequence[int] | 
         found = next((t for t in meta.topics if t.name == topic), None)
         if found is None or found.error_code != ErrorCode.NONE:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if found is None else found.error_code
-            raise GetOffsetsError(f"topic {topic}: {error_name(code)}")
+            # Retriable as in Kafka's clients: a broker names a new topic once its logs are open, a
+            # moment after another broker does.
+            retriable = code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)
+            raise GetOffsetsError(f"topic {topic}: {error_name(code)}", retriable=retriable)
         leaders = {p.partition_index: p.leader_id for p in found.partitions}
         wanted = sorted(leaders) if partitions is None else list(partitions)
         answers: dict[int, tuple[int, int]] = {}

@@ -81,9 +81,16 @@ def active_segment(cluster: LocalCluster, topic: str, partition: int) -> int:
 
 
 def list_offset(cluster: LocalCluster, topic: str, partition: int, spec: int) -> int:
-    from quorum.get_offsets import list_offsets
+    """The offset for `spec`; an answer still retriable after the tool's own 10 s (a broker that does
+    not name the topic yet) is an AssertionError, which `wait_until` asks again after."""
+    from quorum.get_offsets import GetOffsetsError, list_offsets
 
-    return list_offsets(cluster.bootstrap_servers, topic, [partition], spec)[partition][0]
+    try:
+        return list_offsets(cluster.bootstrap_servers, topic, [partition], spec)[partition][0]
+    except GetOffsetsError as exc:
+        if exc.retriable:
+            raise AssertionError(str(exc)) from exc
+        raise
 
 
 def wipe_and_rejoin(cluster: LocalCluster, broker: int, topic: str, count: int) -> None:
