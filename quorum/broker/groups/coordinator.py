@@ -54,6 +54,7 @@ from quorum.broker.groups.events import (
 from quorum.broker.groups.group import Group, GroupState, Member
 from quorum.broker.groups.offsets import (
     check_entry,
+    is_stale,
     storage_error_for_commit,
     storage_error_for_group,
     value_for,
@@ -646,8 +647,14 @@ class GroupCoordinator:
         token = self._append(state.partition, records)
         self._pending[token] = _PendingCommit(handle, request.group_id, state.partition, errors, values)
 
-    def offset_fetch(self, request: OffsetFetch) -> FetchAnswer:
-        """Committed offsets (a query: answered at once, changes nothing)."""
+    def offset_fetch(self, request: OffsetFetch,
+                     current_topic_id: Callable[[str], uuid.UUID | None] | None = None) -> FetchAnswer:
+        """Committed offsets (a query: answered at once, changes nothing).
+
+        `current_topic_id` (the broker's newest metadata) hides an offset of a topic that is gone or
+        was created again under its name (`offsets.is_stale`), as if already deleted: the tombstones
+        follow when the broker applies that image (`topics_deleted`), and a consumer asking in
+        between must not start the new topic at the old topic's position."""
         error, state = self._status(request.group_id)
         if error != E.NONE or state is None:
             return FetchAnswer(error)
@@ -666,7 +673,7 @@ class GroupCoordinator:
             value = committed.get(tp)
             if tp in in_flight:
                 offsets.append(FetchedOffset(tp[0], tp[1], error=E.UNSTABLE_OFFSET_COMMIT))
-            elif value is None:
+            elif value is None or (current_topic_id is not None and is_stale(value, current_topic_id(tp[0]))):
                 offsets.append(FetchedOffset(tp[0], tp[1]))
             else:
                 offsets.append(FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata))

@@ -203,14 +203,15 @@ class _GroupHandlers:
         if version >= 8:
             groups = []
             for g in body.groups:
-                answer = self.core.offset_fetch(OffsetFetch(g.group_id, _wanted(g.topics), require_stable))
+                answer = self.core.offset_fetch(OffsetFetch(g.group_id, _wanted(g.topics), require_stable),
+                                                self.shell.current_topic_id)
                 topics = _fetched_topics(answer, response.OffsetFetchResponseGroup.OffsetFetchResponseTopics,
                                          "OffsetFetchResponsePartitions", version)
                 groups.append(response.OffsetFetchResponseGroup(group_id=g.group_id, topics=topics,
                                                                 error_code=answer.error))
             return Reply(response(throttle_time_ms=0, groups=groups), version)
         wanted = _wanted(body.topics)
-        answer = self.core.offset_fetch(OffsetFetch(body.group_id, wanted, require_stable))
+        answer = self.core.offset_fetch(OffsetFetch(body.group_id, wanted, require_stable), self.shell.current_topic_id)
         if version < 2 and answer.error != ErrorCode.NONE:
             # v1 has no group-level error: every requested partition carries it.
             answer = FetchAnswer(ErrorCode.NONE, tuple(FetchedOffset(t, p, error=answer.error)
