@@ -332,9 +332,13 @@ def test_confluent_kafka(tmp_path):
 
 
 def kafka_python_consumer(address: str) -> KafkaConsumer:
+    """metadata_max_age_ms 5 s: kafka-python's group leader assigns from its own cluster metadata, and a
+    leader whose metadata did not hold the topic yet when it joined (a client made the moment the
+    broker came back) assigns nothing ('No partition metadata for topic') and looks again only at the
+    next refresh, 5 minutes by default; the Java client asks again at once for a missing topic."""
     return KafkaConsumer(bootstrap_servers=address, group_id=GROUP, enable_auto_commit=False,
                          auto_offset_reset="earliest", session_timeout_ms=GROUP_TIMINGS["session_ms"],
-                         heartbeat_interval_ms=GROUP_TIMINGS["heartbeat_ms"])
+                         heartbeat_interval_ms=GROUP_TIMINGS["heartbeat_ms"], metadata_max_age_ms=5000)
 
 
 def kafka_python_record(client: str, record) -> Consumed:

@@ -103,7 +103,8 @@ def test_kafka_python_consumer_joins_commits_with_metadata_and_reads_back(broker
     internal = InternalMetadata(topic_epoch=1, leader_epoch=0)
     consumer = KafkaConsumer(bootstrap_servers=broker.address, group_id="kp-group", enable_auto_commit=False,
                              session_timeout_ms=10000,
-                             heartbeat_interval_ms=500)
+                             heartbeat_interval_ms=500,
+                             metadata_max_age_ms=5000)  # see test_client_compat.kafka_python_consumer
     try:
         consumer.subscribe([TOPIC])
         wait_for(lambda: len(consumer.assignment()) == PARTITIONS, poll=lambda: consumer.poll(timeout_ms=200),
