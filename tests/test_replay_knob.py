@@ -138,7 +138,8 @@ def test_a_paused_broker_answers_with_old_metadata_and_a_delayed_one_late(tmp_pa
     pause = metadata_dir(cluster, PAUSED) / PAUSE_METADATA
     try:
         live = cluster.specs[LIVE].address
-        wait_until("three unfenced brokers", lambda: metadata(live)[0] == {LIVE, PAUSED, DELAYED})
+        wait_until("three unfenced brokers (broker 101 answering Metadata)",
+                   lambda: metadata(live)[0] == {LIVE, PAUSED, DELAYED}, timeout_s=120)
         admin = AdminClient({"bootstrap.servers": live})
         create(admin, NewTopic("A", 2, 1))
         wait_until("A on every broker", lambda: all("A" in topics(cluster, b) for b in (LIVE, PAUSED, DELAYED)))
