@@ -16,6 +16,7 @@ nothing is silently dropped: bytes after an LZ4 frame and a truncated zstd frame
 
 from __future__ import annotations
 
+import gzip
 import threading
 import zlib
 from collections.abc import Callable
@@ -141,7 +142,10 @@ def _zstd_decompress(data: _Data) -> bytes:
 
 
 def _gzip_compress(data: _Data) -> bytes:
-    return kafka_codec.gzip_encode(data, compresslevel=GZIP_LEVEL)
+    """MTIME 0 in the gzip header, as Java's GZIPOutputStream writes: the same records compress to the
+    same bytes whenever they are compressed (the header's clock made two encodings of one batch differ
+    when a second ticked between them)."""
+    return gzip.compress(bytes(data), compresslevel=GZIP_LEVEL, mtime=0)
 
 
 _XERIAL_HEADER = kafka_codec.snappy_encode(b"")
