@@ -117,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --tiered: the bucket (created on the embedded S3; must exist on another; "
                             "default quorum-tiered)")
     local.add_argument("--security", choices=("sasl_ssl", "ssl", "sasl_plaintext"), default=None,
-                       help="issue 18: a CA, node certificates and users (in DIR/security); controllers on mutual "
-                            "TLS, brokers on SSL, SASL_SSL and SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256/512); prints "
-                            "the client settings, this protocol's first")
+                       help="issue 18: a CA, node certificates and users admin and alice (in DIR/security); "
+                            "controllers on mutual TLS, brokers on SSL, SASL_SSL and SASL_PLAINTEXT (PLAIN, "
+                            "SCRAM-SHA-256/512); the StandardAuthorizer on (super users: admin and the nodes; alice "
+                            "may do nothing until granted ACLs); prints the client settings, this protocol's first")
     local.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
                        help="give up (exit 1, naming what was not ready and the node log to read) unless the "
                             "cluster is ready within S seconds (default 60)")
@@ -354,7 +355,8 @@ def _local_cluster(args: argparse.Namespace) -> int:
         settings = {**TIERED_DEV_DEFAULTS, **s3, **settings}
     try:
         cluster = LocalCluster(args.dir, args.controllers, args.brokers, settings,
-                               stale_brokers=_stale_brokers(args), security=args.security or False)
+                               stale_brokers=_stale_brokers(args), security=args.security or False,
+                               authorizer=bool(args.security))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if embedded is not None:

@@ -145,11 +145,13 @@ class LocalCluster:
     (`quorum.security.local_cluster`); the controllers listen on mutual TLS, each broker on SSL (its
     `port`), SASL_SSL and SASL_PLAINTEXT (`extra_ports`); `client_settings(protocol)` is what a client uses.
     `plaintext_listener` adds a PLAINTEXT listener to a secured cluster's brokers (benchmarks compare).
+    `authorizer` (with `security`) turns Kafka's StandardAuthorizer on as `quorum local-cluster --security`
+    does: super users `admin` and the nodes' certificates, no access for anyone else until granted.
     """
 
     def __init__(self, directory: str | Path, controllers: int, brokers: int = 0,
                  settings: dict[str, str] | None = None, stale_brokers: dict[int, int] | None = None,
-                 security: bool | str = False, plaintext_listener: bool = False) -> None:
+                 security: bool | str = False, plaintext_listener: bool = False, authorizer: bool = False) -> None:
         if controllers < 1:
             raise ValueError("a cluster needs at least one controller")
         self.directory = Path(directory).resolve()
@@ -165,6 +167,9 @@ class LocalCluster:
             from quorum.security.local_cluster import LocalSecurity  # needs `cryptography`, only here
 
             self.security = LocalSecurity(self.directory / "security")
+        elif authorizer:
+            raise ValueError("the authorizer of a local cluster goes with security (its users and certificates)")
+        self.authorizer = authorizer
         self.settings = dict(settings or {})
         self.specs = self._load_or_plan(controllers, brokers)
         self.stale_brokers = dict(stale_brokers or {})
@@ -216,6 +221,8 @@ class LocalCluster:
         if self.security is not None:
             ports = {"CONTROLLER": spec.port} if spec.role == "controller" else {"SSL": spec.port, **spec.extra_ports}
             props.update(self.security.node_properties(spec.node_id, spec.role, ports))
+            if self.authorizer:
+                props.update(self.security.authorizer_properties(sorted(self.specs)))
         props.update(self.settings)
         if spec.node_id in self.stale_brokers:
             props[STALE_METADATA_KEY] = str(self.stale_brokers[spec.node_id])
@@ -383,18 +390,34 @@ class LocalCluster:
         return line + f"bootstrap controllers: {self.bootstrap_controllers}"
 
     def client_lines(self) -> list[str]:
-        """A secured cluster's client settings, one listener a line (librdkafka's names), its CA and users."""
+        """A secured cluster's client settings: per listener, alice's and the admin's in librdkafka's and
+        kafka-python's names and the admin's `--command-config` file; then the CA, users and authorizer."""
         if self.security is None or not self.bootstrap_servers:
             return []
         from quorum.security.local_cluster import PROTOCOLS
 
-        ordered = [self.client_protocol, *(p for p in PROTOCOLS if p != self.client_protocol)]
-        lines = [f"client settings ({protocol}): " + " ".join(f"{k}={v}" for k, v in self.client_settings(
-                 protocol, mechanism="SCRAM-SHA-512" if protocol == "SASL_SSL" else "PLAIN").items())
-                 for protocol in ordered]
+        def joined(settings: dict[str, str]) -> str:
+            return " ".join(f"{key}={value}" for key, value in settings.items())
+
+        lines = []
+        for protocol in [self.client_protocol, *(p for p in PROTOCOLS if p != self.client_protocol)]:
+            mechanism = "SCRAM-SHA-512" if protocol == "SASL_SSL" else "PLAIN"
+            for user, label in (("alice", "client"), ("admin", "admin")):
+                if protocol == "SSL" and user == "admin":
+                    continue  # no SASL on SSL: the admin is the tools' certificate (the command config)
+                librdkafka = self.client_settings(protocol, user, mechanism)
+                lines.append(f"{label} settings ({protocol}): {joined(librdkafka)}")
+                python = {"bootstrap_servers": self.bootstrap(protocol),
+                          **self.security.kafka_python_settings(protocol, user, mechanism)}
+                lines.append(f"{label} kafka-python ({protocol}): {joined(python)}")
+            lines.append(f"admin --command-config ({protocol}): {self.security.command_config(protocol)}")
         lines.append(f"users: {', '.join(self.security.passwords)} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); CA "
                      f"{self.security.ca.cert_path}; controllers on mutual TLS (tools' certificate "
                      f"{self.security.tool})")
+        if self.authorizer:
+            lines.append("authorizer: StandardAuthorizer, allow.everyone.if.no.acl.found=false; super users: admin, "
+                         "the nodes' and tools' certificates; alice (and an SSL client without a certificate, "
+                         "User:ANONYMOUS) may do nothing until granted ACLs")
         return lines
 
     def describe_lines(self) -> list[str]:

@@ -6,6 +6,9 @@ certificate of the cluster's CA). Each broker serves three client listeners: `SS
 certificates requested, not required), `SASL_SSL` (brokers replicate over it, logging in as `admin`
 with SCRAM-SHA-512) and `SASL_PLAINTEXT`, both SASL ones with PLAIN and SCRAM-SHA-256/512 for the
 same users. `alice` is the user a cluster's clients get.
+With the authorizer on (`quorum local-cluster --security` turns it on, as a secured Kafka cluster
+runs), `allow.everyone.if.no.acl.found` is false and the super users are `admin` and the nodes' and
+tools' certificate principals: the admin can create topics and ACLs; alice can do nothing until granted.
 Everything lives in `<cluster dir>/security` and is kept across restarts.
 """
 
@@ -16,12 +19,14 @@ import secrets
 from pathlib import Path
 
 from quorum.net.client_security import ClientSecurity, SaslLogin
-from quorum.security.certificates import CertificateAuthority
+from quorum.security.certificates import ORGANIZATION, CertificateAuthority
 
 PROTOCOLS = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
 """A secured broker's client listeners, its first (inter-broker) one first."""
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 USERS = ("admin", "alice")
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+TOOLS = "quorum-tools"
 _MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
             "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
             "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -40,7 +45,7 @@ class LocalSecurity:
             self.passwords = {user: secrets.token_urlsafe(12) for user in USERS}
             users.touch(mode=0o600)
             users.write_text(json.dumps(self.passwords), encoding="utf-8")
-        self.tool = self._certificate("quorum-tools")
+        self.tool = self._certificate(TOOLS)
 
     def _certificate(self, name: str) -> Path:
         pem = self.directory / f"{name}.pem"
@@ -72,6 +77,14 @@ class LocalSecurity:
                         f'{_MODULES[mechanism]} required username="admin" password="{admin}" {users};')
         return props
 
+    def authorizer_properties(self, node_ids: list[int]) -> dict[str, str]:
+        """Kafka's StandardAuthorizer with no ACL meaning no access; super users: `admin` (brokers
+        replicate as admin) and the certificate principals of the nodes `node_ids` and of the tools
+        (the controller listener's mutual TLS)."""
+        names = [*(f"node-{node_id}" for node_id in node_ids), TOOLS]
+        return {"authorizer.class.name": STANDARD_AUTHORIZER, "allow.everyone.if.no.acl.found": "false",
+                "super.users": ";".join(["User:admin", *(f"User:CN={name},O={ORGANIZATION}" for name in names)])}
+
     def client_settings(self, protocol: str, user: str = "alice", mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
         """librdkafka (confluent-kafka, kcat) settings for a client of listener `protocol`."""
         settings = {"security.protocol": protocol}
@@ -81,6 +94,29 @@ class LocalSecurity:
             settings.update({"sasl.mechanism": mechanism, "sasl.username": user,
                              "sasl.password": self.passwords[user]})
         return settings
+
+    def kafka_python_settings(self, protocol: str, user: str = "alice",
+                              mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """The same client in kafka-python's names (KafkaProducer, KafkaConsumer, KafkaAdminClient)."""
+        settings = {"security_protocol": protocol}
+        if protocol in ("SSL", "SASL_SSL"):
+            settings["ssl_cafile"] = str(self.ca.cert_path)
+        if protocol.startswith("SASL"):
+            settings.update({"sasl_mechanism": mechanism, "sasl_plain_username": user,
+                             "sasl_plain_password": self.passwords[user]})
+        return settings
+
+    def command_config(self, protocol: str) -> Path:
+        """A `--command-config` file for the admin on listener `protocol` (Kafka's tools' properties,
+        librdkafka's names; `quorum get-offsets`, `reassign-partitions` and `describe` take it), with
+        the admin's password: readable by its owner only."""
+        settings = self.client_settings(protocol, "admin", "SCRAM-SHA-512" if protocol == "SASL_SSL" else "PLAIN")
+        if protocol == "SSL":  # the tools' certificate: a super user, and what the controllers ask for
+            settings["ssl.certificate.location"] = str(self.tool)
+        path = self.directory / f"admin-{protocol.lower()}.properties"
+        path.touch(mode=0o600)
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()), encoding="utf-8")
+        return path
 
     def to_controllers(self) -> ClientSecurity:
         """What the tools (readiness, describe) present to the controllers: the tools' certificate."""

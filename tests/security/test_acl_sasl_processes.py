@@ -1,6 +1,7 @@
 """ACLs with real principals (one secured 1+1 local cluster for the module: the controller on mutual
 TLS, the broker on SASL_SSL with SCRAM): `allow.everyone.if.no.acl.found` false, the admin user and
-the nodes' certificate principals super users. The user alice, without ACLs, is refused producing,
+the nodes' certificate principals super users, as `quorum local-cluster --security` runs and prints
+it. The user alice, without ACLs, is refused producing,
 consuming, committing, creating and deleting topics and creating ACLs, each with Kafka's error, and
 is allowed once the admin grants her ACLs. A certificate of the cluster's CA that is not a node's
 sends Vote on the controller listener: refused, never counted.
@@ -9,6 +10,8 @@ sends Vote on the controller listener: refused, never counted.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -28,7 +31,6 @@ from quorum.admin import describe_quorum
 from quorum.launcher import LocalCluster
 from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient
-from quorum.security.certificates import ORGANIZATION
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 from tests.security.test_acl_processes import admin_error, consumer_error
@@ -38,20 +40,14 @@ pytestmark = pytest.mark.timeout(600)
 
 WAIT_S = 90.0
 QUIET = {"log_level": 0}
-NODES = ("node-1", "node-101", "quorum-tools")  # the certificates of the nodes and the tools (mutual TLS)
-SETTINGS = {
-    "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
-    "group.initial.rebalance.delay.ms": "0",
-    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "allow.everyone.if.no.acl.found": "false",
-    "super.users": ";".join(["User:admin", *(f"User:CN={name},O={ORGANIZATION}" for name in NODES)]),
-}
+SETTINGS = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
+            "group.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("acl-sasl"), controllers=1, brokers=1, settings=SETTINGS,
-                           security=True)
+                           security=True, authorizer=True)  # as `quorum local-cluster --security` runs
     cluster.format_storage()
     cluster.start(timeout=WAIT_S)
     try:
@@ -110,6 +106,36 @@ def test_alice_is_refused_until_the_admin_grants_her_acls(cluster) -> None:
         assert committed.error is None
     finally:
         consumer.close()
+
+
+def printed(cluster: LocalCluster, label: str) -> dict[str, str]:
+    """One line of what `quorum local-cluster --security` prints (`label`: "admin settings (SASL_SSL)", ...)."""
+    [line] = [line for line in cluster.client_lines() if line.startswith(label + ": ")]
+    return dict(item.split("=", 1) for item in line.split(": ", 1)[1].split())
+
+
+def test_the_printed_settings_make_an_admin_who_may_and_an_alice_who_may_not(cluster, tmp_path) -> None:
+    """The admin's printed librdkafka settings create a topic; alice's printed kafka-python settings are
+    refused producing to it (TOPIC_AUTHORIZATION_FAILED); the admin's printed --command-config file
+    works with `quorum get-offsets` on the SSL listener (the tools' certificate, a super user)."""
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    topic = f"printed-{uuid.uuid4().hex[:6]}"
+    create(AdminClient({**printed(cluster, "admin settings (SASL_SSL)"), **QUIET}), NewTopic(topic, 1, 1))
+    options = printed(cluster, "client kafka-python (SASL_SSL)")
+    assert options["sasl_plain_username"] == "alice"
+    producer = KafkaProducer(max_block_ms=int(WAIT_S * 1000), **options)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send(topic, b"refused").get(timeout=WAIT_S)
+    finally:
+        producer.close(timeout=10)
+    [line] = [line for line in cluster.client_lines() if line.startswith("admin --command-config (SSL): ")]
+    offsets = subprocess.run([sys.executable, "-m", "quorum.cli", "get-offsets", "--bootstrap-server",
+                              cluster.bootstrap("SSL"), "--topic", topic, "--command-config",
+                              line.split(": ", 1)[1]], capture_output=True, text=True, timeout=WAIT_S)
+    assert offsets.returncode == 0 and f"{topic}:0:0" in offsets.stdout, offsets.stdout + offsets.stderr
 
 
 def test_a_vote_from_a_certificate_that_is_not_a_super_user_is_refused_and_never_counted(cluster) -> None:
