@@ -63,6 +63,8 @@ FeatureLevelRecord = define_data("FeatureLevelRecord")
 NoOpRecord = define_data("NoOpRecord")
 AccessControlEntryRecord = define_data("AccessControlEntryRecord")
 RemoveAccessControlEntryRecord = define_data("RemoveAccessControlEntryRecord")
+UserScramCredentialRecord = define_data("UserScramCredentialRecord")
+RemoveUserScramCredentialRecord = define_data("RemoveUserScramCredentialRecord")
 ProducerIdsRecord = define_data("ProducerIdsRecord")
 
 
@@ -89,6 +91,7 @@ METADATA_RECORD_TYPES: dict[int, type[ApiData]] = _registry(
     RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
     PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
     FeatureLevelRecord, NoOpRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord, ProducerIdsRecord,
+    UserScramCredentialRecord, RemoveUserScramCredentialRecord,
 )
 """Record type (apiKey) -> record class, for every metadata record this project reads and writes."""
 
@@ -152,11 +155,13 @@ class MetadataRecordType(IntEnum):
     FENCE_BROKER = 7
     UNFENCE_BROKER = 8
     REMOVE_TOPIC = 9
+    USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
     ACCESS_CONTROL_ENTRY = 18
     REMOVE_ACCESS_CONTROL_ENTRY = 19
     NO_OP = 20
+    REMOVE_USER_SCRAM_CREDENTIAL = 22
 
 
 class RecordKey(NamedTuple):
@@ -172,13 +177,15 @@ class RecordKey(NamedTuple):
     Config                                                 (resource type, resource name, name)
     FeatureLevel                                           the feature name (str)
     AccessControlEntry, RemoveAccessControlEntry           the ACL id (uuid.UUID)
+    UserScramCredential, RemoveUserScramCredential         (user name, mechanism type)
     ProducerIds (KIP-730), NoOp                            None
     ====================================================  ======================================
 
     A zero topic id is `ZERO_UUID` here (Kafka's Uuid.ZERO_UUID), where the schema engine
     reads it as None. `deletes` is True for the records that remove their entity:
-    UnregisterBroker, RemoveTopic, RemoveAccessControlEntry, and a ConfigRecord whose Value is null
-    (for which the Value's length prefix, right after the identity fields, is read too).
+    UnregisterBroker, RemoveTopic, RemoveAccessControlEntry, RemoveUserScramCredential, and a
+    ConfigRecord whose Value is null (for which the Value's length prefix, right after the identity
+    fields, is read too).
     """
 
     record_type: MetadataRecordType
@@ -239,6 +246,9 @@ def metadata_record_key(value: bytes | bytearray | memoryview) -> RecordKey:
             return RecordKey(record_type, (resource_type, resource_name, name), value_length == 0)
         if key == 18 or key == 19:  # (Remove)AccessControlEntry: Id
             return RecordKey(record_type, _uuid_at(value, pos), key == 19)
+        if key == 11 or key == 22:  # (Remove)UserScramCredential: Name, Mechanism int8
+            name, pos = _read_string(value, pos, "UserScramCredentialRecord.Name")
+            return RecordKey(record_type, (name, _INT8.unpack_from(value, pos)[0]), key == 22)
         if key == 12:  # FeatureLevel: Name
             return RecordKey(record_type, _read_string(value, pos, "FeatureLevelRecord.Name")[0])
         return RecordKey(record_type, None)  # ProducerIds (one cluster-wide counter), NoOp
@@ -655,6 +665,7 @@ def encode_topic_v0(name: str, topic_id: uuid.UUID | None, topic_epoch: int) -> 
 __all__ = [
     "FRAME_VERSION", "METADATA_RECORD_TYPES", "TOPIC_EPOCH_TAG", "ZERO_UUID", "MetadataRecordError",
     "MetadataRecordType", "RecordKey", "AccessControlEntryRecord", "RemoveAccessControlEntryRecord",
+    "UserScramCredentialRecord", "RemoveUserScramCredentialRecord",
     "PLAIN_PARTITION_V0", "ConfigRecord", "FeatureLevelRecord", "FenceBrokerRecord", "NoOpRecord",
     "PartitionChangeRecord", "PartitionRecord", "RegisterBrokerRecord", "RemoveTopicRecord", "TopicRecord",
     "ProducerIdsRecord", "UnfenceBrokerRecord",

@@ -83,7 +83,8 @@ _KAFKA_SCHEMA_APIS = {
     20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
     29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs", 36: "SaslAuthenticate",
     37: "CreatePartitions", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
-    46: "ListPartitionReassignments", 55: "DescribeQuorum", 60: "DescribeCluster",
+    46: "ListPartitionReassignments", 50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials",
+    55: "DescribeQuorum", 60: "DescribeCluster",
 }
 _SCHEMA_PATCHES = {"MetadataResponse": _add_topic_epoch_tag, "FetchRequest": _add_snapshot_report_tag,
                    "FetchResponse": _add_snapshot_grant_tag}

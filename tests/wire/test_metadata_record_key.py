@@ -51,10 +51,13 @@ def slow_key(record: ApiData) -> RecordKey:
         key = record.name
     elif kind in (MetadataRecordType.ACCESS_CONTROL_ENTRY, MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY):
         key = ZERO_UUID if record.id is None else record.id
+    elif kind in (MetadataRecordType.USER_SCRAM_CREDENTIAL, MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL):
+        key = (record.name, record.mechanism)
     else:
         key = None
     deletes = kind in (MetadataRecordType.UNREGISTER_BROKER, MetadataRecordType.REMOVE_TOPIC,
-                       MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY) or (
+                       MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY,
+                       MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL) or (
         kind is MetadataRecordType.CONFIG and record.value is None)
     return RecordKey(kind, key, deletes)
 

@@ -34,11 +34,13 @@ KAFKA_FACTS = {
     7: ("FenceBrokerRecord", (0, 0)),
     8: ("UnfenceBrokerRecord", (0, 0)),
     9: ("RemoveTopicRecord", (0, 0)),
+    11: ("UserScramCredentialRecord", (0, 0)),
     12: ("FeatureLevelRecord", (0, 0)),
     15: ("ProducerIdsRecord", (0, 0)),
     18: ("AccessControlEntryRecord", (0, 0)),
     19: ("RemoveAccessControlEntryRecord", (0, 0)),
     20: ("NoOpRecord", (0, 0)),
+    22: ("RemoveUserScramCredentialRecord", (0, 0)),
 }
 
 CLASS_VERSIONS = [(schema, version) for schema in METADATA_RECORD_TYPES.values()
