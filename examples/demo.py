@@ -17,6 +17,8 @@ the `kafka_epochs` Spark source streams a topic into Parquet on a cluster with a
 a kill -9 of a leader, and shows the stale answers its driver refused. Part 8 (`examples.bootstrap_demo`):
 a broker of a tiered cluster loses its disk and comes back with the same id; its replicas bootstrap
 from the earliest pending upload offset (KIP-1023) and it prints what it did not copy because it is in S3.
+Part 9 (`examples.security_demo`): `quorum local-cluster --security sasl_ssl` refuses a wrong password and,
+with its authorizer, alice's produce, until the admin grants her ACLs; then she produces and consumes in a group.
 
 Every step that waits has a deadline (examples.demo_waits): past it the demo stops with exit status 1,
 naming what it waited for and the node logs to read. Its last line says whether it succeeded.
@@ -34,6 +36,7 @@ import time
 from examples.bootstrap_demo import bootstrap_demo
 from examples.demo_waits import DemoFailure, scratch_directory, wait_for
 from examples.mirror_demo import mirror_demo
+from examples.security_demo import security_demo
 from examples.spark_demo import spark_demo
 from examples.tiered_demo import tiered_demo
 from quorum.admin import (
@@ -357,6 +360,7 @@ def main() -> int:
         tiered_demo()
         spark_demo()
         bootstrap_demo()
+        security_demo()
     except DemoFailure as exc:
         print(f"\ndemo FAILED: {exc}", flush=True)
         return 1
@@ -366,7 +370,7 @@ def main() -> int:
     if failures:
         print(f"\ndemo FAILED: {failures} client(s) could not list the standalone node's metadata (part 1)")
         return 1
-    print(f"\ndemo succeeded: all eight parts ran in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"\ndemo succeeded: all nine parts ran in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 

@@ -29,13 +29,15 @@ def test_the_demo_runs_every_part_and_says_it_succeeded(kcat):
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     lines = run.stdout.rstrip().splitlines()
-    assert lines[-1].startswith("demo succeeded: all eight parts ran"), output[-6000:]
-    for part in range(1, 9):
+    assert lines[-1].startswith("demo succeeded: all nine parts ran"), output[-6000:]
+    for part in range(1, 10):
         assert f"== Part {part}:" in run.stdout, output[-6000:]
     assert "All three clients listed the node's metadata." in run.stdout
     assert "replicator exited 0; the target holds" in run.stdout
     assert "confluent-kafka read all 3000 messages from offset 0, byte for byte as produced" in run.stdout
     assert "is back in every ISR of inventory:" in run.stdout
+    assert "alice produces to payments without ACLs: refused, TOPIC_AUTHORIZATION_FAILED" in run.stdout
+    assert "alice read all 20 payments in group ledger and committed her offsets" in run.stdout
 
 
 def test_a_wait_past_its_deadline_names_what_it_waited_for_and_the_logs_to_read(tmp_path):
