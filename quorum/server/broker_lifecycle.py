@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 BROKER_REGISTRATION = APIS[62]
 BROKER_HEARTBEAT = APIS[63]
 PLAINTEXT = 0  # Kafka's SecurityProtocol id
+STARTING_HEARTBEAT_S = 0.01
+"""Kafka's heartbeat pace while a registered broker catches up with the metadata (STARTING)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +82,25 @@ class BrokerLifecycle:
             try:
                 if self.state.broker_epoch < 0:
                     await self._register(peer, cluster_id)
+                    if self.state.broker_epoch >= 0:
+                        continue  # registered: the first heartbeat goes at once, as Kafka's does
                 else:
                     await self._heartbeat(peer)
             except PeerUnavailable as exc:
                 log.info("broker %d: the controller did not answer: %s", self.broker_id, exc)
                 await asyncio.sleep(0.2)
                 continue
-            await asyncio.sleep(self._interval if self.state.broker_epoch >= 0 else 0.2)
+            await asyncio.sleep(self._next_wait_s())
+
+    def _next_wait_s(self) -> float:
+        """Kafka's BrokerLifecycleManager pace: a refused registration is asked again after 0.2 s; a
+        new registration heartbeats at once, and every 10 ms while the broker has not replayed the
+        metadata up to it (STARTING), so a restarted broker is unfenced, and its followers fetch,
+        within moments instead of a heartbeat interval later; then every broker.heartbeat.interval.ms."""
+        state = self.state
+        if state.broker_epoch < 0:
+            return 0.2
+        return STARTING_HEARTBEAT_S if state.fenced and not state.caught_up else self._interval
 
     async def _register(self, peer: PeerClient, cluster_id: str) -> None:
         schema = BROKER_REGISTRATION.request
