@@ -67,6 +67,8 @@ from quorum.image.image import (
 from quorum.image.partition_records import PartitionRecords, decode_partition
 from quorum.security.acl import AclBinding
 from quorum.security.acl_records import binding_of
+from quorum.security.scram import ScramCredential
+from quorum.security.scram_records import credential_of, scram_key
 from quorum.wire.metadata_records import (
     METADATA_RECORD_TYPES,
     PLAIN_PARTITION_V0,
@@ -326,6 +328,7 @@ class MetadataDelta:
         self._owned_configs: set[tuple[int, str]] = set()  # resources whose dict in _configs.changes is ours
         self._features: _Overlay[str, int] = _Overlay(image.features)
         self._acls: _Overlay[uuid.UUID, AclBinding] = _Overlay(image.acls)
+        self._scram: _Overlay[tuple[str, str], ScramCredential] = _Overlay(image.scram)
         self._topics: dict[uuid.UUID, _TopicDraft | None] = {}  # None: removed; base None: (re)created
         self._names: dict[str, uuid.UUID | None] = {}  # name -> live topic id, changes over image.topics
         self._applied = False
@@ -349,6 +352,8 @@ class MetadataDelta:
             types[MetadataRecordType.PRODUCER_IDS]: self._producer_ids,
             types[MetadataRecordType.ACCESS_CONTROL_ENTRY]: self._acl,
             types[MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY]: self._remove_acl,
+            types[MetadataRecordType.USER_SCRAM_CREDENTIAL]: self._scram_credential,
+            types[MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL]: self._remove_scram_credential,
         }
 
     def __repr__(self) -> str:
@@ -665,6 +670,24 @@ class MetadataDelta:
         self._acls.delete(acl_id)
         return True
 
+    # -- SCRAM credentials -----------------------------------------------------------------------
+
+    def _scram_credential(self, record: ApiData) -> bool:
+        """A user's credential for one mechanism set (Kafka's ScramControlManager.replay): it replaces
+        the one before, so the next authentication checks the new password."""
+        key, credential = credential_of(record)
+        if self._scram.get(key) == credential:
+            return False
+        self._scram.put(key, credential)
+        return True
+
+    def _remove_scram_credential(self, record: ApiData) -> bool:
+        key = scram_key(record)
+        if self._scram.get(key) is None:
+            return False
+        self._scram.delete(key)
+        return True
+
     # -- producer ids ----------------------------------------------------------------------------
 
     def _producer_ids(self, record: ApiData) -> bool:
@@ -703,7 +726,7 @@ class MetadataDelta:
             encoded=encoded, offset=self.offset, topic_epoch=self.topic_epoch, registrations=registrations,
             configs=self._configs.merged(), features=self._features.merged(), listener=image.listener,
             next_producer_id=self.next_producer_id,
-            acls=self._acls.merged(), topics_by_id=by_id)  # fmt: skip
+            acls=self._acls.merged(), scram=self._scram.merged(), topics_by_id=by_id)  # fmt: skip
 
     def _merge_topics(self, available: frozenset[int], was_available: frozenset[int],
                       ) -> tuple[Mapping[str, TopicInfo], Mapping[uuid.UUID, TopicInfo], set[str]]:

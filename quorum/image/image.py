@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from quorum.security.acl import AclBinding
+from quorum.security.scram import ScramCredential
 
 NO_LEADER = -1
 """Kafka's leader id for a partition without a leader."""
@@ -118,7 +119,9 @@ class MetadataImage:
     or not, with all of its endpoints. `topic_epoch` is the cluster-wide KIP-232 counter: the
     highest topic epoch any TopicRecord or RemoveTopicRecord carried. `configs` maps (resource
     type, resource name) to that resource's configs; `features` maps a feature name to its
-    finalized level; `acls` maps an ACL's id to its binding (AccessControlEntryRecords).
+    finalized level; `acls` maps an ACL's id to its binding (AccessControlEntryRecords); `scram`
+    maps (user, mechanism name) to that user's SCRAM credential (UserScramCredentialRecords), what
+    SASL/SCRAM on this node's listeners authenticates against.
 
     `topics_by_id` is derived from `topics` when not given; the delta that builds the next image
     passes it, so that no image pays for a scan of its topics.
@@ -140,6 +143,7 @@ class MetadataImage:
     NextProducerId); -1 while no block was handed out, as Kafka's ProducerIdsImage.EMPTY."""
     listener: str | None = None
     acls: Mapping[uuid.UUID, AclBinding] = field(default_factory=dict)
+    scram: Mapping[tuple[str, str], ScramCredential] = field(default_factory=dict, repr=False)
     topics_by_id: Mapping[uuid.UUID, TopicInfo] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:

@@ -24,7 +24,8 @@ current TopicEpoch), each followed by one PartitionRecord v0 per partition (curr
 ISR, leader, leader and partition epochs); when the KIP-232 counter is above every live topic's
 epoch (the newest topic was deleted), one RemoveTopicRecord with the zero topic id carrying it
 (replaying a removal of an unknown id only raises the counter, so it never goes back across a
-snapshot); then one ConfigRecord per config; then one AccessControlEntryRecord per ACL. Within
+snapshot); then one ConfigRecord per config; then one AccessControlEntryRecord per ACL; then one
+UserScramCredentialRecord per (user, mechanism). Within
 a kind, entities are in the image's order, which does not depend on how records were batched
 into deltas, so replicas at the same offset write identical snapshots.
 
@@ -52,6 +53,7 @@ from quorum.image.image import BrokerRegistration, MetadataImage, PartitionInfo,
 from quorum.image.partition_records import PartitionRecords
 from quorum.image.state_machine import SnapshotCounts
 from quorum.security.acl_records import encode_acl
+from quorum.security.scram_records import encode_scram
 from quorum.wire import metadata_records as mr
 from quorum.wire.metadata_records import (
     ZERO_UUID,
@@ -144,7 +146,7 @@ def record_count(image: MetadataImage) -> int:
     return (len(image.features) + len(image.registrations) + len(image.topics_by_id) + (image.next_producer_id >= 0)
             + sum(len(topic.partitions) for topic in image.topics_by_id.values())
             + sum(len(configs) for configs in image.configs.values()) + counter_needs_record(image)
-            + len(image.acls))  # fmt: skip
+            + len(image.acls) + len(image.scram))  # fmt: skip
 
 
 class ImageSnapshot(Sequence[bytes]):
@@ -211,6 +213,8 @@ class ImageSnapshot(Sequence[bytes]):
             yield producer_ids_record(image.next_producer_id)
         for acl_id, binding in image.acls.items():
             yield encode_acl(acl_id, binding)
+        for (user, mechanism), credential in image.scram.items():
+            yield encode_scram(user, mechanism, credential)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +294,7 @@ class ImageState(SnapshotCounts):
                 brokers=image.brokers, topics=image.topics, encoded=image.encoded, offset=image.offset,
                 topic_epoch=image.topic_epoch, registrations=image.registrations, configs=image.configs,
                 next_producer_id=image.next_producer_id,
-                features=image.features, listener=image.listener, acls=image.acls,
+                features=image.features, listener=image.listener, acls=image.acls, scram=image.scram,
                 topics_by_id=image.topics_by_id)  # fmt: skip
             if self._delta is not None:
                 self._delta.image = renamed

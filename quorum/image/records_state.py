@@ -49,6 +49,7 @@ class EntityKind(Enum):
     CONFIG = "config"
     PRODUCER_IDS = "producer ids"
     ACL = "acl"
+    SCRAM = "scram credential"
 
 
 class _Table:
@@ -126,6 +127,7 @@ class MetadataRecordsState(SnapshotCounts):
         self._configs = self._tables[EntityKind.CONFIG]
         self._producer_ids = self._tables[EntityKind.PRODUCER_IDS]
         self._acls = self._tables[EntityKind.ACL]
+        self._scram = self._tables[EntityKind.SCRAM]
         self._topic_partitions: dict[Any, set[int]] = {}  # topic id -> its partition ids, for RemoveTopic
         self._opaque: list[bytes] = []
         self._records = 0
@@ -203,6 +205,9 @@ class MetadataRecordsState(SnapshotCounts):
         elif record_type is MetadataRecordType.ACCESS_CONTROL_ENTRY or record_type is \
                 MetadataRecordType.REMOVE_ACCESS_CONTROL_ENTRY:
             records, changed = self._acls.delete(key) if deletes else self._acls.replace(key, value)
+        elif record_type is MetadataRecordType.USER_SCRAM_CREDENTIAL or record_type is \
+                MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL:
+            records, changed = self._scram.delete(key) if deletes else self._scram.replace(key, value)
         else:  # NoOp
             return
         self._records += records
@@ -216,7 +221,7 @@ class MetadataRecordsState(SnapshotCounts):
         A copy: later `apply` calls do not change it, so it can be written out at leisure.
         """
         values: list[bytes] = []
-        for table in self._tables.values():  # EntityKind order: features, brokers, topics, partitions, configs, ACLs
+        for table in self._tables.values():  # EntityKind order: features, brokers, ..., ACLs, SCRAM
             for records in table.entities.values():
                 values.extend(records)
         values.extend(self._opaque)

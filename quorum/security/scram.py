@@ -68,9 +68,14 @@ def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATI
     """The credential a server stores for `password` (a random 32-byte salt unless given)."""
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ScramError(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}, got {iterations}")
-    name = _hash(mechanism)
     salt = secrets.token_bytes(32) if salt is None else salt
-    salted = salted_password(mechanism, password, salt, iterations)
+    return credential_of_salted(mechanism, salt, salted_password(mechanism, password, salt, iterations), iterations)
+
+
+def credential_of_salted(mechanism: str, salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
+    """The credential for a salted password (what AlterUserScramCredentials and `--add-scram
+    saltedpassword=` give): StoredKey = H(HMAC(salted, "Client Key")), ServerKey = HMAC(salted, "Server Key")."""
+    name = _hash(mechanism)
     client_key = _hmac(name, salted, b"Client Key")
     return ScramCredential(salt, hashlib.new(name, client_key).digest(), _hmac(name, salted, b"Server Key"),
                            iterations)
