@@ -12,8 +12,9 @@ mechanism's own in lower case, `listener.name.sasl_ssl.scram-sha-512.sasl.jaas.c
     `username`/`password` are the node's own login. SCRAM users live in the metadata log in Kafka;
     until this project keeps them there, `user_<name>="<password>"` options of this JAAS config are
     this project's way to give them (salted at start, 4096 iterations, never kept in clear).
-  * `connections.max.reauth.ms` (KIP-368; default 0, off): a session's lifetime, sent in every
-    SaslAuthenticate v1+ answer; a connection that sends anything but a re-authentication past it is closed.
+  * `connections.max.reauth.ms` (KIP-368; default 0, off; per listener too, as Kafka allows): a session's
+    lifetime, sent in every SaslAuthenticate v1+ answer; a connection that sends anything but a
+    re-authentication past it is closed.
 
 Before a connection has authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are
 served; anything else closes it, as Kafka does. A failed authentication is answered with
@@ -122,9 +123,10 @@ class SaslSettings:
                               f"listener.name.{listener.lower()}.plain.sasl.jaas.config (its users) is not set")
         credentials = {(m, user): make_credential(m, password)
                        for m, config in jaas.items() if m in MECHANISMS for user, password in config.users().items()}
-        reauth = props.get("connections.max.reauth.ms", "0")
+        reauth_key, reauth = listener_setting(props, listener, "connections.max.reauth.ms")
+        reauth = reauth or "0"
         if not reauth.strip().isdigit():
-            raise ConfigError(f"connections.max.reauth.ms must be 0 or more, got {reauth!r}")
+            raise ConfigError(f"{reauth_key} must be 0 or more, got {reauth!r}")
         return cls(listener, mechanisms, jaas[PLAIN].users() if PLAIN in jaas else {},
                    lambda mechanism, user: credentials.get((mechanism, user)), int(reauth),
                    {m: login for m, config in jaas.items() if (login := config.login()) is not None})

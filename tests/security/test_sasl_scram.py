@@ -194,6 +194,16 @@ def test_reauthentication_kip_368():
     assert step.error == ErrorCode.SASL_AUTHENTICATION_FAILED and step.close
 
 
+
+def test_reauthentication_lifetime_may_be_set_per_listener():
+    """Kafka's `listener.name.<l>.connections.max.reauth.ms` wins over the node-wide key for that listener."""
+    props = {**PROPS, "connections.max.reauth.ms": "1000", "listener.name.sasl_ssl.connections.max.reauth.ms": "250"}
+    assert SaslSettings.of(props, "SASL_SSL").reauth_ms == 250
+    assert SaslSettings.of({**PROPS, "connections.max.reauth.ms": "1000"}, "SASL_SSL").reauth_ms == 1000
+    with pytest.raises(ConfigError, match="listener.name.sasl_ssl.connections.max.reauth.ms must be 0 or more"):
+        SaslSettings.of({**props, "listener.name.sasl_ssl.connections.max.reauth.ms": "soon"}, "SASL_SSL")
+
+
 def test_settings_errors_name_the_key():
     with pytest.raises(ConfigError, match="no mechanism is enabled"):
         SaslSettings.of({}, "SASL_SSL")
