@@ -12,8 +12,9 @@ encryption). Each listener gets its own 4-partition topic; each run is one confl
 a child process (benchmarks.bench_broker's produce and consume runs, the same settings for every
 listener; see that module for what the clock covers), produce acks=1 then consume from offset 0.
 The rows of one run compare listeners with each other; "% of PLAINTEXT" is MB/s beside the
-PLAINTEXT row of the same operation. "broker CPU" is the broker process's CPU during the run: TLS
-moves the cost of encrypting every byte there (and into the client).
+PLAINTEXT row of the same operation. "broker CPU" is the broker process's CPU during the run, "client
+CPU" the client child's own: TLS moves the cost of encrypting every byte there. "CPU ms/MB" (both
+together per MB) beside PLAINTEXT's is the figure to judge on a loaded machine, where MB/s is noise.
 """
 
 from __future__ import annotations
@@ -80,18 +81,24 @@ def main() -> None:
 
 
 def report(results: list[tuple[str, str, dict[str, Any]]]) -> None:
-    plain = {operation: run["bytes"] / run["seconds"] for listener, operation, run in results
-             if listener == "PLAINTEXT"}  # fmt: skip
+    plain = {operation: run for listener, operation, run in results if listener == "PLAINTEXT"}
     rows = []
     for listener, operation, run in results:
-        rate = run["bytes"] / run["seconds"]
-        rows.append([listener, operation, run["messages"], run["bytes"] / 1e6, run["seconds"], rate / 1e6,
+        rate, megabytes = run["bytes"] / run["seconds"], run["bytes"] / 1e6
+        cpu_per_mb = (run["server_cpu"] + run.get("client_cpu", 0.0)) / megabytes * 1000
+        peer = plain.get(operation)
+        peer_cpu = peer and (peer["server_cpu"] + peer.get("client_cpu", 0.0)) / (peer["bytes"] / 1e6) * 1000
+        rows.append([listener, operation, run["messages"], megabytes, run["seconds"], rate / 1e6,
                      round(run["messages"] / run["seconds"]), f"{run['server_cpu']:.1f} s",
-                     f"{rate / plain[operation]:.0%}" if operation in plain else ""])
+                     f"{run.get('client_cpu', 0.0):.1f} s", f"{cpu_per_mb:.1f}",
+                     f"{rate / (peer['bytes'] / peer['seconds']):.0%}" if peer else "",
+                     f"{cpu_per_mb / peer_cpu:.2f}x" if peer_cpu else ""])
     print_table(
         f"confluent-kafka against one broker over each of its listeners, {PARTITIONS} partitions, "
-        f"{MESSAGE_BYTES}-byte messages, acks=1; consume: assign() from offset 0; MB = 10^6 bytes of values",
-        ["listener", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "broker CPU", "% of PLAINTEXT"],
+        f"{MESSAGE_BYTES}-byte messages, acks=1; consume: assign() from offset 0; MB = 10^6 bytes of values. "
+        "CPU ms/MB: broker and client CPU per MB (steadier than MB/s on a loaded machine)",
+        ["listener", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "broker CPU", "client CPU",
+         "CPU ms/MB", "MB/s % of PLAINTEXT", "CPU/MB vs PLAINTEXT"],
         rows, left=(0, 1))
 
 
