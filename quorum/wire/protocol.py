@@ -28,6 +28,7 @@ from quorum.wire.framing import (
 from quorum.wire.kraft_messages import KRAFT_APIS
 from quorum.wire.metadata_records import TOPIC_EPOCH_TAG
 from quorum.wire.nulls import null_field
+from quorum.wire.records_field import decode_records_as_views
 from quorum.wire.schema import KAFKA_PYTHON_SCHEMAS, define_message
 
 API_VERSIONS_KEY = 18
@@ -125,6 +126,7 @@ def _build_api_table() -> dict[int, Api]:
 
 
 APIS: dict[int, Api] = _build_api_table()
+decode_records_as_views(APIS[0].request._struct)  # Produce: the batch as a view of the frame, not a copy
 APIS_BY_NAME: dict[str, Api] = {api.name: api for api in APIS.values()}
 
 
