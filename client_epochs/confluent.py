@@ -58,8 +58,8 @@ from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.out_of_range import normalize_policy
-from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 

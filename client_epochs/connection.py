@@ -5,7 +5,7 @@ source) are synchronous and must not need an event loop of their own. Every wait
 deadline, and every failure is a BrokerError naming the broker, so a caller rotating over brokers
 can say which one failed and why.
 
-A secured cluster (issue 18): `security` (`quorum.security.client.ClientSecurity`, made from the
+A secured cluster (issue 18): `security` (`quorum.wire.sasl_client.ClientSecurity`, made from the
 user's own client settings) wraps each new connection in TLS and logs in with SASL before the first
 request, so the SDK's connections are secured exactly as the user's consumer is.
 """
@@ -17,10 +17,10 @@ import socket
 import time
 from typing import Any
 
-from quorum.security.client import ClientSecurity, SaslLoginError, sasl_steps
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader, check_frame_size
 from quorum.wire.protocol import Api, decode_response, encode_request
+from quorum.wire.sasl_client import ClientSecurity, SaslLoginError, sasl_steps
 
 
 class BrokerError(ConnectionError):

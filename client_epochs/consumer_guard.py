@@ -47,8 +47,8 @@ from client_epochs.model import NO_EPOCH, ZERO_UUID, ClusterMetadata, Epochs, Pa
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.out_of_range import Resolution, normalize_policy, resolve
 from client_epochs.waits import NoPartitionsWatch, diagnose
-from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 

@@ -64,8 +64,8 @@ from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.out_of_range import normalize_policy
-from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
+from quorum.wire.sasl_client import ClientSecurity
 
 __all__ = ["KafkaConsumer"]
 

@@ -28,9 +28,9 @@ from client_epochs.model import (
     PartitionMetadata,
     TopicPartition,
 )
-from quorum.security.client import ClientSecurity
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import API_VERSIONS_KEY, APIS
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 

@@ -75,8 +75,8 @@ from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, r
 from client_epochs.model import NO_EPOCH, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.waits import WaitTimer, diagnose
-from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import InternalMetadata
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from client_epochs.connection import BrokerError, ConnectionPool, parse_bootstrap
 from client_epochs.model import NO_EPOCH, TopicPartition
-from quorum.security.client import ClientSecurity
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
+from quorum.wire.sasl_client import ClientSecurity
 
 FIND_COORDINATOR, OFFSET_FETCH = APIS[10], APIS[9]
 FIND_COORDINATOR_VERSION, OFFSET_FETCH_VERSION = 3, 7

@@ -56,8 +56,8 @@ from client_epochs.spark_planning import (
     ranges,
 )
 from client_epochs.spark_read import read_range, spark_schema
-from quorum.security.client import ClientSecurity
 from quorum.wire.internal_metadata import encode
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from quorum.security.client import PLAIN, ClientSecurity, SaslLogin, SaslLoginError, sasl_steps
 from quorum.security.sasl import SaslSettings
 from quorum.security.tls import SslSettings
 from quorum.server.config import ConfigError, NodeConfig
+from quorum.wire.sasl_client import PLAIN, ClientSecurity, SaslLogin, SaslLoginError, sasl_steps
 
 __all__ = ["ClientSecurity", "SaslLogin", "SaslLoginError", "node_client_security", "sasl_login"]
 
@@ -45,7 +45,7 @@ Exchange = Callable[[Any, int, Any], Awaitable[Any]]
 
 
 async def sasl_login(exchange: Exchange, login: SaslLogin) -> None:
-    """Run `login` (`quorum.security.client.sasl_steps`) over `exchange`; SaslLoginError when refused."""
+    """Run `login` (`quorum.wire.sasl_client.sasl_steps`) over `exchange`; SaslLoginError when refused."""
     steps = sasl_steps(login)
     answer = None
     try:

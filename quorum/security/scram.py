@@ -1,40 +1,44 @@
-"""SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) as Kafka runs them: the math, the messages,
-and the server's and the client's side of the exchange as sans-IO objects.
+"""The server's side of SCRAM-SHA-256/512 (RFC 5802, RFC 7677) as Kafka runs it: the credentials a
+server keeps and the sans-IO exchange that verifies a client against them. The messages, the math
+and the client's side are `quorum.wire.scram` (re-exported here for the node's code).
 
-The exchange is client-first (`n,,n=<user>,r=<client nonce>`), server-first (`r=<nonces>,s=<salt>,
-i=<iterations>`), client-final (`c=biws,r=<nonces>,p=<proof>`), server-final (`v=<signature>` or
-`e=<error>`). The server stores only what Kafka's UserScramCredentialRecord holds (salt, StoredKey,
-ServerKey, iterations), never the password. Like Kafka: no channel binding (`n` only), no SASLprep
-of names or passwords, names with `=2C`/`=3D` for `,`/`=`, at least 4096 iterations. Keys and
-proofs are compared in constant time (`hmac.compare_digest`); every parse failure is a
-`ScramError`, which the server turns into SASL_AUTHENTICATION_FAILED.
+The server stores only what Kafka's UserScramCredentialRecord holds (salt, StoredKey, ServerKey,
+iterations), never the password. Keys and proofs are compared in constant time
+(`hmac.compare_digest`); every parse failure is a `ScramError`, which the server turns into
+SASL_AUTHENTICATION_FAILED.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
-import re
 import secrets
 from dataclasses import dataclass
 
-MIN_ITERATIONS = 4096
-"""Kafka's ScramMechanism minimum (and the iteration count credentials are made with by default)."""
-MAX_ITERATIONS = 16384
-"""Kafka's maximum for AlterUserScramCredentials."""
+from quorum.wire.scram import (
+    MAX_ITERATIONS,
+    MECHANISMS,
+    MIN_ITERATIONS,
+    ClientFirst,
+    ScramClient,
+    ScramError,
+    decode_b64,
+    decode_name,
+    encode_name,
+    hmac_digest,
+    mechanism_hash,
+    parse_client_final,
+    parse_client_first,
+    salted_password,
+)
 
-MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-"""Kafka's mechanism names and the hash each uses; Kafka's ScramMechanism type ids are 1 and 2."""
+__all__ = ["MAX_ITERATIONS", "MECHANISMS", "MECHANISM_TYPES", "MIN_ITERATIONS", "ScramClient", "ScramCredential",
+           "ScramError", "ScramServer", "credential_of_salted", "decode_name", "encode_name", "make_credential",
+           "parse_client_final", "parse_client_first", "salted_password"]
+
 MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
-
-_NONCE = re.compile(r"^[\x21-\x2b\x2d-\x7e]+$")  # printable ASCII without ','
-_EXTENSIONS = re.compile(r"^(,[a-zA-Z]+=[^,]*)*$")
-
-
-class ScramError(ValueError):
-    """A SCRAM message that does not parse or does not verify; the text says which."""
+"""Kafka's ScramMechanism type ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,22 +49,6 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
     iterations: int
-
-
-def _hash(mechanism: str) -> str:
-    try:
-        return MECHANISMS[mechanism]
-    except KeyError:
-        raise ScramError(f"unknown SCRAM mechanism {mechanism!r} (known: {', '.join(MECHANISMS)})") from None
-
-
-def _hmac(name: str, key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, name).digest()
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(password, salt, i) of RFC 5802: PBKDF2 with HMAC of the mechanism's hash."""
-    return hashlib.pbkdf2_hmac(_hash(mechanism), password.encode("utf-8"), salt, iterations)
 
 
 def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATIONS,
@@ -75,96 +63,10 @@ def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATI
 def credential_of_salted(mechanism: str, salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
     """The credential for a salted password (what AlterUserScramCredentials and `--add-scram
     saltedpassword=` give): StoredKey = H(HMAC(salted, "Client Key")), ServerKey = HMAC(salted, "Server Key")."""
-    name = _hash(mechanism)
-    client_key = _hmac(name, salted, b"Client Key")
-    return ScramCredential(salt, hashlib.new(name, client_key).digest(), _hmac(name, salted, b"Server Key"),
+    name = mechanism_hash(mechanism)
+    client_key = hmac_digest(name, salted, b"Client Key")
+    return ScramCredential(salt, hashlib.new(name, client_key).digest(), hmac_digest(name, salted, b"Server Key"),
                            iterations)
-
-
-def _fields(message: str, what: str) -> list[tuple[str, str]]:
-    pairs = []
-    for part in message.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or len(key) != 1:
-            raise ScramError(f"{what}: {part!r} is not an attribute=value pair")
-        pairs.append((key, value))
-    return pairs
-
-
-def _text(data: bytes, encoding: str, what: str) -> str:
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError:
-        raise ScramError(f"{what} is not {encoding}") from None
-
-
-def _b64(value: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise ScramError(f"{what} is not base64") from None
-
-
-def encode_name(name: str) -> str:
-    return name.replace("=", "=3D").replace(",", "=2C")
-
-
-def decode_name(saslname: str) -> str:
-    """RFC 5802's saslname: '=2C' is ',', '=3D' is '=', any other '=' is refused."""
-    if re.search(r"=(?!2C|3D)", saslname):
-        raise ScramError(f"user name {saslname!r} has an '=' that is not =2C or =3D")
-    name = saslname.replace("=2C", ",").replace("=3D", "=")
-    if not name:
-        raise ScramError("empty user name")
-    return name
-
-
-@dataclass(frozen=True, slots=True)
-class ClientFirst:
-    user: str
-    nonce: str
-    bare: str
-    gs2_header: str
-    authzid: str
-
-
-def parse_client_first(data: bytes) -> ClientFirst:
-    """`n,[a=authzid],n=user,r=nonce[,extensions]` (Kafka accepts extensions such as tokenauth)."""
-    text = _text(data, "utf-8", "client-first message")
-    match = re.fullmatch(r"(?P<gs2>n,(?:a=(?P<authzid>[^,]*))?,)(?P<bare>n=(?P<user>[^,]*),r=(?P<nonce>[^,]*)"
-                         r"(?P<extensions>.*))", text, re.DOTALL)
-    if match is None:
-        raise ScramError("client-first message is not n,[a=authzid],n=user,r=nonce (channel binding is not "
-                         "supported)")
-    if not _NONCE.match(match["nonce"]):
-        raise ScramError("client nonce is empty or not printable ASCII")
-    if not _EXTENSIONS.match(match["extensions"]):
-        raise ScramError("client-first extensions are not ,key=value pairs")
-    user = decode_name(match["user"])
-    authzid = match["authzid"] or ""
-    if authzid and decode_name(authzid) != user:
-        raise ScramError("authorization id differs from the user name")
-    return ClientFirst(user, match["nonce"], match["bare"], match["gs2"], authzid)
-
-
-@dataclass(frozen=True, slots=True)
-class ClientFinal:
-    channel_binding: str
-    nonce: str
-    proof: bytes
-    without_proof: str
-
-
-def parse_client_final(data: bytes) -> ClientFinal:
-    """`c=<base64 gs2 header>,r=<nonce>[,extensions],p=<base64 proof>`."""
-    text = _text(data, "ascii", "client-final message")
-    without_proof, sep, proof = text.rpartition(",p=")
-    if not sep:
-        raise ScramError("client-final message has no proof (p=)")
-    pairs = _fields(without_proof, "client-final message")
-    if len(pairs) < 2 or pairs[0][0] != "c" or pairs[1][0] != "r":
-        raise ScramError("client-final message does not start c=...,r=...")
-    return ClientFinal(pairs[0][1], pairs[1][1], _b64(proof, "client proof"), without_proof)
 
 
 class ScramServer:
@@ -174,7 +76,7 @@ class ScramServer:
     def __init__(self, mechanism: str, lookup, nonce: str | None = None) -> None:
         """`lookup(user)`: the user's ScramCredential for this mechanism, or None."""
         self.mechanism = mechanism
-        self._hash = _hash(mechanism)
+        self._hash = mechanism_hash(mechanism)
         self._lookup = lookup
         self._server_nonce = nonce or secrets.token_urlsafe(24)
         self._first: ClientFirst | None = None
@@ -204,57 +106,15 @@ class ScramServer:
         expected = first.nonce + self._server_nonce
         if not hmac.compare_digest(final.nonce[-len(expected):].encode(), expected.encode()):
             raise ScramError("nonce does not match the server-first message")
-        if _b64(final.channel_binding, "channel binding") != first.gs2_header.encode():
+        if decode_b64(final.channel_binding, "channel binding") != first.gs2_header.encode():
             raise ScramError("channel binding (c=) does not match the client-first gs2 header")
         auth_message = f"{first.bare},{self._server_first},{final.without_proof}".encode()
-        signature = _hmac(self._hash, credential.stored_key, auth_message)
+        signature = hmac_digest(self._hash, credential.stored_key, auth_message)
         if len(final.proof) != len(signature):
             raise ScramError("client proof has the wrong length")
         client_key = bytes(a ^ b for a, b in zip(final.proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(), credential.stored_key):
             raise ScramError(f"invalid credentials for user {first.user!r}")
         self.user = first.user
-        server_signature = _hmac(self._hash, credential.server_key, auth_message)
+        server_signature = hmac_digest(self._hash, credential.server_key, auth_message)
         return b"v=" + base64.b64encode(server_signature)
-
-
-class ScramClient:
-    """The client's side (the node's own SASL connections and the tests): `first()`, `final(server_first)`,
-    `verify(server_final)`; ScramError when the server's messages do not parse or do not verify."""
-
-    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None) -> None:
-        self._hash = _hash(mechanism)
-        self.mechanism = mechanism
-        self._user = user
-        self._password = password
-        self._nonce = nonce or secrets.token_urlsafe(24)
-        self._bare = f"n={encode_name(user)},r={self._nonce}"
-        self._server_signature = b""
-
-    def first(self) -> bytes:
-        return f"n,,{self._bare}".encode()
-
-    def final(self, server_first: bytes) -> bytes:
-        text = _text(server_first, "ascii", "server-first message")
-        pairs = dict(_fields(text, "server-first message"))
-        nonce, salt, iterations = pairs.get("r", ""), pairs.get("s"), pairs.get("i", "")
-        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce) or salt is None:
-            raise ScramError("server-first message has a bad nonce or no salt")
-        if not iterations.isdigit() or int(iterations) < MIN_ITERATIONS:
-            raise ScramError(f"server asks for {iterations!r} iterations (at least {MIN_ITERATIONS})")
-        salted = salted_password(self.mechanism, self._password, _b64(salt, "salt"), int(iterations))
-        client_key = _hmac(self._hash, salted, b"Client Key")
-        stored_key = hashlib.new(self._hash, client_key).digest()
-        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
-        auth_message = f"{self._bare},{text},{without_proof}".encode()
-        proof = bytes(a ^ b for a, b in zip(client_key, _hmac(self._hash, stored_key, auth_message), strict=True))
-        self._server_signature = _hmac(self._hash, _hmac(self._hash, salted, b"Server Key"), auth_message)
-        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
-
-    def verify(self, server_final: bytes) -> None:
-        text = server_final.decode("ascii", errors="replace")
-        if text.startswith("e="):
-            raise ScramError(f"server refused: {text[2:]}")
-        if not text.startswith("v=") or not hmac.compare_digest(_b64(text[2:], "server signature"),
-                                                                 self._server_signature):
-            raise ScramError("server signature does not verify")

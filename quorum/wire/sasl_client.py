@@ -5,7 +5,8 @@ Shared by the node's asyncio connections (`quorum.net.client_security`), the too
 blocking connections (`client_epochs.connection`), which pass the user's consumer settings here so
 that their own connections (metadata, offsets, log bounds) are secured as the user's client is.
 `sasl_steps` yields each request (api, version, body) and takes its answer back; the caller does
-the I/O.
+the I/O. It lives in the wire layer (it imports only `quorum.wire`) because `client_epochs` may import
+nothing else of `quorum` (DESIGN.md's arrows; tests/test_import_direction.py checks them).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quorum.security.scram import MECHANISMS, ScramClient, ScramError
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Api
+from quorum.wire.scram import MECHANISMS, ScramClient, ScramError
 
 PLAIN = "PLAIN"
 SASL_HANDSHAKE = APIS[17]
