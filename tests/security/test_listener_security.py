@@ -227,7 +227,7 @@ def test_sasl_garbage_on_the_wire_never_authenticates_and_the_listener_keeps_ser
 def test_kip_368_a_session_past_its_lifetime_is_closed_unless_reauthenticated(pki):
     """connections.max.reauth.ms: SaslAuthenticate v1 answers the session lifetime; a request after it
     closes the connection, while one that re-authenticated first (same user) goes on being served."""
-    from quorum.security.client import sasl_steps
+    from quorum.wire.sasl_client import sasl_steps
     from quorum.wire.framing import RequestHeader
     from quorum.wire.protocol import decode_response, encode_request
 
