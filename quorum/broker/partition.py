@@ -276,7 +276,9 @@ class Partition:
                               f"broker {self.broker_id} is not the leader of {self.name} (leader {self._leader_id})")
         if records is None:
             raise AppendError(ErrorCode.INVALID_RECORD, "no records")
-        buf = bytearray(records)
+        # The request's own buffer when the listener handed one over (quorum.server.frame_reader): the
+        # batch is checked, patched and written where it lies; a read-only one is copied to be patched.
+        buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
         try:
             batch = validate_produced_batch(buf, self.config.max_message_bytes)
         except RecordTooLargeError as exc:
@@ -310,7 +312,7 @@ class Partition:
             append_time = now_ms
             patch_log_append_time(buf, 0, now_ms)
         try:
-            self.log.append(buf)
+            self.log.append(buf, crc_checked=True)  # validate_produced_batch checked it
         except LogError as exc:
             logger.error("%s: append failed: %s", self.name, exc)
             raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: {exc}") from None

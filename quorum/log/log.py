@@ -286,12 +286,13 @@ class Log:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def append(self, batches: bytes | bytearray | memoryview) -> int:
+    def append(self, batches: bytes | bytearray | memoryview, crc_checked: bool = False) -> int:
         """Append whole v2 batches that continue the log; returns the new end offset.
 
         Every batch is checked first (v2, CRC, base offsets contiguous from `end_offset`, leader
         epochs not decreasing); if any fails, InvalidAppendError names the batch and the reason
-        and nothing is written. The data is durable only after `flush`.
+        and nothing is written. The data is durable only after `flush`. `crc_checked`: the caller
+        has verified every batch's CRC (the leader's produce path), so it is not computed again.
         """
         view = memoryview(batches).cast("B")
         size = len(view)
@@ -304,7 +305,7 @@ class Log:
             parsed: list[RecordBatch] = []
             try:
                 for number, batch in enumerate(walk_batches(view, strict=True)):
-                    fault = batch_fault(batch, expected, epoch)
+                    fault = batch_fault(batch, expected, epoch, check_crc=not crc_checked)
                     if fault is not None:
                         raise InvalidAppendError(
                             f"batch {number} (byte {batch.position} of the append, base offset "

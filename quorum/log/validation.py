@@ -12,13 +12,15 @@ from __future__ import annotations
 from quorum.wire.records import MAGIC, RecordBatch
 
 
-def batch_fault(batch: RecordBatch, expected_offset: int | None, previous_epoch: int) -> str | None:
+def batch_fault(batch: RecordBatch, expected_offset: int | None, previous_epoch: int,
+                check_crc: bool = True) -> str | None:
     """Why `batch` cannot follow a log ending at `expected_offset` whose last epoch is
-    `previous_epoch`, or None when it can. `expected_offset` None skips the offset check."""
+    `previous_epoch`, or None when it can. `expected_offset` None skips the offset check.
+    `check_crc` False: the caller has just checked it (a leader's append of a produced batch, whose
+    patched baseOffset and partitionLeaderEpoch lie outside the CRC), so it is not computed twice."""
     if batch.magic != MAGIC:
         return f"magic {batch.magic}, only v2 batches are stored"
-    stored, actual = batch.crc, batch.compute_crc()
-    if stored != actual:
+    if check_crc and (stored := batch.crc) != (actual := batch.compute_crc()):
         return f"CRC mismatch: batch says 0x{stored:08x}, bytes give 0x{actual:08x}"
     if batch.last_offset_delta < 0:
         return f"negative lastOffsetDelta {batch.last_offset_delta}"

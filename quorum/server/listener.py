@@ -8,6 +8,9 @@ answers are still written in request order; any other request waits until every 
 answered, so it is processed alone as before. Bad input closes only the
 connection it came on, with the reason logged; every other connection keeps being served.
 
+Frames are read by `quorum.server.frame_reader.FrameReader`: each large one lands in a buffer of its own
+with `recv_into`, which the handler gets and may patch in place (Produce does).
+
 Security (`quorum.net.secure_connection`): each accepted connection goes through the listener's
 TLS handshake and gets its request context; each request is screened for SASL before dispatch.
 """
@@ -21,9 +24,10 @@ from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.net.secure_connection import ConnectionSecurity, ListenerSecurity
+from quorum.server.frame_reader import FrameReader
 from quorum.server.reply_writer import write_reply
 from quorum.wire.errors import WireError
-from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, check_frame_size
+from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from quorum.wire.protocol import Request, decode_request
 
 log = logging.getLogger(__name__)
@@ -51,7 +55,8 @@ class KafkaListener:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self._host, self._port, reuse_address=True)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameReader(self._max_frame_bytes, self._accept), self._host, self._port, reuse_address=True)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -64,7 +69,7 @@ class KafkaListener:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: FrameReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -86,15 +91,13 @@ class KafkaListener:
             with suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _serve(self, reader: FrameReader, writer: asyncio.StreamWriter,
                      connection: ConnectionSecurity) -> None:
         started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
         try:
             while True:
-                size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
-                payload = await reader.readexactly(size)
-                request = decode_request(payload, self._dispatcher.served)
+                request = decode_request(await reader.next_frame(), self._dispatcher.served)
                 screened = connection.screen(request)
                 if screened is not None:  # SASL, answered by the connection's security
                     if answering is not None:
