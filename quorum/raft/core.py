@@ -79,7 +79,7 @@ from quorum.raft.state import (
 )
 from quorum.raft.timing import binary_exponential_backoff, randomized_election_timeout, strict_exponential_backoff
 from quorum.wire.errors import ErrorCode
-from quorum.wire.records import CorruptRecordError, Record, build_batch
+from quorum.wire.records import CorruptRecordError, build_values_batch
 
 State = Unattached | Follower | Prospective | Candidate | LeaderState | Resigned
 
@@ -415,9 +415,8 @@ class RaftCore:
         if self._fatal or not isinstance(state, LeaderState):
             return None, self._finish()
         base = self._next_offset()
-        records = [Record(base + i, self._now, None, bytes(value), []) for i, value in enumerate(values)]
-        batch = build_batch(records, base_offset=base, partition_leader_epoch=state.epoch)
-        self._append(batch, base + len(records))
+        batch = build_values_batch([bytes(value) for value in values], base, state.epoch, self._now)
+        self._append(batch, base + len(values))
         return base, self._finish()
 
     def resign(self, now_ms: int) -> list[Action]:

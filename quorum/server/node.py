@@ -53,6 +53,7 @@ from quorum.raft.core import RaftCore
 from quorum.raft.state import Role
 from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
+from quorum.server.bootstrap_metadata import NodeScramCredentials, read_bootstrap
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
 from quorum.server.config import NodeConfig
@@ -68,6 +69,10 @@ from quorum.wire.protocol import Request
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.01
+INLINE_APPEND_BYTES = 256 * 1024
+"""Appends up to this size go to the log on the event loop, larger ones on a worker thread."""
+INLINE_REPLAY_RECORDS = 512
+"""A commit that moves the high watermark by at most this many offsets is replayed on the event loop."""
 SNAPSHOT_TURN_SECONDS = 0.2
 
 
@@ -144,6 +149,7 @@ class RaftNode:
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
         self._core_lock = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
         self._proposals: deque[tuple[list[bytes], asyncio.Future[tuple[int, int] | None]]] = deque()
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
@@ -157,7 +163,7 @@ class RaftNode:
             register_quorum_admin(self)
             register_metadata_writes(self)
             self.controller_service: ControllerService | None = ControllerService(
-                self, ControllerConfig.from_properties(config.extra))
+                self, ControllerConfig.from_properties(config.extra), bootstrap=read_bootstrap(config.log_dirs[0]))
             self.controller_service.register(self.dispatcher)
         else:
             self.controller_service = None
@@ -202,8 +208,9 @@ class RaftNode:
         if primary is None:
             raise ValueError("no listener to serve on")
         endpoints = [primary, *(e for e in config.served_endpoints() if e != primary)]
+        scram = NodeScramCredentials(lambda: self.image, config.log_dirs[0])  # SCRAM users: the metadata's
         listeners = [KafkaListener(self.dispatcher, e.host, e.port, config.max_frame_bytes,
-                                   ListenerSecurity.of(config.extra, e.name, config.security_protocol(e.name)))
+                                   ListenerSecurity.of(config.extra, e.name, config.security_protocol(e.name), scram))
                      for e in endpoints]
         if any(listener.security.sasl is not None for listener in listeners):
             register_sasl_outside_authentication(self.dispatcher)
@@ -217,9 +224,15 @@ class RaftNode:
         The lock is the core's contract (quorum.raft.interface): the log it reads at the start of
         a call reflects every append and truncation it asked for, and a state or log write is
         durable before any later Send of the same list leaves the node.
+
+        An append's fsync runs in the background (`_flush_in_background`) unless something later
+        in the same list must wait for it: the lock is free meanwhile, so a leader appends the next
+        group of proposals and takes its followers' acknowledgements while the disk works (etcd's
+        pipelining), and `on_flushed` tells the core when the data counts (issue 17).
         """
         async with self._core_lock:
             pending = deque(call())
+            unflushed = False  # appended in this list, and nothing after it has waited for the disk yet
             while pending:
                 action = pending.popleft()
                 if isinstance(action, raft.AppendBatches):
@@ -227,15 +240,40 @@ class RaftNode:
                     batches = [action.batches]
                     while pending and isinstance(pending[0], raft.AppendBatches):
                         batches.append(pending.popleft().batches)
-                    await asyncio.to_thread(self.log.append, b"".join(batches))
+                    await self._append(b"".join(batches))
+                    unflushed = True
                     # A leader's parked Fetches are answered before its fsync, which they overlap.
                     for early in self.core.on_appended(wall_clock_ms()):
                         pending.extend(await self._execute(early))
-                    await asyncio.to_thread(self.log.flush)
+                    continue
+                if unflushed and isinstance(action, (raft.Send, raft.Reply)):
+                    await asyncio.to_thread(self.log.flush)  # the contract: durable before a later Send leaves
+                    unflushed = False
                     pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
-                else:
-                    pending.extend(await self._execute(action))
+                pending.extend(await self._execute(action))
             self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
+            if self.log.flushed_offset < self.log.end_offset and (self._flusher is None or self._flusher.done()):
+                self._flusher = asyncio.create_task(self._flush_in_background())
+
+    async def _append(self, data: bytes) -> None:
+        """Append on the loop when small (a write into the page cache costs less than a thread hop),
+        on a worker thread when large (a follower catching up) so the loop keeps serving."""
+        if len(data) <= INLINE_APPEND_BYTES:
+            self.log.append(data)
+        else:
+            await asyncio.to_thread(self.log.append, data)
+
+    async def _flush_in_background(self) -> None:
+        """fsync the log until it is durable to its end, telling the core after each fsync; appends
+        made while one runs are covered by the next. A failed fsync is fatal (`Log.flush`)."""
+        try:
+            while self.log.flushed_offset < self.log.end_offset and self._fatal is None:
+                await asyncio.to_thread(self.log.flush)
+                await self.drive(lambda: self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+        except Exception as exc:
+            log.critical("fatal: the metadata log's fsync failed: %s", exc)
+            self._fatal = f"the metadata log's fsync failed: {exc}"
+            self._stopped.set()
 
     async def commit(self, values: list[bytes], timeout_s: float) -> int:
         """Append `values` as one batch through the core and wait until it is committed; its base offset.
@@ -290,8 +328,12 @@ class RaftNode:
         elif isinstance(action, raft.HighWatermarkAdvanced):
             # Replayed first: whoever waited for this commit then reads a state that holds it.
             self._update_lag_metrics(action.high_watermark)
-            divergence = await asyncio.to_thread(self._verified, self.snapshot_actions.catch_up,
-                                                 action.high_watermark)
+            if (self.verifier is None
+                    and action.high_watermark - self.replayer.applied_offset <= INLINE_REPLAY_RECORDS):
+                divergence = self._verified(self.snapshot_actions.catch_up, action.high_watermark)  # cheaper inline
+            else:
+                divergence = await asyncio.to_thread(self._verified, self.snapshot_actions.catch_up,
+                                                     action.high_watermark)
             if self._stop_on_divergence(divergence):
                 return []
             self._update_lag_metrics(action.high_watermark)
@@ -482,6 +524,8 @@ class RaftNode:
             await self.broker.close()
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
+        if self._flusher is not None:  # what was appended is made durable before the log closes
+            await asyncio.gather(self._flusher, return_exceptions=True)
         await asyncio.to_thread(self.log.close)
         if self.verifier is not None:
             log.warning("image checked %d times against snapshot plus log (%d full replays, %d skipped: log start "

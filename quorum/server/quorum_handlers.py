@@ -125,7 +125,7 @@ async def delete_records(request: Request) -> Reply:
 async def _commit(node: NodeServices, records: bytes | None, timeout_ms: int) -> tuple[int, int, str | None]:
     """Propose the values of `records` as one batch; wait until it is committed."""
     try:
-        values = [r.value or b"" for batch in iter_batches(records or b"", strict=True) for r in batch]
+        values = [v or b"" for batch in iter_batches(records or b"", strict=True) for v in batch.values()]
     except CorruptRecordError as exc:
         return ErrorCode.CORRUPT_MESSAGE, -1, str(exc)
     if not values:

@@ -77,3 +77,35 @@ def test_a_write_that_timed_out_is_forgotten():
         waiters.leadership(5, False, 2)
         assert len(waiters) == 0
     run(test)
+
+
+def test_writes_added_out_of_offset_order_are_answered_exactly_when_the_high_watermark_passes_each():
+    """The waiters are kept by end offset, so a commit answers a prefix; a write whose coroutine
+    resumed late (added after a later one) is still found."""
+    async def test() -> None:
+        waiters = CommitWaiters(1)
+        later = waiters.add(end_offset=40, epoch=4)
+        earlier = waiters.add(end_offset=30, epoch=4)
+        last = waiters.add(end_offset=50, epoch=4)
+        waiters.committed(35, ENTRIES)
+        assert earlier.done() and not later.done() and not last.done() and len(waiters) == 2
+        waiters.committed(50, ENTRIES)
+        assert later.result() is None and last.result() is None and len(waiters) == 0
+    run(test)
+
+
+def test_writes_of_two_epochs_keep_the_current_epochs_and_answer_the_older_when_leadership_is_checked():
+    async def test() -> None:
+        waiters = CommitWaiters(1)
+        old = waiters.add(end_offset=20, epoch=2)
+        new = waiters.add(end_offset=30, epoch=4)
+        waiters.leadership(4, True, 1)
+        with pytest.raises(NotLeaderError, match="stopped leading epoch 2"):
+            old.result()
+        assert not new.done() and len(waiters) == 1
+        waiters.leadership(4, True, 1)  # all of one epoch now: nothing to do
+        assert not new.done()
+        waiters.leadership(5, False, 2)
+        with pytest.raises(NotLeaderError, match="node 2 leads epoch 5"):
+            new.result()
+    run(test)
