@@ -480,9 +480,24 @@ class Partition:
         delete_partition_dir(self.directory)
 
 
+MAX_DIR_NAME_BYTES = 255
+"""The longest file name Linux file systems take (NAME_MAX)."""
+
+
+def delete_dir_name(directory_name: str, unique_id: str) -> str:
+    """`<topic>-<partition>.<unique_id>-delete` for the partition directory `<topic>-<partition>`, with the
+    topic cut short so that the name fits MAX_DIR_NAME_BYTES, as Kafka's logDirNameWithSuffixCappedLength:
+    a legal topic of 249 characters otherwise gave a name the rename refused, and the topic's
+    partitions could never be deleted. Topic names are ASCII, so characters are bytes."""
+    topic, _, partition = directory_name.rpartition("-")
+    suffix = f"-{partition}.{unique_id}{DELETE_SUFFIX}"
+    return topic[:MAX_DIR_NAME_BYTES - len(suffix)] + suffix
+
+
 def delete_partition_dir(directory: Path) -> None:
-    """Rename `directory` to Kafka's `<topic>-<partition>.<uuid>-delete`, durably, then remove it."""
-    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    """Rename `directory` to Kafka's `<topic>-<partition>.<uuid>-delete` (`delete_dir_name`), durably, then
+    remove it."""
+    doomed = directory.with_name(delete_dir_name(directory.name, uuid.uuid4().hex))
     directory.rename(doomed)
     fsync_directory(directory.parent)
     shutil.rmtree(doomed, ignore_errors=True)

@@ -13,7 +13,7 @@ from quorum.fuzz.attack import ANSWERED, CLOSED
 from quorum.fuzz.frames import KINDS, FrameFactory, served_apis
 from quorum.fuzz.run import Plan, api_ranges, format_report, fuzz_cluster
 from tests.test_broker_processes import BROKER, QUIET, one_broker
-from tests.test_controller_processes import create
+from tests.test_controller_processes import create, wait_until
 
 FRAMES = 2_000
 
@@ -69,3 +69,24 @@ def test_every_kind_of_frame_is_made_for_every_served_api(cluster):
     named = {f.api.partition(" v")[0] for f in frames if f.api != "random"}
     assert named == {api.name for api in served_apis(ranges).values()}
     assert any(f.expect == "silent" for f in frames)  # acks=0 Produce among them
+
+
+def test_a_topic_of_the_longest_legal_name_is_created_written_and_deleted(cluster):
+    """A 249-character topic (the fuzzer draws one): its partition directory `<topic>-0` is renamed for
+    deletion with the topic cut short, as Kafka does, since `<topic>-0.<uuid>-delete` would pass the
+    255-byte file name limit and the rename failed, leaving the partition for ever."""
+    running, address = cluster
+    topic = "t" * 249
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    create(admin, NewTopic(topic, 2, 1))
+    producer = Producer({"bootstrap.servers": address, **QUIET})
+    for partition in (0, 1):
+        producer.produce(topic, b"long name", partition=partition)
+    assert producer.flush(60) == 0
+    broker_dir = running.specs[BROKER].directory
+    assert {p.name for p in broker_dir.rglob(f"{topic}-*")} == {f"{topic}-0", f"{topic}-1"}
+    for future in admin.delete_topics([topic], request_timeout=30).values():
+        future.result(timeout=60)
+    wait_until(f"the broker to remove the directories of the deleted 249-character topic under {broker_dir}",
+               lambda: not any(p.name.startswith("t" * 200) for p in broker_dir.rglob("*")))
+    assert topic not in admin.list_topics(timeout=30).topics
