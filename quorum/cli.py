@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--cluster-id", "-t", default=None,
                      help="cluster id; by default the first elected leader generates it (KIP-595)")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true", help="skip dirs already formatted")
+    fmt.add_argument("--add-scram", "-S", action="append", default=[], metavar="MECHANISM=[name=...,password=...]",
+                     help="a SCRAM credential for the bootstrap metadata, as kafka-storage.sh's "
+                          "(SCRAM-SHA-256 or SCRAM-SHA-512; password=, or salt= and saltedpassword= in base64; "
+                          "iterations=, 4096 by default); repeatable")
 
     start = commands.add_parser("start", help="run a node from its properties file until Ctrl-C or SIGTERM")
     start.add_argument("config", help="the node's properties file (node.id, process.roles, ...)")
@@ -277,13 +281,14 @@ def _fuzz(args: argparse.Namespace) -> int:
 
 
 def _storage(args: argparse.Namespace) -> int:
+    from quorum.server.bootstrap_metadata import BootstrapError
     from quorum.server.config import load_config
     from quorum.server.storage import StorageError, format_storage
 
     try:
-        for line in format_storage(load_config(args.config), args.cluster_id, args.ignore_formatted):
+        for line in format_storage(load_config(args.config), args.cluster_id, args.ignore_formatted, args.add_scram):
             print(line)
-    except StorageError as exc:
+    except (StorageError, BootstrapError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

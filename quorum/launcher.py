@@ -240,8 +240,9 @@ class LocalCluster:
         from quorum.server.storage import format_storage
 
         self.write_configs()
+        scram = self.security.add_scram() if self.security is not None else []  # SCRAM users, bootstrapped
         for spec in self.specs.values():
-            format_storage(node_config(self.properties(spec)), cluster_id, ignore_formatted=True)
+            format_storage(node_config(self.properties(spec)), cluster_id, ignore_formatted=True, add_scram=scram)
 
     def start(self, wait: bool = True, timeout: float = DEFAULT_READY_TIMEOUT_S,
               progress: Callable[[str], None] | None = None) -> None:

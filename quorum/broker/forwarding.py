@@ -1,8 +1,9 @@
 """A broker forwards admin requests to the active controller (KIP-590's forwarding, as KRaft brokers do).
 
 Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
-DescribeConfigs, AlterPartitionReassignments, ListPartitionReassignments, CreateAcls and
-DeleteAcls to the node that Metadata names as controller, which on a KRaft cluster is a broker:
+DescribeConfigs, AlterPartitionReassignments, ListPartitionReassignments, CreateAcls,
+DeleteAcls and AlterUserScramCredentials to the node that Metadata names as controller, which on
+a KRaft cluster is a broker:
 the broker passes the request, unchanged and at the client's version, to the quorum leader, and
 the answer back.
 While no controller answers, or the one asked answers NOT_CONTROLLER (it resigned, for instance
@@ -29,9 +30,10 @@ log = logging.getLogger(__name__)
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 32, 37, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
-CREATE_ACLS, DELETE_ACLS = 30, 31
+CREATE_ACLS, DELETE_ACLS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 51
 FORWARDED = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
-             ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, CREATE_ACLS, DELETE_ACLS)
+             ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, CREATE_ACLS, DELETE_ACLS,
+             ALTER_USER_SCRAM_CREDENTIALS)
 RETRY_SECONDS = 0.1
 
 

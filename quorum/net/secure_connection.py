@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.security.principal import ANONYMOUS, KafkaPrincipal, RequestContext, request_context, set_request_context
-from quorum.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslSession, SaslSettings, Step
+from quorum.security.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    SaslSession,
+    SaslSettings,
+    ScramCredentials,
+    Step,
+)
 from quorum.security.tls import PrincipalRule, SslSettings, certificate_principal
 from quorum.wire.errors import ErrorCode, WireError
 from quorum.wire.protocol import Request
@@ -101,11 +108,13 @@ class ListenerSecurity:
         return cls(name, "PLAINTEXT")
 
     @classmethod
-    def of(cls, props: dict[str, str], name: str, protocol: str) -> ListenerSecurity:
-        """From a node's properties: the listener's `ssl.*` and SASL settings (ConfigError naming the key)."""
+    def of(cls, props: dict[str, str], name: str, protocol: str,
+           scram: ScramCredentials | None = None) -> ListenerSecurity:
+        """From a node's properties: the listener's `ssl.*` and SASL settings (ConfigError naming the key);
+        `scram()` gives the SCRAM users at each authentication (the node's image's)."""
         settings = SslSettings.of(props, name)
         tls = settings.server_context() if protocol in ("SSL", "SASL_SSL") else None
-        sasl = SaslSettings.of(props, name) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
+        sasl = SaslSettings.of(props, name, scram) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
         return cls(name, protocol, tls, sasl, settings.principal_rules)
 
     async def accept(self, writer: asyncio.StreamWriter) -> ConnectionSecurity:

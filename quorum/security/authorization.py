@@ -33,6 +33,8 @@ DescribeConfigs (32)           DESCRIBE_CONFIGS topic / cluster (brokers)       
 CreatePartitions (37)          ALTER topic (each)                               29 per topic
 IncrementalAlterConfigs (44)   ALTER_CONFIGS topic / cluster (brokers)          29 / 31 per resource
 Alter/ListPartitionReassign.   ALTER / DESCRIBE cluster                         31
+DescribeUserScramCredentials   DESCRIBE cluster                                 31
+AlterUserScramCredentials      ALTER cluster                                    31 per user
 controller listener: any API   CLUSTER_ACTION cluster (Raft, registrations,     31, logged, never counted
                                heartbeats, forwarded requests)
 =============================  ===============================================  ==============================
@@ -210,6 +212,7 @@ _WHOLE: dict[int, Callable[[RequestAuthorizer, Any, int], int | None]] = {
     14: _group(AclOperation.READ), 22: _init_producer_id, 23: _offset_for_leader_epoch,
     29: _cluster(AclOperation.DESCRIBE), 30: _cluster(AclOperation.ALTER), 31: _cluster(AclOperation.ALTER),
     45: _cluster(AclOperation.ALTER), 46: _cluster(AclOperation.DESCRIBE),
+    50: _cluster(AclOperation.DESCRIBE), 51: _cluster(AclOperation.ALTER),
 }
 
 

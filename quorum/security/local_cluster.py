@@ -5,7 +5,9 @@ Layout: controllers listen on `CONTROLLER` over mutual TLS (every node, and the 
 certificate of the cluster's CA). Each broker serves three client listeners: `SSL` (client
 certificates requested, not required), `SASL_SSL` (brokers replicate over it, logging in as `admin`
 with SCRAM-SHA-512) and `SASL_PLAINTEXT`, both SASL ones with PLAIN and SCRAM-SHA-256/512 for the
-same users. `alice` is the user a cluster's clients get.
+same users. `alice` is the user a cluster's clients get. PLAIN users are the JAAS config's; SCRAM
+users live in the metadata log, as in Kafka: `add_scram()` are the `storage format --add-scram`
+arguments that bootstrap them.
 With the authorizer on (`quorum local-cluster --security` turns it on, as a secured Kafka cluster
 runs), `allow.everyone.if.no.acl.found` is false and the super users are `admin` and the nodes' and
 tools' certificate principals: the admin can create topics and ACLs; alice can do nothing until granted.
@@ -73,9 +75,15 @@ class LocalSecurity:
             users = " ".join(f'user_{user}="{password}"' for user, password in self.passwords.items())
             for listener in ("sasl_ssl", "sasl_plaintext"):
                 for mechanism in SASL_MECHANISMS:
+                    plain_users = f" {users}" if mechanism == "PLAIN" else ""  # SCRAM users: the metadata log's
                     props[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = (
-                        f'{_MODULES[mechanism]} required username="admin" password="{admin}" {users};')
+                        f'{_MODULES[mechanism]} required username="admin" password="{admin}"{plain_users};')
         return props
+
+    def add_scram(self) -> list[str]:
+        """`quorum storage format --add-scram` arguments: every user, for both SCRAM mechanisms."""
+        return [f'{mechanism}=[name={user},password="{password}"]' for user, password in self.passwords.items()
+                for mechanism in SASL_MECHANISMS if mechanism != "PLAIN"]
 
     def authorizer_properties(self, node_ids: list[int]) -> dict[str, str]:
         """Kafka's StandardAuthorizer with no ACL meaning no access; super users: `admin` (brokers

@@ -9,9 +9,12 @@ mechanism's own in lower case, `listener.name.sasl_ssl.scram-sha-512.sasl.jaas.c
   * `listener.name.<l>.plain.sasl.jaas.config`: Kafka's PlainLoginModule, whose `user_<name>="<password>"`
     options are the users (`username`/`password` are what the node itself logs in with).
   * `listener.name.<l>.scram-sha-512.sasl.jaas.config` (or -256): Kafka's ScramLoginModule; its
-    `username`/`password` are the node's own login. SCRAM users live in the metadata log in Kafka;
-    until this project keeps them there, `user_<name>="<password>"` options of this JAAS config are
-    this project's way to give them (salted at start, 4096 iterations, never kept in clear).
+    `username`/`password` are the node's own login. SCRAM users live in the metadata log, as in
+    Kafka's KRaft mode (UserScramCredentialRecords, set by AlterUserScramCredentials or bootstrapped by
+    `quorum storage format --add-scram`): the node passes its image's credentials as `credentials`,
+    read at every authentication, so a user deleted or given a new password is refused at its next
+    login or KIP-368 re-authentication. `user_` options of a SCRAM JAAS config are not users (Kafka's
+    ScramLoginModule has none); they are refused, so that nobody believes they still count.
   * `connections.max.reauth.ms` (KIP-368; default 0, off; per listener too, as Kafka allows): a session's
     lifetime, sent in every SaslAuthenticate v1+ answer; a connection that sends anything but a
     re-authentication past it is closed.
@@ -29,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from quorum.security.principal import KafkaPrincipal
-from quorum.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer, make_credential
+from quorum.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer
 from quorum.security.tls import listener_setting
 from quorum.server.config import ConfigError
 from quorum.wire.errors import ErrorCode
@@ -84,6 +87,14 @@ class JaasConfig:
 
 ScramLookup = Callable[[str, str], ScramCredential | None]
 """(mechanism, user) -> that user's credential for the mechanism, or None."""
+ScramCredentials = Callable[[], Mapping[tuple[str, str], ScramCredential]]
+"""The SCRAM credentials by (user, mechanism) as of now (`MetadataImage.scram` of the node's latest image)."""
+
+
+def _lookup(credentials: ScramCredentials | None) -> ScramLookup:
+    if credentials is None:
+        return lambda mechanism, user: None
+    return lambda mechanism, user: credentials().get((user, mechanism))
 
 
 @dataclass
@@ -99,12 +110,16 @@ class SaslSettings:
     """mechanism -> (user, password) the node itself uses on this listener (its JAAS username/password)."""
 
     @classmethod
-    def of(cls, props: Mapping[str, str], listener: str) -> SaslSettings:
+    def of(cls, props: Mapping[str, str], listener: str, credentials: ScramCredentials | None = None) -> SaslSettings:
+        """`credentials()`: the SCRAM credentials by (user, mechanism) at the moment of asking (the node's image)."""
         jaas: dict[str, JaasConfig] = {}
         for mechanism in SUPPORTED:
             key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
             if key in props:
                 jaas[mechanism] = JaasConfig.parse(props[key], key)
+                if mechanism in MECHANISMS and jaas[mechanism].users():
+                    raise ConfigError(f"{key}: user_ options are not SCRAM users (SCRAM users live in the metadata "
+                                      f"log: `quorum storage format --add-scram` or AlterUserScramCredentials)")
         enabled_key, enabled = listener_setting(props, listener, "sasl.enabled.mechanisms")
         if enabled is not None:
             mechanisms = tuple(m.strip().upper() for m in enabled.split(",") if m.strip())
@@ -121,14 +136,12 @@ class SaslSettings:
         if PLAIN in mechanisms and PLAIN not in jaas:
             raise ConfigError(f"PLAIN is enabled on listener {listener} but "
                               f"listener.name.{listener.lower()}.plain.sasl.jaas.config (its users) is not set")
-        credentials = {(m, user): make_credential(m, password)
-                       for m, config in jaas.items() if m in MECHANISMS for user, password in config.users().items()}
         reauth_key, reauth = listener_setting(props, listener, "connections.max.reauth.ms")
         reauth = reauth or "0"
         if not reauth.strip().isdigit():
             raise ConfigError(f"{reauth_key} must be 0 or more, got {reauth!r}")
         return cls(listener, mechanisms, jaas[PLAIN].users() if PLAIN in jaas else {},
-                   lambda mechanism, user: credentials.get((mechanism, user)), int(reauth),
+                   _lookup(credentials), int(reauth),
                    {m: login for m, config in jaas.items() if (login := config.login()) is not None})
 
 

@@ -43,6 +43,7 @@ from quorum.broker.remote_tier import RemoteTier
 from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.broker.replica_manager import ReplicaManager
+from quorum.broker.scram_apis import register_scram_apis
 from quorum.broker.served_image import ServedImage
 from quorum.broker.topic_creation import TopicCreator, TopicDefaults
 from quorum.image.image import MetadataImage
@@ -101,6 +102,7 @@ class BrokerRole:
         dispatcher.register(METADATA, self._metadata)
         register_forwarding(dispatcher, node.controller_peer, refuse)
         register_acl_apis(dispatcher, lambda: node.image, refuse, authorizer_from_properties(config.extra) is not None)
+        register_scram_apis(dispatcher, lambda: node.image)
         register_produce(dispatcher, self.replicas, replication=self.leadership)
         self.views = ListenerViews()  # each request's brokers are those of the listener it came on
         register_read_path(dispatcher, self.replicas, self.notifier, lambda: self.views.of(node.image),

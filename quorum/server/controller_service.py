@@ -35,13 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from quorum.controller import acls
+from quorum.controller import acls, scram
 from quorum.controller.controller import ControllerConfig, QuorumController
 from quorum.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
 from quorum.controller.results import ControllerResult
 from quorum.image.delta import MetadataDelta
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.server.bootstrap_metadata import bootstrap_due
 from quorum.server.commit_waiters import NotLeaderError
 from quorum.server.refusals import refuse
 from quorum.wire.errors import ErrorCode
@@ -81,8 +82,11 @@ def pending_view(view: MetadataImage, records: tuple[bytes, ...], first_offset: 
 
 
 class ControllerService:
-    def __init__(self, node: NodeServices, config: ControllerConfig, commit_timeout_s: float = 30.0) -> None:
+    def __init__(self, node: NodeServices, config: ControllerConfig, commit_timeout_s: float = 30.0,
+                 bootstrap: tuple[bytes, ...] = ()) -> None:
         self.node = node
+        self._bootstrap = bootstrap
+        """The bootstrap metadata (`storage format --add-scram`), committed first when the log has none."""
         self.config = config
         self._commit_timeout_s = commit_timeout_s
         self._controller: QuorumController | None = None
@@ -107,6 +111,8 @@ class ControllerService:
             ALLOCATE_PRODUCER_IDS: lambda c, body, now, view, offset: allocate_producer_ids(body, view),
             acls.CREATE_ACLS: lambda c, body, now, view, offset: acls.create_acls(body, view, c.rng),
             acls.DELETE_ACLS: lambda c, body, now, view, offset: acls.delete_acls(body, view),
+            scram.ALTER_USER_SCRAM_CREDENTIALS: lambda c, body, now, view, offset: scram.alter_user_scram_credentials(
+                body, view),
         }
         for key, operation in operations.items():
             # pipelined: a connection's next request (a broker's next forwarded CreateTopics) is read
@@ -152,6 +158,9 @@ class ControllerService:
         controller = self._active()
         if controller is None:
             return [Reply(refuse(q.request, ErrorCode.NOT_CONTROLLER), q.request.version) for q in batch]
+        error = await self._write_bootstrap()
+        if error is not None:
+            return [Reply(refuse(q.request, error), q.request.version) for q in batch]
         view: MetadataImage = self.node.image
         first_offset = self._next_offset()
         records: list[bytes] = []
@@ -196,6 +205,14 @@ class ControllerService:
             log.info("node %d is the active controller (epoch %d)", self.node.config.node_id, core.epoch)
         return self._controller
 
+    async def _write_bootstrap(self) -> int | None:
+        """Commit the bootstrap metadata if the log has not got it yet (Kafka's controller appends its
+        bootstrap records when the log is empty); an error code if that fails."""
+        if not self._bootstrap or not bootstrap_due(self.node.image):
+            return None
+        log.info("node %d commits the bootstrap metadata (%d records)", self.node.config.node_id, len(self._bootstrap))
+        return await self._commit(ControllerResult(self._bootstrap, None))
+
     def _next_offset(self) -> int:
         return self.node.log.end_offset
 
@@ -220,7 +237,7 @@ class ControllerService:
             await asyncio.sleep(TICK_SECONDS)
             async with self._lock:
                 controller = self._active()
-                if controller is None:
+                if controller is None or await self._write_bootstrap() is not None:
                     continue
                 result = controller.tick(self.node.now_ms(), self.node.image)
                 if result.records:

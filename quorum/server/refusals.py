@@ -98,13 +98,25 @@ def _delete_acls(body: Any, error: int, message: str) -> Any:
         for _ in body.filters or ()])
 
 
+def _describe_user_scram_credentials(body: Any, error: int, message: str) -> Any:
+    return APIS[50].response(throttle_time_ms=0, error_code=error, error_message=message, results=[])
+
+
+def _alter_user_scram_credentials(body: Any, error: int, message: str) -> Any:
+    """Every user the request names, once, as Kafka answers a refused AlterUserScramCredentials."""
+    schema = APIS[51].response
+    users = dict.fromkeys(change.name for change in [*(body.deletions or ()), *(body.upsertions or ())])
+    return schema(throttle_time_ms=0, results=[
+        schema.AlterUserScramCredentialsResult(user=user, error_code=error, error_message=message) for user in users])
+
+
 def _allocate_producer_ids(body: Any, error: int, message: str) -> Any:
     return APIS[67].response(throttle_time_ms=0, error_code=error, producer_id_start=-1, producer_id_len=0)
 
 
 _BUILDERS: dict[int, Callable[[Any, int, str], Any]] = {
     19: _create_topics, 20: _delete_topics, 32: _describe_configs, 37: _create_partitions,
-    30: _create_acls, 31: _delete_acls,
+    30: _create_acls, 31: _delete_acls, 50: _describe_user_scram_credentials, 51: _alter_user_scram_credentials,
     44: _incremental_alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
     56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat, 67: _allocate_producer_ids,
 }

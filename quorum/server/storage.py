@@ -6,9 +6,11 @@ bootstrapping) and each node writes `meta.properties` once it knows the id is co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from quorum.log.meta_properties import META_PROPERTIES_NAME, MetaProperties, read_meta_properties, write_meta_properties
+from quorum.server.bootstrap_metadata import bootstrap_records, parse_add_scram, write_bootstrap
 from quorum.server.config import NodeConfig
 
 
@@ -16,8 +18,12 @@ class StorageError(RuntimeError):
     """A directory is not formatted, or formatted for another node or cluster."""
 
 
-def format_storage(config: NodeConfig, cluster_id: str | None = None, ignore_formatted: bool = False) -> list[str]:
-    """Create every log dir; write meta.properties when the cluster id is given. Returns what was done."""
+def format_storage(config: NodeConfig, cluster_id: str | None = None, ignore_formatted: bool = False,
+                   add_scram: Sequence[str] = ()) -> list[str]:
+    """Create every log dir; write meta.properties when the cluster id is given, and the bootstrap
+    metadata (`quorum.server.bootstrap_metadata`) with the `--add-scram` credentials when there are
+    some. Returns what was done. A bad `--add-scram` raises BootstrapError before anything is written."""
+    scram = [parse_add_scram(text) for text in add_scram]
     done = []
     for directory in config.log_dirs:
         meta_path = directory / META_PROPERTIES_NAME
@@ -31,6 +37,8 @@ def format_storage(config: NodeConfig, cluster_id: str | None = None, ignore_for
         (directory / ".formatted").write_text(f"node.id={config.node_id}\n", encoding="utf-8")
         if cluster_id is not None:
             write_meta_properties(meta_path, MetaProperties(config.node_id, cluster_id))
+        if scram and directory == config.log_dirs[0]:  # the metadata log dir, as Kafka's bootstrap.checkpoint
+            done.append(f"{write_bootstrap(directory, bootstrap_records(scram))}: {len(scram)} SCRAM credentials")
         done.append(f"{directory}: formatted for node {config.node_id}"
                     + (f", cluster {cluster_id}" if cluster_id else ", cluster id from the first leader"))
     return done

@@ -17,6 +17,7 @@ from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside_authentication
 from quorum.security.certificates import CertificateAuthority
 from quorum.security.principal import RequestContext, request_context
+from quorum.security.scram import make_credential
 from quorum.security.tls import SslSettings, certificate_principal
 from quorum.server.config import ConfigError, node_config
 from quorum.server.listener import KafkaListener
@@ -30,6 +31,8 @@ def no_topics():
     return METADATA.request(topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False)
 
 USERS = 'user_alice="alice-pw"'
+SCRAM_USERS = {("alice", "SCRAM-SHA-256"): make_credential("SCRAM-SHA-256", "alice-pw")}
+"""alice's SCRAM credential as a node's image would hold it."""
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def props_of(pki, **more: str) -> dict[str, str]:
     ca, node, _ = pki
     return {"ssl.keystore.location": str(node.pem), "ssl.truststore.location": str(ca.cert_path),
             "listener.name.sasl_ssl.plain.sasl.jaas.config": f"x.PlainLoginModule required {USERS};",
-            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"x.ScramLoginModule required {USERS};",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": "x.ScramLoginModule required;",
             **more}
 
 
@@ -56,7 +59,7 @@ def served(props: dict[str, str], name: str, protocol: str, calls: list[RequestC
         return Reply(METADATA.response(brokers=[], topics=[]), request.version)
 
     dispatcher.register(3, metadata)
-    return KafkaListener(dispatcher, security=ListenerSecurity.of(props, name, protocol))
+    return KafkaListener(dispatcher, security=ListenerSecurity.of(props, name, protocol, lambda: SCRAM_USERS))
 
 
 def ask_metadata(listener_security, client_security: ClientSecurity, calls) -> list[RequestContext]:
@@ -175,7 +178,7 @@ def test_node_logs_in_with_its_jaas_username(pki):
     config = node_config({**BASE, **props_of(pki), "listeners": "SASL_SSL://127.0.0.1:9092",
                           "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
                           "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
-                              f'x.ScramLoginModule required username="alice" password="alice-pw" {USERS};'})
+                              'x.ScramLoginModule required username="alice" password="alice-pw";'})
     security = node_client_security(config, "SASL_SSL", "sasl.mechanism.inter.broker.protocol")
     assert security.sasl == SaslLogin("SCRAM-SHA-256", "alice", "alice-pw") and security.ssl_context is not None
 
@@ -227,9 +230,9 @@ def test_sasl_garbage_on_the_wire_never_authenticates_and_the_listener_keeps_ser
 def test_kip_368_a_session_past_its_lifetime_is_closed_unless_reauthenticated(pki):
     """connections.max.reauth.ms: SaslAuthenticate v1 answers the session lifetime; a request after it
     closes the connection, while one that re-authenticated first (same user) goes on being served."""
-    from quorum.wire.sasl_client import sasl_steps
     from quorum.wire.framing import RequestHeader
     from quorum.wire.protocol import decode_response, encode_request
+    from quorum.wire.sasl_client import sasl_steps
 
     props = props_of(pki, **{"connections.max.reauth.ms": "300"})
     calls: list[RequestContext] = []

@@ -44,11 +44,14 @@ PROPS = {
     "listener.name.sasl_ssl.plain.sasl.jaas.config":
         f'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="x" {JAAS};',
     "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
-        f"org.apache.kafka.common.security.scram.ScramLoginModule required {JAAS};",
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
     "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
-        f"org.apache.kafka.common.security.scram.ScramLoginModule required {JAAS};",
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
 }
-SETTINGS = SaslSettings.of(PROPS, "SASL_SSL")
+CREDENTIALS = {(user, mechanism): make_credential(mechanism, password)
+               for user, password in PASSWORDS.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")}
+"""SCRAM users as a node's image holds them (UserScramCredentialRecords)."""
+SETTINGS = SaslSettings.of(PROPS, "SASL_SSL", lambda: CREDENTIALS)
 
 
 def rfc_credential() -> ScramCredential:
@@ -174,7 +177,7 @@ def test_scram_session_through_the_client():
 
 
 def test_reauthentication_kip_368():
-    settings_ = SaslSettings.of({**PROPS, "connections.max.reauth.ms": "1000"}, "SASL_SSL")
+    settings_ = SaslSettings.of({**PROPS, "connections.max.reauth.ms": "1000"}, "SASL_SSL", lambda: CREDENTIALS)
     s = SaslSession(settings_)
     s.handshake("PLAIN")
     assert authenticate_plain(s, "alice", "alice-secret", now_ms=0).session_lifetime_ms == 1000
@@ -255,3 +258,40 @@ def test_scram_parsers_raise_only_scram_errors(text):
     for parse in (parse_client_first, parse_client_final):
         with contextlib.suppress(ScramError):
             parse(text.encode())
+
+
+def scram_login(settings_: SaslSettings, user: str, password: str, now_ms: int = 0, session: SaslSession | None = None):
+    """A whole SCRAM-SHA-512 login on `session` (a new one by default): the final step."""
+    s = session or SaslSession(settings_)
+    assert s.handshake("SCRAM-SHA-512").error == ErrorCode.NONE
+    client = ScramClient("SCRAM-SHA-512", user, password)
+    first = s.authenticate(client.first(), now_ms)
+    if first.error:
+        return first
+    return s.authenticate(client.final(first.auth_bytes), now_ms)
+
+
+def test_scram_users_are_the_images_at_each_login_and_reauthentication():
+    """A user whose password changed or who was deleted in the metadata is refused at the next login,
+    and at the next KIP-368 re-authentication of a connection that logged in before."""
+    image = {("carol", "SCRAM-SHA-512"): make_credential("SCRAM-SHA-512", "old")}
+    settings_ = SaslSettings.of({**PROPS, "connections.max.reauth.ms": "1000"}, "SASL_SSL", lambda: image)
+    assert scram_login(settings_, "carol", "old").error == ErrorCode.NONE
+    session = SaslSession(settings_)
+    assert scram_login(settings_, "carol", "old", session=session).error == ErrorCode.NONE
+    image = {("carol", "SCRAM-SHA-512"): make_credential("SCRAM-SHA-512", "new")}
+    assert scram_login(settings_, "carol", "old").error == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert scram_login(settings_, "carol", "new").error == ErrorCode.NONE
+    reauth = scram_login(settings_, "carol", "old", now_ms=900, session=session)
+    assert reauth.error == ErrorCode.SASL_AUTHENTICATION_FAILED and reauth.close
+    image = {}
+    assert scram_login(settings_, "carol", "new").error == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_jaas_user_options_are_not_scram_users():
+    """Kafka's ScramLoginModule has no users: SCRAM users live in the metadata log only."""
+    key = "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"
+    with pytest.raises(ConfigError, match=f"{key}: user_ options are not SCRAM users"):
+        SaslSettings.of({key: 'x.ScramLoginModule required user_alice="pw";'}, "SASL_SSL")
+    without = SaslSettings.of({key: 'x.ScramLoginModule required username="admin" password="pw";'}, "SASL_SSL")
+    assert scram_login(without, "admin", "pw").error == ErrorCode.SASL_AUTHENTICATION_FAILED

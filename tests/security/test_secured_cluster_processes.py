@@ -11,6 +11,7 @@ client certificate on the controller listener.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import ssl
 import struct
@@ -173,11 +174,9 @@ def _sasl_ssl(cluster: LocalCluster, login: SaslLogin | None) -> ClientSecurity:
                           login)
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-@pytest.mark.parametrize(("user", "password"), [("alice", "not-her-password"), ("mallory", "anything")])
-def test_wrong_password_or_unknown_user_is_refused_then_closed(cluster, mechanism, user, password):
-    """SaslAuthenticate answers SASL_AUTHENTICATION_FAILED, then the broker closes the connection."""
-    host, port = _address(cluster, "SASL_SSL")
+def _refused_login(cluster: LocalCluster, host: str, port: int, login: SaslLogin) -> tuple[int, bytes]:
+    """Log in with `login` over SASL_SSL, expecting a refusal: SaslAuthenticate's last error code and
+    what the broker sent after it (b"" once it closed the connection)."""
 
     async def attempt() -> tuple[int, bytes]:
         context = _sasl_ssl(cluster, None).ssl_context
@@ -197,12 +196,20 @@ def test_wrong_password_or_unknown_user_is_refused_then_closed(cluster, mechanis
             return answer
 
         with pytest.raises(ConnectionError, match="SASL_AUTHENTICATION_FAILED"):
-            await sasl_login(exchange, SaslLogin(mechanism, user, password))
+            await sasl_login(exchange, login)
         rest = await asyncio.wait_for(reader.read(), WAIT_S)  # EOF: the broker closed the connection
         writer.close()
         return answers[-1], rest
 
-    code, rest = asyncio.run(attempt())
+    return asyncio.run(attempt())
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize(("user", "password"), [("alice", "not-her-password"), ("mallory", "anything")])
+def test_wrong_password_or_unknown_user_is_refused_then_closed(cluster, mechanism, user, password):
+    """SaslAuthenticate answers SASL_AUTHENTICATION_FAILED, then the broker closes the connection."""
+    host, port = _address(cluster, "SASL_SSL")
+    code, rest = _refused_login(cluster, host, port, SaslLogin(mechanism, user, password))
     assert code == ErrorCode.SASL_AUTHENTICATION_FAILED and rest == b""
     assert _api_versions(host, port, _sasl_ssl(cluster, SaslLogin(mechanism, "alice",
                                                                   cluster.security.passwords["alice"])))
@@ -444,3 +451,101 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
         assert len(stored) == 3 and all(internal.topic_epoch >= 1 for internal in stored.values())
     finally:
         target.stop()
+
+
+def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster):
+    """The `kafka_epochs` Spark source given the user's SASL_SSL settings as `kafka.*` options (as Spark's
+    Kafka source takes them) reads every record a producer wrote: the driver's own metadata and log-bounds
+    connections and the executors' consumers log in with them (the listener serves nothing before a SCRAM
+    login). With a wrong password the read fails, naming the refused login."""
+    pytest.importorskip("pyspark")
+    from client_epochs.spark import local_session
+
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer(settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512", **{"acks": "all"}))
+    for n in range(90):
+        producer.produce(topic, f"s{n}".encode(), partition=n % 3)
+    assert producer.flush(WAIT_S) == 0
+    options = {f"kafka.{key}": value for key, value in cluster.client_settings("SASL_SSL").items()}
+    session = local_session("kafka-epochs-secured")
+    try:
+        def read(**more: str) -> list:
+            reader = session.read.format("kafka_epochs").option("subscribe", topic)
+            for key, value in {**options, **more}.items():
+                reader = reader.option(key, value)
+            return reader.load().select("partition", "value").collect()
+
+        rows = read()
+        assert sorted(bytes(row.value) for row in rows) == sorted(f"s{n}".encode() for n in range(90))
+        assert {row.partition for row in rows} == {0, 1, 2}
+        with pytest.raises(Exception, match="SASL_AUTHENTICATION_FAILED"):
+            read(**{"kafka.sasl.password": "wrong"})
+    finally:
+        session.stop()
+
+
+# -- SCRAM users in the metadata log ---------------------------------------------------------
+
+
+def _logs_in(host: str, port: int, security: ClientSecurity) -> bool:
+    try:
+        return bool(_api_versions(host, port, security))
+    except (PeerUnavailable, OSError, ConnectionError):
+        return False
+
+
+def test_scram_users_are_managed_with_the_admin_client_and_kept_in_the_metadata_log(cluster):
+    """AlterUserScramCredentials creates a user (confluent-kafka's UserScramCredentialUpsertion), who then
+    produces over SASL_SSL with SCRAM-SHA-512; DescribeUserScramCredentials lists it; a broker restarted
+    (SIGTERM, start) still knows it; once deleted, a new connection with it is refused."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    user, password = f"carol-{uuid.uuid4().hex[:6]}", "carol-secret"
+    admin = AdminClient(settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512"))
+    upsertion = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                             password.encode())
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        assert future.result(WAIT_S) is None
+    described: list[object] = []
+
+    def describe() -> bool:  # the broker asked answers from its image, which may be a moment behind
+        [future] = admin.describe_user_scram_credentials([user]).values()
+        try:
+            described.append(future.result(WAIT_S))
+        except KafkaException as exc:
+            assert exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND, exc
+            return False
+        return True
+
+    wait_until(f"DescribeUserScramCredentials listing {user}", describe, timeout_s=WAIT_S)
+    assert [(info.mechanism, info.iterations) for info in described[-1].scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)]
+    carol = {**settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512"), "sasl.username": user, "sasl.password": password}
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer({**carol, "acks": "all"})
+    for n in range(10):
+        producer.produce(topic, f"c{n}".encode())
+    assert producer.flush(WAIT_S) == 0  # librdkafka retries a login refused by a broker not caught up yet
+
+    host, port = _address(cluster, "SASL_SSL")
+    [broker] = [spec.node_id for spec in cluster.specs.values() if spec.extra_ports.get("SASL_SSL") == port]
+    login = _sasl_ssl(cluster, SaslLogin("SCRAM-SHA-512", user, password))
+    cluster.kill(broker, signal.SIGTERM)
+    cluster.start_node(broker)
+    wait_until(f"{user} logging in with SCRAM-SHA-512 on broker {broker} restarted (its log and snapshot)",
+               lambda: _logs_in(host, port, login), timeout_s=WAIT_S)
+
+    deletion = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
+    for future in admin.alter_user_scram_credentials([deletion]).values():
+        assert future.result(WAIT_S) is None
+    wait_until(f"broker {broker} refusing {user} once deleted", lambda: not _logs_in(host, port, login),
+               timeout_s=WAIT_S)
+    code, rest = _refused_login(cluster, host, port, SaslLogin("SCRAM-SHA-512", user, password))
+    assert code == ErrorCode.SASL_AUTHENTICATION_FAILED and rest == b""
+    wait_until(f"DescribeUserScramCredentials not listing {user} once deleted", lambda: not describe(),
+               timeout_s=WAIT_S)
