@@ -19,7 +19,7 @@ so that confluent-kafka stays an optional dependency) and `client_epochs.kafka_p
 (kafka-python, already a dependency as quorum.wire's codec base).
 """
 
-from client_epochs.connection import BrokerError, BrokerProtocolError, parse_bootstrap
+from client_epochs.connection import BrokerAuthenticationError, BrokerError, BrokerProtocolError, parse_bootstrap
 from client_epochs.epoch_cache import (
     EVERYTHING,
     EpochCache,
@@ -46,7 +46,8 @@ from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetad
 
 __all__ = [
     "EVERYTHING", "NO_EPOCH", "NO_LEADER",
-    "BrokerError", "BrokerMetadata", "BrokerProtocolError", "ClusterMetadata", "EpochCache", "EpochSource", "Epochs",
+    "BrokerAuthenticationError", "BrokerError", "BrokerMetadata", "BrokerProtocolError", "ClusterMetadata",
+    "EpochCache", "EpochSource", "Epochs",
     "Interest", "InternalMetadata", "InvalidInternalMetadataError", "MetadataClient", "MetadataUnavailableError",
     "PartitionMetadata", "StaleMetadataError", "Staleness",
     "TopicPartition", "TopicRecreatedError", "Verdict", "epochs_of", "is_outdated", "judge", "parse_bootstrap",

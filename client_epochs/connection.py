@@ -36,6 +36,11 @@ class BrokerProtocolError(BrokerError):
     """The broker answered, but not with a frame this client can read (wrong version, corrupt frame)."""
 
 
+class BrokerAuthenticationError(BrokerError):
+    """The broker refused this client's SASL login (wrong password, unknown user, mechanism not enabled).
+    Not retriable, as in Kafka's clients (AuthenticationException): asking again cannot succeed."""
+
+
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     """"host:port,host:port" (IPv6 as "[::1]:9092") as (host, port) pairs; ValueError says which entry is bad."""
     addresses = []
@@ -83,7 +88,7 @@ class BrokerConnection:
             return self._round_trip(self._connect(deadline), api, version, body, deadline)
         except SaslLoginError as exc:
             self.close()
-            raise BrokerError(self.address, f"SASL login refused: {exc}") from None
+            raise BrokerAuthenticationError(self.address, f"SASL login refused: {exc}") from None
         except TimeoutError:
             self.close()
             raise BrokerError(self.address, f"{api.name} v{version} got no answer in time") from None

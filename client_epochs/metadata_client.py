@@ -18,7 +18,14 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from client_epochs.connection import BrokerConnection, BrokerError, BrokerProtocolError, ConnectionPool, parse_bootstrap
+from client_epochs.connection import (
+    BrokerAuthenticationError,
+    BrokerConnection,
+    BrokerError,
+    BrokerProtocolError,
+    ConnectionPool,
+    parse_bootstrap,
+)
 from client_epochs.epoch_cache import EpochCache, EpochSource, Interest, Verdict
 from client_epochs.model import (
     NO_EPOCH,
@@ -145,7 +152,7 @@ class MetadataClient:
         older than a floor, or lacks a partition that has a floor. `floors` are the epochs positions
         were committed or stored under (OffsetFetch, internal metadata): KIP-232's seek variant.
         StaleMetadataError when the deadline passes with only refusals, MetadataUnavailableError
-        when no broker answered at all.
+        when no broker answered at all (at once when every broker refused the SASL login).
         """
         floors = dict(floors or {})
         wanted = sorted(set(topics) | {tp.topic for tp in floors})
@@ -159,7 +166,10 @@ class MetadataClient:
             try:
                 metadata = self.fetch(wanted, timeout=max(deadline - time.monotonic(), 0.0))
             except MetadataUnavailableError as exc:
-                last_failure = exc
+                if exc.failures or last_failure is None:  # keep what the brokers said over a bare deadline
+                    last_failure = exc
+                if exc.failures and all(isinstance(f, BrokerAuthenticationError) for f in exc.failures):
+                    raise  # every broker refused the login: asking again until the deadline cannot help
             else:
                 verdict = self._judge(metadata, interest, floors)
                 if verdict.current:

@@ -332,7 +332,7 @@ def _epochs(cluster: LocalCluster, topic: str, security: ClientSecurity) -> tupl
 def test_the_sdk_connects_as_the_users_client_does(cluster):
     """client_epochs' own connections (metadata, offsets, log bounds) take the user's security settings:
     without them a SASL_SSL listener refuses them; with librdkafka's or kafka-python's names they work."""
-    from client_epochs import MetadataClient
+    from client_epochs import MetadataClient, MetadataUnavailableError
     from client_epochs.connection import BrokerError
 
     with pytest.raises((BrokerError, ConnectionError)), MetadataClient(cluster.bootstrap("SASL_SSL")) as bare:
@@ -345,6 +345,12 @@ def test_the_sdk_connects_as_the_users_client_does(cluster):
     for security in (from_librdkafka, from_kafka_python):
         with MetadataClient(cluster.bootstrap("SASL_SSL"), security=security) as client:
             assert set(client.fetch([], timeout=WAIT_S).brokers) == {101, 102, 103}
+    # a wrong password is not retried until the deadline (Kafka's AuthenticationException is not retriable)
+    # and the error names the refused login, not a bare deadline
+    wrong = ClientSecurity.of_client_properties({**settings, "sasl.password": "wrong"})
+    with pytest.raises(MetadataUnavailableError, match="SASL login refused.*SASL_AUTHENTICATION_FAILED"), \
+            MetadataClient(cluster.bootstrap("SASL_SSL"), security=wrong) as refused:
+        refused.refresh_until_current(["any"], timeout=10 * WAIT_S)
 
 
 def test_wrapped_consumers_commit_and_seek_with_kip_232_epochs_over_sasl_ssl(cluster):
@@ -478,7 +484,7 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
         rows = read()
         assert sorted(bytes(row.value) for row in rows) == sorted(f"s{n}".encode() for n in range(90))
         assert {row.partition for row in rows} == {0, 1, 2}
-        with pytest.raises(Exception, match="SASL_AUTHENTICATION_FAILED"):
+        with pytest.raises(Exception, match="SASL login refused.*SASL_AUTHENTICATION_FAILED"):
             read(**{"kafka.sasl.password": "wrong"})
     finally:
         session.stop()
