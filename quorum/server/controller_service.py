@@ -13,7 +13,17 @@ MAX_RECORDS_PER_BATCH records (Kafka's controller's limit per batch), except tha
 above it goes alone. If the commit fails, every request of the batch from the first one that wrote
 records on is answered the error (NOT_CONTROLLER, REQUEST_TIMED_OUT); those before it wrote
 nothing and saw nothing uncommitted, and keep their answers. A tick fences brokers whose session
-expired; it takes its turn between batches. A node that is not the quorum leader, or whose
+expired; it takes its turn between batches.
+
+Broker lifecycle requests (BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds)
+queue apart from admin requests and go first in each batch, as Kafka's controller runs them ahead of
+admin mutations, and a batch takes at most MAX_ADMIN_REQUESTS_PER_BATCH admin requests: a client that
+floods the controller with CreateTopics or DescribeConfigs delays the brokers' heartbeats by about
+one such batch, never by the whole queue ahead of them, so sessions do not
+expire and brokers are not fenced because of it (the protocol fuzzer's direct controller traffic
+starved heartbeats until the broker's session ran out). A batch that takes more than
+`SLOW_BATCH_LOG_MS` to decide and commit is logged with what it held, as Kafka's controller logs an
+exceptionally slow event. A node that is not the quorum leader, or whose
 leadership is not committed yet, answers NOT_CONTROLLER, which clients and brokers act on by
 finding the new leader.
 
@@ -30,7 +40,7 @@ import asyncio
 import logging
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,8 +66,15 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 44, 56, 62, 63
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
+LIFECYCLE = frozenset({BROKER_REGISTRATION, BROKER_HEARTBEAT, ALTER_PARTITION, ALLOCATE_PRODUCER_IDS})
+"""The brokers' own requests: decided ahead of every admin request waiting with them."""
 TICK_SECONDS = 0.1
 MAX_RECORDS_PER_BATCH = 10_000
+MAX_ADMIN_REQUESTS_PER_BATCH = 500
+"""A batch's answers wait for all of its decisions: this bounds how long thousands of queued admin requests
+keep the lifecycle requests of the next batch waiting (issue 17's creations still share one commit 500 at a time)."""
+SLOW_BATCH_LOG_MS = 2_000
+"""Kafka's controller.performance.always.log.threshold.ms: a batch slower than this is logged."""
 
 Operation = Callable[[QuorumController, Any, int, Any, int], ControllerResult]
 """(controller, request body, now ms, view, next offset) -> the result to commit and answer."""
@@ -70,6 +87,14 @@ class _Queued:
     operation: Operation
     request: Request
     answer: asyncio.Future[Reply]
+
+
+def _log_if_slow(batch: list[_Queued], started: float) -> None:
+    elapsed_ms = (time.monotonic() - started) * 1000.0
+    if elapsed_ms > SLOW_BATCH_LOG_MS:
+        kinds = Counter(queued.request.api.name for queued in batch)
+        log.warning("exceptionally slow controller batch: %d requests (%s) took %.0f ms to decide and commit",
+                    len(batch), ", ".join(f"{count} {name}" for name, count in kinds.most_common()), elapsed_ms)
 
 
 def pending_view(view: MetadataImage, records: tuple[bytes, ...], first_offset: int) -> MetadataImage:
@@ -91,7 +116,8 @@ class ControllerService:
         self._commit_timeout_s = commit_timeout_s
         self._controller: QuorumController | None = None
         self._lock = asyncio.Lock()
-        self._queue: deque[_Queued] = deque()
+        self._lifecycle: deque[_Queued] = deque()
+        self._queue: deque[_Queued] = deque()  # admin requests
         self._worker: asyncio.Task[None] | None = None
 
     def register(self, dispatcher: Dispatcher) -> None:
@@ -122,7 +148,8 @@ class ControllerService:
     def _handler(self, operation: Operation):
         async def handle(request: Request) -> Reply:
             answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-            self._queue.append(_Queued(operation, request, answer))
+            queued = _Queued(operation, request, answer)
+            (self._lifecycle if request.api.key in LIFECYCLE else self._queue).append(queued)
             if self._worker is None or self._worker.done():
                 self._worker = asyncio.create_task(self._run_batches())
             return await answer
@@ -131,11 +158,13 @@ class ControllerService:
 
     async def _run_batches(self) -> None:
         """Decide and commit the queued requests, a batch at a time, until none is left."""
-        while self._queue:
+        while self._lifecycle or self._queue:
             batch = self._take_batch()
             try:
                 async with self._lock:
+                    started = time.monotonic()
                     answers = await self._decide_and_commit(batch)
+                    _log_if_slow(batch, started)
             except Exception as exc:  # never leave a request unanswered
                 log.exception("controller batch of %d requests failed", len(batch))
                 for queued in batch:
@@ -147,11 +176,18 @@ class ControllerService:
                     queued.answer.set_result(reply)
 
     def _take_batch(self) -> list[_Queued]:
-        """Every queued request, in arrival order (`_decide_and_commit` puts back those past
-        MAX_RECORDS_PER_BATCH records)."""
-        batch = list(self._queue)
-        self._queue.clear()
+        """The queued lifecycle requests, then at most MAX_ADMIN_REQUESTS_PER_BATCH admin requests, each
+        in arrival order (`_decide_and_commit` puts back those past MAX_RECORDS_PER_BATCH records)."""
+        batch = [*self._lifecycle]
+        self._lifecycle.clear()
+        for _ in range(min(len(self._queue), MAX_ADMIN_REQUESTS_PER_BATCH)):
+            batch.append(self._queue.popleft())
         return batch
+
+    def _put_back(self, rest: list[_Queued]) -> None:
+        """Requests a batch had no room for, to the front of their queues for the next batch."""
+        for queued in reversed(rest):
+            (self._lifecycle if queued.request.api.key in LIFECYCLE else self._queue).appendleft(queued)
 
     async def _decide_and_commit(self, batch: list[_Queued]) -> list[Reply]:
         """Each request decided against the pending view, all their records committed as one batch."""
@@ -169,7 +205,7 @@ class ControllerService:
         now = self.node.now_ms()
         for index, queued in enumerate(batch):
             if len(records) >= MAX_RECORDS_PER_BATCH:  # a batch's worth decided: the rest waits for the next
-                self._queue.extendleft(reversed(batch[index:]))
+                self._put_back(batch[index:])
                 del batch[index:]
                 break
             self.node.metrics.count_controller_request()

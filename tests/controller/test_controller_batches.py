@@ -28,11 +28,16 @@ from quorum.server.controller_service import ControllerService
 from quorum.wire.errors import ErrorCode
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, Request
-from tests.controller.fakes import create_partitions_request, create_topics_request, delete_topics_request
+from tests.controller.fakes import (
+    create_partitions_request,
+    create_topics_request,
+    delete_topics_request,
+    heartbeat_request,
+)
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 BROKERS = (1, 2, 3, 4)
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, BROKER_HEARTBEAT = 19, 20, 37, 63
 
 
 class FakeNode:
@@ -83,7 +88,8 @@ def service(seed: int) -> tuple[FakeNode, dict[int, Any]]:
     controller_service = ControllerService(node, ControllerConfig())  # type: ignore[arg-type]
     controller_service._controller = QuorumController(CLUSTER, ControllerConfig(), random.Random(seed))
     controller_service.register(node.dispatcher)
-    return node, {key: node.dispatcher._handlers[key] for key in (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS)}
+    return node, {key: node.dispatcher._handlers[key]
+                  for key in (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, BROKER_HEARTBEAT)}
 
 
 def request(key: int, body: Any, version: int) -> Request:
@@ -189,3 +195,32 @@ def test_a_request_whose_decision_fails_is_answered_alone(monkeypatch: Any) -> N
     node, replies = asyncio.run(go())
     assert [r.body.topics[0].error_code for r in replies] == [0, ErrorCode.UNKNOWN_SERVER_ERROR, 0]
     assert node.commits == [4] and {"before", "after"} <= set(node.image.topics) and "bug" not in node.image.topics
+
+
+def test_a_heartbeat_behind_a_flood_of_admin_requests_goes_in_the_first_batch(monkeypatch: Any) -> None:
+    """Lifecycle requests go ahead of the admin requests queued before them, and a batch takes at most
+    MAX_ADMIN_REQUESTS_PER_BATCH admin requests: a heartbeat that arrives behind a flood of CreateTopics is
+    answered with the first batch, not after the flood (the fuzzer's direct controller traffic made the
+    broker's heartbeats wait until its session expired)."""
+    monkeypatch.setattr("quorum.server.controller_service.MAX_ADMIN_REQUESTS_PER_BATCH", 5)
+    answered: list[str] = []
+
+    async def go() -> tuple[FakeNode, Any]:
+        node, handlers = service(11)
+        epoch = node.image.registrations[1].broker_epoch
+
+        async def ask(key: int, body: Any, version: int, name: str) -> Any:
+            reply = await handlers[key](request(key, body, version))
+            answered.append(name)
+            return reply
+
+        asked = [ask(CREATE_TOPICS, create_topics_request((f"t{n}", 1, 1)), 5, f"t{n}") for n in range(12)]
+        asked.append(ask(BROKER_HEARTBEAT, heartbeat_request(1, epoch, node.log.end_offset), 1, "heartbeat"))
+        replies = await asyncio.gather(*asked)
+        return node, replies[-1]
+
+    node, heartbeat = asyncio.run(go())
+    assert heartbeat.body.error_code == 0
+    assert answered[:6] == ["heartbeat", "t0", "t1", "t2", "t3", "t4"], answered
+    assert node.commits == [10, 10, 4]  # 5 + 5 + 2 topics of 2 records each, in arrival order
+    assert [node.image.topics[f"t{n}"].topic_epoch for n in range(12)] == list(range(1, 13))
