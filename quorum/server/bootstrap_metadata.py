@@ -182,8 +182,13 @@ class NodeScramCredentials:
         if image.scram or not bootstrap_due(image):
             return image.scram
         if self._bootstrap is None:
-            delta = MetadataDelta(image)
-            for offset, value in enumerate(read_bootstrap(self._directory)):
-                delta.replay(value, offset)
-            self._bootstrap = delta.apply().scram
+            self._bootstrap = scram_credentials(read_bootstrap(self._directory))
         return self._bootstrap
+
+
+def scram_credentials(values: Sequence[bytes]) -> Mapping[tuple[str, str], ScramCredential]:
+    """The SCRAM credentials metadata records `values` leave, replayed into an empty image."""
+    delta = MetadataDelta(MetadataImage("", -1))
+    for offset, value in enumerate(values):
+        delta.replay(value, offset)
+    return delta.apply().scram

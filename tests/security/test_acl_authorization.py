@@ -119,6 +119,33 @@ def test_describe_configs_checks_each_resource() -> None:
         ("theirs", ErrorCode.TOPIC_AUTHORIZATION_FAILED), ("1", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
 
 
+def test_scram_credentials_need_describe_or_alter_on_the_cluster() -> None:
+    """Kafka's rules: DescribeUserScramCredentials needs DESCRIBE on the cluster, AlterUserScramCredentials
+    ALTER (which implies DESCRIBE); refused as a whole with CLUSTER_AUTHORIZATION_FAILED, each user named."""
+    alter, describe = APIS[51].request, APIS[50].request
+    alter_body = alter(deletions=[alter.ScramCredentialDeletion(name="bob", mechanism=2)], upsertions=[
+        alter.ScramCredentialUpsertion(name="carol", mechanism=2, iterations=4096, salt=b"s", salted_password=b"p")])
+    describe_body = describe(users=None)
+
+    def node_with(*acls) -> Node:
+        node = Node(*acls)
+        for key in (50, 51):
+            node.dispatcher.register(key, node._handler)
+        return node
+
+    node = node_with(allow(CLUSTER, "kafka-cluster", DESCRIBE))
+    assert node.ask(50, 0, describe_body) is not None and node.seen == [describe_body]
+    refused = node.ask(51, 0, alter_body)
+    assert [(r.user, r.error_code) for r in refused.results] == [
+        ("bob", ErrorCode.CLUSTER_AUTHORIZATION_FAILED), ("carol", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+    nobody = node_with()
+    assert nobody.ask(50, 0, describe_body).error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and not nobody.seen
+    admin = node_with(allow(CLUSTER, "kafka-cluster", DESCRIBE - 1))  # ALTER
+    admin.ask(50, 0, describe_body)
+    admin.ask(51, 0, alter_body)
+    assert admin.seen == [describe_body, alter_body]
+
+
 def test_a_follower_fetch_needs_cluster_action() -> None:
     node = Node(allow(TOPIC, "t", READ))
     body = APIS[1].request(version=12, replica_id=102, max_wait_ms=0, min_bytes=1, topics=[])
@@ -200,8 +227,8 @@ def metadata_response_body(image, request: Request, refusals):
     return decode_body(APIS[3].response, encoded, 0, request.version)
 
 
-WHOLE_REFUSALS = [(key, version) for key in (0, 1, 8, 9, 10, 11, 12, 13, 14, 22, 23, 29, 30, 31, 45, 46, 52, 53, 54,
-                                             55, 56, 59, 62, 63)
+WHOLE_REFUSALS = [(key, version) for key in (0, 1, 8, 9, 10, 11, 12, 13, 14, 22, 23, 29, 30, 31, 45, 46, 50, 51, 52,
+                                             53, 54, 55, 56, 59, 62, 63)
                   for version in range(APIS[key].min_version, APIS[key].max_version + 1)]
 
 
