@@ -15,6 +15,7 @@ from quorum.server.controller_service import pending_view
 from quorum.wire import metadata_records as mr
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
+from tests.security.test_acl_records import _state  # an ImageState that applied the values at offsets 0, 1, ...
 
 ALTER, DESCRIBE = APIS[51].request, APIS[50].request
 SALT = b"0123456789abcdef"
@@ -33,13 +34,6 @@ def test_record_round_trip_and_key() -> None:
     assert removal[:3] == b"\x01\x16\x00"  # type 22
     assert mr.metadata_record_key(removal) == mr.RecordKey(mr.MetadataRecordType.REMOVE_USER_SCRAM_CREDENTIAL,
                                                            ("alice", 1), True)
-
-
-def _state(*values: bytes) -> ImageState:
-    state = ImageState()
-    for offset, value in enumerate(values):
-        state.apply(offset, value)
-    return state
 
 
 def test_replay_snapshot_and_removal() -> None:
