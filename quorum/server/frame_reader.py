@@ -45,10 +45,11 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     """
 
     def __init__(self, max_frame_bytes: int,
-                 serve: Callable[[FrameReader, asyncio.StreamWriter], Awaitable[None]]) -> None:
+                 serve: Callable[[FrameReader, asyncio.StreamWriter], Awaitable[None]],
+                 staging_bytes: int = STAGING_BYTES) -> None:
         super().__init__(None, lambda _reader, writer: serve(self, writer))
         self._max_frame_bytes = max_frame_bytes
-        self._staging = bytearray(STAGING_BYTES)
+        self._staging = bytearray(max(staging_bytes, 8))
         self._start = 0  # unparsed bytes of the staging buffer: [_start, _end)
         self._end = 0
         self._frame: bytearray | None = None  # a large frame being filled in place
