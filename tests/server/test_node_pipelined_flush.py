@@ -1,0 +1,86 @@
+"""The node shell pipelines its appends with the fsync in flight, and still acknowledges only
+what is durable (quorum.server.node.RaftNode.drive, issue 17).
+
+One single-voter node runs in this process; its log's fsync is held at a gate, so the test sees
+the moment between "appended" and "durable" without depending on the disk's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from quorum.launcher import LocalCluster
+from quorum.raft.state import Role
+from quorum.server.config import node_config
+from quorum.server.node import RaftNode
+
+DEADLINE_S = 60.0
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {DEADLINE_S:.0f}s: {what}")
+        await asyncio.sleep(0.005)
+
+
+class GatedFlush:
+    """Wraps `Log.flush`: while closed, a flush waits (on its worker thread) until opened."""
+
+    def __init__(self, flush: Callable[[], int]) -> None:
+        self._flush = flush
+        self.open = threading.Event()
+        self.open.set()
+        self.waiting = threading.Event()
+
+    def __call__(self) -> int:
+        if not self.open.is_set():
+            self.waiting.set()
+            if not self.open.wait(DEADLINE_S):
+                raise AssertionError("the test never opened the fsync gate")
+        return self._flush()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> RaftNode:
+    cluster = LocalCluster(tmp_path, controllers=1)
+    cluster.format_storage()
+    spec = next(iter(cluster.specs.values()))
+    return RaftNode(node_config(cluster.properties(spec)))
+
+
+def test_a_leader_appends_the_next_write_while_an_fsync_is_in_flight_and_acknowledges_only_durable_writes(
+        node: RaftNode) -> None:
+    async def test() -> None:
+        running = asyncio.create_task(node.run())
+        try:
+            await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
+                         and node.log.flushed_offset == node.log.end_offset,
+                         "the single voter leads and has committed its LeaderChange record")
+            gate = GatedFlush(node.log.flush)
+            node.log.flush = gate  # type: ignore[method-assign]
+            gate.open.clear()
+            start = node.log.end_offset
+            first = asyncio.create_task(node.commit([b"first"], DEADLINE_S))
+            await _until(lambda: gate.waiting.is_set() and node.log.end_offset == start + 1,
+                         f"the first write appended at offset {start} and its fsync started")
+            second = asyncio.create_task(node.commit([b"second", b"third"], DEADLINE_S))
+            await _until(lambda: node.log.end_offset == start + 3,
+                         f"the second write appended at offset {start + 1} while the first fsync is held")
+            assert node.log.flushed_offset <= start
+            assert not first.done() and not second.done(), "a write was acknowledged before it was durable"
+            gate.open.set()
+            assert await first == start and await second == start + 1
+            assert node.log.flushed_offset >= start + 3
+            assert node.core.high_watermark >= start + 3
+        finally:
+            node._stopped.set()
+            assert await asyncio.wait_for(running, DEADLINE_S) == 0
+    asyncio.run(test())
