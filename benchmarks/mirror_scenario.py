@@ -8,6 +8,14 @@ numbered records, moves partition 0's leader and kills the replicator at fixed r
 until the target holds every source record (and then, up to COMMIT_GRACE_S, until the replicator's
 group has committed them all), stops it, reads the target topic and returns what it holds
 (`TargetFigures`) with the replicator's own counts (`ScenarioResult`).
+
+Over a secured source (issue 18): `run_scenario(..., security="sasl_ssl")` starts the source with
+`LocalCluster(security=True)` and every client of it (the producer, the probes, the admin, the offset
+checks and the replicator with its wrapped consumer and its own metadata, offset and log-bounds
+connections) uses the SASL_SSL listener with SCRAM-SHA-512; `run_against` runs the same scenario on a
+source cluster that is already running (the secured process tests' shared cluster). Only the
+`client_epochs` replicator takes security settings (the raw-client loops of `benchmarks.mirror_loops`
+have none). Run alone: `python -m benchmarks.mirror_scenario --records 3000 --rate 500 --security sasl_ssl`.
 """
 
 from __future__ import annotations
@@ -122,7 +130,7 @@ def produce_child(job: dict[str, Any]) -> None:
         ends[message.partition()] = max(ends[message.partition()], message.offset() + 1)
 
     producer = Producer({"bootstrap.servers": job["bootstrap"], "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 300_000, **QUIET})  # fmt: skip
+                         "linger.ms": 5, "message.timeout.ms": 300_000, **QUIET, **job["client"]})  # fmt: skip
     rng = random.Random(job["seed"])
     clock = time.monotonic
     start = clock()
@@ -154,9 +162,9 @@ def produce_child(job: dict[str, Any]) -> None:
 class BackgroundProducer:
     """The producer child, its acknowledged count followed from its output."""
 
-    def __init__(self, bootstrap: str, plan: Plan, log_path: Path) -> None:
+    def __init__(self, bootstrap: str, plan: Plan, log_path: Path, client: dict[str, str]) -> None:
         job = {"bootstrap": bootstrap, "topic": TOPIC, "partitions": PARTITIONS, "records": plan.records,
-               "rate": plan.rate, "seed": SEED}  # fmt: skip
+               "rate": plan.rate, "seed": SEED, "client": client}  # fmt: skip
         self._stderr = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.log_path = log_path
         command = [sys.executable, "-m", "benchmarks.mirror_scenario", "--child", json.dumps(job)]
@@ -190,13 +198,18 @@ class BackgroundProducer:
 # -- the replicator's processes -------------------------------------------------------------------------
 
 
-def replicator_command(kind: str, source: str, target: str, group: str) -> list[str]:
+def replicator_command(kind: str, source: str, target: str, group: str, client: dict[str, str] | None = None
+                       ) -> list[str]:
+    """`client`: the source's security settings (librdkafka's names), for the client_epochs replicator only."""
     common = ["--source-bootstrap", source, "--target-bootstrap", target, "--topics", TOPIC, "--group", group,
               "--status-interval-s", f"{STATUS_INTERVAL_S:g}"]
     if kind == "client_epochs":
+        secured = [item for key, value in (client or {}).items() for item in ("--consumer-property", f"{key}={value}")]
         return [sys.executable, "-m", "client_epochs.mirror_cli", *common,
-                "--consumer-property", f"session.timeout.ms={SESSION_TIMEOUT_MS}",
+                "--consumer-property", f"session.timeout.ms={SESSION_TIMEOUT_MS}", *secured,
                 "--consumer-property", "log_level=4", "--producer-property", "log_level=4"]  # fmt: skip
+    if client:
+        raise ValueError(f"the {kind} loop (benchmarks.mirror_loops) takes no security settings: only client_epochs")
     return [sys.executable, "-m", "benchmarks.mirror_loops", "--client", kind, *common,
             "--session-timeout-ms", str(SESSION_TIMEOUT_MS)]  # fmt: skip
 
@@ -321,18 +334,22 @@ def _listening(address: str) -> bool:
         return True
 
 
-def view(address: str, topics: list[str] | None = None) -> Any:
-    """ClusterMetadata as this one broker answers Metadata (epochs included)."""
+def view(address: str, topics: list[str] | None = None, client: dict[str, str] | None = None) -> Any:
+    """ClusterMetadata as this one broker answers Metadata (epochs included); `client`: librdkafka's
+    security settings for a secured listener."""
     from client_epochs.metadata_client import MetadataClient
+    from quorum.wire.sasl_client import ClientSecurity
 
-    with MetadataClient(address, client_id="bench-mirror-probe", request_timeout_s=5) as client:
-        return client.fetch(topics if topics is not None else [], timeout=5)
+    with MetadataClient(address, client_id="bench-mirror-probe", request_timeout_s=5,
+                        security=ClientSecurity.of_client_properties(client or {})) as metadata:
+        return metadata.fetch(topics if topics is not None else [], timeout=5)
 
 
-def topic_ready(address: str, replicas: int, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
+def topic_ready(address: str, replicas: int, topic: str = TOPIC, partitions: int = PARTITIONS,
+                client: dict[str, str] | None = None) -> bool:
     """Every partition of `topic` has a leader and `replicas` replicas in its ISR, in this broker's view;
     NotReady saying what is missing otherwise (for the timeout's message)."""
-    answer = view(address, [topic])
+    answer = view(address, [topic], client)
     parts = answer.partitions_of(topic)
     if len(parts) == partitions and all(p.leader_id >= 0 and len(p.isr) == replicas for p in parts.values()):
         return True
@@ -345,25 +362,33 @@ class NotReady(Exception):
     """A condition polled for does not hold yet; the message says how far it is."""
 
 
-def start_cluster(cluster: Any, brokers: tuple[int, ...]) -> None:
+def start_cluster(cluster: Any, brokers: tuple[int, ...], protocol: str | None = None,
+                  client: dict[str, str] | None = None) -> None:
     cluster.format_storage()
     cluster.start()
     for broker in brokers:
-        address = cluster.specs[broker].address
+        address = broker_address(cluster, broker, protocol)
         wait_for(f"broker {broker} to listen on {address}", lambda a=address: _listening(a), READY_TIMEOUT_S,
                  (cluster,))
-    first = cluster.specs[brokers[0]].address
-    wait_for(f"{len(brokers)} unfenced brokers", lambda: set(view(first).brokers) == set(brokers), READY_TIMEOUT_S,
-             (cluster,))
+    first = broker_address(cluster, brokers[0], protocol)
+    wait_for(f"{len(brokers)} unfenced brokers", lambda: set(view(first, None, client).brokers) == set(brokers),
+             READY_TIMEOUT_S, (cluster,))
 
 
-def create_topic(cluster: Any, broker: int, replicas: int, config: dict[str, str]) -> None:
+def broker_address(cluster: Any, broker: int, protocol: str | None = None) -> str:
+    """The broker's address on listener `protocol` of a secured cluster (None: its first listener)."""
+    spec = cluster.specs[broker]
+    return spec.address if protocol is None else f"127.0.0.1:{spec.extra_ports.get(protocol, spec.port)}"
+
+
+def create_topic(cluster: Any, broker: int, replicas: int, config: dict[str, str], protocol: str | None = None,
+                 client: dict[str, str] | None = None) -> None:
     """TOPIC with PARTITIONS partitions; with 3 replicas, partition p's replicas are the brokers from
     101 + p on, so partition 0 is led by 101 (its preferred leader) in every run, never by the stale 103."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    address = cluster.specs[broker].address
-    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    address = broker_address(cluster, broker, protocol)
+    admin = AdminClient({"bootstrap.servers": address, **QUIET, **(client or {})})
     if replicas == len(SOURCE_BROKERS):
         brokers = list(SOURCE_BROKERS)
         topic = NewTopic(TOPIC, PARTITIONS, replica_assignment=[brokers[p:] + brokers[:p] for p in range(PARTITIONS)],
@@ -372,7 +397,8 @@ def create_topic(cluster: Any, broker: int, replicas: int, config: dict[str, str
         topic = NewTopic(TOPIC, PARTITIONS, replicas, config=config)
     for future in admin.create_topics([topic], request_timeout=60).values():
         future.result(timeout=90)
-    wait_for(f"{TOPIC}: leaders and full ISRs", lambda: topic_ready(address, replicas), READY_TIMEOUT_S, (cluster,))
+    wait_for(f"{TOPIC}: leaders and full ISRs", lambda: topic_ready(address, replicas, client=client), READY_TIMEOUT_S,
+             (cluster,))
 
 
 # -- the scenario ---------------------------------------------------------------------------------------
@@ -381,9 +407,11 @@ def create_topic(cluster: Any, broker: int, replicas: int, config: dict[str, str
 class Source:
     """The source cluster and the leader moves done to it."""
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Any, protocol: str | None = None, client: dict[str, str] | None = None) -> None:
         self.cluster = cluster
-        self.address = {b: cluster.specs[b].address for b in SOURCE_BROKERS}
+        self.client = dict(client or {})
+        """librdkafka's security settings for the source's `protocol` listener ({} when plaintext)."""
+        self.address = {b: broker_address(cluster, b, protocol) for b in SOURCE_BROKERS}
         self.bootstrap = ",".join(self.address[b] for b in (STALE, *[b for b in SOURCE_BROKERS if b != STALE]))
         self.down: set[int] = set()
 
@@ -392,14 +420,14 @@ class Source:
         return next(self.address[b] for b in SOURCE_BROKERS if b != STALE and b not in self.down)
 
     def leader_of_0(self) -> tuple[int, int]:
-        meta = view(self.current(), [TOPIC]).partitions_of(TOPIC)
+        meta = view(self.current(), [TOPIC], self.client).partitions_of(TOPIC)
         (p0,) = [m for tp, m in meta.items() if tp.partition == 0]
         return p0.leader_id, p0.leader_epoch
 
     def move_leader(self) -> str:
         """kill -9 of partition 0's leader; once another broker leads it, start the killed one again."""
-        wait_for("full ISRs on the source before the leader move", lambda: topic_ready(self.current(), 3), 120,
-                 (self.cluster,))
+        wait_for("full ISRs on the source before the leader move",
+                 lambda: topic_ready(self.current(), 3, client=self.client), 120, (self.cluster,))
         leader, epoch = self.leader_of_0()
         self.cluster.kill(leader, signal.SIGKILL)
         self.down.add(leader)
@@ -486,17 +514,43 @@ class TargetWatch:
         self.consumer.close()
 
 
-def run_scenario(kind: str, plan: Plan, directory: Path) -> ScenarioResult:
-    """The scenario (see the module docstring) with replicator `kind`, in a fresh pair of clusters."""
-    from client_epochs.model import TopicPartition as Key
-    from client_epochs.offset_fetch import OffsetFetcher
+def run_scenario(kind: str, plan: Plan, directory: Path, security: str | None = None) -> ScenarioResult:
+    """The scenario (see the module docstring) with replicator `kind`, in a fresh pair of clusters;
+    `security` "sasl_ssl": the source is secured and read over SASL_SSL with SCRAM-SHA-512."""
     from quorum.launcher import LocalCluster
 
-    label = f"[{kind}]"
+    protocol = security.upper() if security else None
+    if protocol not in (None, "SASL_SSL"):
+        raise ValueError(f"security must be sasl_ssl or none, got {security!r}")
     directory.mkdir(parents=True, exist_ok=True)
     source_cluster = LocalCluster(directory / "source", controllers=1, brokers=3, settings=SOURCE_SETTINGS,
-                                  stale_brokers={STALE: STALE_DELAY_MS})  # fmt: skip
+                                  stale_brokers={STALE: STALE_DELAY_MS}, security=bool(protocol))  # fmt: skip
     target_cluster = LocalCluster(directory / "target", controllers=1, brokers=1, settings=TARGET_SETTINGS)
+    try:
+        progress(f"[{kind}] starting the source (1 controller + 3 brokers, broker {STALE} {STALE_DELAY_MS} ms "
+                 f"stale{', SASL_SSL' if protocol else ''}) and the target (1 controller + 1 broker)")
+        client = {} if protocol is None else {
+            k: v for k, v in source_cluster.client_settings(protocol).items() if k != "bootstrap.servers"}
+        start_cluster(source_cluster, SOURCE_BROKERS, protocol, client)
+        start_cluster(target_cluster, (101,))
+        return run_against(kind, plan, directory, source_cluster, target_cluster, protocol, client)
+    finally:
+        source_cluster.stop()
+        target_cluster.stop()
+
+
+def run_against(kind: str, plan: Plan, directory: Path, source_cluster: Any, target_cluster: Any,
+                protocol: str | None = None, client: dict[str, str] | None = None) -> ScenarioResult:
+    """The scenario on running clusters: a source with brokers SOURCE_BROKERS (reached on listener
+    `protocol` with librdkafka's security settings `client`, when given) and a plaintext target with
+    broker 101. TOPIC must not exist on either yet; neither cluster is stopped here."""
+    from client_epochs.model import TopicPartition as Key
+    from client_epochs.offset_fetch import OffsetFetcher
+    from quorum.wire.sasl_client import ClientSecurity
+
+    label = f"[{kind}{f' over {protocol}' if protocol else ''}]"
+    directory.mkdir(parents=True, exist_ok=True)
+    client = dict(client or {})
     group = f"mirror-{kind}"
     replicator: Replicator | None = None
     producer: BackgroundProducer | None = None
@@ -504,30 +558,27 @@ def run_scenario(kind: str, plan: Plan, directory: Path) -> ScenarioResult:
     fetcher: Any = None
     notes: list[str] = []
     try:
-        progress(f"{label} starting the source (1 controller + 3 brokers, broker {STALE} {STALE_DELAY_MS} ms "
-                 "stale) and the target (1 controller + 1 broker)")
-        start_cluster(source_cluster, SOURCE_BROKERS)
-        start_cluster(target_cluster, (101,))
-        source = Source(source_cluster)
+        source = Source(source_cluster, protocol, client)
         target = target_cluster.specs[101].address
         # Through 101: the stale broker's first answers list no broker, which stalls librdkafka's admin client.
-        create_topic(source_cluster, 101, 3, {"min.insync.replicas": "2"})
+        create_topic(source_cluster, 101, 3, {"min.insync.replicas": "2"}, protocol, client)
         create_topic(target_cluster, 101, 1, {})
-        wait_for(f"the stale broker {STALE} to hold {TOPIC} in its Metadata view",
-                 lambda: topic_ready(source.address[STALE], 3), READY_TIMEOUT_S, (source_cluster,))
+        wait_for(f"broker {STALE} to hold {TOPIC} in its Metadata view",
+                 lambda: topic_ready(source.address[STALE], 3, client=client), READY_TIMEOUT_S, (source_cluster,))
         watch = TargetWatch(target)
-        fetcher = OffsetFetcher(",".join(source.address[b] for b in SOURCE_BROKERS if b != STALE))
+        fetcher = OffsetFetcher(",".join(source.address[b] for b in SOURCE_BROKERS if b != STALE),
+                                security=ClientSecurity.of_client_properties(client))
         keys = [Key(TOPIC, p) for p in range(PARTITIONS)]
 
         def committed() -> list[int]:
             got = fetcher.fetch(group, keys, timeout=10)
             return [got[k].offset for k in keys]
 
-        replicator = Replicator(kind, replicator_command(kind, source.bootstrap, target, group), directory)
+        replicator = Replicator(kind, replicator_command(kind, source.bootstrap, target, group, client), directory)
         progress(f"{label} replicator started; producing {plan.records:,} records at {plan.rate:,.0f}/s")
         started = time.monotonic()
         replicator.start()
-        producer = BackgroundProducer(source.bootstrap, plan, directory / f"producer-{kind}.err")
+        producer = BackgroundProducer(source.bootstrap, plan, directory / f"producer-{kind}.err", client)
         schedule = sorted([(f, f"leader move {n}") for n, f in enumerate(plan.leader_moves_at, 1)]
                           + [(plan.replicator_kill_at, "replicator kill")])
         next_report = time.monotonic() + 5
@@ -593,8 +644,6 @@ def run_scenario(kind: str, plan: Plan, directory: Path) -> ScenarioResult:
             watch.close()
         if fetcher is not None:
             fetcher.close()
-        source_cluster.stop()
-        target_cluster.stop()
 
 
 def _last_warning(replicator: Replicator) -> str:
@@ -603,6 +652,31 @@ def _last_warning(replicator: Replicator) -> str:
     return f"its last warning: {lines[-1][:300]}" if lines else "it logged no warning"
 
 
+def main(argv: list[str] | None = None) -> int:
+    """One scenario run from the command line, its figures printed: what bench_client_epochs runs per
+    replicator, here also over a secured source (`--security sasl_ssl`)."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mirror_scenario", description=main.__doc__)
+    parser.add_argument("--kind", choices=KINDS, default="client_epochs")
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=2_000.0, help="records a second the producer is paced at")
+    parser.add_argument("--security", choices=("sasl_ssl",), default=None,
+                        help="a secured source read over SASL_SSL with SCRAM-SHA-512 (client_epochs only)")
+    args = parser.parse_args(argv)
+    if args.security and args.kind != "client_epochs":
+        parser.error("--security goes with --kind client_epochs (the raw-client loops take no security settings)")
+    with tempfile.TemporaryDirectory(prefix="mirror-scenario-") as directory:
+        result = run_scenario(args.kind, Plan(args.records, args.rate), Path(directory), args.security)
+    print(json.dumps({"kind": result.kind, "wall_s": round(result.wall_s, 1), "target": vars(result.figures),
+                      "counts": result.counts, "notes": result.notes}, indent=2))
+    figures = result.figures
+    return 0 if figures.missing == 0 and figures.rewinds == 0 and figures.misplaced == 0 else 1
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         produce_child(json.loads(sys.argv[2]))
+    else:
+        sys.exit(main())

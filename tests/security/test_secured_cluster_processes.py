@@ -555,3 +555,27 @@ def test_scram_users_are_managed_with_the_admin_client_and_kept_in_the_metadata_
     assert code == ErrorCode.SASL_AUTHENTICATION_FAILED and rest == b""
     wait_until(f"DescribeUserScramCredentials not listing {user} once deleted", lambda: not describe(),
                timeout_s=WAIT_S)
+
+
+def test_the_kip_232_mirror_scenario_runs_over_sasl_ssl(cluster, tmp_path):
+    """benchmarks.mirror_scenario's KAFKA-6262 scenario with this cluster as a SASL_SSL source (SCRAM-SHA-512
+    for the paced producer, the probes and the client_epochs replicator, whose wrapped consumer and own
+    metadata, offset and log-bounds connections all log in): partition 0's leader killed with kill -9 twice
+    and the replicator killed and restarted while records flow. The target holds every source record, none
+    rewound or misplaced, and the group's commits reach the source's ends. Runs last in this module: it
+    kills and restarts brokers of the shared cluster."""
+    from benchmarks.mirror_scenario import Plan, run_against, start_cluster
+
+    target = LocalCluster(tmp_path / "target", controllers=1, brokers=1, settings={
+        "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1"})
+    start_cluster(target, (101,))
+    try:
+        client = {k: v for k, v in cluster.client_settings("SASL_SSL").items() if k != "bootstrap.servers"}
+        result = run_against("client_epochs", Plan(records=3000, rate=300), tmp_path / "scenario", cluster, target,
+                             "SASL_SSL", client)
+    finally:
+        target.stop()
+    figures = result.figures
+    assert (figures.missing, figures.rewinds, figures.misplaced) == (0, 0, 0), (figures, result.notes)
+    assert figures.distinct == 3000
+    assert not result.notes[3:], result.notes  # the three events' notes only: commits reached the ends, exit 0
