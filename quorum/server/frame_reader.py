@@ -72,6 +72,10 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         return memoryview(self._staging)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._failure is not None:  # bytes after a bad frame size (or the end) mean nothing: drop them
+            self._start = self._end = 0
+            self._frame = None
+            return
         frame = self._frame
         if frame is not None:
             self._filled += nbytes
@@ -82,7 +86,8 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             self._end += nbytes
             try:
                 self._split()
-            except WireError as exc:
+            except WireError as exc:  # the frames before it were delivered; nothing after it is read
+                self._start = self._end = 0
                 self._fail(exc)
                 return
         if not self._paused and (self._queued_bytes >= READ_AHEAD_BYTES or len(self._frames) >= READ_AHEAD_FRAMES):

@@ -96,6 +96,10 @@ def test_a_bad_frame_size_comes_after_the_good_frames_before_it() -> None:
             assert await take(reader, 2) == [b"first", b"z" * 40]
             with pytest.raises(WireError, match="outside 0..1000"):
                 await reader.next_frame()
+            feed(reader, frame(b"after"))  # what still comes (TLS's buffered bytes) is dropped, nothing redelivered
+            assert not reader._frames
+            with pytest.raises(WireError, match="outside 0..1000"):
+                await reader.next_frame()
 
     asyncio.run(run())
 
