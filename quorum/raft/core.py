@@ -782,6 +782,11 @@ class RaftCore:
         if request.leader_epoch < self.epoch:
             answer(ErrorCode.FENCED_LEADER_EPOCH)
             return
+        if request.leader_id not in self._voters:
+            # Kafka's validateVoterOnlyRequest: only a voter can have been elected. The protocol fuzzer's forged
+            # BeginQuorumEpoch (leader 9, epoch 65535) otherwise made a lone controller follow nobody.
+            answer(ErrorCode.INCONSISTENT_VOTER_SET)
+            return
         if request.leader_id == self._id or (request.leader_epoch, request.leader_id) == self._resigned_leader:
             answer()
             return
@@ -805,6 +810,9 @@ class RaftCore:
             return
         if request.leader_epoch < self.epoch:
             answer(ErrorCode.FENCED_LEADER_EPOCH)
+            return
+        if request.leader_id not in self._voters:  # as BeginQuorumEpoch: only a voter can resign a leadership
+            answer(ErrorCode.INCONSISTENT_VOTER_SET)
             return
         if request.leader_id == self._id:
             answer()

@@ -12,10 +12,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from quorum.fuzz.attack import ANSWERED, CLOSED
 from quorum.fuzz.frames import KINDS, FrameFactory, served_apis
 from quorum.fuzz.run import Plan, api_ranges, format_report, fuzz_cluster
+from quorum.wire.errors import ErrorCode
+from quorum.wire.protocol import APIS
 from tests.test_broker_processes import BROKER, QUIET, one_broker
-from tests.test_controller_processes import create, wait_until
+from tests.test_controller_processes import create, exchange, wait_until
 
 FRAMES = 2_000
+CONTROLLER = 1
+BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH = 53, 54
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +94,34 @@ def test_a_topic_of_the_longest_legal_name_is_created_written_and_deleted(cluste
     wait_until(f"the broker to remove the directories of the deleted 249-character topic under {broker_dir}",
                lambda: not any(p.name.startswith("t" * 200) for p in broker_dir.rglob("*")))
     assert topic not in admin.list_topics(timeout=30).topics
+
+
+def quorum_leader(controller: str) -> tuple[int, int]:
+    """(leader id, leader epoch) of the metadata quorum, as the controller's DescribeQuorum answers."""
+    schema = APIS[55].request
+    answer = exchange(controller, 55, 0, schema(topics=[schema.TopicData(
+        topic_name="__cluster_metadata", partitions=[schema.TopicData.PartitionData(partition_index=0)])]))
+    partition = answer.topics[0].partitions[0]
+    return partition.leader_id, partition.leader_epoch
+
+
+def test_forged_quorum_epoch_requests_from_a_non_voter_leave_the_controller_leading(cluster):
+    """The fuzzer's BeginQuorumEpoch naming leader 9 in epoch 65535 (no cluster id, which the check skips) made
+    the lone controller follow a node that does not exist: no active controller for seconds, heartbeats
+    answered NOT_CONTROLLER, forwarded admin requests hanging; an EndQuorumEpoch from leader 9 did the same.
+    Kafka's validateVoterOnlyRequest answers INCONSISTENT_VOTER_SET and changes nothing."""
+    running, _ = cluster
+    controller = running.specs[CONTROLLER].address
+    leader, epoch = quorum_leader(controller)
+    assert leader == CONTROLLER
+    begin = APIS[BEGIN_QUORUM_EPOCH].request
+    forged_begin = begin(cluster_id=None, topics=[begin.TopicData(topic_name="__cluster_metadata", partitions=[
+        begin.TopicData.PartitionData(partition_index=0, leader_id=9, leader_epoch=epoch + 65535)])])
+    end = APIS[END_QUORUM_EPOCH].request
+    forged_end = end(cluster_id=None, topics=[end.TopicData(topic_name="__cluster_metadata", partitions=[
+        end.TopicData.PartitionData(partition_index=0, leader_id=9, leader_epoch=epoch + 65535,
+                                    preferred_successors=[CONTROLLER])])])
+    for key, body in ((BEGIN_QUORUM_EPOCH, forged_begin), (END_QUORUM_EPOCH, forged_end)):
+        answer = exchange(controller, key, 0, body)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.INCONSISTENT_VOTER_SET, answer
+        assert quorum_leader(controller) == (CONTROLLER, epoch), APIS[key].name
