@@ -559,8 +559,13 @@ class RaftCore:
         others = {v for v in self._voters if v != self._id}
         resigned = Resigned(leader.epoch, self._id, leader.preferred_successors(),
                             self._now + self._election_timeout(), others)
+        # The parked Fetches are answered after EndQuorumEpoch is sent: a successor that heard the
+        # Fetch error first would persist "no leader" and only then campaign (issue 17's failover).
+        parked, leader.parked = leader.parked, []
         self._transition(resigned)
         self._send_end_quorum(resigned)
+        for fetch in parked:
+            self._reply(fetch.request_id, self._fetch_error(self._epoch_error(fetch.request.current_leader_epoch)))
 
     def _send_end_quorum(self, resigned: Resigned) -> None:
         for voter in sorted(resigned.unacked):

@@ -9,6 +9,8 @@ from quorum.raft.interface import (
     FetchRequest,
     FetchResponse,
     PersistState,
+    Reply,
+    Send,
     VoteRequest,
     VoteResponse,
 )
@@ -127,3 +129,22 @@ def test_a_follower_told_by_its_leader_that_it_no_longer_leads_stops_following()
     # A stale BeginQuorumEpoch from that leader does not bring it back.
     node.request(1, BeginQuorumEpochRequest(None, 1, 1))
     assert node.core.role is Role.UNATTACHED
+
+
+def test_a_resigning_leader_sends_end_quorum_epoch_before_it_answers_its_parked_fetches() -> None:
+    """The followers' parked Fetches get NOT_LEADER_OR_FOLLOWER only after EndQuorumEpoch has left,
+    so the first successor hears of the resignation first and campaigns at once (a Fetch error
+    first made it persist "no leader" before it read the EndQuorumEpoch)."""
+    node = leader()
+    node.propose(b"x")
+    node.flush()
+    end = node.log.end_offset
+    for follower in (2, 3):
+        for _ in range(2):  # the first is answered (a new high watermark), the second parks: nothing new
+            node.request(follower, FetchRequest(None, follower, 1, end, 1, max_wait_ms=500))
+    actions = node.apply(node.core.resign(node.now))
+    ends = [i for i, a in enumerate(actions) if isinstance(a, Send) and isinstance(a.message, EndQuorumEpochRequest)]
+    answers = [i for i, a in enumerate(actions) if isinstance(a, Reply) and isinstance(a.message, FetchResponse)]
+    assert len(ends) == 2 and len(answers) == 2
+    assert max(ends) < min(answers)
+    assert all(actions[i].message.error == ErrorCode.NOT_LEADER_OR_FOLLOWER for i in answers)
