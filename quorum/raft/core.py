@@ -836,9 +836,11 @@ class RaftCore:
         elif self._id in successors and successors.index(self._id) == 0:
             # The leader's first choice campaigns at once, skipping pre-vote: the leader is gone by
             # its own word, so nobody has a live leader to protect.
+            # Its votes go out before the answer, and the two state changes have nothing sent between
+            # them, so the driver writes quorum-state once (issue 17's failover path).
             self._transition(self._unattached(request.leader_epoch, voted, self._now))
-            answer()
             self._become_candidate(retries=1)
+            answer()
             return
         elif self._id in successors:
             delay = strict_exponential_backoff(self._config, successors.index(self._id), len(successors))

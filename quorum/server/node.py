@@ -246,6 +246,8 @@ class RaftNode:
                     for early in self.core.on_appended(wall_clock_ms()):
                         pending.extend(await self._execute(early))
                     continue
+                if isinstance(action, raft.PersistState) and _superseded(pending):
+                    continue  # one quorum-state write for the last of consecutive state changes
                 if unflushed and isinstance(action, (raft.Send, raft.Reply)):
                     await asyncio.to_thread(self.log.flush)  # the contract: durable before a later Send leaves
                     unflushed = False
@@ -538,6 +540,19 @@ class RaftNode:
         await self.drive(lambda: self.core.resign(wall_clock_ms()))
         if self._sends:
             await asyncio.wait(set(self._sends), timeout=1.0)
+
+
+def _superseded(pending: deque[raft.Action]) -> bool:
+    """Whether another PersistState comes before anything leaves the node or touches the log: then
+    a PersistState at the head of the rest need not be written (nobody saw it, and a crash before
+    the later write recovers a state the core held just before). A successor told to campaign
+    goes Unattached then Candidate in one call; a voter granting a newer epoch's vote likewise."""
+    for action in pending:
+        if isinstance(action, raft.PersistState):
+            return True
+        if not isinstance(action, raft.LeaderChanged):
+            return False
+    return False
 
 
 def run_node(config: NodeConfig, remote: RemoteTier | None = None, out_of_range: OutOfRangePlugin | None = None) -> int:

@@ -148,3 +148,18 @@ def test_a_resigning_leader_sends_end_quorum_epoch_before_it_answers_its_parked_
     assert len(ends) == 2 and len(answers) == 2
     assert max(ends) < min(answers)
     assert all(actions[i].message.error == ErrorCode.NOT_LEADER_OR_FOLLOWER for i in answers)
+
+
+def test_the_first_successor_sends_its_votes_before_answering_and_nothing_between_its_two_state_changes() -> None:
+    """Unattached then Candidate with nothing leaving the node between, so the driver writes
+    quorum-state once; the votes go out before the EndQuorumEpoch answer."""
+    node = Node(3, log=log_with([1]))
+    node.start()
+    node.request(1, BeginQuorumEpochRequest(None, 1, 1))
+    actions = node.request(1, EndQuorumEpochRequest(None, 1, 1, (3, 2)))
+    persists = [i for i, a in enumerate(actions) if isinstance(a, PersistState)]
+    assert [actions[i] for i in persists] == [PersistState(1, -1, -1), PersistState(2, 3, -1)]
+    assert not any(isinstance(a, (Send, Reply)) for a in actions[persists[0]:persists[1]])
+    votes = [i for i, a in enumerate(actions) if isinstance(a, Send) and isinstance(a.message, VoteRequest)]
+    answer = next(i for i, a in enumerate(actions) if isinstance(a, Reply))
+    assert len(votes) == 2 and max(votes) < answer

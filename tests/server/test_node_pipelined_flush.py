@@ -1,5 +1,5 @@
 """The node shell pipelines its appends with the fsync in flight, and still acknowledges only
-what is durable (quorum.server.node.RaftNode.drive, issue 17).
+what is durable; consecutive quorum-state writes coalesce (quorum.server.node.RaftNode.drive, issue 17).
 
 One single-voter node runs in this process; its log's fsync is held at a gate, so the test sees
 the moment between "appended" and "durable" without depending on the disk's speed.
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from quorum.launcher import LocalCluster
+from quorum.raft import interface as raft
 from quorum.raft.state import Role
 from quorum.server.config import node_config
-from quorum.server.node import RaftNode
+from quorum.server.node import RaftNode, _superseded
 
 DEADLINE_S = 60.0
 
@@ -84,3 +86,14 @@ def test_a_leader_appends_the_next_write_while_an_fsync_is_in_flight_and_acknowl
             node._stopped.set()
             assert await asyncio.wait_for(running, DEADLINE_S) == 0
     asyncio.run(test())
+
+
+def test_consecutive_state_changes_with_nothing_sent_between_are_written_once() -> None:
+    """A successor told to campaign goes Unattached then Candidate in one call: only the last
+    quorum-state is written, since nothing left the node in between (issue 17's failover path)."""
+    candidate = raft.PersistState(2, 3, -1)
+    vote = raft.Send(1, raft.VoteRequest(None, 2, 3, 1, 5, False))
+    assert _superseded(deque([raft.LeaderChanged(-1, 1), candidate, raft.LeaderChanged(-1, 2), vote]))
+    assert not _superseded(deque([vote, candidate]))  # the first state was seen by a peer: it is written
+    assert not _superseded(deque([raft.AppendBatches(b"", 1), candidate]))
+    assert not _superseded(deque([raft.LeaderChanged(-1, 1)]))
