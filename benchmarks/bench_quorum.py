@@ -25,7 +25,8 @@ is from the signal to the first probe that commits. The stopped member is restar
 up before the next repetition; the table shows the median of REPETITIONS. On SIGTERM, etcd's
 leader picks a caught-up follower and tells it to campaign at once (raft's MsgTimeoutNow), and
 etcd's followers forward a put to whichever member leads; the quorum's followers answer
-NOT_LEADER, so a probe commits only once the new leader has won its (pre-)vote and answers.
+NOT_LEADER, so each probe asks every survivor at once and commits once the new leader has won its
+vote and answers.
 
 A phase that fails (no commit within FAILOVER_LIMIT, say) is reported with the members' log tails
 and marked FAILED in the table; the next phase gets a fresh cluster, and the exit status is 1.
@@ -159,11 +160,32 @@ class QuorumSystem:
         return QuorumWriter([self.address(m) for m in order], timeout_ms=30_000)
 
     async def probe(self, survivors: list[int], number: int) -> None:
-        writer = QuorumWriter([self.address(m) for m in survivors], timeout_ms=int(PROBE_TIMEOUT * 1000))
+        """Every survivor at once, one attempt each: etcd's followers forward a put to their leader,
+        the quorum's answer NOT_LEADER, so asking all of them is what measures the same thing, "a
+        new leader that can commit". (Asking one after the other within PROBE_INTERVAL reached the
+        second only when the first answered quickly: on a loaded machine the new leader went
+        unasked for hundreds of ms.)"""
+        async def attempt(member: int) -> None:
+            writer = QuorumWriter([self.address(member)], timeout_ms=int(PROBE_TIMEOUT * 1000))
+            try:  # a NOT_LEADER answer waits out the backoff, then the deadline has passed: one attempt
+                await writer.commit([_value(number)], within_s=PROBE_INTERVAL, backoff_s=PROBE_INTERVAL)
+            finally:
+                await writer.close()
+
+        tries = [asyncio.ensure_future(attempt(m)) for m in survivors]
+        last: Exception = RuntimeError("no survivor to ask")
         try:
-            await writer.commit([_value(number)], within_s=PROBE_INTERVAL, backoff_s=0.0)
+            for finished in asyncio.as_completed(tries):
+                try:
+                    await finished
+                    return
+                except Exception as exc:
+                    last = exc
+            raise last
         finally:
-            await writer.close()
+            for task in tries:
+                task.cancel()
+            await asyncio.gather(*tries, return_exceptions=True)
 
     def signal(self, member: int, sig: int) -> None:
         self.cluster.processes[member].send_signal(sig)
