@@ -48,6 +48,8 @@ the broker process's (/proc), or this process's, in which the endpoint's thread 
 one. Set beside "seconds" it tells which side was the bottleneck; the endpoint is Python too, and
 answering Fetch (encoding and framing a megabyte a partition) keeps it busy, so for consume it is
 a ceiling of the client and of the project's listener and codec together, which the broker shares.
+"server ms/MB" is that CPU over the row's MB: the figure to compare between commits on a busy machine,
+where MB/s move by 2-3x from run to run and CPU per byte does not.
 
 Beside the 1 KiB rows (1 and 4 partitions), one partition is measured with 10 KiB messages and
 with lz4-compressed batches of 1 KiB messages (produce acks=1 and consume; the endpoint serves
@@ -403,7 +405,8 @@ def report(results: dict[tuple[str, int, str, str], dict[str, Any]]) -> None:
         megabytes = run["bytes"] / 1e6
         row: list[object] = [target, kind, plural(partitions), operation, run["messages"], megabytes, seconds,
                              megabytes / seconds, round(run["messages"] / seconds),
-                             f"{run['server_cpu']:.1f} s", f"{run.get('client_cpu', 0):.1f} s"]  # fmt: skip
+                             f"{run['server_cpu']:.1f} s", f"{run['server_cpu'] * 1000 / megabytes:.2f}",
+                             f"{run.get('client_cpu', 0):.1f} s"]  # fmt: skip
         if target == "broker":
             ceiling = results[(kind, partitions, operation, "ceiling")]
             share = (run["bytes"] / seconds) / (ceiling["bytes"] / ceiling["seconds"])
@@ -419,7 +422,7 @@ def report(results: dict[tuple[str, int, str, str], dict[str, Any]]) -> None:
         "(lz4 rows: compression.type=lz4); "
         "consumer: assign() from offset 0, defaults; MB = 10^6 bytes of values",
         ["target", "messages of", "topic", "operation", "messages", "MB", "seconds", "MB/s", "msgs/s", "server CPU",
-         "client CPU", "broker % of ceiling", "goal"],
+         "server ms/MB", "client CPU", "broker % of ceiling", "goal"],
         rows,
         left=(1, 2, 3),
     )
