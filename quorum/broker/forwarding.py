@@ -4,8 +4,8 @@ Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfi
 DescribeConfigs, AlterPartitionReassignments, ListPartitionReassignments, CreateAcls,
 DeleteAcls and AlterUserScramCredentials to the node that Metadata names as controller, which on
 a KRaft cluster is a broker:
-the broker passes the request, unchanged and at the client's version, to the quorum leader, and
-the answer back.
+the broker passes the request, unchanged and at the client's version and under the client's client
+id (which the controller's mutation quota counts by), to the quorum leader, and the answer back.
 While no controller answers, or the one asked answers NOT_CONTROLLER (it resigned, for instance
 to take its snapshot turn, before the broker learned of the new leader), the request is retried
 until the client's own timeout is near, then answered with REQUEST_TIMED_OUT for every resource
@@ -48,7 +48,8 @@ def register_forwarding(dispatcher: Dispatcher, controller: Callable[[], PeerCli
             peer = controller()
             if peer is not None:
                 try:
-                    response = await peer.request(request.api, request.version, request.body)
+                    response = await peer.request(request.api, request.version, request.body,
+                                                  client_id=request.header.client_id)
                 except PeerUnavailable as exc:
                     log.info("forwarding %s: %s", request.api.name, exc)
                 else:

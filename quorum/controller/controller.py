@@ -64,6 +64,13 @@ from quorum.controller.heartbeats import (
     BrokerControlState,
     BrokerHeartbeatManager,
 )
+from quorum.controller.mutation_quota import (
+    DEFAULT_QUOTA_WINDOW_NUM,
+    DEFAULT_QUOTA_WINDOW_SIZE_S,
+    THROTTLED_MESSAGE,
+    UNBOUNDED,
+    MutationQuota,
+)
 from quorum.controller.placement import place_replicas
 from quorum.controller.results import ApiError, ControllerResult
 from quorum.controller.short_logs import ShortLocalLogs
@@ -112,6 +119,13 @@ class ControllerConfig:
     """`leader.imbalance.check.interval.seconds`, in milliseconds so that tests can make it short."""
     leader_imbalance_per_broker_percentage: int = balance.DEFAULT_IMBALANCE_PERCENTAGE
     """`leader.imbalance.per.broker.percentage`."""
+    controller_mutation_rate: float | None = None
+    """KIP-599's `controller_mutation_rate` for every (principal, client id): partitions created or deleted a
+    second (`quorum.controller.mutation_quota`); None, no quota."""
+    quota_window_num: int = DEFAULT_QUOTA_WINDOW_NUM
+    """`quota.window.num`."""
+    quota_window_size_s: int = DEFAULT_QUOTA_WINDOW_SIZE_S
+    """`quota.window.size.seconds`."""
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ControllerConfig:
@@ -122,6 +136,7 @@ class ControllerConfig:
         def flag(name: str, default: bool) -> bool:
             return properties[name].strip().lower() == "true" if name in properties else default
         interval_s = number("leader.imbalance.check.interval.seconds", balance.DEFAULT_CHECK_INTERVAL_MS // 1000)
+        rate = properties.get("controller_mutation_rate")
         return cls(default_num_partitions=number("num.partitions", DEFAULT_NUM_PARTITIONS),
                    default_replication_factor=number("default.replication.factor", DEFAULT_REPLICATION_FACTOR),
                    session_timeout_ms=number("broker.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS),
@@ -130,7 +145,10 @@ class ControllerConfig:
                    auto_leader_rebalance_enable=flag("auto.leader.rebalance.enable", True),
                    leader_imbalance_check_interval_ms=interval_s * 1000,
                    leader_imbalance_per_broker_percentage=number("leader.imbalance.per.broker.percentage",
-                                                                 balance.DEFAULT_IMBALANCE_PERCENTAGE))
+                                                                 balance.DEFAULT_IMBALANCE_PERCENTAGE),
+                   controller_mutation_rate=None if rate is None else _rate(rate),
+                   quota_window_num=number("quota.window.num", DEFAULT_QUOTA_WINDOW_NUM),
+                   quota_window_size_s=number("quota.window.size.seconds", DEFAULT_QUOTA_WINDOW_SIZE_S))
 
     def broker_defaults(self) -> dict[str, str]:
         """The values DescribeConfigs shows for these keys of a broker when nothing overrides them."""
@@ -347,8 +365,9 @@ class QuorumController:
 
     # -- topics --------------------------------------------------------------------------------
 
-    def create_topics(self, request: Any, view: ControllerView) -> ControllerResult:
-        """CreateTopics: TopicRecord (with its topic epoch), ConfigRecords, PartitionRecords per topic."""
+    def create_topics(self, request: Any, view: ControllerView, quota: MutationQuota = UNBOUNDED) -> ControllerResult:
+        """CreateTopics: TopicRecord (with its topic epoch), ConfigRecords, PartitionRecords per topic; each
+        topic's partitions taken from the client's mutation quota (KIP-599) once it is otherwise valid."""
         schema = APIS[CREATE_TOPICS].response
         result, config_entry = schema.CreatableTopicResult, schema.CreatableTopicResult.CreatableTopicConfigs
         unified = CollisionIndex(view.topics)
@@ -382,6 +401,11 @@ class QuorumController:
                 results.append(result(name=name, topic_id=None, error_code=error.code, error_message=error.message,
                                       num_partitions=-1, replication_factor=-1, configs=None))
                 continue
+            if not quota.try_take(len(placed)):
+                results.append(result(name=name, topic_id=None, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                                      error_message=THROTTLED_MESSAGE, num_partitions=-1, replication_factor=-1,
+                                      configs=None))
+                continue
             if has_collision_chars(name):
                 unified.setdefault(unify_collision_chars(name), name)
             topic_id = None
@@ -397,10 +421,11 @@ class QuorumController:
                 replication_factor=len(placed[0][0]),
                 configs=[config_entry(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
                                       is_sensitive=e.is_sensitive) for e in described]))
-        return _result(out, schema(throttle_time_ms=0, topics=results))
+        return _result(out, schema(throttle_time_ms=quota.throttle_time_ms(), topics=results))
 
-    def delete_topics(self, request: Any, view: ControllerView) -> ControllerResult:
-        """DeleteTopics by name (v1-5, and v6 entries with a name) or by id (v6): a RemoveTopicRecord each."""
+    def delete_topics(self, request: Any, view: ControllerView, quota: MutationQuota = UNBOUNDED) -> ControllerResult:
+        """DeleteTopics by name (v1-5, and v6 entries with a name) or by id (v6): a RemoveTopicRecord each, its
+        partitions taken from the client's mutation quota (KIP-599)."""
         schema = APIS[DELETE_TOPICS].response
         result = schema.DeletableTopicResult
         asked: list[tuple[str | None, uuid.UUID | None]] = [(name, None) for name in request.topic_names or ()]
@@ -420,6 +445,8 @@ class QuorumController:
                 topic = self._topic_to_delete(view, name, topic_id, names, ids)
                 if topic.topic_id in deleted:
                     raise ApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+                if not quota.try_take(len(topic.partitions)):
+                    raise ApiError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
             except ApiError as error:
                 results.append(result(name=name, topic_id=topic_id or _ZERO_UUID, error_code=error.code,
                                       error_message=error.message))
@@ -428,7 +455,7 @@ class QuorumController:
             epoch += 1
             out.append(rec.remove_topic(topic.topic_id, epoch))
             results.append(result(name=topic.name, topic_id=topic.topic_id, error_code=0, error_message=None))
-        return _result(out, schema(throttle_time_ms=0, responses=results))
+        return _result(out, schema(throttle_time_ms=quota.throttle_time_ms(), responses=results))
 
     @staticmethod
     def _topic_to_delete(view: ControllerView, name: str | None, topic_id: uuid.UUID | None,
@@ -451,8 +478,10 @@ class QuorumController:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"The topic id {topic_id} does not exist.")
         return found
 
-    def create_partitions(self, request: Any, view: ControllerView) -> ControllerResult:
-        """CreatePartitions: the topic's TopicRecord again with a new topic epoch, then the new PartitionRecords."""
+    def create_partitions(self, request: Any, view: ControllerView,
+                          quota: MutationQuota = UNBOUNDED) -> ControllerResult:
+        """CreatePartitions: the topic's TopicRecord again with a new topic epoch, then the new PartitionRecords;
+        the new partitions taken from the client's mutation quota (KIP-599)."""
         schema = APIS[CREATE_PARTITIONS].response
         result = schema.CreatePartitionsTopicResult
         registered = view.registrations.keys()
@@ -479,6 +508,8 @@ class QuorumController:
                     if len(out) + 1 + asked.count - start > MAX_RECORDS_PER_USER_OP:
                         return _excessive(schema, [t.name for t in request.topics])
                     placed = [(r, r) for r in place_replicas(usable, asked.count - start, factor, self.rng)]
+                if not quota.try_take(len(placed)):
+                    raise ApiError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
             except ApiError as error:
                 results.append(result(name=name, error_code=error.code, error_message=error.message))
                 continue
@@ -488,7 +519,7 @@ class QuorumController:
                 out += [rec.partition(topic.topic_id, start + offset, replicas, isr)
                         for offset, (replicas, isr) in enumerate(placed)]
             results.append(result(name=name, error_code=0, error_message=None))
-        return _result(out, schema(throttle_time_ms=0, results=results))
+        return _result(out, schema(throttle_time_ms=quota.throttle_time_ms(), results=results))
 
     # -- configs -------------------------------------------------------------------------------
 
@@ -704,6 +735,17 @@ def _each_name_once(topics: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
         if topic.name not in seen:
             seen.add(topic.name)
             yield topic, counts[topic.name] > 1
+
+
+def _rate(value: str) -> float:
+    """`controller_mutation_rate` as Kafka reads a client quota: a number of partitions a second above 0."""
+    try:
+        rate = float(value)
+    except ValueError:
+        raise ValueError(f"controller_mutation_rate must be a number of partitions a second, not {value!r}") from None
+    if not rate > 0:
+        raise ValueError(f"controller_mutation_rate must be above 0 partitions a second, not {value!r}")
+    return rate
 
 
 def _true(value: str | None) -> bool:

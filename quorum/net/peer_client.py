@@ -58,21 +58,24 @@ class PeerClient:
         self._pending: deque[tuple[int, Api, int, asyncio.Future[Any]]] = deque()
         self._connecting: asyncio.Lock = asyncio.Lock()
 
-    async def request(self, api: Api, version: int, body: Any) -> Any:
-        """Send one request and wait for its response body; PeerUnavailable on any failure or timeout."""
+    async def request(self, api: Api, version: int, body: Any, client_id: str | None = None) -> Any:
+        """Send one request and wait for its response body; PeerUnavailable on any failure or timeout.
+        `client_id` replaces this client's own in the header (a broker forwards a client's request under the
+        client's id, which the controller's mutation quota counts by, as Kafka's forwarding envelope does)."""
         try:
-            return await asyncio.wait_for(self._request(api, version, body), self._timeout)
+            return await asyncio.wait_for(self._request(api, version, body, client_id), self._timeout)
         except (TimeoutError, OSError, WireError, asyncio.IncompleteReadError) as exc:
             self._reset(f"{api.name} failed: {exc!r}")
             raise PeerUnavailable(f"{self.host}:{self.port}: {api.name} v{version}: {exc!r}",
                                   peer_gone(exc)) from None
 
-    async def _request(self, api: Api, version: int, body: Any) -> Any:
+    async def _request(self, api: Api, version: int, body: Any, client_id: str | None = None) -> Any:
         writer = await self._connection()
         correlation_id = next(self._correlation)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((correlation_id, api, version, future))
-        writer.write(encode_request(api, RequestHeader(api.key, version, correlation_id, self._client_id), body))
+        header = RequestHeader(api.key, version, correlation_id, self._client_id if client_id is None else client_id)
+        writer.write(encode_request(api, header, body))
         await writer.drain()
         return await future
 

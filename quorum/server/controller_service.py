@@ -47,11 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 from quorum.controller import acls, scram
 from quorum.controller.controller import ControllerConfig, QuorumController
+from quorum.controller.mutation_quota import STRICT_SINCE, UNBOUNDED, ControllerMutationQuotas, MutationQuota
 from quorum.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
 from quorum.controller.results import ControllerResult
 from quorum.image.delta import MetadataDelta
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.security.principal import request_context
 from quorum.server.bootstrap_metadata import bootstrap_due
 from quorum.server.commit_waiters import NotLeaderError
 from quorum.server.refusals import refuse
@@ -76,8 +78,11 @@ keep the lifecycle requests of the next batch waiting (issue 17's creations stil
 SLOW_BATCH_LOG_MS = 2_000
 """Kafka's controller.performance.always.log.threshold.ms: a batch slower than this is logged."""
 
-Operation = Callable[[QuorumController, Any, int, Any, int], ControllerResult]
-"""(controller, request body, now ms, view, next offset) -> the result to commit and answer."""
+Operation = Callable[[QuorumController, Any, int, Any, int, MutationQuota], ControllerResult]
+"""(controller, request body, now ms, view, next offset, the client's mutation quota) -> the result to commit
+and answer."""
+MUTATIONS = frozenset(STRICT_SINCE)
+"""CreateTopics, CreatePartitions, DeleteTopics: what KIP-599's controller mutation quota counts."""
 
 
 @dataclass(slots=True)
@@ -87,6 +92,8 @@ class _Queued:
     operation: Operation
     request: Request
     answer: asyncio.Future[Reply]
+    principal: str
+    """Who sent it, for the mutation quota (captured while the request's connection context is current)."""
 
 
 def _log_if_slow(batch: list[_Queued], started: float) -> None:
@@ -119,26 +126,29 @@ class ControllerService:
         self._lifecycle: deque[_Queued] = deque()
         self._queue: deque[_Queued] = deque()  # admin requests
         self._worker: asyncio.Task[None] | None = None
+        self._quotas = ControllerMutationQuotas(config.controller_mutation_rate, config.quota_window_num,
+                                                config.quota_window_size_s)
 
     def register(self, dispatcher: Dispatcher) -> None:
         operations: dict[int, Operation] = {
-            CREATE_TOPICS: lambda c, body, now, view, offset: c.create_topics(body, view),
-            DELETE_TOPICS: lambda c, body, now, view, offset: c.delete_topics(body, view),
-            CREATE_PARTITIONS: lambda c, body, now, view, offset: c.create_partitions(body, view),
-            INCREMENTAL_ALTER_CONFIGS: lambda c, body, now, view, offset: c.incremental_alter_configs(body, view),
-            DESCRIBE_CONFIGS: lambda c, body, now, view, offset: c.describe_configs(body, view),
-            ALTER_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset: c.alter_partition_reassignments(
+            CREATE_TOPICS: lambda c, body, now, view, offset, quota: c.create_topics(body, view, quota),
+            DELETE_TOPICS: lambda c, body, now, view, offset, quota: c.delete_topics(body, view, quota),
+            CREATE_PARTITIONS: lambda c, body, now, view, offset, quota: c.create_partitions(body, view, quota),
+            INCREMENTAL_ALTER_CONFIGS: lambda c, body, now, view, offset, quota: c.incremental_alter_configs(
                 body, view),
-            LIST_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset: c.list_partition_reassignments(
+            DESCRIBE_CONFIGS: lambda c, body, now, view, offset, quota: c.describe_configs(body, view),
+            ALTER_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset, quota: c.alter_partition_reassignments(
                 body, view),
-            ALTER_PARTITION: lambda c, body, now, view, offset: c.alter_partition(body, view),
-            BROKER_REGISTRATION: lambda c, body, now, view, offset: c.register_broker(body, now, view, offset),
-            BROKER_HEARTBEAT: lambda c, body, now, view, offset: c.heartbeat(body, now, view, offset),
-            ALLOCATE_PRODUCER_IDS: lambda c, body, now, view, offset: allocate_producer_ids(body, view),
-            acls.CREATE_ACLS: lambda c, body, now, view, offset: acls.create_acls(body, view, c.rng),
-            acls.DELETE_ACLS: lambda c, body, now, view, offset: acls.delete_acls(body, view),
-            scram.ALTER_USER_SCRAM_CREDENTIALS: lambda c, body, now, view, offset: scram.alter_user_scram_credentials(
+            LIST_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset, quota: c.list_partition_reassignments(
                 body, view),
+            ALTER_PARTITION: lambda c, body, now, view, offset, quota: c.alter_partition(body, view),
+            BROKER_REGISTRATION: lambda c, body, now, view, offset, quota: c.register_broker(body, now, view, offset),
+            BROKER_HEARTBEAT: lambda c, body, now, view, offset, quota: c.heartbeat(body, now, view, offset),
+            ALLOCATE_PRODUCER_IDS: lambda c, body, now, view, offset, quota: allocate_producer_ids(body, view),
+            acls.CREATE_ACLS: lambda c, body, now, view, offset, quota: acls.create_acls(body, view, c.rng),
+            acls.DELETE_ACLS: lambda c, body, now, view, offset, quota: acls.delete_acls(body, view),
+            scram.ALTER_USER_SCRAM_CREDENTIALS:
+                lambda c, body, now, view, offset, quota: scram.alter_user_scram_credentials(body, view),
         }
         for key, operation in operations.items():
             # pipelined: a connection's next request (a broker's next forwarded CreateTopics) is read
@@ -148,7 +158,7 @@ class ControllerService:
     def _handler(self, operation: Operation):
         async def handle(request: Request) -> Reply:
             answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-            queued = _Queued(operation, request, answer)
+            queued = _Queued(operation, request, answer, str(request_context().principal))
             (self._lifecycle if request.api.key in LIFECYCLE else self._queue).append(queued)
             if self._worker is None or self._worker.done():
                 self._worker = asyncio.create_task(self._run_batches())
@@ -210,7 +220,8 @@ class ControllerService:
                 break
             self.node.metrics.count_controller_request()
             try:
-                result = queued.operation(controller, queued.request.body, now, view, first_offset + len(records))
+                result = queued.operation(controller, queued.request.body, now, view, first_offset + len(records),
+                                          self._quota(queued, now))
             except Exception:  # a bug in one request's decision fails that request, not its batch
                 log.exception("controller: %s failed", queued.request.api.name)
                 result = ControllerResult((), refuse(queued.request, ErrorCode.UNKNOWN_SERVER_ERROR))
@@ -227,6 +238,13 @@ class ControllerService:
             replies.append(Reply(body, queued.request.version))
         return replies
 
+    def _quota(self, queued: _Queued, now_ms: int) -> MutationQuota:
+        request = queued.request
+        if request.api.key not in MUTATIONS:
+            return UNBOUNDED
+        return self._quotas.quota_for(queued.principal, request.header.client_id, request.api.key, request.version,
+                                      now_ms)
+
     def _active(self) -> QuorumController | None:
         """The controller, when this node leads the quorum and has replayed everything before its epoch."""
         core = self.node.core
@@ -234,6 +252,7 @@ class ControllerService:
             if self._controller is not None:
                 self._controller.deactivate()
                 self._controller = None
+                self._quotas.clear()
                 log.info("node %d is no longer the active controller", self.node.config.node_id)
             return None
         if self._controller is None:

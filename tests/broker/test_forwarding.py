@@ -30,8 +30,9 @@ class Controller:
         self.refusals = refusals
         self.asked = 0
 
-    async def request(self, api, version, body):
+    async def request(self, api, version, body, client_id=None):
         self.asked += 1
+        self.client_id = client_id
         return answer(ErrorCode.NOT_CONTROLLER if self.asked <= self.refusals else ErrorCode.NONE)
 
 
@@ -48,6 +49,7 @@ def test_not_controller_is_retried_until_the_new_leader_answers():
     register_forwarding(dispatcher, lambda: controller, refuse)
     assert [t.error_code for t in create_topics(dispatcher).topics] == [ErrorCode.NONE]
     assert controller.asked == 4
+    assert controller.client_id == "test"  # the client's id, which the controller's mutation quota counts by
 
 
 def test_a_controller_that_keeps_refusing_ends_in_request_timed_out_not_not_controller():

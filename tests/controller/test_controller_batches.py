@@ -179,10 +179,10 @@ def test_a_request_whose_decision_fails_is_answered_alone(monkeypatch: Any) -> N
     """A bug in deciding one request answers it UNKNOWN_SERVER_ERROR; the rest of its batch commits."""
     decide = QuorumController.create_topics
 
-    def failing(self: QuorumController, request: Any, view: Any) -> Any:
+    def failing(self: QuorumController, request: Any, view: Any, *quota: Any) -> Any:
         if request.topics[0].name == "bug":
             raise RuntimeError("a bug")
-        return decide(self, request, view)
+        return decide(self, request, view, *quota)
 
     monkeypatch.setattr(QuorumController, "create_topics", failing)
 
