@@ -243,6 +243,7 @@ class RaftNode:
                         batches.append(pending.popleft().batches)
                     await self._append(b"".join(batches))
                     unflushed = True
+                    self._start_flush()  # the disk starts now, while the loop answers and replays
                     # A leader's parked Fetches are answered before its fsync, which they overlap.
                     for early in self.core.on_appended(wall_clock_ms()):
                         pending.extend(await self._execute(early))
@@ -255,8 +256,8 @@ class RaftNode:
                     pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
                 pending.extend(await self._execute(action))
             self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
-            if self.log.flushed_offset < self.log.end_offset and (self._flusher is None or self._flusher.done()):
-                self._flusher = asyncio.create_task(self._flush_in_background())
+            if self.log.flushed_offset < self.log.end_offset:
+                self._start_flush()  # an earlier round found the log durable while this one appended
 
     async def _append(self, data: bytes) -> None:
         """Append on the loop when small (a write into the page cache costs less than a thread hop),
@@ -266,13 +267,22 @@ class RaftNode:
         else:
             await asyncio.to_thread(self.log.append, data)
 
-    async def _flush_in_background(self) -> None:
-        """fsync the log until it is durable to its end, telling the core after each fsync; appends
-        made while one runs are covered by the next. A failed fsync is fatal (`Log.flush`)."""
+    def _start_flush(self) -> None:
+        """Start an fsync on a worker thread at once, unless one is under way (it loops)."""
+        if self._flusher is None or self._flusher.done():
+            first = asyncio.get_running_loop().run_in_executor(None, self.log.flush)
+            self._flusher = asyncio.create_task(self._flush_in_background(first))
+
+    async def _flush_in_background(self, first: asyncio.Future[int]) -> None:
+        """Wait for the fsync `first`, tell the core, and fsync again while the log has grown meanwhile
+        (appends made while one runs are covered by the next). A failed fsync is fatal (`Log.flush`)."""
         try:
-            while self.log.flushed_offset < self.log.end_offset and self._fatal is None:
-                await asyncio.to_thread(self.log.flush)
+            await first
+            while True:
                 await self.drive(lambda: self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+                if self.log.flushed_offset >= self.log.end_offset or self._fatal is not None:
+                    return
+                await asyncio.to_thread(self.log.flush)
         except Exception as exc:
             log.critical("fatal: the metadata log's fsync failed: %s", exc)
             self._fatal = f"the metadata log's fsync failed: {exc}"
