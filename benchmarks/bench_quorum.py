@@ -28,6 +28,9 @@ etcd's followers forward a put to whichever member leads; the quorum's followers
 NOT_LEADER, so each probe asks every survivor at once and commits once the new leader has won its
 vote and answers.
 
+Floor: before the runs, a 100-byte append with fsync (and fdatasync) on the members' disk and a
+loopback round trip, p50 and p99, printed under the table: what bounds a 1-record commit here.
+
 A phase that fails (no commit within FAILOVER_LIMIT, say) is reported with the members' log tails
 and marked FAILED in the table; the next phase gets a fresh cluster, and the exit status is 1.
 """
@@ -40,10 +43,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -741,10 +746,65 @@ async def run(base: Path) -> tuple[Results, Results, str]:
     return quorum, etcd, f"etcd {version}"
 
 
+FLOOR_SAMPLES = 500
+
+
+def _cuts_ms(seconds: list[float]) -> str:
+    cuts = statistics.quantiles(seconds, n=100, method="inclusive")
+    return f"p50 {cuts[49] * 1000:.3f} ms, p99 {cuts[98] * 1000:.3f} ms"
+
+
+def floor(directory: Path) -> list[str]:
+    """What bounds a 1-record commit on this machine: a 100-byte append plus fsync (and fdatasync)
+    on the members' disk, and a loopback round trip. etcd's commit is leader fsync || (send,
+    follower fsync, ack); the quorum's the same plus the follower's next Fetch."""
+    lines = []
+    for name, sync in (("fsync", os.fsync), ("fdatasync", os.fdatasync)):
+        path = directory / f"floor-{name}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        times = []
+        try:
+            for _ in range(FLOOR_SAMPLES):
+                started = time.perf_counter()
+                os.write(fd, b"x" * VALUE_BYTES)
+                sync(fd)
+                times.append(time.perf_counter() - started)
+        finally:
+            os.close(fd)
+            path.unlink()
+        lines.append(f"{VALUE_BYTES} B append + {name} in {directory}: {_cuts_ms(times)}")
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def echo() -> None:
+        peer, _ = server.accept()
+        with peer:
+            peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := peer.recv(VALUE_BYTES):
+                peer.sendall(data)
+
+    thread = threading.Thread(target=echo, daemon=True)
+    thread.start()
+    times = []
+    with socket.create_connection(server.getsockname()) as client:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(FLOOR_SAMPLES):
+            started = time.perf_counter()
+            client.sendall(b"y" * VALUE_BYTES)
+            client.recv(VALUE_BYTES)
+            times.append(time.perf_counter() - started)
+    thread.join(5)
+    server.close()
+    lines.append(f"loopback TCP round trip, {VALUE_BYTES} B, two threads of one process: {_cuts_ms(times)}")
+    return lines
+
+
 def main() -> None:
     started = time.monotonic()
     base_dir = Path(os.environ.get("BENCH_QUORUM_DIR", "."))
     base = Path(tempfile.mkdtemp(prefix="bench-quorum-", dir=base_dir)).resolve()
+    floors = floor(base)
+    for line in floors:
+        progress(f"floor: {line}")
     try:
         quorum, etcd, etcd_label = asyncio.run(run(base))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -756,6 +816,8 @@ def main() -> None:
         else:
             shutil.rmtree(base, ignore_errors=True)
     table(quorum, etcd, etcd_label)
+    for line in floors:
+        print(f"  floor: {line}")
     print(f"  ({time.monotonic() - started:.0f}s in all)")
     errors = quorum.errors + etcd.errors
     for error in errors:
