@@ -115,6 +115,8 @@ class RaftNode:
         self._state_path = directory / QUORUM_STATE_NAME
         stored = read_quorum_state(self._state_path)
         persisted = raft.PersistState(stored.leader_epoch, stored.voted_id, stored.leader_id) if stored else None
+        self._durable_vote = (stored.leader_epoch, stored.voted_id) if stored else None
+        self._state_write: asyncio.Future[None] | None = None  # a background quorum-state write (`_persist`)
         self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms(),
                              snapshots=self.snapshots)
         self._update_lag_metrics(self.core.high_watermark)
@@ -327,9 +329,7 @@ class RaftNode:
         """Carry out one action other than AppendBatches (which `drive` groups); returns the
         actions of the event it causes (a snapshot taken or fetched), to be carried out next."""
         if isinstance(action, raft.PersistState):
-            state = QuorumState(action.epoch, action.leader_id, action.voted_id,
-                                current_voters=tuple(v.node_id for v in self.config.voters))
-            await asyncio.to_thread(write_quorum_state, self._state_path, state)
+            await self._persist(action)
         elif isinstance(action, raft.Truncate):
             await asyncio.to_thread(self.log.truncate_to, action.offset)
         elif isinstance(action, raft.Send):
@@ -381,6 +381,29 @@ class RaftNode:
             self._fatal = action.reason
             self._stopped.set()
         return []
+
+    async def _persist(self, action: raft.PersistState) -> None:
+        """Write quorum-state; durable on return when the epoch or the vote changes.
+
+        When only the leader's id changes (a candidate that won, a voter that learns who won, a
+        follower that lost its leader), the write goes on in the background and the node proceeds:
+        Raft's safety rests on the durable epoch and vote alone, and a crash that loses the leader's
+        id restarts the node without a known leader in the same epoch (it finds or elects one).
+        That takes two quorum-state writes off a failover's path (issue 17). Writes stay in order:
+        the next one waits for a background write first.
+        """
+        if self._state_write is not None:
+            await self._state_write
+            self._state_write = None
+        state = QuorumState(action.epoch, action.leader_id, action.voted_id,
+                            current_voters=tuple(v.node_id for v in self.config.voters))
+        vote = (action.epoch, action.voted_id)
+        if vote == self._durable_vote:
+            self._state_write = asyncio.get_running_loop().run_in_executor(
+                None, write_quorum_state, self._state_path, state)
+        else:
+            await asyncio.to_thread(write_quorum_state, self._state_path, state)
+            self._durable_vote = vote
 
     def _verified(self, step: Callable[[Any], object], argument: Any) -> str | None:
         """Run a replay step (on a worker thread); with `quorum.test.verify.image`, then compare the
@@ -539,6 +562,8 @@ class RaftNode:
         self.metrics.close()
         if self._flusher is not None:  # what was appended is made durable before the log closes
             await asyncio.gather(self._flusher, return_exceptions=True)
+        if self._state_write is not None:
+            await asyncio.gather(self._state_write, return_exceptions=True)
         await asyncio.to_thread(self.log.close)
         if self.verifier is not None:
             log.warning("image checked %d times against snapshot plus log (%d full replays, %d skipped: log start "
