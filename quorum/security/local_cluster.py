@@ -120,7 +120,7 @@ class LocalSecurity:
         the admin's password: readable by its owner only."""
         settings = self.client_settings(protocol, "admin", "SCRAM-SHA-512" if protocol == "SASL_SSL" else "PLAIN")
         if protocol == "SSL":  # the tools' certificate: a super user, and what the controllers ask for
-            settings["ssl.certificate.location"] = str(self.tool)
+            settings["ssl.certificate.location"] = settings["ssl.key.location"] = str(self.tool)  # chain and key
         path = self.directory / f"admin-{protocol.lower()}.properties"
         path.touch(mode=0o600)
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()), encoding="utf-8")
