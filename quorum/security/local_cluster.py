@@ -27,6 +27,10 @@ PROTOCOLS = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
 """A secured broker's client listeners, its first (inter-broker) one first."""
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 USERS = ("admin", "alice")
+KAFKA_PYTHON_NAMES = {"security.protocol": "security_protocol", "ssl.ca.location": "ssl_cafile",
+                      "sasl.mechanism": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+                      "sasl.password": "sasl_plain_password"}
+"""librdkafka's name -> kafka-python's, for the settings `client_settings` gives."""
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 TOOLS = "quorum-tools"
 _MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -106,13 +110,8 @@ class LocalSecurity:
     def kafka_python_settings(self, protocol: str, user: str = "alice",
                               mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
         """The same client in kafka-python's names (KafkaProducer, KafkaConsumer, KafkaAdminClient)."""
-        settings = {"security_protocol": protocol}
-        if protocol in ("SSL", "SASL_SSL"):
-            settings["ssl_cafile"] = str(self.ca.cert_path)
-        if protocol.startswith("SASL"):
-            settings.update({"sasl_mechanism": mechanism, "sasl_plain_username": user,
-                             "sasl_plain_password": self.passwords[user]})
-        return settings
+        settings = self.client_settings(protocol, user, mechanism)
+        return {KAFKA_PYTHON_NAMES[key]: value for key, value in settings.items()}
 
     def command_config(self, protocol: str) -> Path:
         """A `--command-config` file for the admin on listener `protocol` (Kafka's tools' properties,
