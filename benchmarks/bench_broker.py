@@ -252,8 +252,9 @@ def run_client(job: dict[str, Any], module: str = "benchmarks.bench_broker") -> 
 # -- the broker --------------------------------------------------------------------------------------
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float, cluster: Any) -> None:
-    """Poll `check` until it holds; past the timeout, fail naming `what`, with the nodes' last log lines."""
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float, cluster: Any, poll_s: float = 0.2) -> None:
+    """Poll `check` every `poll_s` until it holds; past the timeout, fail naming `what`, with the nodes'
+    last log lines."""
     deadline = time.monotonic() + timeout_s
     problem = ""
     while time.monotonic() < deadline:
@@ -262,7 +263,7 @@ def wait_until(what: str, check: Callable[[], bool], timeout_s: float, cluster: 
                 return
         except Exception as exc:  # noqa: BLE001 - a node still starting answers with errors; keep the last
             problem = f" (last error: {exc})"
-        time.sleep(0.2)
+        time.sleep(poll_s)
     tails = []
     for spec in cluster.specs.values():
         lines = spec.log_path.read_text(errors="replace").splitlines()[-15:] if spec.log_path.exists() else []
