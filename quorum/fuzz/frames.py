@@ -351,7 +351,8 @@ class FrameFactory:
         elif choice == 1:
             data[2:4] = struct.pack(">h", rng.choice((-1, api.max_version + 1, 32767, -32768)))
         elif choice == 2:
-            data[8:10] = struct.pack(">h", rng.choice((-2, -32768, 32767, len(head) + len(body))))
+            # a length past the frame's end (at most int16's top: bodies of 10,000-character strings pass it)
+            data[8:10] = struct.pack(">h", rng.choice((-2, -32768, 32767, min(len(head) + len(body), 32767))))
         else:
             data = data[:rng.randrange(0, len(data))]
             body = b""
