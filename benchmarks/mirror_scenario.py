@@ -78,7 +78,8 @@ class Plan:
     replicator_kill_at: float = 0.3
     """Fraction of `records` written at which the replicator is killed (SIGKILL) and restarted. Counted at
     the source, so that the kill falls anywhere in a loop's copy-flush-commit cycle: counted at the target,
-    it would follow a synchronous loop's flush, and so its commit, by a few milliseconds."""
+    it would follow a synchronous loop's flush, and so its commit, by a few milliseconds. Never before the
+    target holds a first copy (a short run's replicator may still be joining its group at that count)."""
 
 
 @dataclass
@@ -594,7 +595,8 @@ def run_against(kind: str, plan: Plan, directory: Path, source_cluster: Any, tar
             at = f"at {producer.acked:,} produced, {watch.copies:,} copied"
             if schedule:
                 fraction, event = schedule[0]
-                if producer.acked >= fraction * plan.records:
+                # the replicator's kill is meant to land in its copy-flush-commit cycle: not before its first copy
+                if producer.acked >= fraction * plan.records and (event != "replicator kill" or watch.copies):
                     schedule.pop(0)
                     if event == "replicator kill":
                         replicator.kill()

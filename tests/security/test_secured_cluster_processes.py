@@ -579,3 +579,5 @@ def test_the_kip_232_mirror_scenario_runs_over_sasl_ssl(cluster, tmp_path):
     assert (figures.missing, figures.rewinds, figures.misplaced) == (0, 0, 0), (figures, result.notes)
     assert figures.distinct == 3000
     assert not result.notes[3:], result.notes  # the three events' notes only: commits reached the ends, exit 0
+    [kill] = [note for note in result.notes if note.startswith("replicator kill")]
+    assert "the target held 0 " not in kill, kill  # killed mid-copy, so its restart resumes, never rewinds
