@@ -3,6 +3,13 @@
 Kafka brokers answer the requests of one connection in order, so a FIFO of pending futures is
 enough to pair responses with requests; the correlation id is still checked, and a mismatch is
 treated as a broken connection rather than trusted.
+
+Responses are read by `ResponseFrames`, an asyncio BufferedProtocol: the kernel writes each
+response's bytes with `recv_into` straight into a bytearray of the response's size, so a follower's
+10 MiB Fetch answer is not copied three times on its way in as a StreamReader copies it (a `recv`
+bytes object, `feed_data` into the reader's buffer, `readexactly` out of it): that was a third of a
+catching-up follower's CPU (issue 20). The protocol is also a StreamReaderProtocol, so the
+connection keeps an `asyncio.StreamWriter` for requests, TLS included.
 """
 
 from __future__ import annotations
@@ -40,6 +47,97 @@ def peer_gone(exc: BaseException) -> bool:
         return exc.gone
     return isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
                             asyncio.IncompleteReadError))
+
+
+class ResponseFrames(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """One connection's frames as whole payloads (without the size prefix), in arrival order.
+
+    The size prefix is read into a 4-byte buffer, then the payload into a bytearray of its size,
+    refused (FrameTooLargeError, a WireError) past `max_frame_bytes` before anything is allocated.
+    Only answers to requests sent arrive here, and `PeerClient` takes each at once, so no read-ahead
+    limit is needed; an unasked frame fails the connection there."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        super().__init__(None, self._connected)
+        self.writer: asyncio.StreamWriter | None = None
+        self._max_frame_bytes = max_frame_bytes
+        self._prefix = bytearray(4)
+        self._frame: bytearray | None = None  # the payload being filled, after its prefix
+        self._filled = 0
+        self._frames: deque[bytearray] = deque()
+        self._failure: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _connected(self, _reader: object, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._failure is not None:  # bytes after a bad size (TLS may hold some) mean nothing: dropped
+            return memoryview(self._prefix)
+        target = self._prefix if self._frame is None else self._frame
+        return memoryview(target)[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._failure is not None:
+            return
+        self._filled += nbytes
+        if self._frame is None:
+            if self._filled < 4:
+                return
+            try:
+                size = check_frame_size(bytes(self._prefix), self._max_frame_bytes)
+            except WireError as exc:
+                self._fail(exc)
+                transport = self._transport
+                if transport is not None:
+                    transport.pause_reading()
+                return
+            self._frame, self._filled = bytearray(size), 0
+        if self._filled == len(self._frame):
+            self._frames.append(self._frame)
+            self._frame, self._filled = None, 0
+            self._wake()
+
+    def eof_received(self) -> bool:
+        partial = b"" if self._frame is None else bytes(self._frame[:self._filled])
+        self._fail(asyncio.IncompleteReadError(partial, None))
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(asyncio.IncompleteReadError(b"", None) if exc is None else exc)
+        super().connection_lost(exc)
+
+    def _fail(self, failure: BaseException) -> None:
+        if self._failure is None:
+            self._failure = failure
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next_frame(self) -> bytearray:
+        """The next whole payload; after the frames that arrived whole, the connection's failure
+        (IncompleteReadError at its end or inside a frame, the frame-size error, an OSError)."""
+        while not self._frames:
+            if self._failure is not None:
+                raise self._failure
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._frames.popleft()
+
+
+async def open_frames(host: str, port: int, max_frame_bytes: int,
+                      security: ClientSecurity) -> tuple[ResponseFrames, asyncio.StreamWriter]:
+    """A connection whose answers `ResponseFrames` reads (TLS when `security` has a context)."""
+    tls = security.ssl_context
+    _, frames = await asyncio.get_running_loop().create_connection(
+        lambda: ResponseFrames(max_frame_bytes), host, port, ssl=tls, server_hostname=host if tls else None)
+    assert frames.writer is not None  # made in connection_made
+    return frames, frames.writer
 
 
 class PeerClient:
@@ -82,9 +180,7 @@ class PeerClient:
     async def _connection(self) -> asyncio.StreamWriter:
         async with self._connecting:
             if self._writer is None or self._writer.is_closing():
-                tls = self._security.ssl_context
-                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=tls,
-                                                               server_hostname=self.host if tls else None)
+                reader, writer = await open_frames(self.host, self.port, self._max_frame_bytes, self._security)
                 if self._security.sasl is not None:
                     try:
                         await sasl_login(self._exchanger(reader, writer), self._security.sasl)
@@ -95,7 +191,7 @@ class PeerClient:
                 self._reader_task = asyncio.create_task(self._read_responses(reader))
             return self._writer
 
-    def _exchanger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):  # noqa: ANN202
+    def _exchanger(self, reader: ResponseFrames, writer: asyncio.StreamWriter):  # noqa: ANN202
         """One request and its answer at a time on a connection not yet handed to `_read_responses`
         (the SASL login before any other request)."""
 
@@ -103,19 +199,17 @@ class PeerClient:
             correlation_id = next(self._correlation)
             writer.write(encode_request(api, RequestHeader(api.key, version, correlation_id, self._client_id), body))
             await writer.drain()
-            size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
-            answered, answer = decode_response(api, version, await reader.readexactly(size))
+            answered, answer = decode_response(api, version, await reader.next_frame())
             if answered != correlation_id:
                 raise WireError(f"correlation id {answered} where {correlation_id} was expected")
             return answer
 
         return exchange
 
-    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+    async def _read_responses(self, reader: ResponseFrames) -> None:
         try:
             while True:
-                size = check_frame_size(await reader.readexactly(4), self._max_frame_bytes)
-                payload = await reader.readexactly(size)
+                payload = await reader.next_frame()
                 if not self._pending:
                     raise WireError("response with no request outstanding")
                 expected, api, version, future = self._pending.popleft()
