@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
-from quorum.wire import records
+from quorum.wire import compression, records
 from quorum.wire.compression import (
     Compression,
     CompressionError,
@@ -96,3 +96,17 @@ def test_a_batch_whose_body_decompresses_past_the_limit_is_corrupt(monkeypatch) 
                                 compression=Compression.GZIP)
     with pytest.raises(records.CorruptRecordError, match="decompresses to more than 1000 bytes"):
         records.RecordBatch(batch).validate()
+
+
+def test_bounded_lz4_is_decompressed_once(monkeypatch) -> None:
+    """Every lz4 Produce body is decompressed within MAX_DECOMPRESSED_BATCH_BYTES: one pass, not a size
+    pass and then the exact one (that was half of a broker's lz4 produce CPU)."""
+    data = bytes(range(256)) * 10_000
+    packed = compress(Compression.LZ4, data)
+
+    def second_pass(*_args: object) -> object:
+        raise AssertionError("decompressed a second time")
+
+    monkeypatch.setattr(compression, "_lz4_size", second_pass)
+    monkeypatch.setattr(compression.lz4.frame, "decompress", second_pass)
+    assert decompress(Compression.LZ4, memoryview(bytearray(packed)), max_bytes=len(data)) == data
