@@ -334,12 +334,14 @@ class Partition:
 
     # -- the follower's log ------------------------------------------------------------------
 
-    def append_as_follower(self, records: bytes) -> int:
+    def append_as_follower(self, records: bytes, crc_checked: bool = False) -> int:
         """Append the leader's batches as they are (offsets and leader epochs assigned by the
         leader; `Log.append` checks CRCs, offsets and epochs and fills the epoch cache); the
         producer state follows, so this replica can dedupe idempotent producers once it leads.
+        `crc_checked`: the caller verified every batch's CRC (the replica fetcher's core does, before
+        it asks for the append), so it is not computed twice.
         Returns the new log end offset; raises LogError or OSError."""
-        end = self.log.append(records)
+        end = self.log.append(records, crc_checked=crc_checked)
         count = 0
         for batch in iter_batches(records):
             count += batch.last_offset_delta + 1

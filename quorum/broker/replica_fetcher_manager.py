@@ -172,7 +172,7 @@ class _LeaderLink:
     @staticmethod
     def _apply(partition: Partition, action: ev.Action) -> bool:
         if isinstance(action, ev.AppendAsFollower):
-            partition.append_as_follower(action.records)
+            partition.append_as_follower(action.records, crc_checked=True)  # the core's _parse checked each batch
         elif isinstance(action, ev.Truncate):
             partition.truncate_to(action.offset)
         elif isinstance(action, ev.TruncateFullyAndStartAt):

@@ -49,6 +49,29 @@ def test_follower_appends_the_leaders_batches_and_their_producer_state(tmp_path)
     assert partition.append_as_leader(duplicate, 0).duplicate
 
 
+def test_a_follower_append_checked_by_the_fetcher_core_computes_no_crc_again(tmp_path, monkeypatch):
+    """The fetcher core checks every batch's CRC before it asks for the append; the log does not
+    compute it a second time then, and still does for any other caller."""
+    from quorum.log.errors import InvalidAppendError
+    from quorum.wire.records import RecordBatch
+
+    computed = []
+    original = RecordBatch.compute_crc
+    monkeypatch.setattr(RecordBatch, "compute_crc", lambda batch: computed.append(1) or original(batch))
+    partition = follower(tmp_path)
+    assert partition.append_as_follower(leader_batch(0, 3) + leader_batch(2, 3), crc_checked=True) == 4
+    assert computed == []
+    corrupt = bytearray(leader_batch(4, 3))
+    corrupt[-1] ^= 0xFF
+    try:
+        partition.append_as_follower(bytes(corrupt))
+    except InvalidAppendError as exc:
+        assert "CRC" in str(exc)
+    else:
+        raise AssertionError("a corrupt batch was appended")
+    assert computed and partition.log_end_offset == 4
+
+
 def test_truncation_inside_a_batch_takes_the_whole_batch(tmp_path):
     partition = follower(tmp_path)
     partition.append_as_follower(leader_batch(0, 3, count=3) + leader_batch(3, 4, count=3))
