@@ -278,17 +278,19 @@ class RaftNode:
     async def _flush_in_background(self, first: asyncio.Future[int]) -> None:
         """Wait for the fsync `first`, tell the core, and fsync again while the log has grown meanwhile
         (appends made while one runs are covered by the next). A failed fsync is fatal (`Log.flush`)."""
-        try:
-            await first
-            while True:
-                await self.drive(lambda: self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
-                if self.log.flushed_offset >= self.log.end_offset or self._fatal is not None:
-                    return
-                await asyncio.to_thread(self.log.flush)
-        except Exception as exc:
-            log.critical("fatal: the metadata log's fsync failed: %s", exc)
-            self._fatal = f"the metadata log's fsync failed: {exc}"
-            self._stopped.set()
+        flush = first
+        while True:
+            try:
+                await flush
+            except Exception as exc:  # the disk failed (or the log refuses writes since it did)
+                log.critical("fatal: the metadata log's fsync failed: %s", exc)
+                self._fatal = f"the metadata log's fsync failed: {exc}"
+                self._stopped.set()
+                return
+            await self.drive(lambda: self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+            if self.log.flushed_offset >= self.log.end_offset or self._fatal is not None:
+                return
+            flush = asyncio.get_running_loop().run_in_executor(None, self.log.flush)
 
     async def commit(self, values: list[bytes], timeout_s: float) -> int:
         """Append `values` as one batch through the core and wait until it is committed; its base offset.

@@ -131,3 +131,23 @@ def test_a_new_leader_id_alone_is_written_in_the_background_and_state_writes_sta
         stored = read_quorum_state(path)
         assert (stored.leader_epoch, stored.voted_id, stored.leader_id) == (6, -1, -1)
     asyncio.run(test())
+
+
+def test_a_failed_background_fsync_stops_the_node_naming_it_and_the_write_is_not_acknowledged(node: RaftNode) -> None:
+    async def test() -> None:
+        running = asyncio.create_task(node.run())
+        await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
+                     and node.log.flushed_offset == node.log.end_offset,
+                     "the single voter leads and has committed its LeaderChange record")
+
+        def broken() -> int:
+            raise OSError(5, "Input/output error")
+
+        node.log.flush = broken  # type: ignore[method-assign]
+        write = asyncio.create_task(node.commit([b"lost"], DEADLINE_S))
+        assert await asyncio.wait_for(running, DEADLINE_S) == 1
+        assert node._fatal is not None and "fsync failed" in node._fatal and "Input/output error" in node._fatal
+        assert not write.done() or write.exception() is not None  # never acknowledged
+        write.cancel()
+        await asyncio.gather(write, return_exceptions=True)
+    asyncio.run(test())
