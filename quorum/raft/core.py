@@ -837,10 +837,13 @@ class RaftCore:
             # The leader's first choice campaigns at once, skipping pre-vote: the leader is gone by
             # its own word, so nobody has a live leader to protect.
             # Its votes go out before the answer, and the two state changes have nothing sent between
-            # them, so the driver writes quorum-state once (issue 17's failover path).
+            # them, so the driver writes quorum-state once (issue 17's failover path). The answer names
+            # the resigned epoch, as before campaigning: the new one would make the resigned leader
+            # persist it before it grants the vote.
             self._transition(self._unattached(request.leader_epoch, voted, self._now))
+            resigned = EndQuorumEpochResponse(ErrorCode.NONE, self.leader_id, self.epoch)
             self._become_candidate(retries=1)
-            answer()
+            self._reply(request_id, resigned)
             return
         elif self._id in successors:
             delay = strict_exponential_backoff(self._config, successors.index(self._id), len(successors))

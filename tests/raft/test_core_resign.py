@@ -163,3 +163,12 @@ def test_the_first_successor_sends_its_votes_before_answering_and_nothing_betwee
     votes = [i for i, a in enumerate(actions) if isinstance(a, Send) and isinstance(a.message, VoteRequest)]
     answer = next(i for i, a in enumerate(actions) if isinstance(a, Reply))
     assert len(votes) == 2 and max(votes) < answer
+
+
+def test_the_first_successors_answer_names_the_resigned_epoch_not_its_campaign() -> None:
+    node = Node(3, log=log_with([1]))
+    node.start()
+    node.request(1, BeginQuorumEpochRequest(None, 1, 1))
+    (answer,) = replied(node.request(1, EndQuorumEpochRequest(None, 1, 1, (3, 2))), EndQuorumEpochResponse)
+    assert (answer.error, answer.leader_id, answer.leader_epoch) == (ErrorCode.NONE, -1, 1)
+    assert node.core.epoch == 2
