@@ -53,6 +53,7 @@ from quorum.raft.core import RaftCore
 from quorum.raft.state import Role
 from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
+from quorum.server.allocator import keep_freed_buffers
 from quorum.server.bootstrap_metadata import NodeScramCredentials, read_bootstrap
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
@@ -599,6 +600,7 @@ def run_node(config: NodeConfig, remote: RemoteTier | None = None, out_of_range:
     async def main() -> int:
         return await RaftNode(config, remote, out_of_range).run()
 
+    keep_freed_buffers()  # megabyte buffers reused, not page-faulted in anew (quorum.server.allocator)
     return asyncio.run(main())
 
 
