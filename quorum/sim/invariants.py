@@ -37,7 +37,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from quorum.image.records_state import MetadataRecordsState
 from quorum.raft.control import scan_batches
@@ -113,6 +113,12 @@ class InvariantChecker:
     _reference_digests: list[str] = field(default_factory=list)  # [k]: after the first k values of the history
     # node -> (incarnation, loads, applied offset) when its state was last compared
     _states_checked: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # node -> (incarnation, epoch, role, high watermark, log version) when its epoch and high watermark were
+    # last checked: the same again gives the same verdict (what those checks compare with only grows), so
+    # only a node that changed is checked again (most events change one node of several)
+    _replicas_checked: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # (committed end, each voter's log version) when the majority check last passed
+    _majority_checked: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         self._reference_digests.append(self._reference.digest())
@@ -124,11 +130,16 @@ class InvariantChecker:
     def check(self, nodes: Iterable[ReplicaView]) -> None:
         nodes = list(nodes)
         check_states = self.check_states
+        checked = self._replicas_checked
         for node in nodes:
             if not node.alive:
                 continue
-            self._check_epoch(node)
-            self._check_high_watermark(node)
+            version = getattr(node.log, "version", None)
+            key = (node.incarnation, node.epoch, node.role, node.high_watermark, version)
+            if version is None or checked.get(node.node_id) != key:
+                self._check_epoch(node)
+                self._check_high_watermark(node)
+                checked[node.node_id] = key
             if node.log.start_offset:
                 snapshots = getattr(node, "snapshots", None)
                 if snapshots is not None:
@@ -267,10 +278,13 @@ class InvariantChecker:
     def _check_recorded_cluster_id(self, node: ReplicaView) -> None:
         """What a node records (meta.properties) and what its core acts on is the committed id."""
         core = getattr(node, "core", None)
+        known = self.committed_cluster_id
+        if known is not None and node.meta_cluster_id in (None, known[1]) and (
+                core is None or core.cluster_id in (None, known[1])):
+            return  # the usual case, without building the list below
         recorded = [("meta.properties", node.meta_cluster_id)]
         if core is not None:
             recorded.append(("its core", core.cluster_id))
-        known = self.committed_cluster_id
         for what, cluster_id in recorded:
             if cluster_id is None or (known is not None and known[1] == cluster_id):
                 continue
@@ -301,12 +315,16 @@ class InvariantChecker:
         end = self.committed_end
         if end == 0:
             return
+        voters = [n for n in nodes if n.node_id in self.voters]
+        key = (end, *(getattr(n.log, "version", None) for n in voters))
+        if key == self._majority_checked and None not in key:
+            return  # no voter's log and not the committed end changed since it passed
         digest = self.committed_digests[end]
-        holders = [n.node_id for n in nodes
-                   if n.node_id in self.voters and n.log.digest_at(end, flushed_only=True) == digest]
+        holders = [n.node_id for n in voters if n.log.digest_at(end, flushed_only=True) == digest]
         if len(holders) < self.majority:
             self._fail(f"committed offset {end - 1} is durable on voters {holders} only, not on a majority "
                              f"of {list(self.voters)}")
+        self._majority_checked = key
 
     @staticmethod
     def _fail(what: str) -> None:

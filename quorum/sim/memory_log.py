@@ -62,6 +62,10 @@ class MemoryLog:
         # at the start offset); None when a fetched snapshot replaced it without one.
         self._prefix_offset = start_offset
         self._prefix_digest: int | None = 0
+        self.version = 0
+        """Bumped by every change (append, truncate, flush, crash, start offset, snapshot boundary): the
+        invariant checker skips re-checking a node whose log, epoch, role and high watermark are as it last
+        checked them."""
 
     # -- RaftLog -------------------------------------------------------------------------------
 
@@ -152,6 +156,7 @@ class MemoryLog:
 
     def append(self, data: bytes) -> int:
         """Append whole batches that continue the log; they stay unflushed until `flush`."""
+        self.version += 1
         iterator = iter_batches(data)
         for batch in iterator:
             base, epoch = batch.base_offset, batch.partition_leader_epoch
@@ -184,10 +189,12 @@ class MemoryLog:
         del self._batches[index:], self._bases[index:], self._nexts[index:], self._epochs[index:]
         self._flushed = min(self._flushed, index)
         self._last_epoch = self._epochs[-1] if self._epochs else -1
+        self.version += 1
 
     def flush(self) -> int:
         """Make everything appended so far durable; returns the flushed offset."""
         self._flushed = len(self._batches)
+        self.version += 1
         return self.flushed_offset
 
     def crash(self) -> None:
@@ -196,6 +203,7 @@ class MemoryLog:
         del self._batches[index:], self._bases[index:], self._nexts[index:], self._epochs[index:]
         # As Log's recovery, which rebuilds the last epoch from the records on disk: none left, none known.
         self._last_epoch = self._epochs[-1] if self._epochs else -1
+        self.version += 1
 
     # -- the log start offset and snapshots (KIP-630) ------------------------------------------
 
@@ -218,6 +226,7 @@ class MemoryLog:
             raise LogError(f"the latest snapshot {snapshot_id} ends below the log start offset {self._start}: "
                            "the records in between are lost")  # fmt: skip
         self._snapshot = snapshot_id
+        self.version += 1
         latest = max(self._epochs[-1] if self._epochs else -1, 0)
         empty_there = self._start == self.end_offset == snapshot_id.offset
         ahead = not empty_there and (
@@ -247,6 +256,7 @@ class MemoryLog:
             del self._batches[:keep], self._bases[:keep], self._nexts[:keep], self._epochs[:keep]
             self._flushed -= keep
         self._start = offset
+        self.version += 1
         return True
 
     def truncate_fully_and_start_at(self, offset: int, epoch: int, *, prefix_digest: int | None = None) -> None:
@@ -268,6 +278,7 @@ class MemoryLog:
         self._snapshot = OffsetAndEpoch(offset, epoch)
         self._prefix_offset = offset
         self._prefix_digest = prefix_digest
+        self.version += 1
 
     # -- inspection (tests, invariants) --------------------------------------------------------
 
