@@ -20,8 +20,7 @@ queue apart from admin requests and go first in each batch, as Kafka's controlle
 admin mutations, and a batch takes at most MAX_ADMIN_REQUESTS_PER_BATCH admin requests: a client that
 floods the controller with CreateTopics or DescribeConfigs delays the brokers' heartbeats by about
 one such batch, never by the whole queue ahead of them, so sessions do not
-expire and brokers are not fenced because of it (the protocol fuzzer's direct controller traffic
-starved heartbeats until the broker's session ran out). A batch that takes more than
+expire and brokers are not fenced because of it. A batch that takes more than
 `SLOW_BATCH_LOG_MS` to decide and commit is logged with what it held, as Kafka's controller logs an
 exceptionally slow event. A node that is not the quorum leader, or whose
 leadership is not committed yet, answers NOT_CONTROLLER, which clients and brokers act on by
