@@ -18,6 +18,10 @@ gateway (`/v3/kv/put`, `/v3/kv/txn`). Every writer talks to the leader directly.
 three servers share this machine's cores, and both sets of writers are the same asyncio loop in
 this process.
 
+CPU per commit: the members' CPU time (user + system, from /proc, all three processes) and this
+process's (the writers') over the timed part, divided by the commits: unlike records/s it does not
+move with the machine's other load, so it is what an A/B of a change compares.
+
 Failover: the leader gets SIGKILL (unplanned) or SIGTERM (graceful: the quorum's leader resigns
 with EndQuorumEpoch, etcd's transfers its leadership), then a probe that commits one record is
 sent to the surviving members every PROBE_INTERVAL seconds, each on a fresh connection; the time
@@ -111,6 +115,9 @@ class System(Protocol):
 
     def members(self) -> list[int]: ...
 
+    def pids(self) -> list[int]:
+        """The live members' process ids (their CPU time is measured over each load)."""
+
     def stop(self) -> None: ...
 
     def diagnostics(self) -> str: ...
@@ -128,6 +135,9 @@ class QuorumSystem:
 
     def members(self) -> list[int]:
         return list(self.cluster.specs)
+
+    def pids(self) -> list[int]:
+        return [self.cluster.processes[m].pid for m in self.cluster.alive()]
 
     def start(self) -> None:
         self.cluster.format_storage()
@@ -347,6 +357,9 @@ class EtcdSystem:
         with open(m.log_path, "ab") as out:
             m.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
+    def pids(self) -> list[int]:
+        return [m.process.pid for n, m in self.etcd_members.items() if n in self.alive() and m.process is not None]
+
     def alive(self) -> list[int]:
         return [n for n, m in self.etcd_members.items() if m.process is not None and m.process.poll() is None]
 
@@ -465,6 +478,17 @@ class LoadResult:
     p50_ms: float
     p99_ms: float
     commits: int
+    server_cpu_us: float = 0.0  # the members' CPU time (user + system) per commit
+    client_cpu_us: float = 0.0  # this process's (the writers') CPU time per commit
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads), from /proc; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -537,14 +561,20 @@ async def run_load(system: System, records: int, seconds: float, concurrency: in
                 await writer.commit(values)
                 latencies.append(time.perf_counter() - started)
 
+        pids = system.pids()
+        servers_before, client_before = sum(map(_cpu_seconds, pids)), time.process_time()
         start = time.perf_counter()
         await _all([write(w) for w in writers], seconds + 60)
         elapsed = time.perf_counter() - start
+        server_cpu = sum(map(_cpu_seconds, pids)) - servers_before
+        client_cpu = time.process_time() - client_before
     finally:
         for w in writers:
             await w.close()
     cuts = statistics.quantiles(latencies, n=100, method="inclusive")
-    return LoadResult(len(latencies) * records / elapsed, cuts[49] * 1000, cuts[98] * 1000, len(latencies))
+    commits = len(latencies)
+    return LoadResult(commits * records / elapsed, cuts[49] * 1000, cuts[98] * 1000, commits,
+                      server_cpu / commits * 1e6, client_cpu / commits * 1e6)
 
 
 async def time_failover(system: System, sig: int) -> float:
@@ -631,7 +661,8 @@ async def measure(name: str, make: Callable[[str], System]) -> Results:
             result = await run_load(on, records, seconds, concurrency)
             results.loads[concurrency, records] = result
             progress(f"{name}:   {result.records_per_second:,.0f} records/s, {result.commits:,} commits, "
-                     f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms")
+                     f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms, CPU per commit: members "
+                     f"{result.server_cpu_us:.0f} us, writers {result.client_cpu_us:.0f} us")
         return work
 
     def failovers(sig: int) -> Callable[[System], Awaitable[None]]:
@@ -712,7 +743,9 @@ def table(quorum: Results, etcd: Results, etcd_label: str) -> None:
         ours, theirs = quorum.loads.get((writers, records)), etcd.loads.get((writers, records))
         for metric, pick in (("committed records/s", lambda r: r.records_per_second),
                              ("commit latency p50 (ms)", lambda r: r.p50_ms),
-                             ("commit latency p99 (ms)", lambda r: r.p99_ms)):
+                             ("commit latency p99 (ms)", lambda r: r.p99_ms),
+                             ("server CPU per commit (us, 3 members)", lambda r: r.server_cpu_us),
+                             ("client CPU per commit (us)", lambda r: r.client_cpu_us)):
             a, b = (pick(ours) if ours else None), (pick(theirs) if theirs else None)
             rows.append([f"{metric}, {label}", _cell(a), _cell(b), _ratio(a, b), *_load_goal(records, metric, a, b)])
     for name, label in (("SIGKILL", "unplanned failover, SIGKILL (s)"), ("SIGTERM", "graceful failover, SIGTERM (s)")):
