@@ -58,7 +58,7 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._failure: BaseException | None = None  # after the queued frames: raised by next_frame
         self._waiter: asyncio.Future[None] | None = None
-        self._paused = False
+        self._reading_paused = False  # not `_paused`: that is FlowControlMixin's writing flag, which drain() waits on
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------------
 
@@ -90,8 +90,9 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
                 self._start = self._end = 0
                 self._fail(exc)
                 return
-        if not self._paused and (self._queued_bytes >= READ_AHEAD_BYTES or len(self._frames) >= READ_AHEAD_FRAMES):
-            self._paused = True
+        if not self._reading_paused and (self._queued_bytes >= READ_AHEAD_BYTES
+                                         or len(self._frames) >= READ_AHEAD_FRAMES):
+            self._reading_paused = True
             self._pause()
 
     def _split(self) -> None:
@@ -159,9 +160,9 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
                 self._waiter = None
         frame = self._frames.popleft()
         self._queued_bytes -= len(frame)
-        if self._paused and self._failure is None and self._queued_bytes < READ_AHEAD_BYTES \
+        if self._reading_paused and self._failure is None and self._queued_bytes < READ_AHEAD_BYTES \
                 and len(self._frames) < READ_AHEAD_FRAMES:
-            self._paused = False
+            self._reading_paused = False
             if self._transport is not None:
                 self._transport.resume_reading()
         return frame
