@@ -19,8 +19,14 @@ connections reach `get_buffer` through asyncio's SSL layer, which supports buffe
 
 Reading pauses while the frames read ahead and not yet taken hold `READ_AHEAD_BYTES` or
 `READ_AHEAD_FRAMES` (the listener takes one request at a time, or up to MAX_PIPELINED), so a client
-cannot make the broker buffer more than that plus the one frame in progress (at most
-`max_frame_bytes`, Kafka's `socket.request.max.bytes`).
+cannot make the broker buffer more than that plus the one frame in progress.
+
+A frame in progress grows with what its peer has sent (`FIRST_FRAME_BYTES`, then doubling up to
+the declared size), never to the size it declares before the bytes come: a 4-byte prefix declaring
+`max_frame_bytes` (Kafka's `socket.request.max.bytes`, 100 MiB) would otherwise make each
+connection cost 100 MiB for nothing (the protocol fuzzer's many connections took a node past
+360 MiB that way). A frame up to FIRST_FRAME_BYTES, a megabyte batch among them, still lands in
+one buffer with no copy; a larger one costs at most one copy of what had arrived per doubling.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ STAGING_BYTES = 64 * 1024
 """Frames smaller than this are read through the staging buffer; larger ones into their own."""
 READ_AHEAD_BYTES = 1024 * 1024
 READ_AHEAD_FRAMES = 1000
+FIRST_FRAME_BYTES = 2 * 1024 * 1024
+"""A large frame's first buffer; it grows (doubling) only as its bytes arrive."""
 
 
 class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
@@ -46,14 +54,16 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
 
     def __init__(self, max_frame_bytes: int,
                  serve: Callable[[FrameReader, asyncio.StreamWriter], Awaitable[None]],
-                 staging_bytes: int = STAGING_BYTES) -> None:
+                 staging_bytes: int = STAGING_BYTES, first_frame_bytes: int = FIRST_FRAME_BYTES) -> None:
         super().__init__(None, lambda _reader, writer: serve(self, writer))
         self._max_frame_bytes = max_frame_bytes
         self._staging = bytearray(max(staging_bytes, 8))
         self._start = 0  # unparsed bytes of the staging buffer: [_start, _end)
         self._end = 0
         self._frame: bytearray | None = None  # a large frame being filled in place
+        self._frame_size = 0  # the size its prefix declared; len(_frame) grows towards it
         self._filled = 0
+        self._first_frame_bytes = first_frame_bytes
         self._frames: deque[bytearray] = deque()
         self._queued_bytes = 0
         self._failure: BaseException | None = None  # after the queued frames: raised by next_frame
@@ -63,8 +73,11 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     # -- asyncio.BufferedProtocol -----------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled:]
+        frame = self._frame
+        if frame is not None:
+            if self._filled == len(frame):  # the peer sent what was allocated: room for as much again
+                frame = self._frame = _grown(frame, min(2 * len(frame), self._frame_size))
+            return memoryview(frame)[self._filled:]
         if self._end == len(self._staging):  # only the start of a frame that fits is left: move it down
             kept = self._end - self._start
             self._staging[:kept] = self._staging[self._start:self._end]
@@ -79,7 +92,7 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         frame = self._frame
         if frame is not None:
             self._filled += nbytes
-            if self._filled == len(frame):
+            if self._filled == self._frame_size:
                 self._frame = None
                 self._deliver(frame)
         else:
@@ -106,10 +119,10 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
                 pos += 4 + size
                 continue
             if size + 4 > len(buf):  # will not fit the staging buffer: read the rest where it will stay
-                frame = bytearray(size)
                 have = end - pos - 4
+                frame = bytearray(min(size, max(self._first_frame_bytes, have)))
                 frame[:have] = buf[pos + 4:end]
-                self._frame, self._filled = frame, have
+                self._frame, self._frame_size, self._filled = frame, size, have
                 pos = end
             elif size + 4 > len(buf) - pos:  # fits, but not from here: make room after it
                 buf[:end - pos] = buf[pos:end]
@@ -175,3 +188,11 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.pause_reading()
+
+
+def _grown(frame: bytearray, size: int) -> bytearray:
+    """A larger copy: not `frame.extend`, since asyncio may still hold a view of the old buffer
+    (protocols._feed_data_to_buffered_proto asks for the next buffer before dropping the last one)."""
+    larger = bytearray(size)
+    larger[:len(frame)] = frame
+    return larger

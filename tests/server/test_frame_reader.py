@@ -44,11 +44,11 @@ def feed(reader: FrameReader, data: bytes) -> None:
         data = data[n:]
 
 
-def new_reader(max_frame_bytes: int = 1000) -> FrameReader:
+def new_reader(max_frame_bytes: int = 1000, first_frame_bytes: int = 1 << 20) -> FrameReader:
     async def unused(_reader: FrameReader, _writer: asyncio.StreamWriter) -> None:
         raise AssertionError("no connection here")
 
-    return FrameReader(max_frame_bytes, unused, staging_bytes=STAGING)
+    return FrameReader(max_frame_bytes, unused, staging_bytes=STAGING, first_frame_bytes=first_frame_bytes)
 
 
 async def take(reader: FrameReader, count: int) -> list[bytes]:
@@ -60,13 +60,14 @@ async def take(reader: FrameReader, count: int) -> list[bytes]:
     return frames
 
 
-def test_frames_reach_the_reader_intact_whatever_the_reads() -> None:
+@pytest.mark.parametrize("first_frame_bytes", [1 << 20, 8], ids=["whole-buffer", "growing-buffer"])
+def test_frames_reach_the_reader_intact_whatever_the_reads(first_frame_bytes: int) -> None:
     async def run() -> None:
         chunkings = [[STREAM], [STREAM[i:i + 1] for i in range(len(STREAM))]]
         chunkings += [[STREAM[:cut], STREAM[cut:]] for cut in range(1, len(STREAM))]
         chunkings += [[STREAM[:cut], STREAM[cut:cut + 5], STREAM[cut + 5:]] for cut in range(0, len(STREAM) - 5, 3)]
         for chunks in chunkings:
-            reader = new_reader()
+            reader = new_reader(first_frame_bytes=first_frame_bytes)
             for chunk in chunks:
                 feed(reader, chunk)
             assert await take(reader, len(PAYLOADS)) == PAYLOADS, [len(c) for c in chunks]
@@ -100,6 +101,24 @@ def test_a_bad_frame_size_comes_after_the_good_frames_before_it() -> None:
             assert not reader._frames
             with pytest.raises(WireError, match="outside 0..1000"):
                 await reader.next_frame()
+
+    asyncio.run(run())
+
+
+def test_a_large_declared_size_costs_only_what_the_peer_sent() -> None:
+    """A 4-byte prefix declaring 100 MB must not make the node allocate 100 MB: the buffer grows
+    with the bytes that arrive (the fuzzer's many connections each declared the maximum)."""
+    async def run() -> None:
+        declared = 100 * 1024 * 1024
+        reader = new_reader(max_frame_bytes=declared, first_frame_bytes=64)
+        feed(reader, struct.pack(">i", declared) + b"h" * 20)
+        assert reader._frame is not None and len(reader._frame) <= 64
+        sent = 20
+        for _ in range(12):
+            feed(reader, b"b" * 1000)
+            sent += 1000
+            assert len(reader._frame) <= max(64, 2 * sent), (len(reader._frame), sent)
+        assert not reader._frames  # nothing delivered before the declared size has come
 
     asyncio.run(run())
 
