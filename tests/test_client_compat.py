@@ -389,6 +389,13 @@ class KafkaPythonMember(ConsumerRebalanceListener):
         self.failure: BaseException | None = None
         self._stop = threading.Event()
         self.consumer = kafka_python_consumer(address)
+        # kafka-python joins as soon as it subscribes, without waiting for the metadata that subscribe
+        # asks for (it waits only for pattern subscriptions); a leader whose metadata does not hold the
+        # topic yet assigns nothing ('No partition metadata for topic') and did not always join again
+        # within 60 s. So the member first sees the topic's partitions, as a Java consumer would before
+        # its first assignment; if the broker never names them, the test fails here, saying so.
+        wait_until(f"kafka-python member {name}'s metadata to name {TOPIC}'s {PARTITIONS} partitions",
+                   lambda: self.consumer.partitions_for_topic(TOPIC) == set(range(PARTITIONS)), 60)
         self.consumer.subscribe([TOPIC], listener=self)
         self._thread = threading.Thread(target=self._run, name=f"kafka-python member {name}", daemon=True)
         self._thread.start()
