@@ -276,7 +276,7 @@ class Partition:
                               f"broker {self.broker_id} is not the leader of {self.name} (leader {self._leader_id})")
         if records is None:
             raise AppendError(ErrorCode.INVALID_RECORD, "no records")
-        # The request's own buffer when the listener handed one over (quorum.server.frame_reader): the
+        # The request's own buffer when the listener handed one over (quorum.net.frame_reader): the
         # batch is checked, patched and written where it lies; a read-only one is copied to be patched.
         buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
         try:

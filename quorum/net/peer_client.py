@@ -21,6 +21,7 @@ from collections import deque
 from typing import Any
 
 from quorum.net.client_security import ClientSecurity, sasl_login
+from quorum.net.frame_queue import FrameQueue
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader, check_frame_size
 from quorum.wire.protocol import Api, decode_response, encode_request
@@ -49,7 +50,7 @@ def peer_gone(exc: BaseException) -> bool:
                             asyncio.IncompleteReadError))
 
 
-class ResponseFrames(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+class ResponseFrames(FrameQueue, asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     """One connection's frames as whole payloads (without the size prefix), in arrival order.
 
     The size prefix is read into a 4-byte buffer, then the payload into a bytearray of its size,
@@ -58,15 +59,13 @@ class ResponseFrames(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     limit is needed; an unasked frame fails the connection there."""
 
     def __init__(self, max_frame_bytes: int) -> None:
-        super().__init__(None, self._connected)
+        asyncio.StreamReaderProtocol.__init__(self, None, self._connected)
+        FrameQueue.__init__(self)
         self.writer: asyncio.StreamWriter | None = None
         self._max_frame_bytes = max_frame_bytes
         self._prefix = bytearray(4)
         self._frame: bytearray | None = None  # the payload being filled, after its prefix
         self._filled = 0
-        self._frames: deque[bytearray] = deque()
-        self._failure: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
 
     def _connected(self, _reader: object, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
@@ -94,9 +93,8 @@ class ResponseFrames(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
                 return
             self._frame, self._filled = bytearray(size), 0
         if self._filled == len(self._frame):
-            self._frames.append(self._frame)
-            self._frame, self._filled = None, 0
-            self._wake()
+            frame, self._frame, self._filled = self._frame, None, 0
+            self._deliver(frame)
 
     def eof_received(self) -> bool:
         partial = b"" if self._frame is None else bytes(self._frame[:self._filled])
@@ -107,27 +105,10 @@ class ResponseFrames(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._fail(asyncio.IncompleteReadError(b"", None) if exc is None else exc)
         super().connection_lost(exc)
 
-    def _fail(self, failure: BaseException) -> None:
-        if self._failure is None:
-            self._failure = failure
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
     async def next_frame(self) -> bytearray:
         """The next whole payload; after the frames that arrived whole, the connection's failure
         (IncompleteReadError at its end or inside a frame, the frame-size error, an OSError)."""
-        while not self._frames:
-            if self._failure is not None:
-                raise self._failure
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._frames.popleft()
+        return await self._next_queued()
 
 
 async def open_frames(host: str, port: int, max_frame_bytes: int,

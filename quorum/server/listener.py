@@ -8,7 +8,7 @@ answers are still written in request order; any other request waits until every 
 answered, so it is processed alone as before. Bad input closes only the
 connection it came on, with the reason logged; every other connection keeps being served.
 
-Frames are read by `quorum.server.frame_reader.FrameReader`: each large one lands in a buffer of its own
+Frames are read by `quorum.net.frame_reader.FrameReader`: each large one lands in a buffer of its own
 with `recv_into`, which the handler gets and may patch in place (Produce does).
 
 Security (`quorum.net.secure_connection`): each accepted connection goes through the listener's
@@ -23,8 +23,8 @@ from contextlib import suppress
 from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.frame_reader import FrameReader
 from quorum.net.secure_connection import ConnectionSecurity, ListenerSecurity
-from quorum.server.frame_reader import FrameReader
 from quorum.server.reply_writer import write_reply
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES

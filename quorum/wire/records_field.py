@@ -5,7 +5,7 @@ request that copies the whole batch, a megabyte per request at a client's defaul
 for the leader to copy it again to patch offsets. `decode_records_as_views` makes the engine emit a
 slice of the frame instead (the decoder always reads a memoryview, `protocol.decode_body`): a
 `memoryview` that is writable when the frame is (the listener's frames are bytearrays the request
-owns, `quorum.server.frame_reader`), so the leader validates and patches the batch where it lies
+owns, `quorum.net.frame_reader`), so the leader validates and patches the batch where it lies
 (`quorum.broker.partition.Partition.append_as_leader`). A view of a read-only frame (bytes) is
 read-only, and the leader copies it before patching, as it always did.
 

@@ -1,4 +1,4 @@
-"""The listener's frame reader (`quorum.server.frame_reader`) and the in-place produce path behind it.
+"""The listener's frame reader (`quorum.net.frame_reader`) and the in-place produce path behind it.
 
 The reader is fed the way asyncio's transport feeds it (`get_buffer`, then `buffer_updated` with how
 much the kernel wrote), in every chunking that matters: one byte at a time, split in two at every
@@ -17,7 +17,7 @@ import struct
 import pytest
 from crc32c import crc32c
 
-from quorum.server.frame_reader import FrameReader
+from quorum.net.frame_reader import FrameReader
 from quorum.wire.errors import ErrorCode, WireError
 from quorum.wire.framing import frame
 from quorum.wire.protocol import APIS, RequestHeader, decode_response, encode_request

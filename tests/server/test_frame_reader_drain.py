@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from quorum.server.frame_reader import READ_AHEAD_BYTES, FrameReader
+from quorum.net.frame_reader import READ_AHEAD_BYTES, FrameReader
 
 
 def test_an_answer_written_while_reading_is_paused_drains() -> None:

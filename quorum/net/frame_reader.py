@@ -32,9 +32,9 @@ one buffer with no copy; a larger one costs at most one copy of what had arrived
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable
 
+from quorum.net.frame_queue import FrameQueue
 from quorum.wire.errors import WireError
 from quorum.wire.framing import check_frame_size
 
@@ -46,7 +46,7 @@ FIRST_FRAME_BYTES = 2 * 1024 * 1024
 """A large frame's first buffer; it grows (doubling) only as its bytes arrive."""
 
 
-class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+class FrameReader(FrameQueue, asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     """One connection's frames, as whole payloads (without the size prefix), in arrival order.
 
     `serve(reader, writer)` runs as the connection's task, as `asyncio.start_server`'s callback does.
@@ -55,7 +55,8 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     def __init__(self, max_frame_bytes: int,
                  serve: Callable[[FrameReader, asyncio.StreamWriter], Awaitable[None]],
                  staging_bytes: int = STAGING_BYTES, first_frame_bytes: int = FIRST_FRAME_BYTES) -> None:
-        super().__init__(None, lambda _reader, writer: serve(self, writer))
+        asyncio.StreamReaderProtocol.__init__(self, None, lambda _reader, writer: serve(self, writer))
+        FrameQueue.__init__(self)
         self._max_frame_bytes = max_frame_bytes
         self._staging = bytearray(max(staging_bytes, 8))
         self._start = 0  # unparsed bytes of the staging buffer: [_start, _end)
@@ -64,10 +65,7 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._frame_size = 0  # the size its prefix declared; len(_frame) grows towards it
         self._filled = 0
         self._first_frame_bytes = first_frame_bytes
-        self._frames: deque[bytearray] = deque()
         self._queued_bytes = 0
-        self._failure: BaseException | None = None  # after the queued frames: raised by next_frame
-        self._waiter: asyncio.Future[None] | None = None
         self._reading_paused = False  # not `_paused`: that is FlowControlMixin's writing flag, which drain() waits on
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------------
@@ -133,9 +131,8 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._start, self._end = pos, end
 
     def _deliver(self, frame: bytearray) -> None:
-        self._frames.append(frame)
         self._queued_bytes += len(frame)
-        self._wake()
+        super()._deliver(frame)
 
     # -- the connection's end ---------------------------------------------------------------------
 
@@ -151,10 +148,8 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         return b"" if self._frame is None else bytes(self._frame[:self._filled])
 
     def _fail(self, failure: BaseException) -> None:
-        if self._failure is None:
-            self._failure = failure
         self._pause()
-        self._wake()
+        super()._fail(failure)
 
     # -- the connection's task ------------------------------------------------------------------------
 
@@ -163,15 +158,7 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
 
         Raises the frame-size error (a WireError) once the frames before it are taken,
         IncompleteReadError at the end of the stream, or the connection's error."""
-        while not self._frames:
-            if self._failure is not None:
-                raise self._failure
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        frame = self._frames.popleft()
+        frame = await self._next_queued()
         self._queued_bytes -= len(frame)
         if self._reading_paused and self._failure is None and self._queued_bytes < READ_AHEAD_BYTES \
                 and len(self._frames) < READ_AHEAD_FRAMES:
@@ -179,10 +166,6 @@ class FrameReader(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             if self._transport is not None:
                 self._transport.resume_reading()
         return frame
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
 
     def _pause(self) -> None:
         transport = self._transport
