@@ -6,6 +6,11 @@ unfences it once that offset reaches its registration, and fences it when heartb
 `broker.session.timeout.ms`. The active controller is the metadata quorum's leader, which the
 broker's own Raft observer knows; when it changes, or answers NOT_CONTROLLER, the broker asks the
 new one. A STALE_BROKER_EPOCH answer (the controller lost the registration) means register again.
+
+On a graceful stop the broker shuts down under control (Kafka's beginControlledShutdown): it heartbeats
+with WantShutDown until the controller answers ShouldShutDown, having moved its leaderships away and
+fenced it, so its partitions get live leaders at once and its next incarnation registers at once,
+instead of both waiting out `broker.session.timeout.ms`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ BROKER_HEARTBEAT = APIS[63]
 PLAINTEXT = 0  # Kafka's SecurityProtocol id
 STARTING_HEARTBEAT_S = 0.01
 """Kafka's heartbeat pace while a registered broker catches up with the metadata (STARTING)."""
+SHUTDOWN_HEARTBEAT_S = 0.05
+"""The heartbeat pace during a controlled shutdown."""
+CONTROLLED_SHUTDOWN_DEADLINE_S = 5.0
+"""How long a controlled shutdown waits for ShouldShutDown before the broker stops anyway."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +80,12 @@ class BrokerLifecycle:
         self._metadata_offset = metadata_offset
         self._interval = heartbeat_interval_ms / 1000
         self._short_local_logs = short_local_logs
+        self._shutting_down = False
+        self.shut_down_answer: Any = None
+        """The last heartbeat answer of a controlled shutdown."""
 
     async def run(self) -> None:
-        while True:
+        while not self._shutting_down:
             peer = self._controller()
             cluster_id = self._cluster_id()
             if peer is None or cluster_id is None:
@@ -91,6 +103,53 @@ class BrokerLifecycle:
                 await asyncio.sleep(0.2)
                 continue
             await asyncio.sleep(self._next_wait_s())
+
+    async def controlled_shutdown(self, deadline_s: float = CONTROLLED_SHUTDOWN_DEADLINE_S) -> bool:
+        """Heartbeat with WantShutDown every SHUTDOWN_HEARTBEAT_S until the controller answers
+        ShouldShutDown (True). Gives up (False) at once when the broker is not registered or fenced, no
+        controller is known or it does not answer (a whole cluster stopping at once may have lost it
+        already), and after `deadline_s` otherwise, saying what it waited for."""
+        self._shutting_down = True
+        state = self.state
+        if state.broker_epoch < 0 or state.fenced:
+            log.info("broker %d: controlled shutdown skipped: %s", self.broker_id,
+                     "not registered" if state.broker_epoch < 0 else "fenced")
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_s
+        while True:
+            peer = self._controller()
+            if peer is None:
+                log.info("broker %d: controlled shutdown abandoned: no active controller known", self.broker_id)
+                return False
+            try:
+                response = await asyncio.wait_for(self._heartbeat(peer, want_shut_down=True),
+                                                  max(deadline - loop.time(), 0.001))
+            except PeerUnavailable as exc:
+                log.info("broker %d: controlled shutdown abandoned: the controller did not answer: %s",
+                         self.broker_id, exc)
+                return False
+            except TimeoutError:
+                response = self.shut_down_answer
+            else:
+                self.shut_down_answer = response
+                if response.error_code == ErrorCode.NONE and response.should_shut_down:
+                    log.info("broker %d: controlled shutdown complete (broker epoch %d)",
+                             self.broker_id, state.broker_epoch)
+                    return True
+                if response.error_code != ErrorCode.NONE and response.error_code != ErrorCode.NOT_CONTROLLER:
+                    log.info("broker %d: controlled shutdown abandoned: heartbeat answered %s", self.broker_id,
+                             ErrorCode(response.error_code).name)
+                    return False
+            if loop.time() >= deadline:
+                got = ("no answer" if response is None else
+                       f"error {ErrorCode(response.error_code).name}, fenced {response.is_fenced}, "
+                       f"should_shut_down {response.should_shut_down}")
+                log.warning("broker %d: controlled shutdown abandoned after %.1f s waiting for the controller at "
+                            "%s:%s to answer ShouldShutDown for broker epoch %d; it last answered: %s", self.broker_id,
+                            deadline_s, peer.host, peer.port, state.broker_epoch, got)
+                return False
+            await asyncio.sleep(SHUTDOWN_HEARTBEAT_S)
 
     def _next_wait_s(self) -> float:
         """Kafka's BrokerLifecycleManager pace: a refused registration is asked again after 0.2 s; a
@@ -118,11 +177,12 @@ class BrokerLifecycle:
         else:
             log.info("broker %d: registration refused: %s", self.broker_id, ErrorCode(response.error_code).name)
 
-    async def _heartbeat(self, peer: PeerClient) -> None:
+    async def _heartbeat(self, peer: PeerClient, want_shut_down: bool = False) -> Any:
         schema = BROKER_HEARTBEAT.request
         short = self._short_local_logs() if self._short_local_logs is not None else {}
         request = schema(broker_id=self.broker_id, broker_epoch=self.state.broker_epoch,
-                         current_metadata_offset=self._metadata_offset(), want_fence=False, want_shut_down=False,
+                         current_metadata_offset=self._metadata_offset(), want_fence=False,
+                         want_shut_down=want_shut_down,
                          offline_log_dirs=[], short_local_logs=[
                              schema.ShortLocalLogTopic(topic_id=topic_id, partitions=list(partitions))
                              for topic_id, partitions in short.items()])
@@ -139,3 +199,4 @@ class BrokerLifecycle:
             self.state = BrokerState()
         else:
             log.info("broker %d: heartbeat answered %s", self.broker_id, ErrorCode(error).name)
+        return response

@@ -551,6 +551,8 @@ class RaftNode:
         if self.broker is not None:
             tasks.extend(self.broker.tasks())
         await self._stopped.wait()
+        if self._fatal is None and self.broker is not None:  # still serving while leaderships move away
+            await self.broker.lifecycle.controlled_shutdown()
         if self._fatal is None and self.config.is_controller:
             await self._resign_gracefully()
         for task in tasks:
