@@ -245,6 +245,29 @@ def test_controllers_and_brokers_serve_real_clients(tmp_path, kcat):
         epochs = [topics_now[name].topic_epoch for name in (*burst, "burst-twice")]
         assert len(set(epochs)) == len(epochs) and min(epochs) > topics["payments"].topic_epoch
 
+        # A broker stopped with SIGTERM shuts down under control (KIP-631's WantShutDown): its leaderships
+        # move to the other in-sync replicas before it stops, and it is fenced, so its next incarnation
+        # registers at once instead of being refused until its old session expires.
+        graceful = topics["orders"].partitions[1].leader
+        graceful_led = [p for p, part in topics["orders"].partitions.items() if part.leader == graceful]
+        graceful_log = cluster.specs[graceful].log_path
+        cluster.kill(graceful, signal.SIGTERM)
+        assert f"broker {graceful}: controlled shutdown complete" in graceful_log.read_text(), \
+            graceful_log.read_text()[-3000:]
+        other = next(a for b, a in zip(BROKERS, addresses, strict=True) if b != graceful)
+        wait_until(f"broker {graceful}'s orders partitions {graceful_led} led by another broker", lambda: all(
+            metadata(other)[1]["orders"].partitions[p].leader not in (graceful, -1) for p in graceful_led))
+        restarted_at = graceful_log.stat().st_size
+        cluster.start_node(graceful)
+        replicas = {"orders": 3, "payments": 2}
+        refreshed = wait_until(f"broker {graceful} back in every ISR of orders and payments", lambda: (
+            lambda m: graceful in m[0] and all(len(part.isr) == replicas[name] for name in replicas
+                                               for part in m[1][name].partitions.values()) and m[1])(metadata(other)))
+        topics = {name: refreshed[name] for name in topics}
+        with open(graceful_log, "rb") as restarted:
+            restarted.seek(restarted_at)
+            assert b"DUPLICATE_BROKER_REGISTRATION" not in restarted.read()
+
         # A broker dies: fenced within the session timeout, its partitions led by others, epochs higher.
         victim = topics["orders"].partitions[0].leader
         led = {(name, p) for name, t in topics.items() for p, part in t.partitions.items() if part.leader == victim}
