@@ -81,7 +81,6 @@ class BrokerLifecycle:
         self._interval = heartbeat_interval_ms / 1000
         self._short_local_logs = short_local_logs
         self._shutting_down = False
-        self.shut_down_answer: Any = None
         """The last heartbeat answer of a controlled shutdown."""
 
     async def run(self) -> None:
@@ -117,6 +116,7 @@ class BrokerLifecycle:
             return False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + deadline_s
+        last: Any = None  # the controller's last answer, named if the deadline passes
         while True:
             peer = self._controller()
             if peer is None:
@@ -130,9 +130,9 @@ class BrokerLifecycle:
                          self.broker_id, exc)
                 return False
             except TimeoutError:
-                response = self.shut_down_answer
+                response = last
             else:
-                self.shut_down_answer = response
+                last = response
                 if response.error_code == ErrorCode.NONE and response.should_shut_down:
                     log.info("broker %d: controlled shutdown complete (broker epoch %d)",
                              self.broker_id, state.broker_epoch)

@@ -96,11 +96,12 @@ def test_controlled_shutdown_heartbeats_want_shut_down_until_should_shut_down() 
     assert controller.want_shut_down == [True] * 4
 
 
-def test_controlled_shutdown_gives_up_at_once_without_a_controller() -> None:
-    assert asyncio.run(_unfenced(None).controlled_shutdown()) is False
-    unreachable = _unfenced(Unreachable())
-    assert asyncio.run(unreachable.controlled_shutdown()) is False
-    assert unreachable.shut_down_answer is None
+def test_controlled_shutdown_gives_up_at_once_without_a_controller(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger=broker_lifecycle.__name__):
+        assert asyncio.run(_unfenced(None).controlled_shutdown()) is False
+        assert asyncio.run(_unfenced(Unreachable()).controlled_shutdown()) is False
+    assert "abandoned: no active controller known" in caplog.text
+    assert "abandoned: the controller did not answer" in caplog.text
 
 
 def test_controlled_shutdown_gives_up_on_an_error_answer() -> None:
