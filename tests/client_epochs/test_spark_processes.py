@@ -183,6 +183,24 @@ def counters_of(query) -> dict[str, int]:
     return {}
 
 
+def wait_for_query(query, what: str, condition, timeout_s: float) -> None:
+    """wait_until for a streaming query, failing at once when the query stopped and, at the deadline,
+    with what the query was doing (its status, last progress, driver counters): a stall is named."""
+    def check():
+        if not query.isActive:
+            raise RuntimeError(f"the query stopped while waiting for {what}: {query.exception()}")
+        return condition()
+
+    try:
+        wait_until(what, check, timeout_s=timeout_s)
+    except AssertionError as exc:
+        last = query.lastProgress or {}
+        summary = {key: last.get(key) for key in ("batchId", "timestamp", "numInputRows", "durationMs")}
+        raise AssertionError(f"{exc}; query status {query.status}; progress entries {len(query.recentProgress)}; "
+                             f"last {summary}; driver counters {counters_of(query)}; "
+                             f"exception {query.exception()}") from exc
+
+
 def test_batch_read_with_ending_offsets_returns_exactly_the_range(spark, cluster):
     cluster.topic("batch", 2)
     cluster.produce("batch", [f"b-{n}" for n in range(40)], 2)
@@ -237,12 +255,12 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
     try:
         for run in range(2):
             query = run_query(processingTime="500 milliseconds")
-            wait_until("the query copies records", lambda q=query: q.lastProgress and
-                       q.lastProgress["numInputRows"] >= 0 and len(q.recentProgress) >= 2, timeout_s=120)
+            wait_for_query(query, "the query copies records", lambda q=query: q.lastProgress and
+                           q.lastProgress["numInputRows"] >= 0 and len(q.recentProgress) >= 2, timeout_s=120)
             killed.append(cluster.kill_leader(topic, run))
             done = len(query.recentProgress)
             # a few batches after the kill, more while no stale answer was refused yet (2 s is a short window)
-            wait_until("batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 8 or (
+            wait_for_query(query, "batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 8 or (
                 len(q.recentProgress) >= d + 2 and counters_of(q).get("staleMetadataRefused", 0) > 0), timeout_s=180)
             query.stop()
             assert query.exception() is None
@@ -321,14 +339,15 @@ def test_partitions_added_under_a_running_query_are_read_and_nothing_is_read_twi
         return spark.sql("select count(*) c from grow").collect()[0].c
 
     try:
-        wait_until("the query read grow's first 10 records", lambda: rows() == 10, timeout_s=120)
+        wait_for_query(query, "the query read grow's first 10 records", lambda: rows() == 10, timeout_s=120)
         before = planned_ends(checkpoint)[-1]["grow"]["0"]
         for future in cluster.admin.create_partitions([NewPartitions("grow", 3)]).values():
             future.result(timeout=30)
         for ask in ((), (STALE_BROKER,)):  # the producer may bootstrap from the stale broker
             wait_until("grow has 3 partitions with leaders", lambda a=ask: len(cluster.leaders("grow", a)) == 3)
         cluster.produce("grow", [f"b-{n}" for n in range(30)], 3)
-        wait_until("the query read the 30 records produced after the growth", lambda: rows() == 40, timeout_s=120)
+        wait_for_query(query, "the query read the 30 records produced after the growth", lambda: rows() == 40,
+                       timeout_s=120)
         assert query.exception() is None
     finally:
         query.stop()
@@ -376,8 +395,8 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
         consumer.close()
 
     try:
-        wait_until("the query read the first records",
-                   lambda: spark.sql("select count(*) c from paused").collect()[0].c == 100, timeout_s=120)
+        wait_for_query(query, "the query read the first records",
+                       lambda: spark.sql("select count(*) c from paused").collect()[0].c == 100, timeout_s=120)
         pause_file.touch()
         time.sleep(1.0)  # the paused answers must be the ones from before the kill (checked each 100 ms)
         looper = threading.Thread(target=raw_loop, daemon=True)
@@ -391,13 +410,14 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
                         bootstrap=cluster.running.specs[STALE_BROKER].address)
         cluster.running.start_node(101)
         done = len(query.recentProgress)
-        wait_until("batches while 102 is paused", lambda: len(query.recentProgress) >= done + 3, timeout_s=120)
+        wait_for_query(query, "batches while 102 is paused", lambda: len(query.recentProgress) >= done + 3,
+                       timeout_s=120)
         refused_while_paused = counters_of(query).get("staleMetadataRefused", 0)
     finally:
         pause_file.unlink(missing_ok=True)
         stop.set()
-    wait_until("the query read every record",
-               lambda: spark.sql("select count(*) c from paused").collect()[0].c == 200, timeout_s=120)
+    wait_for_query(query, "the query read every record",
+                   lambda: spark.sql("select count(*) c from paused").collect()[0].c == 200, timeout_s=120)
     query.stop()
     assert query.exception() is None
     ends = [e[topic]["0"]["offset"] for e in planned_ends(checkpoint)]
