@@ -404,11 +404,12 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
         cluster.running.kill(101)
         wait_until("a new leader", lambda: cluster.leaders(topic, ask=(STALE_BROKER,)).get(0) not in (None, 101),
                    timeout_s=60)
-        # Bootstrapped from 103 alone (it already shows the new leader): librdkafka keeps asking the broker
-        # it first connected to, and the paused 102's leader 101 (dead) would hold its records for ever.
+        # 101 is started again before producing: librdkafka asks any broker it reached for metadata, and
+        # the paused 102's answer names 101; were 101 still dead, the producer would wait for it for ever.
+        # Back up as a follower, 101 answers NOT_LEADER_OR_FOLLOWER naming the new leader (KIP-951).
+        cluster.running.start_node(101)
         cluster.produce(topic, [f"p-{n}" for n in range(100, 200)], 1,
                         bootstrap=cluster.running.specs[STALE_BROKER].address)
-        cluster.running.start_node(101)
         done = len(query.recentProgress)
         wait_for_query(query, "batches while 102 is paused", lambda: len(query.recentProgress) >= done + 3,
                        timeout_s=120)
