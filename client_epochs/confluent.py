@@ -9,7 +9,11 @@ plus what KIP-232 adds to a consumer:
   librdkafka misreads metadata strings other clients wrote (librdkafka#4649).
 - After an assignment, or `seek(partition, offset, internal_metadata)`, the partitions stay paused
   until the cluster's metadata is at least as new as the committed epochs (KAFKA-6262), and are
-  resumed by the next `poll()`/`consume()` that finds it so.
+  resumed by the next `poll()`/`consume()` that finds it so. While the group's coordinator cannot
+  say what was committed (COORDINATOR_NOT_AVAILABLE while its partition has no leader, a broker
+  down), the new partitions stay paused and each poll asks again, as Kafka's consumer does; the log
+  says which group, which partitions and for how long. Only an error asking again cannot cure
+  (GROUP_AUTHORIZATION_FAILED, ...) is raised from poll.
 - `position_with_internal_metadata(partition)` gives (offset, the KIP's JSON) for offsets stored
   outside Kafka.
 - A topic deleted and recreated since its offsets were committed raises TopicRecreatedError from
@@ -51,12 +55,13 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException
 
 from client_epochs.committed import encode, parse_internal, split
+from client_epochs.connection import BrokerError
 from client_epochs.consumer_guard import EpochGuard, GuardedConsumer, PartitionsWatch, RecreatedPolicy
 from client_epochs.errors import InvalidOffsetError
 from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED, LogBoundsError, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
-from client_epochs.offset_fetch import OffsetFetcher
+from client_epochs.offset_fetch import OffsetFetcher, is_retriable
 from client_epochs.out_of_range import normalize_policy
 from quorum.wire.internal_metadata import InternalMetadata
 from quorum.wire.sasl_client import ClientSecurity
@@ -70,6 +75,11 @@ _RESOLVE_MIN_S, _RESOLVE_MAX_S = 5.0, 30.0
 """Bounds on one out-of-range lookup: a short poll may overrun by up to the minimum, a long one waits
 at most the maximum before the partition is retried at the next poll."""
 _RESET = "auto.offset.reset"
+_COMMITTED_TRY_S = 1.0
+"""How long one poll (or the assignment) waits for the committed epochs of new partitions; if the
+coordinator cannot answer yet, they stay paused and the next poll asks again."""
+_COMMITTED_NOTE_S = 10.0
+"""How often a consumer still waiting for its group's committed offsets says so."""
 
 
 def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
@@ -112,12 +122,21 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._stopped: dict[TopicPartition, int | None] = {}
         """Partitions librdkafka stopped on out-of-range (or no committed offset), with their position."""
         self._user_paused: set[TopicPartition] = set()
+        self._pending: set[TopicPartition] = set()
+        """Assigned partitions starting from their committed offset whose commits were not read yet (paused)."""
+        self._pending_since: float | None = None
+        self._pending_noted = 0.0
         self._assigned_in_callback = False
 
     @property
     def waiting_for_metadata(self) -> frozenset[TopicPartition]:
         """Partitions paused until the cluster's metadata is at least as new as their committed epochs."""
         return self._guard.waiting
+
+    @property
+    def waiting_for_committed(self) -> frozenset[TopicPartition]:
+        """New partitions paused until the group's coordinator says what was committed for them."""
+        return frozenset(self._pending)
 
     # --- assignment -------------------------------------------------------------------------------------
 
@@ -185,24 +204,64 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             self._positions.pop(tp, None)
             self._stopped.pop(tp, None)
             self._user_paused.discard(tp)
+            self._pending.discard(tp)
 
     def pause(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         super().pause(partitions)
         self._user_paused.update(_key(p) for p in partitions)
 
     def resume(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
-        super().resume(partitions)
+        """confluent-kafka's resume, except for partitions whose committed offsets are not read yet:
+        poll resumes those once it has their epochs."""
         self._user_paused.difference_update(_key(p) for p in partitions)
+        free = [p for p in partitions if _key(p) not in self._pending]
+        if free:
+            super().resume(free)
 
     def _wait_for_committed_epochs(self, partitions: Sequence[confluent_kafka.TopicPartition]) -> None:
-        """Partitions starting from their committed offset take its epochs as floors, and pause."""
+        """Partitions starting from their committed offset pause until its epochs are read and taken as
+        floors: here if the coordinator answers within `_COMMITTED_TRY_S`, else at a later poll."""
         from_committed = [_key(p) for p in partitions if p.offset in (OFFSET_INVALID, _OFFSET_STORED)]
         if not from_committed or not self._group:
             return
-        committed = self._offsets.fetch(self._group, from_committed)
+        self._pause_keys(from_committed)
+        if not self._pending:
+            self._pending_since = time.monotonic()
+        self._pending.update(from_committed)
+        self._take_committed_floors()
+
+    def _take_committed_floors(self) -> None:
+        """Read the pending partitions' commits; their epochs become floors (those with epochs stay
+        paused in the guard), the others resume. A coordinator that cannot answer yet leaves them
+        pending, said at a slow pace; an error that asking again cannot cure is raised."""
+        assigned = {_key(p) for p in self.assignment()}
+        self._pending &= assigned
+        if not self._pending:
+            return
+        wanted = sorted(self._pending)
+        try:
+            committed = self._offsets.fetch(self._group, wanted, timeout=_COMMITTED_TRY_S)
+        except BrokerError as exc:
+            if not is_retriable(exc):
+                raise
+            self._note_pending(wanted, exc)
+            return
+        self._pending.clear()
         self._positions.update({tp: entry.offset for tp, entry in committed.items() if entry.offset >= 0})
         floors = {tp: split(tp, entry.metadata)[1] for tp, entry in committed.items()}
-        self._pause_keys(self._guard.expect(floors))
+        held = set(self._guard.expect(floors))
+        free = [tp for tp in wanted if tp not in held and tp not in self._user_paused]
+        if free:
+            super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in free])
+
+    def _note_pending(self, wanted: Sequence[TopicPartition], exc: BaseException) -> None:
+        now = time.monotonic()
+        since = self._pending_since if self._pending_since is not None else now
+        if now - self._pending_noted >= _COMMITTED_NOTE_S:
+            self._pending_noted = now
+            log.warning("group %r: committed offsets of %s not read for %.0f s (%s); those partitions stay "
+                        "paused and each poll asks the coordinator again", self._group,
+                        ", ".join(map(str, wanted)), now - since, exc)
 
     # --- seek and positions -----------------------------------------------------------------------------
 
@@ -258,8 +317,11 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                 return messages
 
     def _keep_epochs(self, deadline: float | None) -> None:
-        """Resume the partitions whose metadata caught up; reset or refuse recreated topics; restart
-        the partitions librdkafka stopped on out-of-range where their current leader says."""
+        """Read the commits of new partitions if not done yet; resume the partitions whose metadata
+        caught up; reset or refuse recreated topics; restart the partitions librdkafka stopped on
+        out-of-range where their current leader says."""
+        if self._pending:
+            self._take_committed_floors()
         if self._guard.waiting:
             settled = self._guard.settle(timeout=_STEP_S)
             self._reset(settled.recreated)
@@ -358,7 +420,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
 
     def _step(self, deadline: float | None) -> float:
         left = 3600.0 if deadline is None else max(0.0, deadline - time.monotonic())
-        return min(left, _STEP_S) if self._guard.waiting else min(left, self._guard.check_interval_s)
+        waiting = self._guard.waiting or self._pending
+        return min(left, _STEP_S) if waiting else min(left, self._guard.check_interval_s)
 
     def _note(self, message: confluent_kafka.Message) -> None:
         if message.error() is None and message.topic() is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from client_epochs.connection import BrokerError, ConnectionPool, parse_bootstrap
 from client_epochs.model import NO_EPOCH, TopicPartition
-from quorum.wire.errors import ErrorCode
+from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
 from quorum.wire.sasl_client import ClientSecurity
 
@@ -42,8 +42,14 @@ class OffsetFetchError(BrokerError):
     """The coordinator answered OffsetFetch or FindCoordinator with a Kafka error code (`code`)."""
 
     def __init__(self, address: str, what: str, code: int) -> None:
-        super().__init__(address, f"{what} answered error code {code}")
+        super().__init__(address, f"{what} answered {error_name(code)} (error code {code})")
         self.code = code
+
+
+def is_retriable(exc: BrokerError) -> bool:
+    """Whether asking again may cure `exc`: the coordinator moving, loading or not there yet, or no
+    answer at all (a connection error, a deadline); not an answer such as GROUP_AUTHORIZATION_FAILED."""
+    return not isinstance(exc, OffsetFetchError) or exc.code in _RETRIABLE
 
 
 class OffsetFetcher:
@@ -77,7 +83,7 @@ class OffsetFetcher:
                 return self._fetch_once(group, wanted, deadline)
             except BrokerError as exc:
                 self._coordinators.pop(group, None)
-                retriable = not isinstance(exc, OffsetFetchError) or exc.code in _RETRIABLE
+                retriable = is_retriable(exc)
                 if isinstance(exc, OffsetFetchError):
                     answered = exc
                 now = time.monotonic()

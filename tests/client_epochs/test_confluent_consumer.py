@@ -6,6 +6,7 @@ through it, while the raw client (whose commit went with the topic) starts again
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -17,6 +18,8 @@ from confluent_kafka.admin import NewPartitions
 from client_epochs import TopicPartition as Key
 from client_epochs.confluent import Consumer
 from client_epochs.errors import TopicRecreatedError
+from client_epochs.offset_fetch import OffsetFetchError
+from quorum.wire.errors import ErrorCode
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster, consume, internal_of, kip_json
 from tests.test_broker_processes import QUIET, one_broker
@@ -95,6 +98,49 @@ def test_position_with_internal_metadata_gives_the_kip_json_with_the_clusters_ep
     assert offset == 6
     assert internal == kip_json(epochs)
     assert InternalMetadata.from_json(internal) == internal_of(epochs)
+
+
+def test_new_partitions_wait_paused_while_the_coordinator_cannot_say_what_was_committed(cluster, caplog):
+    """Issue 19's soak: the group's __consumer_offsets partition had no leader for over 30 s, and the
+    wrapper's own OffsetFetch, run from the assignment callback, raised COORDINATOR_NOT_AVAILABLE out of
+    the user's poll, ending the consumer. As Kafka's consumer, it must keep the new partitions paused
+    (their committed epochs unknown, nothing may be fetched under older metadata) and ask again at each
+    poll, saying which group and partitions wait; then start from the committed offset."""
+    cluster.topic("no-coordinator", 10)
+    now = cluster.epochs("no-coordinator")
+    committed = encode("", InternalMetadata(now.topic_epoch, now.leader_epoch, now.topic_id))
+    writer = cluster.raw("no-coordinator-group")
+    writer.commit(offsets=[TopicPartition("no-coordinator", 0, 4, metadata=committed)], asynchronous=False)
+    writer.close()
+    wrapped = cluster.consumer("no-coordinator-group")
+    real_fetch, asked = wrapped._offsets.fetch, []
+    down = True
+
+    def fetch(group, partitions, timeout=30.0):
+        asked.append(group)
+        if down:
+            raise OffsetFetchError(cluster.address, f"FindCoordinator for group {group!r}",
+                                   ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return real_fetch(group, partitions, timeout)
+
+    wrapped._offsets.fetch = fetch
+    try:
+        wrapped.subscribe(["no-coordinator"])
+        with caplog.at_level(logging.WARNING, logger="client_epochs.confluent"):
+            deadline, held_back = time.monotonic() + 4, []
+            while time.monotonic() < deadline:
+                held_back += wrapped.consume(10, 0.5)
+        assert held_back == [], "the wrapper fetched before it knew the committed epochs"
+        assert wrapped.waiting_for_committed == {Key("no-coordinator", 0)} and len(asked) >= 2
+        said = [r.getMessage() for r in caplog.records if "not read for" in r.getMessage()]
+        assert said and "'no-coordinator-group'" in said[0] and "no-coordinator-0" in said[0], said
+        assert "COORDINATOR_NOT_AVAILABLE" in said[0], said
+        down = False
+        got = consume(wrapped, 6)
+        assert [m.offset() for m in got] == list(range(4, 10))
+        assert wrapped.waiting_for_committed == frozenset()
+    finally:
+        wrapped.close()
 
 
 def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):

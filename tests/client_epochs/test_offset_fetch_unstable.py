@@ -39,3 +39,17 @@ def test_an_error_that_is_not_retriable_still_fails_at_once(monkeypatch: pytest.
     with pytest.raises(OffsetFetchError, match="error code 30"):
         fetcher.fetch("soak-group", [TopicPartition("soak", 0)], timeout=60)
     assert len(tries) == 1
+
+
+def test_which_failures_asking_again_may_cure() -> None:
+    """The wrappers keep new partitions paused and ask again on these, and raise the others."""
+    from client_epochs.connection import BrokerError
+    from client_epochs.offset_fetch import is_retriable
+
+    where = "127.0.0.1:1"
+    for code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        assert is_retriable(OffsetFetchError(where, "FindCoordinator", code))
+    assert is_retriable(BrokerError(where, "no answer before the deadline"))
+    refused = OffsetFetchError(where, "OffsetFetch", ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    assert not is_retriable(refused) and "GROUP_AUTHORIZATION_FAILED (error code 30)" in str(refused)
