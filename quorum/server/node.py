@@ -233,34 +233,55 @@ class RaftNode:
         in the same list must wait for it: the lock is free meanwhile, so a leader appends the next
         group of proposals and takes its followers' acknowledgements while the disk works (etcd's
         pipelining), and `on_flushed` tells the core when the data counts (issue 17).
+
+        A disk error while carrying out the actions (an append on a full disk, a truncation, a state
+        or snapshot write) stops the node (exit 1), as Kafka halts when its metadata log dir fails:
+        the core would go on believing in a log it no longer matches. The restarted node recovers its
+        log (a torn tail is cut) and catches up.
         """
         async with self._core_lock:
-            pending = deque(call())
-            unflushed = False  # appended in this list, and nothing after it has waited for the disk yet
-            while pending:
-                action = pending.popleft()
-                if isinstance(action, raft.AppendBatches):
-                    # Group commit: consecutive appends (proposals gathered in one call) share one fsync.
-                    batches = [action.batches]
-                    while pending and isinstance(pending[0], raft.AppendBatches):
-                        batches.append(pending.popleft().batches)
-                    await self._append(b"".join(batches))
-                    unflushed = True
-                    self._start_flush()  # the disk starts now, while the loop answers and replays
-                    # A leader's parked Fetches are answered before its fsync, which they overlap.
-                    for early in self.core.on_appended(wall_clock_ms()):
-                        pending.extend(await self._execute(early))
-                    continue
-                if isinstance(action, raft.PersistState) and _superseded(pending):
-                    continue  # one quorum-state write for the last of consecutive state changes
-                if unflushed and isinstance(action, (raft.Send, raft.Reply)):
-                    await asyncio.to_thread(self.log.flush)  # the contract: durable before a later Send leaves
-                    unflushed = False
-                    pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
-                pending.extend(await self._execute(action))
-            self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
-            if self.log.flushed_offset < self.log.end_offset:
-                self._start_flush()  # an earlier round found the log durable while this one appended
+            if self._fatal is not None:
+                return  # stopping: the log may not be what the core believes
+            try:
+                await self._carry_out(call)
+            except OSError as exc:
+                self._stop_on_disk_failure(exc)
+
+    async def _carry_out(self, call: Callable[[], list[raft.Action]]) -> None:
+        """`drive`'s body, under the core lock."""
+        pending = deque(call())
+        unflushed = False  # appended in this list, and nothing after it has waited for the disk yet
+        while pending:
+            action = pending.popleft()
+            if isinstance(action, raft.AppendBatches):
+                # Group commit: consecutive appends (proposals gathered in one call) share one fsync.
+                batches = [action.batches]
+                while pending and isinstance(pending[0], raft.AppendBatches):
+                    batches.append(pending.popleft().batches)
+                await self._append(b"".join(batches))
+                unflushed = True
+                self._start_flush()  # the disk starts now, while the loop answers and replays
+                # A leader's parked Fetches are answered before its fsync, which they overlap.
+                for early in self.core.on_appended(wall_clock_ms()):
+                    pending.extend(await self._execute(early))
+                continue
+            if isinstance(action, raft.PersistState) and _superseded(pending):
+                continue  # one quorum-state write for the last of consecutive state changes
+            if unflushed and isinstance(action, (raft.Send, raft.Reply)):
+                await asyncio.to_thread(self.log.flush)  # the contract: durable before a later Send leaves
+                unflushed = False
+                pending.extend(self.core.on_flushed(self.log.flushed_offset, wall_clock_ms()))
+            pending.extend(await self._execute(action))
+        self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
+        if self.log.flushed_offset < self.log.end_offset:
+            self._start_flush()  # an earlier round found the log durable while this one appended
+
+    def _stop_on_disk_failure(self, exc: OSError) -> None:
+        """Stop the node (exit 1) naming the disk error: one line, no traceback."""
+        reason = f"the metadata log or its state could not be written or read: {exc}"
+        log.critical("fatal: %s; stopping, as Kafka does when its metadata log dir fails", reason)
+        self._fatal = reason
+        self._stopped.set()
 
     async def _append(self, data: bytes) -> None:
         """Append on the loop when small (a write into the page cache costs less than a thread hop),

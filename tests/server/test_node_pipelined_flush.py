@@ -151,3 +151,31 @@ def test_a_failed_background_fsync_stops_the_node_naming_it_and_the_write_is_not
         write.cancel()
         await asyncio.gather(write, return_exceptions=True)
     asyncio.run(test())
+
+
+def test_a_failed_append_stops_the_node_naming_the_disk_error_and_the_write_is_not_acknowledged(
+        node: RaftNode, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 19's soak: a broker's metadata log filled its disk; the append raised out of a response
+    task, the node's Raft stopped fetching for good, and the broker stayed fenced, out of every ISR,
+    until it was killed. As Kafka halts when its metadata log dir fails, the node stops (exit 1),
+    saying why in one line, and its restart recovers the log."""
+    async def test() -> None:
+        running = asyncio.create_task(node.run())
+        await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
+                     "the single voter leads and has committed its LeaderChange record")
+
+        def full(data: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        node.log.append = full  # type: ignore[method-assign]
+        write = asyncio.create_task(node.commit([b"lost"], DEADLINE_S))
+        assert await asyncio.wait_for(running, DEADLINE_S) == 1
+        assert node._fatal is not None and "No space left on device" in node._fatal
+        assert not write.done() or write.exception() is not None  # never acknowledged
+        write.cancel()
+        await asyncio.gather(write, return_exceptions=True)
+    with caplog.at_level("INFO"):
+        asyncio.run(test())
+    fatal = [r for r in caplog.records if r.levelname == "CRITICAL"]
+    assert fatal and "metadata log dir fails" in fatal[0].getMessage() and fatal[0].exc_info is None
+    assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
