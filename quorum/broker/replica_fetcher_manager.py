@@ -34,7 +34,7 @@ from quorum.broker.background import BackgroundTasks
 from quorum.broker.log_config import FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE, LogConfigError, broker_flag
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
-from quorum.broker.replica_fetcher import ReplicaFetcher
+from quorum.broker.replica_fetcher import FetchPhase, ReplicaFetcher
 from quorum.broker.replica_fetcher_out_of_range import Fail, OutOfRangePlugin, Step
 from quorum.image.image import MetadataImage
 from quorum.log.epoch_cache import EpochEntry
@@ -46,6 +46,11 @@ from quorum.raft.interface import OffsetAndEpoch
 logger = logging.getLogger(__name__)
 
 REPLICA_SOCKET_TIMEOUT_MS = 30_000  # Kafka's replica.socket.timeout.ms
+LOG_FAILURE_RETRY_S = 5.0
+"""How long a partition whose log action failed (an append on a full disk) waits before it is followed
+again from what its log holds. Kafka takes the whole log dir offline (and, with one dir, halts); here
+the other partitions go on, and a disk freed meanwhile lets this one catch up and rejoin the ISR
+without waiting for a new leader epoch that may never come."""
 
 
 def monotonic_ms() -> int:
@@ -118,6 +123,7 @@ class _LeaderLink:
         self._clock_ms = clock_ms
         self._timer: asyncio.TimerHandle | None = None
         self._background = BackgroundTasks()
+        self._retries: dict[ev.TopicPartition, asyncio.TimerHandle] = {}
 
     # -- events ------------------------------------------------------------------------------
 
@@ -141,6 +147,7 @@ class _LeaderLink:
             actions = pending.pop(0)(self._clock_ms())
             for failed_tp, reason in self._carry_out(actions):
                 pending.append(lambda now, tp=failed_tp, why=reason: self.fetcher.on_log_failed(tp, why, now))
+                self._retry_later(failed_tp)
         self._reschedule()
 
     def _carry_out(self, actions: list[ev.Action]) -> list[tuple[ev.TopicPartition, str]]:
@@ -183,7 +190,8 @@ class _LeaderLink:
         elif isinstance(action, ev.IncrementLogStartOffset):
             partition.increment_log_start_offset(action.offset)
         elif isinstance(action, ev.PartitionFailed):
-            logger.error("%s: replication stopped until the next leader epoch: %s", partition.name, action.reason)
+            logger.error("%s: replication stopped until the next leader epoch, or %.0f s if its log failed: %s",
+                         partition.name, LOG_FAILURE_RETRY_S, action.reason)
             return False
         elif isinstance(action, ev.OutOfRangeWork):
             logger.error("%s: out-of-range work %r has no handler here", partition.name, action.work)
@@ -214,6 +222,21 @@ class _LeaderLink:
         else:
             self._feed(lambda now: self.fetcher.on_list_offsets_response(request, response, now))
 
+    def _retry_later(self, tp: ev.TopicPartition) -> None:
+        if tp not in self._retries and not self._background.closed:
+            self._retries[tp] = asyncio.get_running_loop().call_later(LOG_FAILURE_RETRY_S, self._retry, tp)
+
+    def _retry(self, tp: ev.TopicPartition) -> None:
+        """Follow a failed partition again, in the same leader epoch, from what its log holds now."""
+        self._retries.pop(tp, None)
+        entry, state = self.followed.get(tp), self.fetcher.state(tp)
+        if entry is None or state is None or state.phase is not FetchPhase.FAILED or self._background.closed:
+            return  # no longer followed, or a newer leader epoch has started it again meanwhile
+        partition, epoch = entry
+        logger.info("%s: following broker %d again from offset %d, %.0f s after its log failed", partition.name,
+                    self.fetcher.leader_id, partition.log_end_offset, LOG_FAILURE_RETRY_S)
+        self.follow([(partition, epoch)], [tp])
+
     def _reschedule(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -232,6 +255,9 @@ class _LeaderLink:
         """No event reaches the core any more; requests in flight are cancelled."""
         if self._timer is not None:
             self._timer.cancel()
+        for retry in self._retries.values():
+            retry.cancel()
+        self._retries.clear()
         self._background.close()
 
     async def close(self) -> None:

@@ -1,5 +1,6 @@
 """What the manager tells an out-of-range handler when a resolution begins (`TieringFacts`): live
-values of the partition's topic config, the broker's remote tier switch and KIP-1023's flag."""
+values of the partition's topic config, the broker's remote tier switch and KIP-1023's flag; and a
+partition whose log failed is followed again after a pause."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 import uuid
 
 from quorum.broker import replica_fetcher_events as ev
+from quorum.broker import replica_fetcher_manager as manager_module
 from quorum.broker.log_config import BROKER_RESOURCE, FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE, LogConfig
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
-from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
+from quorum.broker.replica_fetcher import FetchPhase
+from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager, _LeaderLink, monotonic_ms
 from quorum.image.image import MetadataImage
 
 FLAG = FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE
@@ -49,5 +52,34 @@ def test_a_topic_with_remote_storage_on_a_broker_without_a_remote_tier_is_not_ti
         assert manager.tiering_facts(partition)() == ev.TieringFacts(fetch_from_tiered_offset=True)
         partition.close()
         await manager.close()
+
+    asyncio.run(run())
+
+
+def test_a_partition_whose_log_failed_is_followed_again_from_its_log_after_a_pause(tmp_path, monkeypatch) -> None:
+    """Issue 19's soak: broker 103's disk filled, a follower append failed, and the partition stayed
+    out of replication (and of the ISR) for good, since its leader epoch never changed again. It is
+    followed again, in the same leader epoch, from what its log holds, once LOG_FAILURE_RETRY_S passed."""
+    monkeypatch.setattr(manager_module, "LOG_FAILURE_RETRY_S", 0.05)
+
+    async def run() -> None:
+        link = _LeaderLink(ev.ReplicaFetcherConfig(7, 8), ("127.0.0.1", 1), AppendNotifier(), monotonic_ms)
+        partition = Partition("t", 0, uuid.uuid4(), tmp_path / "t-0", LogConfig(), broker_id=7)
+        tp = ("t", 0)
+        link.follow([(partition, 3)], [])
+
+        def full(records: bytes, crc_checked: bool = False) -> None:
+            raise OSError(28, "No space left on device")
+
+        partition.append_as_follower = full  # type: ignore[method-assign]
+        link._feed(lambda now: [ev.AppendAsFollower(tp, b"batches", 5, 3)])
+        failed = link.fetcher.state(tp)
+        assert failed is not None and failed.phase is FetchPhase.FAILED and "No space left" in failed.reason
+        await asyncio.sleep(0.5)
+        again = link.fetcher.state(tp)
+        assert again is not None and again.phase is not FetchPhase.FAILED
+        assert (again.leader_epoch, again.fetch_offset) == (3, partition.log_end_offset)
+        await link.close()
+        partition.close()
 
     asyncio.run(run())
