@@ -27,6 +27,9 @@ from quorum.wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
+LOAD_STEP_RECORDS = 500
+"""Records of `__consumer_offsets` replayed between two turns of the event loop while a partition loads."""
+
 
 def wall_clock_ms() -> int:
     """Commit timestamps are wall-clock time in Kafka's records, so the deadlines use it too."""
@@ -78,13 +81,21 @@ class GroupCoordinatorShell:
         self._futures.clear()
 
     async def become_leader(self, partition: int) -> bool:
-        """Load `partition` (this broker now leads it); False (and the partition unloaded) when a record is corrupt."""
+        """Load `partition` (this broker now leads it); False (and the partition unloaded) when a record is corrupt.
+
+        The event loop gets a turn every `LOAD_STEP_RECORDS` records: a partition of a busy group's
+        commits (the soak's had 71,800 records, 12 s to replay) must not stop the broker's heartbeats,
+        Raft fetches and requests meanwhile, or the controller fences it and the load starts over
+        elsewhere, for ever. The group's requests are answered COORDINATOR_LOAD_IN_PROGRESS until done.
+        """
         self.core.begin_loading(partition)
         try:
             async for chunk in self.offsets_log.replay(partition):
-                if self.core.partitions.get(partition) is not False:
-                    return False  # resigned while loading
-                self.core.replay(partition, chunk)
+                for start in range(0, len(chunk), LOAD_STEP_RECORDS):
+                    if self.core.partitions.get(partition) is not False:
+                        return False  # resigned while loading
+                    self.core.replay(partition, chunk[start:start + LOAD_STEP_RECORDS])
+                    await asyncio.sleep(0)
         except ConsumerOffsetsRecordError as exc:
             log.error("__consumer_offsets-%d cannot be loaded: %s", partition, exc)
             self.resign(partition)
