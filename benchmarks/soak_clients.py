@@ -211,10 +211,12 @@ def consume(args: argparse.Namespace) -> None:
             assigned = consumer.assignment()
             if not assigned:
                 return
-            positions = {tp: consumer.position(tp) for tp in assigned}
             try:
+                # kafka-python 3 runs a plain rebalance listener on its IO thread, where position() and
+                # commit() refuse to block (RuntimeError), e.g. while a position waits for KIP-320 validation
+                positions = {tp: consumer.position(tp) for tp in assigned}
                 consumer.commit()
-            except Exception:  # noqa: BLE001 - a coordinator moving; the next round commits again
+            except Exception:  # noqa: BLE001 - a coordinator moving, or the IO thread; the next round commits again
                 return
             now = time.monotonic()
             for tp, offset in positions.items():
