@@ -52,7 +52,7 @@ _RETRIABLE = frozenset({
 @dataclass(frozen=True, slots=True)
 class LogBounds:
     """[log_start, log_end] of `partition` as broker `leader_id` (at `broker`, "host:port") gave it,
-    leading in `leader_epoch`."""
+    leading in `leader_epoch`; `named_by` is the broker whose metadata, accepted as current, named it."""
 
     partition: TopicPartition
     log_start: int
@@ -60,6 +60,7 @@ class LogBounds:
     leader_id: int
     leader_epoch: int
     broker: str
+    named_by: str = ""
 
     @property
     def leader(self) -> str:
@@ -157,7 +158,8 @@ class LogBoundsClient:
         request_deadline = min(deadline, time.monotonic() + self._request_timeout_s)
         log_start = self._list(connection, tp, EARLIEST, meta.leader_epoch, meta.leader_id, request_deadline)
         log_end = self._list(connection, tp, LATEST, meta.leader_epoch, meta.leader_id, request_deadline)
-        return LogBounds(tp, log_start, log_end, meta.leader_id, meta.leader_epoch, connection.address)
+        return LogBounds(tp, log_start, log_end, meta.leader_id, meta.leader_epoch, connection.address,
+                         current.answered_by)
 
     def _list(self, connection: BrokerConnection, tp: TopicPartition, timestamp: int, leader_epoch: int,
               leader_id: int, deadline: float) -> int:

@@ -143,7 +143,7 @@ class _Prober:
             topic_epoch = accepted.topic_epoch if accepted is not None else -1
             topic_id = getattr(accepted, "topic_id", None)
             out[tp] = Observed(bounds.log_start, bounds.log_end, bounds.leader_epoch, topic_epoch, bounds.leader,
-                               topic_id)
+                               topic_id, bounds.named_by)
         return out
 
     def _bounds_of(self, tp: TopicPartition, floor: Any) -> LogBounds:
@@ -189,6 +189,8 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.backwards_retries = 0
         """Answers whose end was below a planned offset, asked again."""
         self.batches_planned = 0
+        self._observed: dict[TopicPartition, Observed] = {}
+        """The last plan's observations: which broker's current metadata each partition's tasks start from."""
 
     def initialOffset(self) -> dict:
         observed = self._prober.observe(self._prober.partitions(), {})
@@ -219,6 +221,7 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         while True:
             attempt += 1
             observed = self._prober.observe(self._prober.partitions(list(began)), began)
+            self._observed = observed
             result = next_end(began, observed, self.options, max_rows)
             if not isinstance(result, list):
                 return result
@@ -240,8 +243,8 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 "batchesPlanned": self.batches_planned}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [RangePartition(rng) for rng in ranges(offsets_from_json(start, "the start offset"),
-                                                      offsets_from_json(end, "the end offset"))]
+        planned = ranges(offsets_from_json(start, "the start offset"), offsets_from_json(end, "the end offset"))
+        return [RangePartition(rng.as_observed(self._observed)) for rng in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.options, partition)
@@ -276,7 +279,7 @@ class KafkaEpochsBatchReader(DataSourceReader):
             if stop.offset > observed[tp].log_end:
                 raise SourceOptionError(f"{tp}: endingOffsets {stop.offset} is past the log end "
                                         f"{observed[tp].log_end} of the leader ({observed[tp].source})")
-        return [RangePartition(rng) for rng in ranges(start, end)]
+        return [RangePartition(rng.as_observed(observed)) for rng in ranges(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.options, partition)

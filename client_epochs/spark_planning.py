@@ -334,6 +334,9 @@ class Observed:
     topic_epoch: int
     source: str = "the leader"
     topic_id: uuid.UUID | None = None
+    current_broker: str = ""
+    """A broker whose metadata naming this leader was accepted as current ("host:port"): a task reading
+    the partition bootstraps its consumer there."""
 
     def at(self, offset: int) -> PartitionOffset:
         """`offset` in this partition, under the epochs and the topic id seen."""
@@ -360,6 +363,16 @@ class Range:
     end: int
     leader_epoch: int
     topic_epoch: int
+    bootstrap_from: str = ""
+    """A broker whose metadata the driver accepted as current when it planned ("host:port"), where the
+    task bootstraps its consumer: librdkafka keeps asking the broker it first reached while it knows no
+    leader, and another broker may be the stale one naming a dead or former leader (KAFKA-6262).
+    Empty for a batch planned before a restart."""
+
+    def as_observed(self, observed: Mapping[TopicPartition, Observed]) -> Range:
+        """This range bootstrapped from the broker whose current metadata the driver last used for it."""
+        seen = observed.get(self.partition)
+        return replace(self, bootstrap_from=seen.current_broker) if seen is not None else self
 
 
 def initial_offsets(starting: str | Offsets, observed: Mapping[TopicPartition, Observed]) -> Offsets:

@@ -7,7 +7,12 @@ RecordBatches with Spark's Kafka schema plus `leaderEpoch` and `topicEpoch`: no 
 The range is assigned with the plan's leader epoch (KIP-320), so librdkafka validates the position
 with the current leader (OffsetForLeaderEpoch) and fetches with CurrentLeaderEpoch: a fenced or
 stale leader makes it refresh metadata and fetch again from the current one, never hand back a
-shorter log. `auto.offset.reset=error` keeps it from jumping anywhere on its own. The task ends
+shorter log. librdkafka asks for metadata again from the broker it first reached, so the consumer is
+bootstrapped from a broker whose metadata the driver accepted as current when it planned: a stale
+broker (KAFKA-6262) naming a dead or former leader would hold the task there. A task that still gets
+nothing for a while finds such a broker itself, refusing metadata older than the plan, and reopens
+its consumer there.
+`auto.offset.reset=error` keeps it from jumping anywhere on its own. The task ends
 only at `end`: when the range cannot be finished before the deadline it fails, naming the
 partition and how far it got, and Spark runs it again; a task never returns a silent short read.
 """
@@ -23,9 +28,15 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
 from client_epochs.spark_planning import EARLIEST, Range
+from quorum.wire.internal_metadata import InternalMetadata
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
+
+STALL_S = 10.0
+"""Time without a record after which a task stops trusting its consumer's view of the leader."""
 
 BATCH_ROWS = 20_000
 """Rows per Arrow batch handed to Spark: big enough to amortise the hand-over, small enough for memory."""
@@ -70,32 +81,35 @@ def consumer_config(bootstrap: str, client: Mapping[str, str]) -> dict[str, Any]
 
 
 def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include_headers: bool = False,
-               fail_on_data_loss: bool = True, timeout_s: float = 120.0) -> Iterator[pa.RecordBatch]:
+               fail_on_data_loss: bool = True, timeout_s: float = 120.0,
+               stall_s: float = STALL_S) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every record in `rng`, in offset order.
 
-    `timeout_s` bounds the time without progress (Spark's kafkaConsumer.pollTimeoutMs): a leader
-    killed mid-read is waited for that long, then RangeReadError. A start below the log start
-    (retention) is RangeReadError too, unless `fail_on_data_loss` is false: then the read goes on
-    from the log start.
+    The consumer is bootstrapped from the broker whose current metadata the driver planned with
+    (`rng.bootstrap_from`), else from `bootstrap`. After `stall_s` without a record it is reopened where
+    it got to, bootstrapped from a broker the task finds answering current metadata itself
+    (`current_broker`: answers older than the range's epochs refused). `timeout_s` bounds the time
+    without progress (Spark's kafkaConsumer.pollTimeoutMs): a leader killed mid-read is waited for that
+    long, then RangeReadError. A start below the log start
+    (retention) is RangeReadError too, unless `fail_on_data_loss` is false: then the read goes on from
+    the log start.
     """
     schema = arrow_schema(include_headers)
     if rng.start != EARLIEST and rng.end <= rng.start:
         return
-    consumer = Consumer(consumer_config(bootstrap, client))
-    tp = KafkaTopicPartition(rng.partition.topic, rng.partition.partition,
-                             OFFSET_BEGINNING if rng.start == EARLIEST else rng.start,
-                             leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None)
+    entry = rng.bootstrap_from or bootstrap
     position = rng.start
+    consumer = _open(entry, client, rng, position)
     try:
-        consumer.assign([tp])
         pending: list[Any] = []
         last_progress = time.monotonic()
+        next_reopen = last_progress + stall_s
         while position < rng.end or position == EARLIEST:
             messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    position = _on_error(consumer, tp, rng, position, error, fail_on_data_loss)
+                    position = _on_error(consumer, rng, position, error, fail_on_data_loss)
                     continue
                 offset = message.offset()
                 if offset >= rng.end:
@@ -104,20 +118,59 @@ def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include
                 pending.append(message)
                 position = offset + 1
                 last_progress = time.monotonic()
+                next_reopen = last_progress + stall_s
             if len(pending) >= BATCH_ROWS:
                 yield _batch(pending, schema, rng.topic_epoch, include_headers)
                 pending = []
             if not messages:
-                position = max(position, _fetch_position(consumer, tp))  # past control records
-            if position < rng.end and time.monotonic() - last_progress > timeout_s:
-                raise RangeReadError(rng, position, f"no record for {timeout_s:.0f} s from the partition's leader")
+                position = max(position, _fetch_position(consumer, rng))  # past control records
+            now = time.monotonic()
+            if position < rng.end and now - last_progress > timeout_s:
+                raise RangeReadError(rng, position, f"no record for {timeout_s:.0f} s from the partition's leader "
+                                                    f"(consumer bootstrapped from {entry})")
+            if position < rng.end and now > next_reopen:
+                found = current_broker(rng, bootstrap, client, timeout_s=min(stall_s, timeout_s))
+                log.warning("%s: no record for %.0f s at offset %d from the consumer bootstrapped from %s "
+                            "(leader epoch %d or later wanted); reopening it from %s", rng.partition,
+                            now - last_progress, position, entry, rng.leader_epoch, found or bootstrap)
+                consumer.close()
+                entry = found or bootstrap
+                consumer = _open(entry, client, rng, position)
+                next_reopen = time.monotonic() + stall_s
         if pending:
             yield _batch(pending, schema, rng.topic_epoch, include_headers)
     finally:
         consumer.close()
 
 
-def _on_error(consumer: Consumer, tp: KafkaTopicPartition, rng: Range, position: int, error: KafkaError,
+def _open(entry: str, client: Mapping[str, str], rng: Range, position: int) -> Consumer:
+    """A consumer bootstrapped from `entry`, assigned `rng`'s partition at `position` under the plan's
+    leader epoch (KIP-320)."""
+    consumer = Consumer(consumer_config(entry, client))
+    consumer.assign([KafkaTopicPartition(rng.partition.topic, rng.partition.partition,
+                                         OFFSET_BEGINNING if position == EARLIEST else position,
+                                         leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None)])
+    return consumer
+
+
+def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeout_s: float) -> str:
+    """A broker ("host:port") answering metadata no older than `rng`'s epochs, with a leader for its
+    partition (KIP-232: an answer naming an older leader epoch is refused and the next broker asked),
+    or "" when none did before `timeout_s`. Not the leader's address: a leader may itself answer old
+    metadata, and librdkafka would believe it."""
+    floor = {rng.partition: InternalMetadata(rng.topic_epoch, rng.leader_epoch, None)}
+    try:
+        with MetadataClient(bootstrap, client_id="kafka-epochs-reader",
+                            security=ClientSecurity.of_client_properties(client)) as metadata:
+            current = metadata.refresh_until_current([rng.partition.topic], floors=floor, timeout=timeout_s)
+    except (OSError, StaleMetadataError, MetadataUnavailableError) as exc:
+        log.warning("%s: no current leader known after %.0f s: %s", rng.partition, timeout_s, exc)
+        return ""
+    meta = current.partitions.get(rng.partition)
+    return current.answered_by if meta is not None and meta.leader_id >= 0 else ""
+
+
+def _on_error(consumer: Consumer, rng: Range, position: int, error: KafkaError,
               fail_on_data_loss: bool) -> int:
     """Out of range: data loss (or skip to the log start); fatal: fail the task; anything else: librdkafka retries."""
     if error.code() == KafkaError._AUTO_OFFSET_RESET or error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
@@ -125,7 +178,7 @@ def _on_error(consumer: Consumer, tp: KafkaTopicPartition, rng: Range, position:
             raise RangeReadError(rng, position, f"the leader no longer has the offset ({error.str()}); "
                                                 "set failOnDataLoss=false to skip deleted records")
         log.warning("%s: offset %d is gone (%s); reading on from the log start", rng.partition, position, error.str())
-        consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING)])
+        consumer.assign([KafkaTopicPartition(rng.partition.topic, rng.partition.partition, OFFSET_BEGINNING)])
         return position
     if error.fatal() or error.code() == KafkaError._LOG_TRUNCATION:
         raise RangeReadError(rng, position, error.str())
@@ -133,8 +186,8 @@ def _on_error(consumer: Consumer, tp: KafkaTopicPartition, rng: Range, position:
     return position
 
 
-def _fetch_position(consumer: Consumer, tp: KafkaTopicPartition) -> int:
-    [got] = consumer.position([KafkaTopicPartition(tp.topic, tp.partition)])
+def _fetch_position(consumer: Consumer, rng: Range) -> int:
+    [got] = consumer.position([KafkaTopicPartition(rng.partition.topic, rng.partition.partition)])
     return got.offset if got.offset >= 0 else -1
 
 

@@ -33,7 +33,7 @@ class FakeProber:
     def observe(self, partitions, planned) -> dict[TopicPartition, Observed]:
         end = self.ends[min(self.asked, len(self.ends) - 1)]
         self.asked += 1
-        return {T0: Observed(0, end, 4, 7, "leader 101 (127.0.0.1:1, leader epoch 4)")}
+        return {T0: Observed(0, end, 4, 7, "leader 101 (127.0.0.1:1, leader epoch 4)", current_broker="127.0.0.1:3")}
 
     def close(self) -> None:
         pass
@@ -96,3 +96,17 @@ def test_available_now_holds_the_end_back_through_partition_growth() -> None:
     # same topic grown: still held back to the target, under the newer epochs
     first = source.latestOffset(START, ReadAllAvailable())["t"]["0"]
     assert (first["offset"], first["topic_epoch"], first["topic_id"]) == (100, 8, topic_id_text(TOPIC_ID))
+
+
+def test_tasks_are_bootstrapped_from_the_broker_whose_current_metadata_planned_them() -> None:
+    """librdkafka asks the broker it first reached for metadata while it knows no leader: a task must
+    start from a broker the driver accepted as current, not from any bootstrap broker (the stale one)."""
+    source, _ = reader([60])
+    end = source.latestOffset(START, ReadAllAvailable())
+    [task] = source.partitions(START, end)
+    assert (task.value.start, task.value.end, task.value.leader_epoch) == (50, 60, 4)
+    assert task.value.bootstrap_from == "127.0.0.1:3"
+    # a batch planned before a restart, run again from the checkpoint: nothing observed yet, the bootstrap list
+    restarted, _ = reader([60])
+    [again] = restarted.partitions(START, end)
+    assert again.value.bootstrap_from == "" and again.value.end == 60
