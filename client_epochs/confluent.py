@@ -124,7 +124,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._user_paused: set[TopicPartition] = set()
         self._pending: set[TopicPartition] = set()
         """Assigned partitions starting from their committed offset whose commits were not read yet (paused)."""
-        self._pending_since: float | None = None
+        self._pending_since = 0.0
         self._pending_noted = 0.0
         self._assigned_in_callback = False
 
@@ -256,12 +256,11 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
 
     def _note_pending(self, wanted: Sequence[TopicPartition], exc: BaseException) -> None:
         now = time.monotonic()
-        since = self._pending_since if self._pending_since is not None else now
         if now - self._pending_noted >= _COMMITTED_NOTE_S:
             self._pending_noted = now
             log.warning("group %r: committed offsets of %s not read for %.0f s (%s); those partitions stay "
                         "paused and each poll asks the coordinator again", self._group,
-                        ", ".join(map(str, wanted)), now - since, exc)
+                        ", ".join(map(str, wanted)), now - self._pending_since, exc)
 
     # --- seek and positions -----------------------------------------------------------------------------
 
