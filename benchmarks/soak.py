@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -401,15 +402,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.fault_every_s <= 0 or args.rate <= 0 or args.members < 1:
         parser.error("--minutes, --fault-every-s and --rate must be above 0, --members at least 1")
-    with tempfile.TemporaryDirectory(prefix="soak-") as temporary:
-        directory = (args.dir or Path(temporary)).resolve()
-        soak = Soak(args, directory)
-        try:
-            soak.start()
-            soak.run()
-            return soak.finish()
-        finally:
-            soak.close()
+    directory = (args.dir or Path(tempfile.mkdtemp(prefix="soak-"))).resolve()
+    soak = Soak(args, directory)
+    status = 1
+    try:
+        soak.start()
+        soak.run()
+        status = soak.finish()
+        return status
+    finally:
+        soak.close()
+        _keep_or_remove(directory, temporary=args.dir is None, passed=status == 0)
+
+
+def _keep_or_remove(directory: Path, *, temporary: bool, passed: bool) -> None:
+    """A failed soak keeps its directory: every node's and client's log in it is what says why."""
+    if temporary and passed:
+        shutil.rmtree(directory, ignore_errors=True)
+    elif not passed:
+        print(f"soak: the clusters' and clients' logs are kept in {directory}", flush=True)
 
 
 if __name__ == "__main__":
