@@ -40,8 +40,12 @@ class LogConfig:
     local_retention_bytes: int | None = None
     """`local.retention.bytes` resolved: -2 (the default) follows `retention.bytes`."""
     compacted: bool = False
-    """`cleanup.policy` (`log.cleanup.policy`) contains `compact`. This cluster does not compact
-    logs; the policy is kept because KIP-1023 does not bootstrap compacted topics from the tier."""
+    """`cleanup.policy` (`log.cleanup.policy`) contains `compact`: the log cleaner keeps the latest
+    record of each key (`quorum.log.cleaner`), and KIP-1023 does not bootstrap such a topic from
+    the tier."""
+    deletes: bool = True
+    """`cleanup.policy` contains `delete`: only then do `retention.ms` and `retention.bytes` delete
+    segments, as in Kafka (a `compact`-only topic keeps every key's latest record however old)."""
 
 
 # (topic config, broker config, Kafka's default as text)
@@ -150,6 +154,7 @@ def resolve_log_config(
         local_retention_bytes=(retention_bytes if retention_bytes >= 0 else None) if local_bytes == FOLLOW_RETENTION
         else (local_bytes if local_bytes >= 0 else None),
         compacted="compact" in policies,
+        deletes="delete" in policies,
     )
     if not 14 <= config.segment_bytes <= 2**31 - 1:
         raise LogConfigError(f"segment.bytes must be 14..{2**31 - 1}, got {config.segment_bytes}")

@@ -422,8 +422,12 @@ class Partition:
         """`retention.ms` and `retention.bytes`, never past the high watermark. A tiered partition
         keeps `local.retention.*` on its disk instead and deletes only segments already uploaded
         (KIP-405): none before its remote metadata is loaded; the remote tier applies `retention.*`
-        to the whole log."""
+        to the whole log. A topic whose `cleanup.policy` lacks `delete` keeps its segments (Kafka's
+        `config.delete`): compaction alone bounds it."""
         upto = self._high_watermark
+        if not self.config.deletes:
+            self._maybe_follow_log_end()
+            return 0
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         if self.remote is not None:
             uploaded = self.remote.highest_uploaded_offset

@@ -304,3 +304,19 @@ def test_a_leader_keeps_its_remote_state_through_an_isr_change_but_not_after_ano
     partition.update_state(2, 11, (1, 2))
     partition.update_state(1, 12, (1, 2))  # leader again after broker 2
     assert not partition.remote.loaded
+
+
+@pytest.mark.parametrize(("compacted", "deletes", "deleted"), [(True, False, False), (True, True, True),
+                                                              (False, True, True)])  # fmt: skip
+def test_retention_deletes_segments_only_when_the_cleanup_policy_says_delete(tmp_path, compacted: bool,
+                                                                            deletes: bool, deleted: bool) -> None:
+    """A `compact`-only topic keeps every key's latest record however old (Kafka's `config.delete`)."""
+    config = LogConfig(segment_bytes=200, retention_ms=1000, compacted=compacted, deletes=deletes)
+    partition = open_partition(tmp_path, config)
+    for first in range(0, 30, 3):
+        partition.append_as_leader(client_batch(3, first=first), T0 + first)
+    assert len(partition.log.segment_base_offsets) > 2
+    removed = partition.delete_old_segments(T0 + 10_000_000)
+    assert (removed > 0) is deleted
+    assert (partition.log.start_offset > 0) is deleted
+    partition.close()
