@@ -101,6 +101,8 @@ _ROLL_SYNC = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-roll-
 """The background fsyncs of full segments (`roll_sync_in_background`), one at a time per process."""
 
 _INT32_MAX = 2**31 - 1
+CLEANED_SUFFIX = ".cleaned"
+"""A cleaned segment being written (`<base>.log.cleaned`), as Kafka's `.cleaned` files."""
 BACKGROUND_SYNC_MIN_BYTES = 1 << 20
 """A due segment smaller than this is fsynced and rolled at once, on the caller's thread: it costs
 milliseconds, and a time-based roll (`segment.ms`) of a small segment then happens when it is due,
@@ -713,6 +715,48 @@ class Log:
         logger.info("%s: retention deleted %d segment(s); the log now starts at %d", self.directory, count, new_start)
         return count
 
+    # -- compaction (`quorum.log.cleaner` writes the segments, the log swaps them in) ---------
+
+    def replace_rolled_segment(self, segment: SegmentFiles, cleaned: Path) -> bool:
+        """Put the file `cleaned` in place of the rolled segment `segment`; durable on return.
+
+        `cleaned` holds batches with the same offsets as the segment's (some records removed,
+        written and fsynced by the cleaner). Returns False, deleting `cleaned`, when the segment
+        changed meanwhile (truncated, deleted, or no longer rolled): the cleaner's work is
+        dropped rather than put over other data. The old indexes go first, so a crash before
+        the new ones are written leaves a segment without indexes, which recovery rebuilds from
+        its batches; the data is swapped by one rename, so a crash leaves one file or the other
+        whole. Readers never see the swap: they hold the lock, and spans are duplicate descriptors.
+        """
+        with self._lock:
+            self._check_writable()
+            number = bisect.bisect_left(self._bases, segment.base_offset)
+            current = self._segments[number] if number < len(self._segments) - 1 else None
+            if (current is None or current.base_offset != segment.base_offset or current.size != segment.size
+                    or current.next_offset != segment.next_offset):
+                cleaned.unlink(missing_ok=True)
+                return False
+            try:
+                current.close()
+                for path in (current.index_path, current.time_index_path):
+                    path.unlink(missing_ok=True)
+                fsync_directory(self.directory)
+                os.replace(cleaned, current.path)
+                fsync_directory(self.directory)
+                replacement = self._new_segment(segment.base_offset)
+                entries, time_entries, largest, next_offset, _ = replacement.indexes_by_walking()
+                if next_offset != segment.next_offset:
+                    raise CorruptLogError(replacement.path, None, f"the cleaned segment ends at offset {next_offset}, "
+                                          f"not {segment.next_offset} as the one it replaced")  # fmt: skip
+                replacement.next_offset = next_offset
+                replacement.attach_index(entries, time_entries, largest)
+                replacement.flush_all()
+                self._segments[number] = replacement
+            except BaseException as exc:
+                self._failed = exc
+                raise
+        return True
+
     # -- reading for the state machine -------------------------------------------------------
 
     def iter_batches(self, from_offset: int | None = None, upto: int | None = None) -> Iterator[RecordBatch]:
@@ -839,6 +883,7 @@ class Log:
         if kept != bases:
             names, bases = os.listdir(self.directory), kept
         self._remove_orphan_indexes(names, set(bases))
+        self._remove_unfinished_cleanings(names)
         try:
             for base in bases or [self._start]:
                 self._segments.append(self._new_segment(base))
@@ -919,6 +964,14 @@ class Log:
                 if name.endswith(suffix) and len(stem) == 20 and stem.isdigit() and int(stem) not in bases:
                     logger.warning("%s: index without a segment, deleted", self.directory / name)
                     (self.directory / name).unlink()
+
+    def _remove_unfinished_cleanings(self, names: list[str]) -> None:
+        """Delete cleaned segments a crash left before `replace_rolled_segment` swapped them in:
+        the segment they were made from is still whole, and the next cleaning makes them again."""
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX):
+                logger.warning("%s: unfinished cleaning, deleted", self.directory / name)
+                (self.directory / name).unlink(missing_ok=True)
 
     def _recover(self) -> None:
         """Check the segments, truncate a torn tail, and make the indexes and epochs agree."""

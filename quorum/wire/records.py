@@ -66,6 +66,7 @@ __all__ = [
     "patch_base_offset",
     "patch_log_append_time",
     "patch_partition_leader_epoch",
+    "rebuild_batch",
     "validate_produced_batch",
 ]
 
@@ -293,6 +294,35 @@ def build_batch(
         body = b""
     return _assemble(body, len(records), base_offset, partition_leader_epoch, attributes, last_offset_delta,
                      base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence)  # fmt: skip
+
+
+def rebuild_batch(batch: RecordBatch, records: Sequence[Record]) -> bytes:
+    """`batch` holding only `records` (some of its own), as Kafka's log cleaner rewrites one.
+
+    The base and last offsets, leader epoch, producer id, epoch and base sequence, codec and
+    flags stay the batch's, so the log's batches still cover every offset and an idempotent
+    producer's last sequence survives (Kafka's overrideLastOffset). With no records left it is
+    a bare header (Kafka's writeEmptyHeader): no codec, both timestamps the batch's largest.
+    """
+    if not records:
+        attributes = _attributes(Compression.NONE, batch.timestamp_type, batch.is_transactional, batch.is_control)
+        return _assemble(b"", 0, batch.base_offset, batch.partition_leader_epoch, attributes, batch.last_offset_delta,
+                         batch.max_timestamp, batch.max_timestamp, batch.producer_id, batch.producer_epoch,
+                         batch.base_sequence)  # fmt: skip
+    if records[-1].offset > batch.last_offset or records[0].offset < batch.base_offset:
+        raise ValueError(f"records {records[0].offset}..{records[-1].offset} are outside batch "
+                         f"{batch.base_offset}..{batch.last_offset}")  # fmt: skip
+    codec = batch.compression
+    attributes = _attributes(codec, batch.timestamp_type, batch.is_transactional, batch.is_control)
+    base_timestamp = records[0].timestamp
+    body, max_timestamp, _ = _encode_records(records, batch.base_offset, base_timestamp)
+    if batch.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        max_timestamp = batch.max_timestamp
+    if codec is not Compression.NONE:
+        body = compress(codec, body)
+    return _assemble(body, len(records), batch.base_offset, batch.partition_leader_epoch, attributes,
+                     batch.last_offset_delta, base_timestamp, max_timestamp, batch.producer_id, batch.producer_epoch,
+                     batch.base_sequence)  # fmt: skip
 
 
 def _assemble(body: bytes, count: int, base_offset: int, partition_leader_epoch: int, attributes: int,
