@@ -826,7 +826,7 @@ class Log:
     def _start_empty_segment(self, base_offset: int) -> None:
         """The only segment of a log emptied at `base_offset`, durably created."""
         segment = self._new_segment(base_offset)
-        segment.attach_index([])
+        segment.attach_index([], [])
         segment.next_offset = base_offset
         self._segments.append(segment)
         self._bases.append(base_offset)
@@ -862,7 +862,7 @@ class Log:
         if segment.size:
             segment.close()
             raise LogError(f"{segment.path} already exists with {segment.size} bytes; not rolling onto it")
-        segment.attach_index([])
+        segment.attach_index([], [])
         segment.next_offset = base_offset
         self._segments.append(segment)
         self._bases.append(base_offset)
@@ -1041,6 +1041,7 @@ class Log:
                 if tail is not None:
                     segment.next_offset = tail.next_offset
                 elif segment.size == 0:
+                    segment.attach_time_index([], (-1, -1))
                     return None
                 if tail is not None and self._load_time_index(segment, tail):
                     return tail.partition_leader_epoch

@@ -163,16 +163,17 @@ class LogSegment:
     ) -> None:
         """Use these entries (absolute last offsets), rewriting the `.index` file if it differs.
 
-        With a time index, `time_entries` ((timestamp, absolute offset), none by default) become
-        the `.timeindex` file's, and `max_timestamp` is the segment's largest batch timestamp with
-        the last offset of its batch.
+        With a time index, `time_entries` ((timestamp, absolute offset)) become the `.timeindex`
+        file's, and `max_timestamp` is the segment's largest batch timestamp with the last offset
+        of its batch. None leaves the time index (and its file) alone, for `attach_time_index`.
         """
         relative = [(offset - self.base_offset, position) for offset, position in entries]
         if self.index is not None:
             self.index.close()
         self.index = OffsetIndex(self.index_path, self.base_offset, relative)
         self._builder = IndexBuilder(self._index_interval, self.size - self.index.last_position)
-        self.attach_time_index(time_entries or [], max_timestamp)
+        if time_entries is not None:
+            self.attach_time_index(time_entries, max_timestamp)
 
     def attach_time_index(self, entries: list[tuple[int, int]], max_timestamp: tuple[int, int]) -> None:
         """Use these time index entries ((timestamp, absolute offset)), rewriting the `.timeindex`

@@ -152,3 +152,17 @@ def test_metadata_log_keeps_no_time_index(tmp_path):
     with Log(tmp_path, segment_bytes=2000) as log:
         fill(log, 30)
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".timeindex")]
+
+
+def test_a_reopen_keeps_the_rolled_segments_time_indexes_as_written(tmp_path, caplog):
+    """Loading a rolled segment's offset index once emptied its `.timeindex` file before it was read,
+    so every restart rebuilt every time index from the batch headers, with a warning per segment."""
+    with open_log(tmp_path) as log:
+        fill(log, 30)
+        rolled = log.segment_base_offsets[:-1]
+    before = {base: (tmp_path / f"{base:020d}.timeindex").read_bytes() for base in rolled}
+    assert all(before.values())
+    with caplog.at_level("WARNING"), open_log(tmp_path) as log:
+        assert log.offset_for_timestamp(T0 + 100) == (T0 + 100, 10)
+    assert "rebuilding" not in caplog.text
+    assert {base: (tmp_path / f"{base:020d}.timeindex").read_bytes() for base in rolled} == before
