@@ -43,6 +43,15 @@ class LogConfig:
     """`cleanup.policy` (`log.cleanup.policy`) contains `compact`: the log cleaner keeps the latest
     record of each key (`quorum.log.cleaner`), and KIP-1023 does not bootstrap such a topic from
     the tier."""
+    min_cleanable_dirty_ratio: float = 0.5
+    """`min.cleanable.dirty.ratio` (`log.cleaner.min.cleanable.ratio`): the share of a compacted
+    log's cleanable bytes written since its last cleaning that starts the next one."""
+    delete_retention_ms: int = 24 * _HOUR_MS
+    """`delete.retention.ms` (`log.cleaner.delete.retention.ms`): how long the cleaner keeps a tombstone."""
+    min_compaction_lag_ms: int = 0
+    """`min.compaction.lag.ms`: a record this young is not compacted yet."""
+    max_compaction_lag_ms: int | None = None
+    """`max.compaction.lag.ms`: a dirty record this old gets its log cleaned whatever the ratio."""
     deletes: bool = True
     """`cleanup.policy` contains `delete`: only then do `retention.ms` and `retention.bytes` delete
     segments, as in Kafka (a `compact`-only topic keeps every key's latest record however old)."""
@@ -63,6 +72,10 @@ _KEYS = {
     "local_retention_ms": ("local.retention.ms", "log.local.retention.ms", "-2"),
     "local_retention_bytes": ("local.retention.bytes", "log.local.retention.bytes", "-2"),
     "cleanup_policy": ("cleanup.policy", "log.cleanup.policy", "delete"),
+    "min_cleanable_dirty_ratio": ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "0.5"),
+    "delete_retention_ms": ("delete.retention.ms", "log.cleaner.delete.retention.ms", str(24 * _HOUR_MS)),
+    "min_compaction_lag_ms": ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0"),
+    "max_compaction_lag_ms": ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", str(_LONG_MAX)),
 }
 FOLLOW_RETENTION = -2
 """`local.retention.*`'s default: the same as `retention.*` (KIP-405)."""
@@ -138,6 +151,14 @@ def resolve_log_config(
     timestamp_type = values["timestamp_type"].strip()
     if timestamp_type not in ("CreateTime", "LogAppendTime"):
         raise LogConfigError(f"message.timestamp.type must be CreateTime or LogAppendTime, got {timestamp_type!r}")
+    try:
+        dirty_ratio = float(values["min_cleanable_dirty_ratio"].strip())
+    except ValueError:
+        raise LogConfigError(f"min.cleanable.dirty.ratio must be a number, got "
+                             f"{values['min_cleanable_dirty_ratio']!r}") from None  # fmt: skip
+    if not 0 <= dirty_ratio <= 1:
+        raise LogConfigError(f"min.cleanable.dirty.ratio must be 0..1, got {dirty_ratio}")
+    max_lag = _int("max.compaction.lag.ms", values["max_compaction_lag_ms"])
     config = LogConfig(
         segment_bytes=_int("segment.bytes", values["segment_bytes"]),
         segment_ms=segment_ms if 0 < segment_ms < _LONG_MAX else None,
@@ -155,6 +176,10 @@ def resolve_log_config(
         else (local_bytes if local_bytes >= 0 else None),
         compacted="compact" in policies,
         deletes="delete" in policies,
+        min_cleanable_dirty_ratio=dirty_ratio,
+        delete_retention_ms=max(_int("delete.retention.ms", values["delete_retention_ms"]), 0),
+        min_compaction_lag_ms=max(_int("min.compaction.lag.ms", values["min_compaction_lag_ms"]), 0),
+        max_compaction_lag_ms=max_lag if 0 < max_lag < _LONG_MAX else None,
     )
     if not 14 <= config.segment_bytes <= 2**31 - 1:
         raise LogConfigError(f"segment.bytes must be 14..{2**31 - 1}, got {config.segment_bytes}")

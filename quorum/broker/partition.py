@@ -35,6 +35,7 @@ from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, Times
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
 from quorum.broker.remote_tier import RemoteLogState
 from quorum.log.atomic import fsync_directory
+from quorum.log.cleaner import CleanerPolicy, CleanResult, clean
 from quorum.log.epoch_cache import EpochEntry
 from quorum.log.errors import LogError, OffsetOutOfRangeError
 from quorum.log.log import Log
@@ -142,6 +143,7 @@ class Partition:
         self.remote: RemoteLogState | None = None
         """The remote tier's view of this partition's uploaded segments (KIP-405), set by the
         broker's remote tier when the topic has `remote.storage.enable`; None otherwise."""
+        self._first_dirty = 0  # where the log cleaner's last pass stopped (`clean`)
 
     def __repr__(self) -> str:
         return (f"Partition({self.name}, leader={self._leader_id}, epoch={self._leader_epoch}, "
@@ -440,6 +442,19 @@ class Partition:
             self._keep_producer_snapshot()
         self._maybe_follow_log_end()
         return deleted
+
+    def clean(self, now_ms: int) -> CleanResult | None:
+        """One log-cleaner pass (`quorum.log.cleaner`) if the topic is compacted; None otherwise,
+        and for a tiered topic (Kafka refuses compaction with remote storage). Called on the
+        cleaner's thread: the log's lock orders it with appends, reads and truncations."""
+        config = self.config
+        if not config.compacted or config.remote_storage_enable:
+            return None
+        policy = CleanerPolicy(config.min_cleanable_dirty_ratio, config.delete_retention_ms,
+                               config.min_compaction_lag_ms, config.max_compaction_lag_ms)  # fmt: skip
+        result = clean(self.log, self._high_watermark, max(self._first_dirty, self.log.start_offset), policy, now_ms)
+        self._first_dirty = result.first_dirty
+        return result
 
     def rebuild_producer_state(self) -> None:
         """Producer state (at open, and after a truncation): the producer snapshot the log holds

@@ -44,9 +44,10 @@ from quorum.log.partition_metadata import read_partition_metadata
 
 logger = logging.getLogger(__name__)
 
-#: Kafka's defaults: `log.retention.check.interval.ms`, `producer.id.expiration.ms`.
+#: Kafka's defaults: `log.retention.check.interval.ms`, `producer.id.expiration.ms`, `log.cleaner.backoff.ms`.
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+DEFAULT_CLEANER_BACKOFF_MS = 15_000
 METADATA_TOPIC = "__cluster_metadata"
 
 
@@ -392,6 +393,36 @@ class ReplicaManager:
                 await asyncio.wait_for(stop.wait(), interval / 1000)
             except TimeoutError:
                 self.enforce_retention()
+
+    def clean_logs(self, partitions: Sequence[Partition], now_ms: int | None = None) -> int:
+        """One log-cleaner pass over each of `partitions` (Kafka's LogCleaner); segments rewritten.
+        A failure is logged and leaves that log as it was; the others are still cleaned."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        rewritten = 0
+        for partition in partitions:
+            try:
+                result = partition.clean(now_ms)
+            except (LogError, OSError) as exc:
+                logger.error("%s: log cleaning failed, the log is left as it was: %s", partition.name, exc)
+                continue
+            if result is not None and result.segments_rewritten:
+                logger.info("%s", result.describe(partition.name))
+                rewritten += result.segments_rewritten
+        return rewritten
+
+    async def run_log_cleaner(self, stop: asyncio.Event) -> None:
+        """Clean the compacted partitions every `log.cleaner.backoff.ms` on a thread of their own,
+        until `stop` is set; off with `log.cleaner.enable=false`, as in Kafka."""
+        if self.properties.get("log.cleaner.enable", "true").strip().lower() == "false":
+            return
+        backoff_s = int(self.properties.get("log.cleaner.backoff.ms", DEFAULT_CLEANER_BACKOFF_MS)) / 1000
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), backoff_s)
+            except TimeoutError:
+                compacted = [p for p in self._partitions.values() if p.config.compacted]
+                if compacted:
+                    await asyncio.to_thread(self.clean_logs, compacted)
 
     async def wait_for_high_watermarks(self, waits: Iterable[tuple[Partition, int]],
                                        timeout_s: float) -> set[Partition]:

@@ -169,7 +169,7 @@ class BrokerRole:
         """The broker's background work, cancelled at shutdown."""
         self.groups.start()
         work = [self.lifecycle.run(), self._watch_pause_forever(), self._apply_when_ready(),
-                self.replicas.run_retention(self._stop)]
+                self.replicas.run_retention(self._stop), self.replicas.run_log_cleaner(self._stop)]
         if self.remote is not None:
             work.append(self.remote.run(self.replicas.partitions, self._stop))
         return [asyncio.create_task(job) for job in work]

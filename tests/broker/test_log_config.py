@@ -50,3 +50,16 @@ def test_the_flag_is_this_brokers_then_the_cluster_default_then_the_properties(o
 def test_a_bad_flag_value_is_named() -> None:
     with pytest.raises(LogConfigError, match=f"{FLAG} must be true or false, got 'yes'"):
         broker_flag({}, 1, {FLAG: "yes"}, FLAG)
+
+
+def test_the_cleaners_settings_come_from_the_topic_then_the_broker_then_kafkas_defaults() -> None:
+    default = resolve_log_config({}, {})
+    assert (default.min_cleanable_dirty_ratio, default.delete_retention_ms, default.min_compaction_lag_ms,
+            default.max_compaction_lag_ms, default.deletes) == (0.5, 86_400_000, 0, None, True)  # fmt: skip
+    broker = {"log.cleaner.min.cleanable.ratio": "0.1", "log.cleaner.delete.retention.ms": "1000",
+              "log.cleaner.min.compaction.lag.ms": "5", "log.cleaner.max.compaction.lag.ms": "60000"}
+    config = resolve_log_config({"min.cleanable.dirty.ratio": "0.25", "cleanup.policy": "compact"}, broker)
+    assert (config.min_cleanable_dirty_ratio, config.delete_retention_ms, config.min_compaction_lag_ms,
+            config.max_compaction_lag_ms, config.compacted, config.deletes) == (0.25, 1000, 5, 60000, True, False)
+    with pytest.raises(LogConfigError, match="min.cleanable.dirty.ratio"):
+        resolve_log_config({"min.cleanable.dirty.ratio": "lots"}, {})
