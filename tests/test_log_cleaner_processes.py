@@ -48,13 +48,13 @@ def produce_rounds(address: str) -> dict[bytes, bytes | None]:
     return latest
 
 
-def read_with_confluent(address: str) -> tuple[dict[bytes, bytes | None], int, int]:
-    """(key -> last value, records read, high watermark) of the topic, read from offset 0."""
+def read_with_confluent(address: str, start: int = 0) -> tuple[dict[bytes, bytes | None], int, int]:
+    """(key -> last value, records read, high watermark) of the topic, read from `start`."""
     consumer = Consumer({"bootstrap.servers": address, "group.id": "cleaner-reader", "enable.auto.commit": False,
                          **QUIET})  # fmt: skip
     try:
         end = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)[1]
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        consumer.assign([TopicPartition(TOPIC, 0, start)])
         values: dict[bytes, bytes | None] = {}
         count = 0
         deadline = time.monotonic() + 60
@@ -69,12 +69,12 @@ def read_with_confluent(address: str) -> tuple[dict[bytes, bytes | None], int, i
         consumer.close()
 
 
-def read_with_kafka_python(address: str, end: int) -> dict[bytes, bytes | None]:
+def read_with_kafka_python(address: str, end: int, start: int = 0) -> dict[bytes, bytes | None]:
     consumer = KafkaConsumer(bootstrap_servers=address, enable_auto_commit=False, group_id=None)
     try:
         partition = KafkaTopicPartition(TOPIC, 0)
         consumer.assign([partition])
-        consumer.seek(partition, 0)
+        consumer.seek(partition, start)
         values: dict[bytes, bytes | None] = {}
         deadline = time.monotonic() + 60
         while consumer.position(partition) < end:
@@ -130,6 +130,9 @@ def test_a_compacted_topic_and_consumer_offsets_are_cleaned_and_read_back_by_rea
         values, count, end = read_with_confluent(address)
         assert end == produced and b"key-3" not in values, "the expired tombstone went, with its key"
         assert read_with_kafka_python(address, end) == expected
+        # From inside a run of emptied batches the cleaner wrote as one (its base below the position):
+        assert read_with_confluent(address, 107)[0] == expected
+        assert read_with_kafka_python(address, end, 107) == expected
         commit_many(address, "committer", 200)
         log_path = cluster.specs[BROKER].log_path
         wait_until("__consumer_offsets to be compacted",

@@ -87,7 +87,7 @@ from quorum.broker.replica_fetcher_out_of_range import (
 )
 from quorum.log.validation import batch_fault
 from quorum.wire.errors import ErrorCode
-from quorum.wire.records import CorruptRecordError, iter_batches
+from quorum.wire.records import CorruptRecordError, RecordBatch, empty_batch, iter_batches
 
 logger = logging.getLogger(__name__)
 
@@ -160,10 +160,26 @@ class _Parsed:
     last_epoch: int = NO_EPOCH
     restart_at: int | None = None  # the log is empty and the first batch starts below its start
     fault: str | None = None
+    head: bytes | None = None  # the first batch, cut to start at the fetch offset (`_cut_to`)
+    head_size: int = 0  # the size of the batch `head` stands for in the answer
 
 
 class _BadRecords(Exception):
     pass
+
+
+def _cuttable(batch: RecordBatch, offset: int) -> bool:
+    """Whether `batch`, which begins below our log end `offset` and reaches past it, is one the
+    leader's log cleaner made of emptied batches (no record, no producer, not control): our own
+    copy still has the batches it replaced up to `offset`, and only its part from there is new."""
+    return (batch.base_offset < offset <= batch.last_offset and batch.records_count == 0 and batch.producer_id < 0
+            and not batch.is_control)
+
+
+def _cut_to(batch: RecordBatch, offset: int) -> bytes:
+    """The empty batch's offsets from `offset` on, in its epoch, as a batch of their own."""
+    return empty_batch(offset, batch.last_offset, batch.partition_leader_epoch, batch.timestamp_type,
+                       batch.max_timestamp)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -535,8 +551,11 @@ class ReplicaFetcher:
                 self._start_at(p, parsed.restart_at)
             records = data.records
             whole = isinstance(records, bytes) and len(records) == parsed.valid_bytes
-            self._actions.append(AppendAsFollower(p.tp, records if whole else bytes(records[: parsed.valid_bytes]),
-                                                  parsed.end_offset, parsed.last_epoch))  # fmt: skip
+            if parsed.head is not None:
+                appended = parsed.head + bytes(records[parsed.head_size : parsed.valid_bytes])
+            else:
+                appended = records if whole else bytes(records[: parsed.valid_bytes])
+            self._actions.append(AppendAsFollower(p.tp, appended, parsed.end_offset, parsed.last_epoch))
             p.fetch_offset = p.log_end = parsed.end_offset
             p.last_fetched_epoch = parsed.last_epoch
             p.diverged_at = None
@@ -559,6 +578,10 @@ class ReplicaFetcher:
                     if p.log_start == p.log_end and batch.base_offset < expected <= batch.last_offset:
                         parsed.restart_at = expected = batch.base_offset
                         epoch = NO_EPOCH
+                    elif _cuttable(batch, expected):
+                        parsed.head_size = batch.size_in_bytes
+                        parsed.head = _cut_to(batch, expected)
+                        batch = RecordBatch(parsed.head)
                     else:
                         raise _BadRecords(f"the first batch starts at {batch.base_offset}, not at the fetch offset "
                                           f"{p.fetch_offset}")

@@ -44,7 +44,7 @@ from typing import BinaryIO
 
 from quorum.log.errors import LogError
 from quorum.log.log import CLEANED_SUFFIX, Log, SegmentFiles
-from quorum.wire.records import RecordBatch, rebuild_batch
+from quorum.wire.records import RecordBatch, empty_batch, rebuild_batch
 from quorum.wire.records import iter_batches as walk_batches
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ MAX_MAP_KEYS = 1_000_000
 """Keys one pass maps (Kafka bounds its map by `log.cleaner.dedupe.buffer.size`): about 100 MB of
 Python dict for short keys."""
 _READ_CHUNK = 1 << 20
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,49 +185,46 @@ class _Tally:
 
 def _clean_segment(log: Log, segment: SegmentFiles, latest: dict[bytes, int], horizon_ms: int,
                    tally: _Tally) -> None:
-    """Write the segment again without what the map and the tombstone horizon drop, and swap it
-    in. The new file is opened at the first batch that changes (the bytes before it copied as
-    they are), so a segment losing nothing is only read."""
+    """Write the segment again without what the map and the tombstone horizon drop, a run of
+    emptied batches as one, and swap it in; a segment that would not change is only read."""
     tally.read += 1
-    cleaned = Path(f"{segment.log_path}{CLEANED_SUFFIX}")
-    out: BinaryIO | None = None
+    copy = _Rewrite(segment.log_path, Path(f"{segment.log_path}{CLEANED_SUFFIX}"))
+    run: _EmptyRun | None = None
     removed = tombstones = 0
     try:
         for position, batch in _segment_batches(segment):
-            if not _supersedes(batch):
-                if out is not None:
-                    out.write(batch.raw)
-                continue
-            records = batch.records()
-            expired = batch.max_timestamp < horizon_ms
-            kept = []
-            for record in records:
-                if record.key is not None and latest.get(record.key, -1) > record.offset:
-                    removed += 1
-                elif record.key is not None and record.value is None and expired:
-                    tombstones += 1
+            if _supersedes(batch):
+                records = batch.records()
+                expired = batch.max_timestamp < horizon_ms
+                kept = []
+                for record in records:
+                    if record.key is not None and latest.get(record.key, -1) > record.offset:
+                        removed += 1
+                    elif record.key is not None and record.value is None and expired:
+                        tombstones += 1
+                    else:
+                        kept.append(record)
+                if not kept and batch.producer_id < 0:
+                    if run is None or not run.extend(batch):
+                        _flush(run, copy)
+                        run = _EmptyRun(position, batch)
+                    continue
+                run = _flush(run, copy)
+                if len(kept) == len(records):
+                    copy.keep(batch.raw)
                 else:
-                    kept.append(record)
-            if len(kept) == len(records):
-                if out is not None:
-                    out.write(batch.raw)
+                    copy.change(position, rebuild_batch(batch, kept))
                 continue
-            if out is None:
-                out = open(cleaned, "wb")  # noqa: SIM115 - closed below, after the fsync
-                _copy_prefix(segment.log_path, out, position)
-            out.write(rebuild_batch(batch, kept))
-        if out is None:
-            return
-        out.flush()
-        os.fsync(out.fileno())
-        size = out.tell()
+            run = _flush(run, copy)
+            copy.keep(batch.raw)
+        _flush(run, copy)
+        size = copy.finish()
     except BaseException:
-        if out is not None:
-            out.close()
-            cleaned.unlink(missing_ok=True)
+        copy.abandon()
         raise
-    out.close()
-    if not log.replace_rolled_segment(segment, cleaned):
+    if size is None:
+        return
+    if not log.replace_rolled_segment(segment, copy.target):
         logger.info("%s: segment %d changed while it was cleaned; left for the next pass", log.directory,
                     segment.base_offset)  # fmt: skip
         return
@@ -235,6 +233,81 @@ def _clean_segment(log: Log, segment: SegmentFiles, latest: dict[bytes, int], ho
     tally.after += size
     tally.records += removed
     tally.tombstones += tombstones
+
+
+class _EmptyRun:
+    """Consecutive batches without a producer left with no record, in one leader epoch: written as
+    one empty batch over all their offsets, so a key rewritten a million times leaves a header or
+    so, not a million (Kafka drops such batches; here every offset stays inside a batch)."""
+
+    def __init__(self, position: int, first: RecordBatch) -> None:
+        self.position = position
+        self.first = first
+        self.last_offset = first.last_offset
+        self.max_timestamp = first.max_timestamp
+        self.changed = first.records_count > 0
+
+    def extend(self, batch: RecordBatch) -> bool:
+        """Take `batch` in, if it continues the run in the same epoch and the offsets fit."""
+        first = self.first
+        if (batch.partition_leader_epoch != first.partition_leader_epoch
+                or batch.timestamp_type != first.timestamp_type
+                or batch.last_offset - first.base_offset > _INT32_MAX):
+            return False
+        self.last_offset = batch.last_offset
+        self.max_timestamp = max(self.max_timestamp, batch.max_timestamp)
+        self.changed = True
+        return True
+
+    def write(self, copy: _Rewrite) -> None:
+        """Into `copy`: the one batch as it was, or the run's empty batch."""
+        if not self.changed:
+            copy.keep(self.first.raw)
+            return
+        first = self.first
+        copy.change(self.position, empty_batch(first.base_offset, self.last_offset, first.partition_leader_epoch,
+                                               first.timestamp_type, self.max_timestamp))  # fmt: skip
+
+
+def _flush(run: _EmptyRun | None, copy: _Rewrite) -> None:
+    """Write the run, if one is open; the run is then over (None)."""
+    if run is not None:
+        run.write(copy)
+
+
+class _Rewrite:
+    """The cleaned copy of a segment, opened at the first change with the bytes before it copied."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        self.source = source
+        self.target = target
+        self._out: BinaryIO | None = None
+
+    def keep(self, data: bytes | memoryview) -> None:
+        if self._out is not None:
+            self._out.write(data)
+
+    def change(self, position: int, data: bytes) -> None:
+        """`data` in place of the segment's bytes from `position` on (up to what comes next)."""
+        if self._out is None:
+            self._out = open(self.target, "wb")  # noqa: SIM115 - closed by finish or abandon
+            _copy_prefix(self.source, self._out, position)
+        self._out.write(data)
+
+    def finish(self) -> int | None:
+        """fsync and close the copy; its size, or None when nothing changed (no copy)."""
+        if self._out is None:
+            return None
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        size = self._out.tell()
+        self._out.close()
+        return size
+
+    def abandon(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self.target.unlink(missing_ok=True)
 
 
 def _copy_prefix(source: Path, out: BinaryIO, length: int) -> None:

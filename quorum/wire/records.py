@@ -61,6 +61,7 @@ __all__ = [
     "TruncatedBatch",
     "build_batch",
     "build_values_batch",
+    "empty_batch",
     "build_control_batch",
     "iter_batches",
     "patch_base_offset",
@@ -323,6 +324,18 @@ def rebuild_batch(batch: RecordBatch, records: Sequence[Record]) -> bytes:
     return _assemble(body, len(records), batch.base_offset, batch.partition_leader_epoch, attributes,
                      batch.last_offset_delta, base_timestamp, max_timestamp, batch.producer_id, batch.producer_epoch,
                      batch.base_sequence)  # fmt: skip
+
+
+def empty_batch(base_offset: int, last_offset: int, partition_leader_epoch: int, timestamp_type: int,
+                max_timestamp: int) -> bytes:
+    """A batch of no records covering `base_offset..last_offset` without a producer: what the log
+    cleaner leaves of a run of emptied batches, and what a follower keeps of one that begins
+    below its log end. Clients step over it to `last_offset + 1`, as over Kafka's empty batches."""
+    if not 0 <= last_offset - base_offset <= _INT32_MAX:
+        raise ValueError(f"an empty batch cannot cover offsets {base_offset}..{last_offset}")
+    attributes = _attributes(Compression.NONE, timestamp_type, False, False)
+    return _assemble(b"", 0, base_offset, partition_leader_epoch, attributes, last_offset - base_offset,
+                     max_timestamp, max_timestamp)  # fmt: skip
 
 
 def _assemble(body: bytes, count: int, base_offset: int, partition_leader_epoch: int, attributes: int,

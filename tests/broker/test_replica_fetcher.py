@@ -19,6 +19,7 @@ from quorum.broker.replica_fetcher_out_of_range import (
     TruncateTo,
 )
 from quorum.wire.errors import ErrorCode
+from quorum.wire.records import Record, build_batch, empty_batch, iter_batches
 from tests.broker.replication_model import (
     TOPIC_ID,
     TP,
@@ -154,6 +155,29 @@ def test_a_partial_last_batch_is_left_for_the_next_fetch_and_bad_records_back_of
     assert out == [] and fetcher.state(TP).delayed_until_ms == 1000 and "CRC" in fetcher.state(TP).reason
     assert fetcher.tick(999) == []
     assert only_send(fetcher.tick(1000)).partitions[0].fetch_offset == 2
+
+
+def test_an_empty_batch_the_leaders_cleaner_merged_is_taken_from_the_follower_end() -> None:
+    """The leader's log cleaner writes a run of emptied batches as one empty batch; a follower whose
+    copy ends inside it appends the part from its end, and refuses any other batch starting below."""
+    follower = log_with("F", (1, 4), hw=4)
+    fetcher = new_fetcher(2, 1)
+    request = only_send(follow(fetcher, follower, 1))
+    assert request.partitions[0].fetch_offset == 4
+    merged = empty_batch(0, 9, 1, 0, 1_000)
+    after = build_batch([Record(10, 2_000, b"k", b"v")], base_offset=10, partition_leader_epoch=1)
+    answer = ev.FetchResponse(0, (ev.FetchedPartition(TP, 0, 11, 0, merged + after),))
+    out = fetcher.on_fetch_response(request, answer, 0)
+    appended = next(a for a in out if isinstance(a, ev.AppendAsFollower))
+    head, tail = list(iter_batches(appended.records))
+    assert (head.base_offset, head.last_offset, head.records_count, head.partition_leader_epoch) == (4, 9, 0, 1)
+    assert bytes(tail.raw) == after
+    assert only_send(out).partitions[0].fetch_offset == 11
+    fetcher = new_fetcher(2, 1)  # again at offset 4, answered by a batch with records from offset 2
+    request = only_send(follow(fetcher, log_with("F", (1, 4), hw=4), 1))
+    below = build_batch([Record(2, 0, b"k", b"v"), Record(5, 0, b"k", b"w")], base_offset=2, partition_leader_epoch=1)
+    refused = fetcher.on_fetch_response(request, ev.FetchResponse(0, (ev.FetchedPartition(TP, 0, 6, 0, below),)), 0)
+    assert refused == [] and "starts at 2" in fetcher.state(TP).reason
 
 
 # ---------------------------------------------------------------------------------------------
