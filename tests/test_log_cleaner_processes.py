@@ -14,8 +14,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
+from quorum.launcher import LocalCluster
 from tests.test_broker_processes import BROKER, QUIET, one_broker
-from tests.test_controller_processes import create, wait_until
+from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_replication_processes import SETTINGS as REPLICATION_SETTINGS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -144,3 +146,89 @@ def test_a_compacted_topic_and_consumer_offsets_are_cleaned_and_read_back_by_rea
         assert wait_until("the restarted broker to serve the cleaned segments", lambda: served(address), 90) == expected
         assert wait_until("the coordinator to load the group's last commit",
                           lambda: committed(address, "committer") == 200, 90)
+
+
+REPLICATED = "table3"
+
+
+def produce_keyed(address: str, rounds: range) -> dict[bytes, bytes]:
+    """Each key once per round, into REPLICATED (acks=all); each key's latest value."""
+    producer = Producer({"bootstrap.servers": address, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000,
+                         **QUIET})  # fmt: skip
+    latest = {}
+    for round_number in rounds:
+        for key in range(KEYS):
+            name, value = b"key-%d" % key, b"value-%d-%d" % (key, round_number)
+            producer.produce(REPLICATED, value, name)
+            latest[name] = value
+        producer.flush(60)
+        time.sleep(0.1)
+    assert producer.flush(60) == 0
+    return latest
+
+
+def read_replicated(address: str) -> dict[bytes, bytes | None] | None:
+    """key -> last value of REPLICATED as the broker at `address` serves it from 0; None while it cannot."""
+    consumer = Consumer({"bootstrap.servers": address, "group.id": "replicated-reader", "enable.auto.commit": False,
+                         **QUIET})  # fmt: skip
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(REPLICATED, 0), timeout=10)[1]
+        consumer.assign([TopicPartition(REPLICATED, 0, 0)])
+        values: dict[bytes, bytes | None] = {}
+        deadline = time.monotonic() + 30
+        while consumer.position([TopicPartition(REPLICATED, 0)])[0].offset < end:
+            if time.monotonic() > deadline:
+                return None
+            for message in consumer.consume(500, 0.5):
+                if message.error() is not None:
+                    return None
+                values[message.key()] = message.value()
+        return values
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def test_a_follower_behind_the_leaders_cleaning_catches_up_and_leads_with_the_same_values(tmp_path):
+    """The follower stops inside what its leader then cleans into one empty batch; back, it takes
+    that batch from its own end, rejoins the ISR, and once it alone is left it serves each key's
+    latest value."""
+    settings = {**REPLICATION_SETTINGS, **CLEANER, "offsets.topic.replication.factor": "1"}
+    cluster = LocalCluster(tmp_path, controllers=1, brokers=3, settings=settings)
+    cluster.format_storage()
+    cluster.start()
+    try:
+        brokers = (101, 102, 103)
+        first = cluster.specs[brokers[0]].address
+        wait_until("the brokers to be unfenced", lambda: metadata(first)[0] == set(brokers))
+        create(AdminClient({"bootstrap.servers": first, **QUIET}),
+               NewTopic(REPLICATED, 1, 3, config={"cleanup.policy": "compact"}))
+
+        def partition():
+            topic = metadata(first)[1].get(REPLICATED)
+            assert topic is not None, f"{REPLICATED} not in broker {brokers[0]}'s metadata yet"
+            return topic.partitions[0]
+
+        wait_until(f"{REPLICATED} to be fully replicated", lambda: sorted(partition().isr) == list(brokers))
+        bootstrap = ",".join(cluster.specs[b].address for b in brokers)
+        produce_keyed(bootstrap, range(0, 3))
+        leader = partition().leader
+        follower = next(b for b in brokers if b != leader)
+        wait_until(f"follower {follower} to copy the first rounds", lambda: sorted(partition().isr) == list(brokers))
+        cluster.kill(follower)
+        latest = produce_keyed(bootstrap, range(3, 15))
+        leader_log = cluster.specs[leader].log_path
+        wait_until(f"leader {leader} to compact {REPLICATED}",
+                   lambda: f"{REPLICATED}-0: compacted" in leader_log.read_text(), 90)  # fmt: skip
+        cluster.start_node(follower)
+        wait_until(f"follower {follower} back in the ISR", lambda: sorted(partition().isr) == list(brokers), 90)
+        for other in brokers:
+            if other != follower:
+                cluster.kill(other)
+        survivor = cluster.specs[follower].address
+        assert wait_until(f"broker {follower} alone to serve {REPLICATED}",
+                          lambda: read_replicated(survivor), 90) == latest  # fmt: skip
+        assert "records from broker" not in cluster.specs[follower].log_path.read_text(), "no fetched batch refused"
+    finally:
+        cluster.stop()
