@@ -27,18 +27,31 @@ ROUNDS = 15
 CLEANER = {"log.cleaner.backoff.ms": "300", "log.roll.ms": "250", "log.cleaner.min.cleanable.ratio": "0.01"}
 
 
-def produce_rounds(address: str) -> dict[bytes, bytes | None]:
-    """ROUNDS values of every key, a round every 0.1 s so that segments roll (log.roll.ms), then a
-    tombstone for key 3 and a last round of key 0; each key's latest value."""
-    producer = Producer({"bootstrap.servers": address, "acks": "all", "linger.ms": 5, **QUIET})
+def producer_for(address: str) -> Producer:
+    return Producer({"bootstrap.servers": address, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000,
+                     **QUIET})  # fmt: skip
+
+
+def produce_keyed(producer: Producer, topic: str, rounds: range) -> dict[bytes, bytes | None]:
+    """Each key once per round (acks=all), a round every 0.1 s so that segments roll (log.roll.ms);
+    each key's latest value."""
     latest: dict[bytes, bytes | None] = {}
-    for round_number in range(ROUNDS):
+    for round_number in rounds:
         for key in range(KEYS):
             name, value = b"key-%d" % key, b"value-%d-%d" % (key, round_number)
-            producer.produce(TOPIC, value, name)
+            producer.produce(topic, value, name)
             latest[name] = value
-        producer.flush(30)
+        producer.flush(60)
         time.sleep(0.1)
+    assert producer.flush(60) == 0
+    return latest
+
+
+def produce_rounds(address: str) -> dict[bytes, bytes | None]:
+    """ROUNDS values of every key, then a tombstone for key 3 and a last round of key 0; each key's
+    latest value."""
+    producer = producer_for(address)
+    latest = produce_keyed(producer, TOPIC, range(ROUNDS))
     producer.produce(TOPIC, None, b"key-3")
     latest[b"key-3"] = None
     for tail in range(6):  # later segments, so the tombstone is rolled and below the high watermark
@@ -151,22 +164,6 @@ def test_a_compacted_topic_and_consumer_offsets_are_cleaned_and_read_back_by_rea
 REPLICATED = "table3"
 
 
-def produce_keyed(address: str, rounds: range) -> dict[bytes, bytes]:
-    """Each key once per round, into REPLICATED (acks=all); each key's latest value."""
-    producer = Producer({"bootstrap.servers": address, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000,
-                         **QUIET})  # fmt: skip
-    latest = {}
-    for round_number in rounds:
-        for key in range(KEYS):
-            name, value = b"key-%d" % key, b"value-%d-%d" % (key, round_number)
-            producer.produce(REPLICATED, value, name)
-            latest[name] = value
-        producer.flush(60)
-        time.sleep(0.1)
-    assert producer.flush(60) == 0
-    return latest
-
-
 def read_replicated(address: str) -> dict[bytes, bytes | None] | None:
     """key -> last value of REPLICATED as the broker at `address` serves it from 0; None while it cannot."""
     consumer = Consumer({"bootstrap.servers": address, "group.id": "replicated-reader", "enable.auto.commit": False,
@@ -212,12 +209,13 @@ def test_a_follower_behind_the_leaders_cleaning_catches_up_and_leads_with_the_sa
 
         wait_until(f"{REPLICATED} to be fully replicated", lambda: sorted(partition().isr) == list(brokers))
         bootstrap = ",".join(cluster.specs[b].address for b in brokers)
-        produce_keyed(bootstrap, range(0, 3))
+        producer = producer_for(bootstrap)
+        produce_keyed(producer, REPLICATED, range(0, 3))
         leader = partition().leader
         follower = next(b for b in brokers if b != leader)
         wait_until(f"follower {follower} to copy the first rounds", lambda: sorted(partition().isr) == list(brokers))
         cluster.kill(follower)
-        latest = produce_keyed(bootstrap, range(3, 15))
+        latest = produce_keyed(producer, REPLICATED, range(3, 15))
         leader_log = cluster.specs[leader].log_path
         wait_until(f"leader {leader} to compact {REPLICATED}",
                    lambda: f"{REPLICATED}-0: compacted" in leader_log.read_text(), 90)  # fmt: skip
