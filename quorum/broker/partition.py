@@ -35,7 +35,7 @@ from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, Times
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
 from quorum.broker.remote_tier import RemoteLogState
 from quorum.log.atomic import fsync_directory
-from quorum.log.cleaner import CleanerPolicy, CleanResult, clean
+from quorum.log.cleaner import CleanerPolicy, CleanResult, clean, read_first_dirty, write_first_dirty
 from quorum.log.epoch_cache import EpochEntry
 from quorum.log.errors import LogError, OffsetOutOfRangeError
 from quorum.log.log import Log
@@ -143,7 +143,7 @@ class Partition:
         self.remote: RemoteLogState | None = None
         """The remote tier's view of this partition's uploaded segments (KIP-405), set by the
         broker's remote tier when the topic has `remote.storage.enable`; None otherwise."""
-        self._first_dirty = 0  # where the log cleaner's last pass stopped (`clean`)
+        self._first_dirty = read_first_dirty(self.directory) or 0  # where the cleaner's last pass stopped
 
     def __repr__(self) -> str:
         return (f"Partition({self.name}, leader={self._leader_id}, epoch={self._leader_epoch}, "
@@ -365,6 +365,7 @@ class Partition:
         if len(data) >= BATCH_HEADER_SIZE:
             offset = min(offset, RecordBatch(data).base_offset)
         self.log.truncate_to(offset)
+        self._first_dirty = min(self._first_dirty, self.log.end_offset)  # what comes after is new
         self._high_watermark = min(self._high_watermark, self.log.end_offset)
         self.rebuild_producer_state()
 
@@ -380,6 +381,7 @@ class Partition:
         entries = decode_producer_snapshot(producer_snapshot) if producer_snapshot is not None else []
         self.log.start_empty_at(offset, tuple(leader_epochs), producer_snapshot)
         self._high_watermark = offset
+        self._first_dirty = offset
         self._unflushed = 0
         self.producers.load_snapshot(entries)
 
@@ -453,7 +455,9 @@ class Partition:
         policy = CleanerPolicy(config.min_cleanable_dirty_ratio, config.delete_retention_ms,
                                config.min_compaction_lag_ms, config.max_compaction_lag_ms)  # fmt: skip
         result = clean(self.log, self._high_watermark, max(self._first_dirty, self.log.start_offset), policy, now_ms)
-        self._first_dirty = result.first_dirty
+        if result.first_dirty != self._first_dirty:
+            write_first_dirty(self.directory, result.first_dirty)
+            self._first_dirty = result.first_dirty
         return result
 
     def rebuild_producer_state(self) -> None:

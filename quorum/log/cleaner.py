@@ -28,8 +28,7 @@ Where this differs from Kafka, and why:
 * A tombstone's age is its batch's largest timestamp (Kafka counts from the pass that first
   cleaned it, KIP-534), so a consumer that reads from the start within `delete.retention.ms` of
   the delete still sees it.
-* Cleaned segments are not merged, and `first_dirty` lives in memory: after a restart the first
-  pass reads the whole log again and rewrites only what it changes.
+* Cleaned segments are not merged into fewer files.
 """
 
 from __future__ import annotations
@@ -42,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from quorum.log.errors import LogError
+from quorum.log.errors import CorruptFileError, LogError
 from quorum.log.log import CLEANED_SUFFIX, Log, SegmentFiles
+from quorum.log.start_offset import read_start_offset, write_start_offset
 from quorum.wire.records import RecordBatch, empty_batch, rebuild_batch
 from quorum.wire.records import iter_batches as walk_batches
 
@@ -54,6 +54,26 @@ MAX_MAP_KEYS = 1_000_000
 Python dict for short keys."""
 _READ_CHUNK = 1 << 20
 _INT32_MAX = 2**31 - 1
+
+
+CLEANER_OFFSET_NAME = "cleaner-offset"
+"""Where the last pass over a log stopped, its first dirty offset: Kafka keeps these for a log dir
+in `cleaner-offset-checkpoint`; here each log owns one file, in `log-start-offset`'s layout, so a
+restart does not take the whole log for dirty and read it all again."""
+
+
+def read_first_dirty(directory: Path) -> int | None:
+    """The recorded first dirty offset, None when none is (or the file is damaged: the next pass then
+    reads the whole log, which costs time, never records)."""
+    try:
+        return read_start_offset(directory / CLEANER_OFFSET_NAME)
+    except CorruptFileError as exc:
+        logger.warning("%s; the next cleaning reads the whole log", exc)
+        return None
+
+
+def write_first_dirty(directory: Path, offset: int) -> None:
+    write_start_offset(directory / CLEANER_OFFSET_NAME, offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,4 +341,5 @@ def _copy_prefix(source: Path, out: BinaryIO, length: int) -> None:
             length -= len(chunk)
 
 
-__all__ = ["MAX_MAP_KEYS", "CleanResult", "CleanerPolicy", "clean"]
+__all__ = ["CLEANER_OFFSET_NAME", "MAX_MAP_KEYS", "CleanResult", "CleanerPolicy", "clean", "read_first_dirty",
+           "write_first_dirty"]

@@ -320,3 +320,19 @@ def test_retention_deletes_segments_only_when_the_cleanup_policy_says_delete(tmp
     assert (removed > 0) is deleted
     assert (partition.log.start_offset > 0) is deleted
     partition.close()
+
+
+def test_the_cleaner_compacts_a_compacted_partition_and_remembers_where_it_stopped(tmp_path) -> None:
+    """A restart does not take the whole log for dirty again (`cleaner-offset`, Kafka's checkpoint)."""
+    config = LogConfig(segment_bytes=300, compacted=True, deletes=False)
+    partition = open_partition(tmp_path, config)
+    for first in range(60):
+        partition.append_as_leader(client_batch(3, first=first % 4), T0 + first)
+    assert partition.clean(T0).segments_rewritten > 0
+    stopped = partition.clean(T0)
+    assert stopped.skipped is not None
+    partition.close()
+    partition = open_partition(tmp_path, config)
+    assert partition.clean(T0).skipped is not None, "nothing dirty after a restart either"
+    assert open_partition(tmp_path / "other", LogConfig(segment_bytes=300)).clean(T0) is None, "not compacted"
+    partition.close()
