@@ -96,7 +96,7 @@ def main() -> int:
             ["records replayed by a load", f"{records_before:,}", f"{records_after:,}",
              f"the live keys ({live}) plus the active segment's"],
             ["load (s)", f"{load_before:.3f}", f"{load_after:.3f}", ""],
-            ["cleaning pass (s)", "", f"{clean_s:.3f}", f"<= the uncleaned load ({load_before:.3f})"],
+            ["cleaning pass (s)", "", f"{clean_s:.3f}", f"about one uncleaned load ({load_before:.3f}), off the loop"],
             ["segments rewritten / read", "", f"{result.segments_rewritten} / {result.segments_read}", ""],
         ],
     )  # fmt: skip

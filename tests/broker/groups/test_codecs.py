@@ -23,8 +23,11 @@ from quorum.wire.consumer_offsets import (
     UnknownRecordTypeError,
     decode_key,
     decode_record,
+    decode_value,
     encode_key,
     encode_record,
+    schema_decode_key,
+    schema_decode_value,
 )
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, decode, encode
 
@@ -184,3 +187,34 @@ def test_decode_of_any_prefixed_string_is_clean(tail: str) -> None:
 def test_json_is_the_kips() -> None:
     head = encode("", InternalMetadata(5, 6)).removeprefix("kip232:").rstrip("\n")
     assert json.loads(head) == {"version": 1, "topic_epoch": 5, "leader_epoch": 6}
+
+
+def _outcome(decode, *args):
+    try:
+        return decode(*args)
+    except ConsumerOffsetsRecordError as exc:
+        return type(exc)
+
+
+OFFSET_VALUES = st.builds(OffsetValue, st.integers(-(2**63), 2**63 - 1), INT32, TEXT, st.integers(0, 2**63 - 1),
+                          st.one_of(st.just(-1), st.integers(0, 2**31 - 1)),
+                          st.one_of(st.just(-1), st.integers(0, 2**63 - 1)),
+                          st.none() | st.uuids())  # fmt: skip
+
+
+@given(TEXT, TEXT, INT32, OFFSET_VALUES, st.integers(0, 200), st.binary(max_size=3), st.integers(0, 3))
+def test_the_fast_decoders_agree_with_the_schema_engine_on_good_and_damaged_records(
+        group, topic, partition, value, position, junk, cut) -> None:
+    """The fast paths a coordinator load takes give what the schema engine gives, error or record."""
+    if value.expire_timestamp >= 0 and (value.topic_epoch >= 0 or value.topic_id is not None):
+        value = OffsetValue(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+                            value.topic_epoch, -1, value.topic_id)  # fmt: skip
+    key_bytes, value_bytes = encode_record(OffsetKey(group, topic, partition), value)
+    key = OffsetKey(group, topic, partition)
+    assert decode_key(key_bytes) == schema_decode_key(key_bytes) == key
+    assert decode_value(key, value_bytes) == schema_decode_value(key, value_bytes)
+    for data in (key_bytes, value_bytes):
+        at = min(position, len(data))
+        damaged = data[:at] + junk + data[at + cut:]
+        assert _outcome(decode_key, damaged) == _outcome(schema_decode_key, damaged)
+        assert _outcome(decode_value, key, damaged) == _outcome(schema_decode_value, key, damaged)
