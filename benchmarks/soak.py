@@ -11,7 +11,10 @@ Runs a LocalCluster of 3 controllers and 3 brokers (the source) and one of 1 + 1
 - a fault every `--fault-every-s`, kinds in turn (benchmarks/soak_faults.py): kill -9 and restart
   of a broker and of a controller, SIGSTOP/SIGCONT of each, a stale broker while a leader dies, and a
   full disk on broker 103 (its data directory is a small tmpfs; without root it is a plain
-  directory and the full-disk fault is left out, which the table says).
+  directory and the full-disk fault is left out, which the table says);
+- `__consumer_offsets` in 1 MiB segments and the log cleaner every 5 s, so the groups' commits are
+  compacted under the faults, and every coordinator that moves loads a cleaned log (a commit lost
+  or taken from an older record shows as a committed-offset or consumer rewind).
 
 A progress line every 10 s. At the end (producers stopped, consumers and replicator caught up):
 every acknowledged record is read back at its offset, exactly once; the replicas' segment files are
@@ -58,6 +61,8 @@ SETTINGS = {
     "offsets.topic.num.partitions": "3",
     "transaction.state.log.replication.factor": "3",
     "leader.imbalance.check.interval.seconds": "10",
+    "offsets.topic.segment.bytes": str(1 << 20),
+    "log.cleaner.backoff.ms": "5000",
 }
 TARGET_SETTINGS = {"offsets.topic.num.partitions": "1"}
 MIRROR_GROUP = "soak-mirror"
