@@ -313,6 +313,9 @@ class Soak:
             return True
         raise NotHealed(f"group {group} has committed {[sample[p] for p in range(PARTITIONS)]}")
 
+    def _compacted_segments(self) -> int:
+        return sum(_segments_compacted(self.source.specs[b].log_path) for b in BROKERS)
+
     def report(self, acked: checks.Acked, records: checks.RecordCheck, groups: dict[str, checks.ConsumerCheck],
                mirror: checks.ReplicatorCheck, replicas: checks.ReplicaCheck, crashes: list[str]) -> int:
         assert self.faults is not None
@@ -335,6 +338,7 @@ class Soak:
                      (f"consumers {client}: rewinds / skips", f"{group.rewinds} / {group.skips}"),
                      (f"consumers {client}: committed offset rewinds ({self.sampled(GROUPS[client])})", str(rewinds))]
         mirror_committed = checks.committed_rewinds(self.samples[MIRROR_GROUP])
+        rows.append(("__consumer_offsets segments compacted (all brokers)", f"{self._compacted_segments():,}"))
         rows += [("replicator: records copied", f"{mirror.copied:,}"),
                  ("replicator: acknowledged records missing on the target", str(mirror.missing)),
                  ("replicator: duplicated / misplaced on the target", f"{mirror.duplicated} / {mirror.misplaced}"),
@@ -385,6 +389,19 @@ class NotHealed(Exception):
 
 def topic_ready(address: str, replicas: int) -> bool:
     return topic_ready_of(address, replicas, TOPIC, PARTITIONS)
+
+
+def _segments_compacted(log_path: Path) -> int:
+    """The `__consumer_offsets` segments a node's cleaner rewrote, from its log lines ("compacted 2 of 5")."""
+    total = 0
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                if "__consumer_offsets-" in line and ": compacted " in line:
+                    total += int(line.split(": compacted ", 1)[1].split(" ", 1)[0])
+    except FileNotFoundError:
+        pass
+    return total
 
 
 def _count_lines(path: Path, prefix: str) -> int:
