@@ -17,10 +17,12 @@ One pass over a partition log (`clean`), as Kafka's Cleaner.clean does it:
 
 Where this differs from Kafka, and why:
 
-* No batch is dropped: a batch losing every record stays as a bare 61-byte header with its
-  offsets (`rebuild_batch`, which Kafka uses for producer state only; elsewhere Kafka leaves
-  gaps). So the batches still cover every offset, which recovery and a follower's append check,
-  and a follower's fetch position, a batch boundary of its own copy, is one on the leader too.
+* No offset is left outside a batch (Kafka drops emptied batches and leaves gaps): a run of
+  emptied batches without a producer, in one leader epoch, becomes one empty batch over all their
+  offsets (`empty_batch`), and an emptied batch of an idempotent producer stays as its bare header
+  (`rebuild_batch`, as Kafka keeps it for the producer's sequence). Recovery and a follower's append
+  check that batches follow on; a follower whose copy ends inside such a run takes the part from
+  its end (`replica_fetcher._cut_to`).
 * Transactional and control batches are kept whole, and their records supersede nothing (Kafka
   also drops aborted records and, later, the markers of finished transactions). Keeping more than
   Kafka never loses a key's latest committed value: a record goes only when a later
