@@ -403,7 +403,8 @@ class ReplicaManager:
             try:
                 result = partition.clean(now_ms)
             except (LogError, OSError) as exc:
-                logger.error("%s: log cleaning failed, the log is left as it was: %s", partition.name, exc)
+                if not partition.log.closed:  # else removed or shut down meanwhile: nothing to say
+                    logger.error("%s: log cleaning failed, the log is left as it was: %s", partition.name, exc)
                 continue
             if result is not None and result.segments_rewritten:
                 logger.info("%s", result.describe(partition.name))

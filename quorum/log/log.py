@@ -189,6 +189,11 @@ class Log:
             f"flushed_offset={self._flushed}, segments={len(self._segments)})"
         )
 
+    @property
+    def closed(self) -> bool:
+        """Closed (`close`): the log refuses everything, as a partition that was removed."""
+        return self._closed
+
     def __enter__(self) -> Log:
         return self
 
