@@ -239,3 +239,20 @@ def test_init_producer_id(tmp_path):
     request = Request(RequestHeader(22, 4, 1, "t"), api, decode_body(api.request, body.encode(version=4), 0, 4))
     assert run(handlers.init_producer_id(request)).body.error_code == ErrorCode.INVALID_REQUEST
     manager.close()
+
+
+def test_the_log_cleaner_compacts_compacted_partitions_only_and_a_closed_one_quietly(tmp_path, caplog):
+    manager = ReplicaManager(1, [tmp_path], {"log.segment.bytes": "300"})
+    configs = {(TOPIC_RESOURCE, "orders"): {"cleanup.policy": "compact", "segment.bytes": "300"}}
+    manager.apply_image(image(topic("orders", ORDERS, [(1, [1])]), topic("audit", AUDIT, [(1, [1])]), configs=configs))
+    orders, audit = manager.get("orders", 0), manager.get("audit", 0)
+    for first in range(60):
+        for partition in (orders, audit):
+            partition.append_as_leader(client_batch(3, first=first % 4), T0 + first)
+    audit_before = audit.log.size_in_bytes
+    assert manager.clean_logs([orders, audit], T0) > 0
+    assert audit.log.size_in_bytes == audit_before, "a topic without cleanup.policy=compact is not compacted"
+    orders.close()
+    with caplog.at_level("ERROR"):
+        assert manager.clean_logs([orders], T0) == 0
+    assert "cleaning failed" not in caplog.text
