@@ -33,12 +33,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quorum.broker.cleaner_metrics import CleanerMetrics
 from quorum.broker.log_config import TOPIC_RESOURCE, LogConfig, LogConfigError, config_layers, topic_log_config
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.producer_ids import InProcessBlocks, ProducerIdManager
 from quorum.broker.remote_tier import RemoteTier, TopicIdPartition
 from quorum.image.image import MetadataImage, PartitionInfo, TopicInfo
+from quorum.log.cleaner import CleanResult
 from quorum.log.errors import CorruptFileError, LogError
 from quorum.log.partition_metadata import read_partition_metadata
 
@@ -133,6 +135,7 @@ class ReplicaManager:
         self.producer_ids = producer_ids or ProducerIdManager(broker_id, InProcessBlocks())
         self.image: MetadataImage | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self.cleaner_metrics = CleanerMetrics()
         self._by_id: dict[tuple[uuid.UUID, int], Partition] = {}
         self._hosted: dict[str, set[int]] = {}  # topic name -> the indexes of its partitions hosted here
         #: Partitions the image assigns here that could not be opened, with the reason (answered
@@ -398,18 +401,22 @@ class ReplicaManager:
         """One log-cleaner pass over each of `partitions` (Kafka's LogCleaner); segments rewritten.
         A failure is logged and leaves that log as it was; the others are still cleaned."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        rewritten = 0
+        results: list[CleanResult] = []
+        failed = 0
         for partition in partitions:
             try:
                 result = partition.clean(now_ms)
             except (LogError, OSError) as exc:
                 if not partition.log.closed:  # else removed or shut down meanwhile: nothing to say
                     logger.error("%s: log cleaning failed, the log is left as it was: %s", partition.name, exc)
+                    failed += 1
                 continue
-            if result is not None and result.segments_rewritten:
-                logger.info("%s", result.describe(partition.name))
-                rewritten += result.segments_rewritten
-        return rewritten
+            if result is not None:
+                results.append(result)
+                if result.segments_rewritten:
+                    logger.info("%s", result.describe(partition.name))
+        self.cleaner_metrics.round_done(results, failed)
+        return sum(result.segments_rewritten for result in results)
 
     async def run_log_cleaner(self, stop: asyncio.Event) -> None:
         """Clean the compacted partitions every `log.cleaner.backoff.ms` on a thread of their own,

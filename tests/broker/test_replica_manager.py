@@ -252,7 +252,18 @@ def test_the_log_cleaner_compacts_compacted_partitions_only_and_a_closed_one_qui
     audit_before = audit.log.size_in_bytes
     assert manager.clean_logs([orders, audit], T0) > 0
     assert audit.log.size_in_bytes == audit_before, "a topic without cleanup.policy=compact is not compacted"
+    metrics = manager.cleaner_metrics
+    assert 0 < metrics.recopy_percent._value.get() < 100 and metrics.max_clean_time._value.get() > 0
+    assert metrics.uncleanable._value.get() == 0
+    def disk_fails(now_ms: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    audit.clean = disk_fails
+    with caplog.at_level("ERROR"):
+        manager.clean_logs([audit], T0)
+    assert "audit-0: log cleaning failed" in caplog.text and metrics.uncleanable._value.get() == 1
+    caplog.clear()
     orders.close()
     with caplog.at_level("ERROR"):
         assert manager.clean_logs([orders], T0) == 0
-    assert "cleaning failed" not in caplog.text
+    assert "cleaning failed" not in caplog.text and metrics.uncleanable._value.get() == 0

@@ -78,6 +78,10 @@ def test_kip_631_metrics_move_with_the_metadata(tmp_path):
         # The names of each role: MetadataLag is KafkaController's on a controller, KafkaServer's on a broker.
         assert BROKER_LAG not in controller and CONTROLLER_LAG not in broker
         assert not {COMMIT_LATENCY_COUNT, COMMIT_RATE, REQUESTS_RATE} & set(broker)
+        # A broker serves its log cleaner's metrics under Kafka's names; a controller has no cleaner.
+        assert broker["kafka_log_LogCleanerManager_uncleanable_partitions_count"] == 0
+        assert "kafka_log_LogCleanerManager_time_since_last_run_ms" in broker
+        assert "kafka_log_LogCleaner_max_clean_time_secs" not in controller
         # Registered and unfenced: requests processed, records committed and timed.
         assert controller[REQUESTS_RATE] >= 2
         assert controller[COMMIT_RATE] >= 2 and controller[COMMIT_LATENCY_COUNT] >= 1
