@@ -1,6 +1,6 @@
 """The soak: a 3 controller + 3 broker cluster under real clients and a schedule of faults, then a full check.
 
-    python -m benchmarks.soak [--minutes 60] [--fault-every-s 20] [--rate 100] [--dir DIR] [--seed N]
+    python -m benchmarks.soak [--minutes 60] [--rounds N] [--fault-every-s 20] [--rate 100] [--dir DIR] [--seed N]
 
 Runs a LocalCluster of 3 controllers and 3 brokers (the source) and one of 1 + 1 (the target), with:
 - two idempotent acks=all producers, one confluent-kafka and one kafka-python, into topic `soak`
@@ -132,6 +132,9 @@ class Soak:
         self.faults: Faults | None = None
         self.fault_error: BaseException | None = None
         self.stop_faults = threading.Event()
+        self.faults_over = threading.Event()
+        """Set when the fault loop ends: `--rounds` done, or a fault that did not heal."""
+        self.minutes_run = 0.0
 
     # -- addresses and views --------------------------------------------------------------------------------
 
@@ -216,8 +219,13 @@ class Soak:
         try:
             while not self.stop_faults.wait(self.args.fault_every_s):
                 self.faults.next()
+                if self.args.rounds and self.faults.rounds >= self.args.rounds:
+                    say(f"{self.faults.rounds} round(s) of every fault kind done")
+                    return
         except BaseException as exc:  # noqa: BLE001 - reported by the main loop
             self.fault_error = exc
+        finally:
+            self.faults_over.set()
 
     def run(self) -> None:
         from client_epochs.offset_fetch import OffsetFetcher
@@ -229,7 +237,7 @@ class Soak:
         faults.start()
         next_line = started + 10
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not self.faults_over.is_set():
                 time.sleep(2)
                 if self.fault_error is not None:
                     raise RuntimeError(f"a fault did not heal: {self.fault_error}") from self.fault_error
@@ -244,6 +252,7 @@ class Soak:
             say("the fault schedule stops (the fault under way, if any, is undone first)")
             faults.join(CATCH_UP_TIMEOUT_S)
             fetcher.close()
+            self.minutes_run = (time.monotonic() - started) / 60
         if self.fault_error is not None:
             raise RuntimeError(f"a fault did not heal: {self.fault_error}") from self.fault_error
 
@@ -319,7 +328,7 @@ class Soak:
     def report(self, acked: checks.Acked, records: checks.RecordCheck, groups: dict[str, checks.ConsumerCheck],
                mirror: checks.ReplicatorCheck, replicas: checks.ReplicaCheck, crashes: list[str]) -> int:
         assert self.faults is not None
-        rows: list[tuple[str, str]] = [("minutes", f"{self.args.minutes:g}")]
+        rows: list[tuple[str, str]] = [("minutes of faults", f"{self.minutes_run:.1f}")]
         rows += [(f"fault: {kind}", str(n)) for kind, n in sorted(self.faults.counts.items())]
         if not self.disk:
             rows.append(("fault: full disk", "not injected (mount -t tmpfs refused)"))
@@ -419,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold-s", type=float, default=8.0, help="how long a node stays down, paused, stale or full")
     parser.add_argument("--rate", type=float, default=100.0, help="records a second per producer")
     parser.add_argument("--members", type=int, default=2, help="members of each consumer group")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="stop after this many rounds of every fault kind, if before --minutes (0: no limit)")
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--dir", type=Path, default=None, help="where the clusters live (default: a temp dir)")
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.fault_every_s <= 0 or args.rate <= 0 or args.members < 1:
-        parser.error("--minutes, --fault-every-s and --rate must be above 0, --members at least 1")
+    if args.minutes <= 0 or args.fault_every_s <= 0 or args.rate <= 0 or args.members < 1 or args.rounds < 0:
+        parser.error("--minutes, --fault-every-s and --rate must be above 0, --members at least 1, --rounds 0 or more")
     directory = (args.dir or Path(tempfile.mkdtemp(prefix="soak-"))).resolve()
     soak = Soak(args, directory)
     status = 1

@@ -65,6 +65,11 @@ class Faults:
     def kinds(self) -> tuple[str, ...]:
         return KINDS if self.disk_broker is not None else tuple(k for k in KINDS if k != "full-disk")
 
+    @property
+    def rounds(self) -> int:
+        """Whole rounds of every kind injected so far."""
+        return self._turn // len(self.kinds())
+
     def next(self) -> None:
         """The next fault in turn: injected, held, undone, and the cluster healed."""
         kinds = self.kinds()
