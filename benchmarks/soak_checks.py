@@ -113,7 +113,9 @@ def check_acked(acked: Acked, partitions: dict[int, list[tuple[int, bytes, dict[
             at[(partition, offset)] = value
             where[value] = (partition, offset)
             seen[value] += 1
-    check.duplicated = sum(1 for count in seen.values() if count > 1)
+    twice = [value for value, count in seen.items() if count > 1]
+    check.duplicated = len(twice)
+    check.examples += [f"{value.decode()} is in the topic {seen[value]} times" for value in twice[:5]]
     for value, (partition, offset) in acked.records.items():
         check.checked += 1
         if at.get((partition, offset)) == value:

@@ -16,6 +16,7 @@ def test_acked_records_lost_moved_and_duplicated_are_counted() -> None:
              1: [(0, b"a-3", {}), (1, b"a-4", {})]}  # a-4 at 1, acknowledged at 5
     check = checks.check_acked(acked, topic)
     assert (check.checked, check.lost, check.moved, check.duplicated) == (4, 1, 1, 1)
+    assert "a-9 is in the topic 2 times" in check.examples
     clean = checks.check_acked(checks.Acked(records={b"a-1": (0, 0)}), {0: [(0, b"a-1", {})]})
     assert (clean.lost, clean.moved, clean.duplicated) == (0, 0, 0)
 

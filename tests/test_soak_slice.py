@@ -19,8 +19,9 @@ pytestmark = pytest.mark.timeout(600)
 def test_one_round_of_every_fault_loses_and_rewinds_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status = soak.main(["--rounds", "1", "--minutes", "8", "--fault-every-s", "2", "--hold-s", "3",
                         "--rate", "30", "--members", "1", "--dir", str(tmp_path / "soak")])
-    table = capsys.readouterr().out
-    assert status == 0, table
+    printed = capsys.readouterr()
+    table = printed.out
+    assert status == 0, table + "\n".join(printed.err.splitlines()[-40:])
     assert "result: OK" in table
     kinds = ["kill -9 broker", "kill -9 controller", "SIGSTOP/SIGCONT broker", "SIGSTOP/SIGCONT controller",
              "stale broker"]

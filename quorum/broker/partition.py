@@ -315,11 +315,10 @@ class Partition:
             patch_log_append_time(buf, 0, now_ms)
         try:
             self.log.append(buf, crc_checked=True)  # validate_produced_batch checked it
-        except LogError as exc:
+        except (LogError, OSError) as exc:
             logger.error("%s: append failed: %s", self.name, exc)
-            raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: {exc}") from None
-        except OSError as exc:
-            logger.error("%s: append failed: %s", self.name, exc)
+            if producer_id >= 0:  # its batches behind this one must not be taken for a sequence gap
+                self.producers.note_failed_append(producer_id, batch.producer_epoch, batch.base_sequence)
             raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.name}: {exc}") from None
         last = base + count - 1
         if producer_id >= 0:

@@ -10,7 +10,13 @@ For each producer id the partition remembers the producer's epoch and its last f
 * refused with OUT_OF_ORDER_SEQUENCE_NUMBER when its first sequence does not follow the last
   one (a gap: something in between was lost), or when a new epoch does not start at 0;
 * accepted with any sequence when the partition knows nothing of the producer (Kafka's rule
-  since retention or DeleteRecords may have removed every batch of it).
+  since retention or DeleteRecords may have removed every batch of it);
+* refused with KAFKA_STORAGE_ERROR (retriable, nothing written) when this replica failed to write
+  an earlier batch of the producer's epoch (`note_failed_append`) and this one is not that batch
+  again. Kafka never answers such a batch: its failed log dir is offline. Answering it
+  OUT_OF_ORDER_SEQUENCE_NUMBER instead makes librdkafka bump the producer's epoch for every
+  partition and renumber the retries queued there, and a retry that its old leader had written
+  was then written again under the new epoch (issue 19's soak: one record twice after a full disk).
 
 Sequences wrap from 2^31-1 to 0, as Kafka's do. The state is rebuilt at open by `replay`ing the
 log's batch headers (no checks: the log holds only what was accepted). Only a log that does not
@@ -84,6 +90,8 @@ class ProducerStateManager:
     def __init__(self, partition: str = "") -> None:
         self.partition = partition  # for messages only
         self._producers: dict[int, ProducerEntry] = {}
+        self._failed: dict[int, tuple[int, int]] = {}
+        """producer id -> (epoch, first sequence) of its batch this replica failed to write."""
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -95,12 +103,19 @@ class ProducerStateManager:
         """Before a leader appends a batch of `producer_id`: the original batch when this one is a
         duplicate, None when it may be appended; raises ProducerStateError when it is refused."""
         entry = self._producers.get(producer_id)
-        if entry is None or entry.epoch == NO_EPOCH:
-            return None
-        if epoch == entry.epoch:
+        if entry is not None and epoch == entry.epoch:
             for batch in entry.batches:
                 if batch.first_sequence == first_seq and batch.last_sequence == last_seq:
                     return batch
+        failed = self._failed.get(producer_id)
+        if failed is not None and failed[0] == epoch and failed[1] != first_seq:
+            raise ProducerStateError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"producer {producer_id} epoch {epoch}: sequence {first_seq} comes after sequence {failed[1]}, "
+                f"which {self.partition} failed to write; the producer sends that again first",
+            )
+        if entry is None or entry.epoch == NO_EPOCH:
+            return None
         if epoch < entry.epoch:
             raise ProducerStateError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -122,9 +137,15 @@ class ProducerStateManager:
             )
         return None
 
+    def note_failed_append(self, producer_id: int, epoch: int, first_seq: int) -> None:
+        """A batch that passed `check` could not be written (the disk failed under it): until the
+        producer sends it again, or a later epoch, its batches behind it are refused as retriable."""
+        self._failed[producer_id] = (epoch, first_seq)
+
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
                last_offset: int, timestamp: int) -> None:
         """Record an appended batch (after `check`, or unchecked when replaying the log)."""
+        self._failed.pop(producer_id, None)
         entry = self._producers.get(producer_id)
         if entry is None:
             entry = self._producers[producer_id] = ProducerEntry(producer_id)
@@ -148,10 +169,12 @@ class ProducerStateManager:
         stale = [pid for pid, entry in self._producers.items() if now_ms - entry.last_timestamp > expiration_ms]
         for pid in stale:
             del self._producers[pid]
+            self._failed.pop(pid, None)
         return len(stale)
 
     def clear(self) -> None:
         self._producers.clear()
+        self._failed.clear()
 
     def snapshot(self) -> list[ProducerSnapshotEntry]:
         """Each producer's last batch, as Kafka's producer snapshot keeps it."""
@@ -166,7 +189,7 @@ class ProducerStateManager:
 
     def load_snapshot(self, entries: Iterable[ProducerSnapshotEntry]) -> None:
         """Replace the state by a snapshot's (a replica starting above offset 0, tiered storage)."""
-        self._producers.clear()
+        self.clear()
         for e in entries:
             first_seq = e.last_sequence - e.offset_delta
             if first_seq < 0:

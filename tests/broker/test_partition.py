@@ -166,6 +166,48 @@ def test_gap_old_epoch_and_new_epoch_rules(tmp_path):
     partition.close()
 
 
+def _full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_batches_behind_one_the_disk_failed_are_refused_as_retriable_not_out_of_order(tmp_path, monkeypatch):
+    """A full disk under batch 2..3: batch 4..5, already in flight behind it, gets KAFKA_STORAGE_ERROR
+    (not written, retry) rather than OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps the
+    producer's epoch on every partition and writes a retry its old leader had written again; the
+    producer's retry of 2..3 is then taken, and 4..5 after it, with no gap."""
+    partition = open_partition(tmp_path)
+    partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=0), T0)
+    log_append = partition.log.append
+    monkeypatch.setattr(partition.log, "append", _full_disk)
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=2), T0)
+    assert caught.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(partition.log, "append", log_append)  # the disk is freed
+    with pytest.raises(AppendError) as caught:
+        partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=4), T0)
+    assert caught.value.code == ErrorCode.KAFKA_STORAGE_ERROR and "sequence 2" in str(caught.value)
+    other = partition.append_as_leader(client_batch(1, pid=7, epoch=0, seq=0), T0)  # other producers go on
+    assert other.base_offset == 2
+    assert partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=2), T0).base_offset == 3
+    assert partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=4), T0).base_offset == 5
+    with pytest.raises(AppendError) as caught:  # a real gap is still one
+        partition.append_as_leader(client_batch(1, pid=42, epoch=0, seq=9), T0)
+    assert caught.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    partition.close()
+
+
+def test_a_new_epoch_after_a_failed_append_starts_at_zero_as_usual(tmp_path, monkeypatch):
+    partition = open_partition(tmp_path)
+    partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=0), T0)
+    log_append = partition.log.append
+    monkeypatch.setattr(partition.log, "append", _full_disk)
+    with pytest.raises(AppendError):
+        partition.append_as_leader(client_batch(2, pid=42, epoch=0, seq=2), T0)
+    monkeypatch.setattr(partition.log, "append", log_append)
+    assert partition.append_as_leader(client_batch(2, pid=42, epoch=1, seq=0), T0).base_offset == 2
+    partition.close()
+
+
 def test_sequences_wrap_at_int32_max(tmp_path):
     partition = open_partition(tmp_path)
     partition.append_as_leader(client_batch(2, pid=9, epoch=0, seq=2**31 - 2), T0)
