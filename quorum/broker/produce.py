@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from quorum.broker.leadership import Leadership
 
 logger = logging.getLogger(__name__)
+REFUSAL_LOG_INTERVAL_MS = 1000
 
 PRODUCE = APIS[0]
 INIT_PRODUCER_ID = APIS[22]
@@ -66,6 +67,20 @@ class ProduceHandlers:
         self.replicas = replicas
         self.clock_ms = clock_ms
         self.replication = replication
+        self._refusals: dict[tuple[str, ErrorCode], tuple[int, int]] = {}
+        """(partition, error) -> (when it was last logged, refusals since): one line a second each."""
+
+    def _log_refusal(self, partition: str, code: ErrorCode, message: str | None, now_ms: int) -> None:
+        """Every refusal is worth knowing when a producer later bumps its epoch (an
+        OUT_OF_ORDER_SEQUENCE_NUMBER follows one), but under a fault they come in hundreds a
+        second: the first of each kind per partition in a second is logged with how many it stands for."""
+        last, since = self._refusals.get((partition, code), (-REFUSAL_LOG_INTERVAL_MS, 0))
+        if now_ms - last < REFUSAL_LOG_INTERVAL_MS:
+            self._refusals[(partition, code)] = (last, since + 1)
+            return
+        self._refusals[(partition, code)] = (now_ms, 0)
+        more = f" (and {since} more since the last line)" if since else ""
+        logger.info("produce to %s refused (%s): %s%s", partition, code.name, message, more)
 
     # -- Produce -----------------------------------------------------------------------------
 
@@ -95,20 +110,21 @@ class ProduceHandlers:
                 partition, code = self._find(image, name, topic_key, data.index, by_id)
                 if partition is None:
                     self._fail(response, code, None)
+                    self._log_refusal(f"{name}-{data.index}", code, "not hosted here", now)
                     if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
                         self._point_at_leader(response, image, name, data.index, leaders)
                     continue
                 if acks == -1 and partition.is_leader and self._under_min_isr(partition):
-                    self._fail(response, ErrorCode.NOT_ENOUGH_REPLICAS,
-                               f"the ISR {list(partition.isr)} is below min.insync.replicas "
+                    message = (f"the ISR {list(partition.isr)} is below min.insync.replicas "
                                f"{partition.config.min_insync_replicas}")  # fmt: skip
+                    self._fail(response, ErrorCode.NOT_ENOUGH_REPLICAS, message)
+                    self._log_refusal(partition.name, ErrorCode.NOT_ENOUGH_REPLICAS, message, now)
                     continue
                 try:
                     result = partition.append_as_leader(data.records, now)
                 except AppendError as exc:
                     self._fail(response, exc.code, exc.message, exc.record_index)
-                    logger.log(logging.DEBUG if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER else logging.INFO,
-                               "produce to %s refused (%s): %s", partition.name, exc.code.name, exc.message)
+                    self._log_refusal(partition.name, exc.code, exc.message, now)
                     if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
                         self._point_at_leader(response, image, partition.topic, data.index, leaders)
                     continue
@@ -123,8 +139,9 @@ class ProduceHandlers:
             futures = [self.replication.await_replication(p, o, body.timeout_ms) for p, o, _ in waits]
             for (partition, _, response), code in zip(waits, await asyncio.gather(*futures), strict=True):
                 if code != ErrorCode.NONE:
-                    self._fail(response, ErrorCode(code), f"{partition.name}: acks=all not satisfied within "
-                                                          f"{body.timeout_ms} ms")  # fmt: skip
+                    message = f"{partition.name}: acks=all not satisfied within {body.timeout_ms} ms"
+                    self._fail(response, ErrorCode(code), message)
+                    self._log_refusal(partition.name, ErrorCode(code), f"after the append: {message}", now)
         elif waits:
             late = await self.replicas.wait_for_high_watermarks([(p, o) for p, o, _ in waits], body.timeout_ms / 1000)
             for partition, _, response in waits:
