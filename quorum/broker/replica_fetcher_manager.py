@@ -23,6 +23,7 @@ as the latest image resolves it (a per-broker or cluster-default ConfigRecord, t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -151,11 +152,19 @@ class _LeaderLink:
         self._reschedule()
 
     def _carry_out(self, actions: list[ev.Action]) -> list[tuple[ev.TopicPartition, str]]:
+        """The log actions first, then the requests, without the partitions whose log action failed.
+
+        The core builds the next Fetch in the same call that asks for the append of what the last
+        one brought, at the offset after it: sent as it is after the append failed (a full disk), it
+        told the leader this replica held records it did not, the leader counted them into its
+        high watermark, and when this replica was elected it truncated the others below it, losing
+        acknowledged records (issue 19's soak)."""
         failures: list[tuple[ev.TopicPartition, str]] = []
+        sends: list[ev.Send] = []
         changed = False
         for action in actions:
             if isinstance(action, ev.Send):
-                self._background.spawn(self._send(action.request))
+                sends.append(action)
                 continue
             if isinstance(action, ev.OutOfRangeWork) and self._out_of_range is not None:
                 self._background.spawn(self._perform(action, self._out_of_range))
@@ -174,6 +183,9 @@ class _LeaderLink:
                 failures.append((tp, f"{type(action).__name__} failed: {exc}"))
         if changed:
             self._notifier.appended()
+        failed = {tp for tp, _ in failures}
+        for send in sends:
+            self._background.spawn(self._send(send.request, _without(send.request, failed)))
         return failures
 
     @staticmethod
@@ -208,9 +220,12 @@ class _LeaderLink:
         self._feed(lambda now: self.fetcher.resolve_out_of_range(action.topic_partition, action.leader_epoch, step,
                                                                  now))
 
-    async def _send(self, request: ev.Request) -> None:
+    async def _send(self, request: ev.Request, wire: ev.Request | None) -> None:
+        """`wire` goes to the leader (None: nothing left to ask); the answer is fed back as that to `request`."""
         try:
-            response: Any = await rpc.send(self.peer, request, self._versions)
+            if wire is None:
+                raise PeerUnavailable("every partition of the request failed on this broker's log")
+            response: Any = await rpc.send(self.peer, wire, self._versions)
         except PeerUnavailable as exc:
             logger.debug("replica fetcher request to %s:%d failed: %s", *self.address, exc)
             self._feed(lambda now: self.fetcher.on_send_failed(request, now))
@@ -367,3 +382,14 @@ def _address(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
     registration = image.registrations.get(broker_id)
     endpoint = registration.endpoint(image.listener) if registration is not None else None
     return None if endpoint is None else (endpoint.host, endpoint.port)
+
+
+def _without(request: ev.Request, failed: set[ev.TopicPartition]) -> ev.Request | None:
+    """A Fetch without the partitions whose log just failed (their offsets are not what the log
+    holds); None when none is left. Other requests name no position of ours and go as they are."""
+    if not failed or not isinstance(request, ev.FetchRequest):
+        return request
+    kept = tuple(part for part in request.partitions if part.topic_partition not in failed)
+    if len(kept) == len(request.partitions):
+        return request
+    return dataclasses.replace(request, partitions=kept) if kept else None

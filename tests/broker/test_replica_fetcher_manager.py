@@ -83,3 +83,49 @@ def test_a_partition_whose_log_failed_is_followed_again_from_its_log_after_a_pau
         partition.close()
 
     asyncio.run(run())
+
+
+def test_the_fetch_built_with_a_failed_append_does_not_claim_the_records_it_could_not_write(tmp_path, monkeypatch):
+    """Issue 19's one-round soak lost an acknowledged record: broker 103's follower append failed on a
+    full disk, but the Fetch the core had built alongside it went out at the offset after those
+    records; the leader counted them into its high watermark, 103 was then elected and truncated the
+    others below it. The failed partition is left out of that request (the others still fetch); a
+    request left with nothing is not sent, and the core hears of it as a failed send."""
+    sent: list[ev.FetchRequest] = []
+
+    async def fake_send(peer, request, versions):
+        sent.append(request)
+        raise manager_module.PeerUnavailable("test: nothing listens")
+
+    monkeypatch.setattr(manager_module.rpc, "send", fake_send)
+
+    async def run() -> None:
+        link = _LeaderLink(ev.ReplicaFetcherConfig(7, 8), ("127.0.0.1", 1), AppendNotifier(), monotonic_ms)
+        full_disk = Partition("t", 0, uuid.uuid4(), tmp_path / "t-0", LogConfig(), broker_id=7)
+        healthy = Partition("t", 1, uuid.uuid4(), tmp_path / "t-1", LogConfig(), broker_id=7)
+        link.follow([(full_disk, 3), (healthy, 3)], [])
+        await asyncio.sleep(0.05)
+        sent.clear()
+
+        def full(records: bytes, crc_checked: bool = False) -> None:
+            raise OSError(28, "No space left on device")
+
+        full_disk.append_as_follower = full  # type: ignore[method-assign]
+        claims = tuple(ev.FetchPartition((full_disk.topic, p.partition), p.topic_id, 3, 5, 3, 0, 1 << 20)
+                       for p in (full_disk, healthy))
+        request = ev.FetchRequest(7, 8, 500, 1, 1 << 20, claims)
+        link._feed(lambda now: [ev.AppendAsFollower(("t", 0), b"batches", 5, 3), ev.Send(request)])
+        await asyncio.sleep(0.05)
+        assert [(part.topic_partition, part.fetch_offset) for part in sent[0].partitions] == [(("t", 1), 5)]
+        assert not any(part.topic_partition == ("t", 0) for r in sent for part in r.partitions)
+        sent.clear()
+        lone = ev.FetchRequest(7, 8, 500, 1, 1 << 20, claims[1:])
+        healthy.append_as_follower = full  # type: ignore[method-assign]
+        link._feed(lambda now: [ev.AppendAsFollower(("t", 1), b"batches", 5, 3), ev.Send(lone)])
+        await asyncio.sleep(0.05)
+        assert not any(part.fetch_offset == 5 for r in sent for part in r.partitions)
+        await link.close()
+        full_disk.close()
+        healthy.close()
+
+    asyncio.run(run())
