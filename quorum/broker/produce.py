@@ -80,7 +80,7 @@ class ProduceHandlers:
             return
         self._refusals[(partition, code)] = (now_ms, 0)
         more = f" (and {since} more since the last line)" if since else ""
-        logger.info("produce to %s refused (%s): %s%s", partition, code.name, message, more)
+        logger.info("produce to %s refused (%s)%s%s", partition, code.name, f": {message}" if message else "", more)
 
     # -- Produce -----------------------------------------------------------------------------
 
@@ -110,7 +110,8 @@ class ProduceHandlers:
                 partition, code = self._find(image, name, topic_key, data.index, by_id)
                 if partition is None:
                     self._fail(response, code, None)
-                    self._log_refusal(f"{name}-{data.index}", code, "not hosted here", now)
+                    self._log_refusal(f"{name}-{data.index}", code, "no replica of it on this broker"
+                                      if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None, now)
                     if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
                         self._point_at_leader(response, image, name, data.index, leaders)
                     continue
