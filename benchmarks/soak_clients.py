@@ -22,6 +22,7 @@ The consumers are the project's drop-in wrappers (`client_epochs.confluent.Consu
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -253,6 +254,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="records a second")
     parser.add_argument("--group", default="soak")
     args = parser.parse_args(argv)
+    # The SDK's own decisions (an out-of-range position resumed or reset, a wait and for what) go to
+    # the client's .err file: a rewind in the end check is traced from them.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("client_epochs").setLevel(logging.INFO)
     (produce if args.role == "produce" else consume)(args)
 
 
