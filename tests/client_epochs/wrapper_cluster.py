@@ -49,14 +49,20 @@ class OneBrokerCluster:
     def create_again(self, name: str) -> None:
         """Create the deleted topic `name` again (1 partition), once the deletion is applied."""
 
+        last: list[str] = ["nothing tried"]
+
         def created() -> bool:
             try:
                 create(self.admin, NewTopic(name, 1, 1))
-            except Exception:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
+            except Exception as exc:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
+                last[0] = f"{type(exc).__name__}: {exc}"
                 return False
             return True
 
-        wait_until(f"{name} created again", created, timeout_s=30)
+        try:
+            wait_until(f"{name} created again", created, timeout_s=30)
+        except AssertionError as exc:  # which refusal kept it from being created, not only that it was not
+            raise AssertionError(f"{exc}; the last CreateTopics answer: {last[0]}") from None
 
     def epochs(self, name: str, partition: int = 0) -> PartitionMetadata:
         with MetadataClient(self.address) as client:
