@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 REFUSAL_LOG_INTERVAL_MS = 1000
+REFUSAL_LOG_KEYS = 4096
+"""(partition, error) pairs remembered for the refusal lines before those quiet for a second are dropped."""
 
 PRODUCE = APIS[0]
 INIT_PRODUCER_ID = APIS[22]
@@ -78,6 +80,9 @@ class ProduceHandlers:
         if now_ms - last < REFUSAL_LOG_INTERVAL_MS:
             self._refusals[(partition, code)] = (last, since + 1)
             return
+        if len(self._refusals) >= REFUSAL_LOG_KEYS:  # names come from clients (unknown topics too): stay bounded
+            self._refusals = {key: seen for key, seen in self._refusals.items()
+                              if now_ms - seen[0] < REFUSAL_LOG_INTERVAL_MS}
         self._refusals[(partition, code)] = (now_ms, 0)
         more = f" (and {since} more since the last line)" if since else ""
         logger.info("produce to %s refused (%s)%s%s", partition, code.name, f": {message}" if message else "", more)

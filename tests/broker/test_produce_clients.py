@@ -118,3 +118,16 @@ def test_real_clients_produce_and_every_message_is_in_the_log(tmp_path):
         assert len({(m.partition, m.offset) for m in metadata}) == COUNT
     check(tmp_path, "confluent", "confluent")
     check(tmp_path, "kafka-python", "kafka-python")
+
+
+def test_refusal_lines_remember_a_bounded_number_of_partitions() -> None:
+    """Produce to made-up topic names (a fuzzer, a misconfigured client) must not grow the broker's memory:
+    the rate-limited refusal log forgets partitions quiet for a second once it holds REFUSAL_LOG_KEYS."""
+    from quorum.broker import produce as produce_module
+    from quorum.wire.errors import ErrorCode
+
+    handlers = produce_module.ProduceHandlers.__new__(produce_module.ProduceHandlers)
+    handlers._refusals = {}
+    for n in range(3 * produce_module.REFUSAL_LOG_KEYS):
+        handlers._log_refusal(f"made-up-{n}-0", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, now_ms=n * 10)
+    assert len(handlers._refusals) <= produce_module.REFUSAL_LOG_KEYS
