@@ -120,7 +120,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         """Each partition's position as far as the wrapper knows it: after the last message handed to
         the user, else the offset it was assigned or seeked to, or its committed offset."""
         self._stopped: dict[TopicPartition, int | None] = {}
-        """Partitions librdkafka stopped on out-of-range (or no committed offset), with their position."""
+        """Partitions librdkafka stopped on out-of-range (or no committed offset), with the position the
+        event named (none: see `_stopped_position`)."""
         self._user_paused: set[TopicPartition] = set()
         self._pending: set[TopicPartition] = set()
         """Assigned partitions starting from their committed offset whose commits were not read yet (paused)."""
@@ -299,8 +300,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         while True:
             self._keep_epochs(deadline)
             message = super().poll(self._step(deadline))
-            if message is not None and not self._stopped_by(message):
-                self._note(message)
+            if message is not None and self._handed(message):
                 return message
             if _passed(deadline):
                 return None
@@ -309,9 +309,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         deadline = _deadline(timeout)
         while True:
             self._keep_epochs(deadline)
-            messages = [m for m in super().consume(num_messages, self._step(deadline)) if not self._stopped_by(m)]
-            for message in messages:
-                self._note(message)
+            messages = [m for m in super().consume(num_messages, self._step(deadline)) if self._handed(m)]
             if messages or _passed(deadline):
                 return messages
 
@@ -338,20 +336,34 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
 
     # --- out of range -----------------------------------------------------------------------------------
 
+    def _handed(self, message: confluent_kafka.Message) -> bool:
+        """Whether `message` goes to the user, in the order librdkafka gave it: its out-of-range stops
+        are the wrapper's; a record is noted (its position and leader epoch) first."""
+        if self._stopped_by(message):
+            return False
+        self._note(message)
+        return True
+
     def _stopped_by(self, message: confluent_kafka.Message) -> bool:
         """Whether `message` is librdkafka's _AUTO_OFFSET_RESET event (kept from the user, see the module).
 
         Its offset is the position that got OFFSET_OUT_OF_RANGE; none when nothing was committed, and
         none when librdkafka found the log truncated (KIP-320 validation). There the position the
-        wrapper knows stands: after the last message delivered, else the one assigned or committed."""
+        wrapper knows when it resolves the stop stands (see `_stopped_position`)."""
         error = message.error()
         if error is None or error.code() != KafkaError._AUTO_OFFSET_RESET or message.topic() is None:
             return False
         tp = TopicPartition(message.topic(), message.partition())
         offset = message.offset()
-        self._stopped[tp] = offset if offset is not None and offset >= 0 else self._positions.get(tp)
-        log.info("%s stopped by librdkafka at position %s: %s", tp, self._stopped[tp], error.str())
+        self._stopped[tp] = offset if offset is not None and offset >= 0 else None
+        log.info("%s stopped by librdkafka at position %s: %s", tp, self._stopped_position(tp), error.str())
         return True
+
+    def _stopped_position(self, tp: TopicPartition) -> int | None:
+        """A stopped partition's position: the one its event named, else the one the wrapper knows now:
+        after the last message delivered, else the one assigned, restarted at or committed."""
+        offset = self._stopped[tp]
+        return offset if offset is not None else self._positions.get(tp)
 
     def _resolve_stopped(self, assigned: set[TopicPartition], deadline: float | None) -> None:
         """Resolve every stopped partition, restart those resolved together, then raise the first
@@ -360,12 +372,13 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         timeout = min(max(left, _RESOLVE_MIN_S), _RESOLVE_MAX_S)
         targets: dict[TopicPartition, int] = {}
         refusal: Exception | None = None
-        for tp, position in sorted(self._stopped.items()):
+        for tp in sorted(self._stopped):
             if tp not in assigned:
                 del self._stopped[tp]
                 continue
             try:
-                targets[tp] = self._guard.resolve_out_of_range(tp, position, self._policy, timeout=timeout).offset
+                targets[tp] = self._guard.resolve_out_of_range(tp, self._stopped_position(tp), self._policy,
+                                                               timeout=timeout).offset
             except LogBoundsUnavailableError as exc:
                 log.warning("%s stays stopped until its current leader gives its log bounds: %s", tp, exc)
             except (InvalidOffsetError, LogBoundsError) as exc:
@@ -423,8 +436,15 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         return min(left, _STEP_S) if waiting else min(left, self._guard.check_interval_s)
 
     def _note(self, message: confluent_kafka.Message) -> None:
+        """A record's position and leader epoch. A record of a partition the wrapper holds stopped shows
+        the stop outdated: librdkafka fetches it. Its event was queued before a restart (an eager one
+        assigns every partition again, and one without a position looks up its commit again, which
+        queues another event); resolved later, it would restart the partition behind what was read."""
         if message.error() is None and message.topic() is not None:
             tp = TopicPartition(message.topic(), message.partition())
+            if tp in self._stopped:
+                del self._stopped[tp]
+                log.info("%s delivers again from %d: its stop predates its last restart", tp, message.offset())
             self._positions[tp] = message.offset() + 1
             epoch = message.leader_epoch()
             if epoch is not None:

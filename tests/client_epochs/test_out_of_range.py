@@ -11,6 +11,7 @@ committed offset at all, and with policy error/none.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from client_epochs.confluent import Consumer
 from client_epochs.consumer_guard import EpochGuard
 from client_epochs.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from client_epochs.kafka_python import KafkaConsumer
-from client_epochs.log_bounds import LogBounds, LogBoundsClient
+from client_epochs.log_bounds import LogBounds, LogBoundsClient, LogBoundsUnavailableError
 from client_epochs.out_of_range import normalize_policy, resolve
 from quorum.wire.internal_metadata import InternalMetadata
 from tests.client_epochs.wrapper_cluster import consume
@@ -342,6 +343,43 @@ def test_an_eager_restart_keeps_the_other_partitions_positions_and_the_users_pau
         consumer.resume([CkPartition("two", 0)])
         assert [(m.partition(), m.offset()) for m in consume(consumer, 4)] == [(0, n) for n in range(1, 5)]
         assert consumer.resets == 0
+    finally:
+        consumer.close()
+
+
+def test_a_stop_queued_before_the_partition_was_assigned_again_does_not_rewind_what_was_read_since(broker, caplog):
+    """The soak's rewind (seed 7). A partition assigned without a position and nothing committed queues
+    librdkafka's stop; assigned again at 0 (by the user here, by an eager restart of another partition
+    in the soak) it is fetched, but the stop queued before still arrives. Its leader is gone for a
+    while, so the stop waits unresolved while librdkafka reads the partition; once resolved it must
+    not restart the partition at 0 again: every record is read once."""
+    name, count = "stale-stop", 200
+    create(broker.admin, NewTopic(name, 1, 1))
+    producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 5, **QUIET})
+    for n in range(count):
+        producer.produce(name, f"{name}-{n}".encode())
+    assert producer.flush(30) == 0
+    consumer = broker.consumer(f"{name}-group", "earliest")
+    resolve, calls = consumer._guard.resolve_out_of_range, []
+
+    def leader_gone_for_two_seconds(tp, position, policy, timeout=30.0):
+        calls.append(time.monotonic())
+        if calls[-1] - calls[0] < 2.0:
+            raise LogBoundsUnavailableError(tp, 1, "its leader was killed")
+        return resolve(tp, position, policy, timeout)
+
+    consumer._guard.resolve_out_of_range = leader_gone_for_two_seconds
+    try:
+        consumer.assign([CkPartition(name, 0)])
+        time.sleep(1.0)  # not polled: librdkafka finds no commit and queues its stop meanwhile
+        with caplog.at_level(logging.INFO, logger="client_epochs.confluent"):
+            consumer.assign([CkPartition(name, 0, 0)])
+            got = consume(consumer, count)
+            until = time.monotonic() + 4.0  # past the moment the leader is back and the stop resolves
+            while time.monotonic() < until:
+                got += consumer.consume(10, 0.5)
+        assert [m.offset() for m in got] == list(range(count))
+        assert f"{name}-0 stopped by librdkafka" in caplog.text, "the stop queued before was not polled"
     finally:
         consumer.close()
 
