@@ -34,6 +34,9 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 QUIET = {"log_level": 3}
+PRODUCER_NOTES = {"log_level": 5}
+"""librdkafka's producer notices too (a partition's sequence reset, its idempotent epoch bumped, a
+batch retried): a record written twice in the end check is traced from them."""
 DELIVERY_TIMEOUT_MS = 300_000
 """How long a producer retries a record through the faults before it gives up on it."""
 
@@ -88,7 +91,7 @@ def produce(args: argparse.Namespace) -> None:
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS, **QUIET})
+                             "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS, **PRODUCER_NOTES})
 
         def report(error: Any, message: Any) -> None:
             if error is not None:
@@ -254,10 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="records a second")
     parser.add_argument("--group", default="soak")
     args = parser.parse_args(argv)
-    # The SDK's own decisions (an out-of-range position resumed or reset, a wait and for what) go to
-    # the client's .err file: a rewind in the end check is traced from them.
+    # The SDK's own decisions (an out-of-range position resumed or reset, a wait and for what) and
+    # kafka-python's group steps (joined, elected leader, assigned) go to the client's .err file: a
+    # rewind or a member left without partitions in the end check is traced from them.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("client_epochs").setLevel(logging.INFO)
+    for name in ("client_epochs", "kafka.coordinator", "kafka.cluster"):
+        logging.getLogger(name).setLevel(logging.INFO)
     (produce if args.role == "produce" else consume)(args)
 
 
