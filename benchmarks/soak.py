@@ -156,6 +156,8 @@ class Soak:
     def healed(self, avoid: set[int]) -> None:
         """Every broker running, and every partition of the topic led with all 3 replicas in its ISR."""
         def ready() -> bool:
+            if self.faults is not None:
+                self.faults.restart_exited()
             if set(BROKERS) - set(self.source.alive()):
                 raise NotHealed(f"brokers not running: {sorted(set(BROKERS) - set(self.source.alive()))}")
             return topic_ready(self.live_view(avoid), 3)

@@ -145,15 +145,21 @@ class Faults:
             time.sleep(self.hold_s)
         finally:
             filler.unlink(missing_ok=True)
-        process = self.cluster.processes.get(self.disk_broker)
-        if process is not None and process.poll() is not None:
-            finding = (f"broker {self.disk_broker} exited (status {process.returncode}) on a full disk; "
-                       f"started again")
+        self.healed(set())  # a broker stopped by a log that failed on the full disk is started again there
+
+    def restart_exited(self) -> None:
+        """Start again, as a finding, the nodes that exited on their own: a node stops (exit 1) when a
+        log it writes fails, as Kafka halts on a failed log dir (killed ones are started by their fault)."""
+        for node, process in sorted(self.cluster.processes.items()):
+            if process.poll() is None or process.returncode < 0:
+                continue
+            during = f" during the {self.current} fault" if self.current else ""
+            role = self.cluster.specs[node].role
+            finding = f"{role} {node} exited (status {process.returncode}){during}; started again"
             self.log(finding)
             self.findings.append(finding)
-            self.cluster.start_node(self.disk_broker)
+            self.cluster.start_node(node)
             self.counts["restart"] += 1
-        self.healed(set())
 
 
 def fill(path: Path) -> int:

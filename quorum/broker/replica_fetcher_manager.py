@@ -50,8 +50,10 @@ REPLICA_SOCKET_TIMEOUT_MS = 30_000  # Kafka's replica.socket.timeout.ms
 LOG_FAILURE_RETRY_S = 5.0
 """How long a partition whose log action failed (an append on a full disk) waits before it is followed
 again from what its log holds. Kafka takes the whole log dir offline (and, with one dir, halts); here
-the other partitions go on, and a disk freed meanwhile lets this one catch up and rejoin the ISR
-without waiting for a new leader epoch that may never come."""
+an append refused on a full disk leaves the log intact, the other partitions go on, and a disk freed
+meanwhile lets this one catch up and rejoin the ISR without waiting for a new leader epoch that may
+never come. A failure that leaves the log refusing writes (a truncation, roll or fsync) stops the
+broker instead (`BrokerRole._log_dir_failed`)."""
 
 
 def monotonic_ms() -> int:

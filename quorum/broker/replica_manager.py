@@ -148,6 +148,9 @@ class ReplicaManager:
         self.on_open: Callable[[Partition], None] | None = None
         """Told of every partition opened, before the image marks it leader or follower
         (replication takes over its high watermark there)."""
+        self.on_log_failure: Callable[[Partition, BaseException], None] | None = None
+        """Told, from the thread that failed, when a hosted partition's log starts refusing writes
+        (a failed fsync, truncation or roll): its log dir failed."""
 
     @classmethod
     def from_node_config(cls, config: object, notifier: AppendNotifier | None = None,
@@ -298,6 +301,11 @@ class ReplicaManager:
                 return LogConfig()
 
     def _add(self, partition: Partition) -> None:
+        def failed(_: Path, exc: BaseException) -> None:
+            if self.on_log_failure is not None:
+                self.on_log_failure(partition, exc)
+
+        partition.log.on_failure = failed
         self._partitions[(partition.topic, partition.partition)] = partition
         self._by_id[(partition.topic_id, partition.partition)] = partition
         self._hosted.setdefault(partition.topic, set()).add(partition.partition)

@@ -55,7 +55,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +180,9 @@ class Log:
         self._rolls = 0  # segments created; the directory is fsynced up to `_rolls_synced`
         self._rolls_synced = 0
         self._failed: BaseException | None = None
+        self.on_failure: Callable[[Path, BaseException], None] | None = None
+        """Told once, from the thread that failed, when the log starts refusing writes (a broker stops
+        on it: its log dir failed)."""
         self._closed = False
         self._open()
 
@@ -338,7 +341,7 @@ class Log:
                 try:
                     segment = self._roll(first)
                 except OSError as exc:  # the old segment's fsync may have failed: see flush
-                    self._failed = exc
+                    self._fail(exc)
                     raise
             segment.append(view, parsed)
             for batch in parsed:
@@ -369,7 +372,7 @@ class Log:
                 if entries != self._checkpointed:
                     write_checkpoint(self.directory / CHECKPOINT_NAME, entries)
             except BaseException as exc:
-                self._failed = exc
+                self._fail(exc)
                 raise
             with self._lock:
                 self._rolls_synced = rolls
@@ -417,7 +420,7 @@ class Log:
                 write_checkpoint(self.directory / CHECKPOINT_NAME, self._cache.entries)
                 self._checkpointed = self._cache.entries
             except BaseException as exc:
-                self._failed = exc
+                self._fail(exc)
                 raise
             self._last_epoch = self._cache.epoch_for_offset(offset - 1)
             self._flushed = min(self._flushed, offset)
@@ -518,7 +521,7 @@ class Log:
                     write_checkpoint(self.directory / CHECKPOINT_NAME, self._cache.entries)
                     self._checkpointed = self._cache.entries
             except BaseException as exc:
-                self._failed = exc
+                self._fail(exc)
                 raise
             logger.info("%s: log start offset advanced to %d, %d segment(s) deleted", self.directory, offset, keep)
             return True
@@ -550,7 +553,7 @@ class Log:
                 write_checkpoint(self.directory / CHECKPOINT_NAME, ())
                 self._checkpointed = ()
             except BaseException as exc:
-                self._failed = exc
+                self._fail(exc)
                 raise
             self._start = offset
             self._last_epoch = -1
@@ -581,7 +584,7 @@ class Log:
                 write_start_intent(self.directory, intent)
                 self._carry_out_start(intent)
             except BaseException as exc:
-                self._failed = exc
+                self._fail(exc)
                 raise
         logger.info("%s: replaced the log [%d, %d) by an empty one at %d with leader epochs %s",
                     self.directory, *old, offset, [(e.epoch, e.start_offset) for e in intent.epochs])  # fmt: skip
@@ -758,7 +761,7 @@ class Log:
                 replacement.flush_all()
                 self._segments[number] = replacement
             except BaseException as exc:
-                self._failed = exc
+                self._fail(exc)
                 raise
         return True
 
@@ -806,6 +809,13 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise LogError(f"the log in {self.directory} is closed")
+
+    def _fail(self, exc: BaseException) -> None:
+        """From now on the log refuses writes (see `flush`); the owner hears of it once."""
+        first = self._failed is None
+        self._failed = exc
+        if first and self.on_failure is not None:
+            self.on_failure(self.directory, exc)
 
     def _check_writable(self) -> None:
         self._check_open()

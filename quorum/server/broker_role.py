@@ -58,6 +58,7 @@ from quorum.wire.errors import MalformedRequestError
 from quorum.wire.protocol import Request
 
 if TYPE_CHECKING:
+    from quorum.broker.partition import Partition
     from quorum.server.node_services import NodeServices
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class BrokerRole:
         self.leadership = Leadership(config.node_id, self.notifier, node.controller_peer, self._broker_epoch,
                                      config.extra)
         self.replicas.on_open = self.leadership.manage
+        self.replicas.on_log_failure = self._log_dir_failed
         self.fetchers = ReplicaFetcherManager(config.node_id, self.notifier, self._broker_epoch, config.extra,
                                               out_of_range=out_of_range,
                                               security=node_client_security(config, config.client_endpoint().name,
@@ -161,6 +163,16 @@ class BrokerRole:
                 log.exception("applying the metadata image at offset %d failed", image.offset)
             self._hosted_image = image  # served even when applying failed: the failure is logged per partition
             self.served.replayed()
+
+    def _log_dir_failed(self, partition: Partition, exc: BaseException) -> None:
+        """A partition's log refuses writes (an fsync, truncation or roll failed, a full disk): its
+        log dir failed. Kafka takes a failed log dir offline and halts when it was the only one; this
+        broker stops (exit 1) whatever its number of log dirs, so the controller moves the leaderships
+        away, and once restarted it recovers the log from what is on disk. Going on would keep the
+        partition refused (KAFKA_STORAGE_ERROR as its leader, out of every ISR as a follower) with no
+        one told. A failed append leaves the log intact and is retried instead (`LOG_FAILURE_RETRY_S`)."""
+        self._node.stop_on_failed_log_dir(f"the log of {partition.name} in {partition.directory.parent} "
+                                          f"refuses writes: {exc}")
 
     def _broker_epoch(self) -> int:
         return self.lifecycle.state.broker_epoch

@@ -158,6 +158,7 @@ class RaftNode:
         self._sends: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
         self._fatal: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one `run` serves on
         self._commits = CommitWaiters(config.node_id)
         self.listeners = self._build_listeners()
         self.listener = self.listeners[0]
@@ -279,8 +280,22 @@ class RaftNode:
 
     def _stop_on_disk_failure(self, exc: OSError) -> None:
         """Stop the node (exit 1) naming the disk error: one line, no traceback."""
-        reason = f"the metadata log or its state could not be written or read: {exc}"
-        log.critical("fatal: %s; stopping, as Kafka does when its metadata log dir fails", reason)
+        self._stop_fatally(f"the metadata log or its state could not be written or read: {exc}",
+                           "as Kafka does when its metadata log dir fails")
+
+    def stop_on_failed_log_dir(self, reason: str) -> None:
+        """Stop the node (exit 1): a partition's log dir failed (`BrokerRole`). Safe from any thread:
+        a log's fsync fails on a worker thread."""
+        why = "as Kafka halts when its only log dir fails"
+        if self._loop is None:
+            self._stop_fatally(reason, why)
+        else:
+            self._loop.call_soon_threadsafe(self._stop_fatally, reason, why)
+
+    def _stop_fatally(self, reason: str, why: str) -> None:
+        if self._fatal is not None:
+            return
+        log.critical("fatal: %s; stopping, %s", reason, why)
         self._fatal = reason
         self._stopped.set()
 
@@ -552,7 +567,7 @@ class RaftNode:
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT (exit 0) or a fatal condition (exit 1)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stopped.set)
         for listener in self.listeners:

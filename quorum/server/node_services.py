@@ -39,6 +39,10 @@ class NodeServices(Protocol):
 
     def now_ms(self) -> int: ...
 
+    def stop_on_failed_log_dir(self, reason: str) -> None:
+        """Stop the node (exit 1) naming `reason`; safe from any thread."""
+        ...
+
     def controller_peer(self) -> PeerClient | None:
         """The channel to the active controller, when the node knows one."""
         ...

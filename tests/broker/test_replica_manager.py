@@ -6,6 +6,8 @@ import asyncio
 import threading
 import uuid
 
+import pytest
+
 from quorum.broker import replica_manager
 from quorum.broker.log_config import BROKER_RESOURCE, TOPIC_RESOURCE
 from quorum.broker.produce import ProduceHandlers, register_produce
@@ -60,6 +62,24 @@ def test_partitions_follow_the_image(tmp_path):
     # Deleted.
     manager.apply_image(image())
     assert manager.partitions() == [] and not list(dirs[0].glob("orders-*")) + list(dirs[1].glob("orders-*"))
+    manager.close()
+
+
+def test_a_hosted_log_that_starts_refusing_writes_is_reported_with_its_partition(tmp_path, monkeypatch):
+    manager = ReplicaManager(1, [tmp_path])
+    told: list[tuple[str, int]] = []
+    manager.on_log_failure = lambda partition, exc: told.append((partition.name, exc.errno))
+    manager.apply_image(image(topic("orders", ORDERS, [(2, [2, 1]), (1, [1])])))
+    follower = manager.get("orders", 0)
+    follower.log.append(client_batch(3))
+
+    def full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("quorum.log.log.write_checkpoint", full)
+    with pytest.raises(OSError):
+        follower.log.truncate_to(0)
+    assert told == [("orders-0", 28)]
     manager.close()
 
 

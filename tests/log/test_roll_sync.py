@@ -72,17 +72,41 @@ def test_a_full_segment_takes_appends_while_its_fsync_runs_then_rolls(tmp_path: 
         assert reopened.end_offset == 27
 
 
-def test_a_failed_background_fsync_makes_the_log_refuse_writes(tmp_path: Path, monkeypatch) -> None:
+def test_a_failed_background_fsync_makes_the_log_refuse_writes_and_tells_its_owner_once(
+        tmp_path: Path, monkeypatch) -> None:
     fsync = GatedFsync(monkeypatch, fail=True)
+    told: list[tuple[Path, BaseException]] = []
     with Log(tmp_path, segment_bytes=BATCH * 4, roll_sync_in_background=True) as log:
+        log.on_failure = lambda directory, exc: told.append((directory, exc))
         append(log, 5)
         fsync.gate.set()
         with pytest.raises(OSError, match="injected"):
             log._segments[0].pending_sync.result(60)
+        assert told == []  # the background fsync's failure counts when the roll meets it
         with pytest.raises(OSError, match="injected"):
             append(log, 1)  # the roll finds the failure
         with pytest.raises(LogError, match="refuses writes"):
             append(log, 1)
+    assert [(directory, str(exc)) for directory, exc in told] == [(tmp_path, "fsync failed (injected)")]
+
+
+def test_a_truncation_that_cannot_write_its_checkpoint_makes_the_log_refuse_writes(tmp_path: Path, monkeypatch) -> None:
+    """The soak (seed 19): a follower truncated on a full disk; its epoch checkpoint was not written,
+    and its log refused every write after, out of the ISR for good, with no one told."""
+    told: list[BaseException] = []
+    with Log(tmp_path) as log:
+        log.on_failure = lambda _, exc: told.append(exc)
+        append(log, 4)
+
+        def full(*_: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr("quorum.log.log.write_checkpoint", full)
+        with pytest.raises(OSError, match="No space left"):
+            log.truncate_to(6)
+        with pytest.raises(LogError, match="refuses writes"):
+            append(log, 1)
+    assert [exc.errno for exc in told] == [28]
 
 
 def test_without_it_a_segment_rolls_at_once(tmp_path: Path) -> None:

@@ -179,3 +179,20 @@ def test_a_failed_append_stops_the_node_naming_the_disk_error_and_the_write_is_n
     fatal = [r for r in caplog.records if r.levelname == "CRITICAL"]
     assert fatal and "metadata log dir fails" in fatal[0].getMessage() and fatal[0].exc_info is None
     assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
+
+
+def test_a_failed_partition_log_dir_stops_the_node_from_the_thread_that_failed(
+        node: RaftNode, caplog: pytest.LogCaptureFixture) -> None:
+    """A broker's partition log fails on a worker thread (a roll's fsync): the node stops (exit 1)
+    naming the log, as Kafka halts when its only log dir fails, whichever thread reported it."""
+    async def test() -> None:
+        running = asyncio.create_task(node.run())
+        await _until(lambda: node.core.role is Role.LEADER, "the single voter leads")
+        await asyncio.to_thread(node.stop_on_failed_log_dir, "the log of orders-0 in /data refuses writes: full")
+        assert await asyncio.wait_for(running, DEADLINE_S) == 1
+        assert node._fatal == "the log of orders-0 in /data refuses writes: full"
+    with caplog.at_level("INFO"):
+        asyncio.run(test())
+    fatal = [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"]
+    assert fatal == ["fatal: the log of orders-0 in /data refuses writes: full; stopping, as Kafka halts when "
+                     "its only log dir fails"]
