@@ -12,6 +12,27 @@ os.environ.setdefault("QUORUM_TEST_VERIFY_IMAGE", "true")
 
 DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 
+LONGEST_MODULES_FIRST = (
+    "tests/client_epochs/test_spark_processes.py",  # about 3 minutes (a Spark session, six streams)
+    "tests/test_demo.py",  # about 2 minutes
+    "tests/security/test_secured_cluster_processes.py",
+    "tests/tiered/test_tiered_processes.py",
+    "tests/test_bootstrap_chaos.py",
+    "tests/tiered/test_follower_bootstrap_processes.py",
+    "tests/test_log_cleaner_processes.py",
+    "tests/image/test_image_histories.py",
+    "tests/test_replication_chaos.py",
+    "tests/client_epochs/test_mirror_processes.py",
+)
+"""`./run test` hands modules to its two workers in collection order (xdist's loadscope): the demo,
+collected near the end, kept one worker busy alone for the suite's last two minutes. The longest
+modules go first, the rest keep their order (longest-first scheduling)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: place for place, path in enumerate(LONGEST_MODULES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: modules stay whole
+
 
 @pytest.fixture(scope="module")
 def standalone_node() -> Iterator[RunningNode]:
