@@ -23,6 +23,7 @@ Kafka's onPartitionsDeleted), and a partition loaded later drops any it still ho
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -67,6 +68,10 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 """Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member's JoinGroup is dropped after this."""
 
 E = ErrorCode
+
+log = logging.getLogger(__name__)
+"""A group's rebalance steps at INFO, as Kafka's GroupCoordinator logs them: a member left waiting
+(the soak's kafka-python member that never got its assignment) is traced from them."""
 
 
 @dataclass(slots=True)
@@ -230,6 +235,10 @@ class GroupCoordinator:
                     self._answer_sync(member, SyncAnswer(E.NONE, group.protocol_type, group.protocol,
                                                          member.assignment))
                 group.transition(GroupState.STABLE, now_ms)
+                log.info("group %s: generation %d stable, its assignment stored", group.group_id, group.generation)
+            else:
+                log.info("group %s: the assignment of generation %d was stored after the group moved on",
+                         pending.group_id, pending.generation)
         return self._flush()
 
     def append_failed(self, token: int, error: int, now_ms: int) -> Output:
@@ -243,6 +252,8 @@ class GroupCoordinator:
             group = self._partitions[pending.partition].groups.get(pending.group_id)
             if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
                     and group.generation == pending.generation:
+                log.info("group %s: the assignment of generation %d could not be stored (error %d); rebalancing",
+                         group.group_id, group.generation, error)
                 self._reset_syncs(group, storage_error_for_group(error))
                 self._maybe_prepare_rebalance(group, now_ms)
         return self._flush()
@@ -409,6 +420,8 @@ class GroupCoordinator:
         else:
             group.in_initial_delay = False
             group.rebalance_deadline_ms = now_ms + timeout
+        log.info("group %s: preparing to rebalance in state %s with old generation %d", group.group_id,
+                 group.state.value, group.generation)
         group.transition(GroupState.PREPARING_REBALANCE, now_ms)
         self._try_complete_join(group, now_ms)  # as Kafka's tryCompleteElseWatch: the last member may have left
 
@@ -446,6 +459,8 @@ class GroupCoordinator:
             self._store_group(group, None)
             return
         group.protocol = group.select_protocol()
+        log.info("group %s: generation %d with %d member(s), leader %s, protocol %s", group.group_id,
+                 group.generation, len(group.members), group.leader, group.protocol)
         group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
         for member in group.members.values():
             self._answer_join(member, self._join_answer(group, member))
