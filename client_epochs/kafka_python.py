@@ -77,6 +77,9 @@ log = logging.getLogger(__name__)
 
 _STEP_MS = 200
 """How long one poll of kafka-python lasts while partitions wait, so that their metadata is re-checked."""
+_UNREACHABLE_NOTE_S = 10.0
+_UNREACHABLE_PAUSE_S = 0.1
+"""After kafka-python raised a refused connection out of poll, the pause before it is polled again."""
 _COMMITTED_TIMEOUT_MS = 1000
 """How long one poll waits for the committed epochs of newly assigned partitions; the OffsetFetch goes on,
 and kafka-python hands the same request to the next poll's call (it keeps them by partition set)."""
@@ -135,6 +138,7 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             """Assigned partitions paused until poll has read the epochs of their committed offsets."""
             self._user_paused: set[TopicPartition] = set()
             self._leader_epochs: dict[TopicPartition, int] = {}
+            self._unreachable_noted = -math.inf
             self._auto_offset_reset = _user_policy(configs.get("auto_offset_reset", defaults["auto_offset_reset"]))
             """The user's auto_offset_reset; kafka-python gets "none" and reports instead (`_out_of_range`)."""
             super().__init__(**{**configs, "auto_offset_reset": "none"})
@@ -270,6 +274,8 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
                 records = super().poll(self._step_ms(deadline), max_records, update_offsets)
             except _WOULD_RESET as exc:
                 records = self._out_of_range(exc)
+            except Errors.KafkaConnectionError as exc:
+                records = self._unreachable(exc, deadline)
             if records:
                 self._note(records)
                 return records
@@ -277,6 +283,18 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
                 if self._pending:  # assigned during this poll: read their commits before returning
                     self._take_committed_floors()
                 return {}
+
+    def _unreachable(self, exc: Errors.KafkaConnectionError, deadline: float) -> dict[KafkaTopicPartition, list[Any]]:
+        """kafka-python 3.0 raises a broker's refused connection out of poll (its coordinator lookup
+        asking a broker that was just killed: the soak's kafka-python member died of it at start);
+        Java's consumer and librdkafka ask another broker. The wrapper goes on polling until the
+        poll's timeout, saying so at most every `_UNREACHABLE_NOTE_S`."""
+        now = time.monotonic()
+        if now - self._unreachable_noted >= _UNREACHABLE_NOTE_S:
+            self._unreachable_noted = now
+            log.warning("kafka-python could not reach a broker inside poll (%s); polling on", exc)
+        time.sleep(max(0.0, min(_UNREACHABLE_PAUSE_S, deadline - now)))
+        return {}
 
     def _keep_epochs(self) -> None:
         """Take the committed epochs of new partitions as floors; resume the partitions whose metadata

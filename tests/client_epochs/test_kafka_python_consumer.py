@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka.admin import NewPartitions
 from kafka import KafkaConsumer as RawConsumer
 from kafka import OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaConnectionError
 
 from client_epochs import TopicPartition as Key
 from client_epochs.errors import TopicRecreatedError
@@ -149,6 +150,30 @@ def test_position_with_internal_metadata_gives_the_kip_json_with_the_clusters_ep
         assert [r.offset for r in consume(consumer, 4)] == [2, 3, 4, 5]
     finally:
         consumer.close()
+
+
+def test_a_refused_connection_kafka_python_raises_out_of_poll_is_polled_through(cluster, monkeypatch, caplog):
+    """kafka-python 3.0 raises KafkaConnectionError out of poll when its coordinator lookup asks a broker
+    that was just killed (the soak's member died of it, seeds 46 and 48); the wrapper polls on until
+    its timeout, as Java's consumer does, and says so."""
+    cluster.topic("kp-refused", 3)
+    consumer = cluster.consumer("kp-refused-group", "kp-refused")
+    real, raised = RawConsumer.poll, []
+
+    def refused_twice(self, *args, **kwargs):
+        if len(raised) < 2:
+            raised.append(True)
+            raise KafkaConnectionError("111 ECONNREFUSED")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RawConsumer, "poll", refused_twice)
+    try:
+        with caplog.at_level("WARNING", logger="client_epochs.kafka_python"):
+            assert [r.offset for r in consume(consumer, 3)] == [0, 1, 2]
+    finally:
+        consumer.close()
+    assert raised == [True, True]
+    assert caplog.text.count("could not reach a broker inside poll (KafkaConnectionError: 111 ECONNREFUSED)") == 1
 
 
 def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):
