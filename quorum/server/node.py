@@ -606,7 +606,11 @@ class RaftNode:
             await asyncio.gather(self._flusher, return_exceptions=True)
         if self._state_write is not None:
             await asyncio.gather(self._state_write, return_exceptions=True)
-        await asyncio.to_thread(self.log.close)
+        try:
+            await asyncio.to_thread(self.log.close)
+        except OSError as exc:  # a full or failed disk (the soak's): the next start recovers the log's tail
+            log.error("the metadata log could not be flushed as it closed: %s", exc)
+            self._fatal = self._fatal or f"the metadata log could not be flushed as it closed: {exc}"
         if self.verifier is not None:
             log.warning("image checked %d times against snapshot plus log (%d full replays, %d skipped: log start "
                         "past the snapshot)", self.verifier.checks, self.verifier.full_replays, self.verifier.skipped)

@@ -196,3 +196,27 @@ def test_a_failed_partition_log_dir_stops_the_node_from_the_thread_that_failed(
     fatal = [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"]
     assert fatal == ["fatal: the log of orders-0 in /data refuses writes: full; stopping, as Kafka halts when "
                      "its only log dir fails"]
+
+
+def test_a_metadata_log_that_cannot_flush_as_it_closes_stops_the_node_with_one_line(
+        node: RaftNode, caplog: pytest.LogCaptureFixture) -> None:
+    """The soak (seed 54): a broker stopped on a failed partition log dir, then its metadata log's
+    last flush hit the same full disk as it closed, and the node died with a traceback. It exits 1
+    with one line instead; the next start recovers the log's tail."""
+    async def test() -> None:
+        running = asyncio.create_task(node.run())
+        await _until(lambda: node.core.role is Role.LEADER, "the single voter leads")
+        close = node.log.close
+
+        def full() -> None:
+            close()
+            raise OSError(28, "No space left on device")
+
+        node.log.close = full  # type: ignore[method-assign]
+        node._stopped.set()
+        assert await asyncio.wait_for(running, DEADLINE_S) == 1
+    with caplog.at_level("INFO"):
+        asyncio.run(test())
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == ["the metadata log could not be flushed as it closed: [Errno 28] No space left on device"]
+    assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
