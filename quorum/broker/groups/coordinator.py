@@ -234,6 +234,10 @@ class GroupCoordinator:
                     member.assignment = pending.assignments.get(member.member_id, b"")
                     self._answer_sync(member, SyncAnswer(E.NONE, group.protocol_type, group.protocol,
                                                          member.assignment))
+                    # Kafka's propagateAssignment: each session starts again with its assignment. A sync
+                    # that waited on the durable write (a replica of the partition just killed) would
+                    # otherwise expire its member before the first heartbeat of its new generation.
+                    member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
                 group.transition(GroupState.STABLE, now_ms)
                 log.info("group %s: generation %d stable, its assignment stored", group.group_id, group.generation)
             else:

@@ -113,6 +113,24 @@ def test_session_expiry_removes_the_member_and_the_group_rebalances() -> None:
     assert h.core.group(GROUP).state.value == "Empty"
 
 
+def test_a_sync_answered_after_a_slow_durable_write_starts_the_members_session_again() -> None:
+    """The soak (seeds 31, 47, 53): the leader's assignment took 8 s to become durable (a replica of its
+    `__consumer_offsets` partition had just been killed); the member, told at once, heartbeats a
+    heartbeat interval later, past its 10 s session counted from the join: expired, and its kafka-python
+    never got a generation again. Kafka restarts each session when it propagates the assignment."""
+    h = Harness()
+    member = h.join_new()
+    joined = h.answer(h.join(member))
+    sync = h.sync(member, joined.generation, {member: b"everything"})
+    h.advance(SESSION_MS - 2000)  # the write is still not durable
+    assert h.answer(sync) is None
+    h.flush()  # durable now: the member gets its assignment
+    assert h.answer(sync).error == E.NONE
+    h.advance(2000 + 1000)  # past the session counted from the join; the first heartbeat is on its way
+    assert heartbeat(h, member, joined.generation) == E.NONE
+    assert h.core.group(GROUP).state.value == "Stable"
+
+
 def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
     h = Harness()
     (first, second), generation = h.stable_group(2)
