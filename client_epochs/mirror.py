@@ -60,6 +60,7 @@ import confluent_kafka
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Producer
 
 from client_epochs.confluent import Consumer
+from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.mirror_progress import (
     CopiedRecord,
@@ -83,6 +84,8 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "Replicator", "ReplicatorError"]
 
 DEFAULT_GROUP = "client-epochs-mirror"
+_LOG_START_TIMEOUT_S = 30.0
+"""How long a resume waits for a partition's current leader to give its log start (a leader being moved)."""
 
 
 @dataclass
@@ -172,6 +175,10 @@ class Replicator:
         security = ClientSecurity.of_client_properties(self.options.consumer_config)
         self._source_metadata = MetadataClient(source, client_id="client-epochs-mirror", security=security)
         self._source_cluster_id: str | None = None
+        self._source_bounds = LogBoundsClient(self._source_metadata)
+        """Log starts for a resume with nothing committed, asked of each partition's current leader with
+        retries: librdkafka's get_watermark_offsets raised _DESTROY_BROKER out of the assignment when the
+        broker it asked was killed meanwhile, and the replicator died of it."""
         self._last_activity = clock()
         self._offsets = OffsetFetcher(source, client_id="client-epochs-mirror", security=security)
         self._probe = MetadataClient(source, client_id="client-epochs-mirror", security=security)
@@ -194,7 +201,7 @@ class Replicator:
         try:
             partitions = self.prepare_topics()
         except BaseException:
-            for client in (self._source_metadata, self._probe, self._offsets):
+            for client in (self._source_bounds, self._source_metadata, self._probe, self._offsets):
                 client.close()
             raise
         log.info("replicating %s from %s to %s", ", ".join(f"{t} ({n} partitions)" for t, n in partitions.items()),
@@ -347,7 +354,7 @@ class Replicator:
         for tp in keys:
             start = 0
             if committed[tp] is None and copies.get(tp) is not None:
-                start = consumer.get_watermark_offsets(_ck(tp), timeout=30)[0]
+                start = self._source_bounds.fetch(tp, timeout=_LOG_START_TIMEOUT_S).log_start
             decisions[tp] = decide_resume(tp, committed[tp], committed_epochs.get(tp), copies.get(tp), start)
         # A seek right after assign() fails in librdkafka while the partition's fetcher is not started
         # yet (Local: Erroneous state), so the resume offset goes into the assignment itself; the
@@ -512,6 +519,7 @@ class Replicator:
                 if self._consumer is not None:
                     self._consumer.close()
             finally:
+                self._source_bounds.close()
                 self._source_metadata.close()
                 self._offsets.close()
                 self._probe.close()

@@ -14,10 +14,11 @@ from __future__ import annotations
 import io
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+import client_epochs.confluent
 from client_epochs.errors import TopicRecreatedError
-from client_epochs.mirror import MirrorOptions, Replicator
+from client_epochs.mirror import DEFAULT_GROUP, MirrorOptions, Replicator
 from client_epochs.mirror_progress import EPOCHS_HEADER, read_provenance
 from quorum.launcher import LocalCluster
 from quorum.wire.internal_metadata import topic_id_text
@@ -54,15 +55,33 @@ def high_watermark(bootstrap: str) -> int:
         consumer.close()
 
 
-def replicate(source: str, target: str) -> tuple[Replicator, str]:
-    replicator = Replicator(source, target, [TOPIC], MirrorOptions(stop_after_idle_s=3, status_interval_s=1,
-                                                                   consumer_config=QUIET, producer_config=QUIET),
+def replicate(source: str, target: str, group: str = DEFAULT_GROUP) -> tuple[Replicator, str]:
+    replicator = Replicator(source, target, [TOPIC], MirrorOptions(group=group, stop_after_idle_s=3,
+                                                                   status_interval_s=1, consumer_config=QUIET,
+                                                                   producer_config=QUIET),
                             out=(out := io.StringIO()))
     try:
         replicator.run()
     finally:
         print(out.getvalue())
     return replicator, out.getvalue()
+
+
+def resume_without_commits_while_librdkafka_loses_the_broker(source: str, target: str) -> None:
+    """A replicator of another group (nothing committed) finds the copies in the target and needs the
+    source's log start to know they are all there. librdkafka's watermark lookup raised _DESTROY_BROKER
+    out of the assignment when the broker it asked was killed meanwhile (the SASL_SSL mirror scenario
+    in CI), and the replicator died of it; it now asks the current leader itself, with retries."""
+    def destroyed(*_args, **_kwargs):
+        raise KafkaException(KafkaError(KafkaError._DESTROY_BROKER, "Failed to get watermark offsets: Local: "
+                                        "Broker handle destroyed without termination"))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(client_epochs.confluent.Consumer, "get_watermark_offsets", destroyed)
+        replicator, _ = replicate(source, target, group="another-group")
+    assert replicator.counts.replicated == 0
+    assert replicator.counts.skipped_already_copied == 20
+    assert high_watermark(target) == 20
 
 
 def test_a_restarted_replicator_refuses_a_source_topic_recreated_since_its_last_copy(tmp_path):
@@ -82,6 +101,7 @@ def test_a_restarted_replicator_refuses_a_source_topic_recreated_since_its_last_
         last = read_provenance(copied[-1].headers())
         assert last is not None and last.source.offset == 19
         assert last.epochs is not None and last.epochs.topic_id == old_id, dict(copied[-1].headers())[EPOCHS_HEADER]
+        resume_without_commits_while_librdkafka_loses_the_broker(source.address, target)
 
         source.recreate(TOPIC)  # the group's commit goes with the old topic
         source.produce(TOPIC, 30)
