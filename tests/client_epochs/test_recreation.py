@@ -255,7 +255,7 @@ def test_a_consumer_running_through_delete_and_recreate_raises_and_its_late_comm
         wait_until("the wrapper to hold the deleted topic's partition",
                    lambda: side.poll(consumer) == [] and bool(consumer.waiting_for_metadata))
         assert side.poll(raw) == []
-        cluster.create_again(topic)
+        cluster.create_again(topic, old.topic_id)
         cluster.produce(topic, 30)
         new = cluster.epochs(topic)
         error, delivered = raised_before_delivering(side, consumer)

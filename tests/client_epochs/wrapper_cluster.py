@@ -5,6 +5,7 @@ a confluent-kafka consume loop. Each client's test adds its own consumers on top
 from __future__ import annotations
 
 import time
+import uuid
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -39,15 +40,19 @@ class OneBrokerCluster:
 
     def recreate(self, name: str) -> None:
         """Delete topic `name` and create it again (1 partition): a new topic id and a higher topic epoch."""
+        deleted = self.epochs(name).topic_id
         self.delete(name)
-        self.create_again(name)
+        self.create_again(name, deleted)
 
     def delete(self, name: str) -> None:
         for future in self.admin.delete_topics([name], request_timeout=30).values():
             future.result(timeout=30)
 
-    def create_again(self, name: str) -> None:
-        """Create the deleted topic `name` again (1 partition), once the deletion is applied."""
+    def create_again(self, name: str, deleted_id: uuid.UUID | None = None) -> None:
+        """Create the deleted topic `name` again (1 partition), once the deletion is applied. A client
+        subscribed to it may create it first: its Metadata request asks for auto-creation, which the
+        broker grants (auto.create.topics.enable, true by default as in Kafka); a topic `name` with an id
+        other than `deleted_id` is created again all the same."""
 
         last: list[str] = ["nothing tried"]
 
@@ -56,13 +61,19 @@ class OneBrokerCluster:
                 create(self.admin, NewTopic(name, 1, 1))
             except Exception as exc:  # TOPIC_ALREADY_EXISTS while the deletion is still being applied
                 last[0] = f"{type(exc).__name__}: {exc}"
-                return False
+                return deleted_id is not None and self.topic_id(name) not in (None, deleted_id)
             return True
 
         try:
             wait_until(f"{name} created again", created, timeout_s=30)
         except AssertionError as exc:  # which refusal kept it from being created, not only that it was not
             raise AssertionError(f"{exc}; the last CreateTopics answer: {last[0]}") from None
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The id of topic `name` in the broker's Metadata, None while it has none."""
+        with MetadataClient(self.address) as client:
+            meta = client.fetch([name]).partitions.get(TopicPartition(name, 0))
+        return None if meta is None else meta.topic_id
 
     def epochs(self, name: str, partition: int = 0) -> PartitionMetadata:
         with MetadataClient(self.address) as client:
