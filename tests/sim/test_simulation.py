@@ -24,7 +24,7 @@ from quorum.sim.memory_log import MemoryLog
 from quorum.sim.scenarios import SCENARIOS
 from tests.raft.harness import batch
 
-SEEDS_PER_SCENARIO = 40
+SEEDS_PER_SCENARIO = 24
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
