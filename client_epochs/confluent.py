@@ -69,6 +69,8 @@ from quorum.wire.sasl_client import ClientSecurity
 log = logging.getLogger(__name__)
 
 _STEP_S = 0.2
+_COMMITTED_FETCH_FAILED = "Failed to fetch committed offset"
+"""How librdkafka's consumer error events begin when an OffsetFetch for its assignment failed."""
 """How long one poll of librdkafka lasts while partitions wait, so that their metadata is re-checked."""
 _OFFSET_STORED = -1000
 _RESOLVE_MIN_S, _RESOLVE_MAX_S = 5.0, 30.0
@@ -341,7 +343,29 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         are the wrapper's; a record is noted (its position and leader epoch) first."""
         if self._stopped_by(message):
             return False
-        self._note(message)
+        if not self._committed_fetch_failed(message):
+            self._note(message)
+        return True
+
+    def _committed_fetch_failed(self, message: confluent_kafka.Message) -> bool:
+        """Whether `message` is librdkafka's report that its assignment's committed offsets could not be
+        fetched. It goes to the user as before; the partitions it left unstarted are assigned again.
+
+        librdkafka does not retry such an OffsetFetch nor start those partitions afterwards: a
+        coordinator that just moved answers NOT_COORDINATOR for the whole request, and the partitions
+        stay assigned, never fetched, until assigned again (librdkafka issue 5586, open; the soak's
+        replicator copied nothing for minutes, seed 61). Java's consumer asks the new coordinator.
+        Assigned again without an offset, librdkafka asks again once it knows the coordinator."""
+        error = message.error()
+        if error is None or not error.str().startswith(_COMMITTED_FETCH_FAILED):
+            return False
+        named = None if message.topic() is None else TopicPartition(message.topic(), message.partition())
+        unstarted = {tp: OFFSET_INVALID for p in self.position(self.assignment())
+                     if (tp := _key(p)) not in self._positions and p.offset < 0 and named in (None, tp)}
+        if unstarted:
+            log.warning("%s; assigning %s again, so that librdkafka asks the group's coordinator again",
+                        error.str(), ", ".join(str(tp) for tp in sorted(unstarted)))
+            self._restart(unstarted)
         return True
 
     def _stopped_by(self, message: confluent_kafka.Message) -> bool:

@@ -1,0 +1,73 @@
+"""A wrapped confluent-kafka consumer whose committed-offset lookup a moved coordinator refused still
+fetches its partitions.
+
+librdkafka answers an OffsetFetch refused as a whole (NOT_COORDINATOR for the group, no partitions)
+with a consumer error event, and then neither asks again nor starts the partitions it was for: they
+stay assigned and are never fetched until assigned again (librdkafka issue 5586, open in 2.16). In
+the soak the replicator's group coordinator was killed while it asked, and the replicator copied
+nothing for five minutes. A proxy in front of a real broker refuses the first OffsetFetch the way a
+broker that just lost the group does."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from client_epochs.confluent import Consumer
+from quorum.launcher import LocalCluster, NodeSpec
+from tests.support.refusing_proxy import OffsetFetchRefusingProxy
+from tests.test_broker_processes import BROKER, QUIET, SETTINGS
+from tests.test_controller_processes import create, metadata, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+TOPIC = "refused"
+
+
+class ProxiedCluster(LocalCluster):
+    """One broker that advertises the proxy, so clients reach it, as coordinator too, only through it."""
+
+    proxy_port = 0
+
+    def properties(self, spec: NodeSpec) -> dict[str, str]:
+        props = super().properties(spec)
+        if spec.role == "broker":
+            props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.proxy_port}"
+        return props
+
+
+def test_partitions_whose_committed_offsets_a_moved_coordinator_refused_are_fetched(tmp_path):
+    cluster = ProxiedCluster(tmp_path, controllers=1, brokers=1, settings=SETTINGS)
+    broker = cluster.specs[BROKER]
+    with OffsetFetchRefusingProxy("127.0.0.1", broker.port, refusals=1) as proxy:
+        cluster.proxy_port = proxy.port
+        cluster.format_storage()
+        cluster.start()
+        consumer = None
+        try:
+            wait_until("the broker to be unfenced", lambda: metadata(broker.address)[0] == {BROKER})
+            create(AdminClient({"bootstrap.servers": proxy.address, **QUIET}), NewTopic(TOPIC, 1, 1))
+            producer = Producer({"bootstrap.servers": proxy.address, **QUIET})
+            for n in range(10):
+                producer.produce(TOPIC, f"r{n}".encode(), partition=0)
+            assert producer.flush(30) == 0
+            consumer = Consumer({"bootstrap.servers": proxy.address, "group.id": "refused-group",
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest", **QUIET})
+            consumer.subscribe([TOPIC])
+            records, errors = [], []
+            deadline = time.monotonic() + 30
+            while len(records) < 10 and time.monotonic() < deadline:
+                for message in consumer.consume(10, 0.5):
+                    (errors if message.error() is not None else records).append(message)
+            assert proxy.refused == 1
+            assert [e.error().str() for e in errors if "committed offset" in e.error().str()], \
+                "the refusal reaches the user as librdkafka reports it"
+            assert [m.offset() for m in records] == list(range(10)), \
+                f"{len(records)} record(s) read in 30 s after the refused OffsetFetch"
+        finally:
+            if consumer is not None:
+                consumer.close()
+            cluster.stop()
