@@ -312,10 +312,15 @@ def _tail(path: Path, lines: int = 15) -> str:
     return f"last lines of {path}:\n" + "\n".join(text)
 
 
+WAIT_LINE_EVERY_S = 30.0
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float, clusters: tuple[Any, ...] = ()) -> Any:
     """Poll `check` until it returns something true; past the timeout fail naming `what`, with the
     nodes' last log lines."""
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_line = started + WAIT_LINE_EVERY_S
     problem = ""
     while time.monotonic() < deadline:
         try:
@@ -324,6 +329,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, clusters: tu
                 return result
         except Exception as exc:  # noqa: BLE001 - a node still starting or just killed; keep the last error
             problem = f" (last error: {type(exc).__name__}: {exc})"
+        if time.monotonic() >= next_line:  # a long wait says, now and then, that it is still waiting and why
+            print(f"still waiting for {what}: {time.monotonic() - started:.0f} s of {timeout_s:.0f}{problem}",
+                  file=sys.stderr, flush=True)
+            next_line += WAIT_LINE_EVERY_S
         time.sleep(0.2)
     tails = [_tail(spec.log_path, 8) for cluster in clusters for spec in cluster.specs.values()]
     raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}{problem}\n" + "\n".join(tails))
