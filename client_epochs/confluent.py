@@ -69,9 +69,9 @@ from quorum.wire.sasl_client import ClientSecurity
 log = logging.getLogger(__name__)
 
 _STEP_S = 0.2
+"""How long one poll of librdkafka lasts while partitions wait, so that their metadata is re-checked."""
 _COMMITTED_FETCH_FAILED = "Failed to fetch committed offset"
 """How librdkafka's consumer error events begin when an OffsetFetch for its assignment failed."""
-"""How long one poll of librdkafka lasts while partitions wait, so that their metadata is re-checked."""
 _OFFSET_STORED = -1000
 _RESOLVE_MIN_S, _RESOLVE_MAX_S = 5.0, 30.0
 """Bounds on one out-of-range lookup: a short poll may overrun by up to the minimum, a long one waits
