@@ -15,6 +15,7 @@ DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 LONGEST_MODULES_FIRST = (
     "tests/client_epochs/test_spark_processes.py",  # about 3 minutes (a Spark session, six streams)
     "tests/test_demo.py",  # about 2 minutes
+    "tests/test_soak_slice.py",  # about a minute, one process tree of 9 nodes and 5 clients
     "tests/security/test_secured_cluster_processes.py",
     "tests/tiered/test_tiered_processes.py",
     "tests/test_bootstrap_chaos.py",
