@@ -25,7 +25,7 @@ LONGEST_MODULES_FIRST = (
     "tests/test_replication_chaos.py",
     "tests/client_epochs/test_mirror_processes.py",
 )
-"""`./run test` hands modules to its two workers in collection order (xdist's loadscope): the demo,
+"""`./run test` hands modules to its workers in collection order (xdist's loadscope): the demo,
 collected near the end, kept one worker busy alone for the suite's last two minutes. The longest
 modules go first, the rest keep their order (longest-first scheduling)."""
 
