@@ -420,17 +420,17 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         the whole assignment is assigned again, each other partition at its position. Afterwards the
         partitions paused by the user, waiting for metadata, or still stopped are paused, the rest not."""
         wanted = [confluent_kafka.TopicPartition(tp.topic, tp.partition, offset) for tp, offset in targets.items()]
-        try:
-            super().incremental_unassign(wanted)
-            super().incremental_assign(wanted)
-            restarted = set(targets)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._STATE:
-                raise
-            current = self.position(self.assignment())
-            super().assign([confluent_kafka.TopicPartition(p.topic, p.partition, self._restart_offset(p, targets))
-                            for p in current])
-            restarted = {_key(p) for p in current}
+        if self._subscribed and not self._incremental:  # an eager group: librdkafka would refuse, and log it
+            restarted = self._assign_all_again(targets)
+        else:
+            try:
+                super().incremental_unassign(wanted)
+                super().incremental_assign(wanted)
+                restarted = set(targets)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._STATE:
+                    raise
+                restarted = self._assign_all_again(targets)
         for tp, offset in targets.items():
             if offset >= 0:
                 self._positions[tp] = offset
@@ -440,6 +440,13 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._pause_keys(held)
         if restarted - held:
             super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in restarted - held])
+
+    def _assign_all_again(self, targets: dict[TopicPartition, int]) -> set[TopicPartition]:
+        """An eager restart: the whole assignment assigned again, `targets` at their offsets."""
+        current = self.position(self.assignment())
+        super().assign([confluent_kafka.TopicPartition(p.topic, p.partition, self._restart_offset(p, targets))
+                        for p in current])
+        return {_key(p) for p in current}
 
     def _restart_offset(self, partition: confluent_kafka.TopicPartition, targets: dict[TopicPartition, int]) -> int:
         """Where a partition starts again in an eager restart: its target, else librdkafka's position,
