@@ -343,13 +343,13 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         are the wrapper's; a record is noted (its position and leader epoch) first."""
         if self._stopped_by(message):
             return False
-        if not self._committed_fetch_failed(message):
-            self._note(message)
+        self._restart_unfetched(message)
+        self._note(message)
         return True
 
-    def _committed_fetch_failed(self, message: confluent_kafka.Message) -> bool:
-        """Whether `message` is librdkafka's report that its assignment's committed offsets could not be
-        fetched. It goes to the user as before; the partitions it left unstarted are assigned again.
+    def _restart_unfetched(self, message: confluent_kafka.Message) -> None:
+        """When `message` is librdkafka's report that its assignment's committed offsets could not be
+        fetched, the partitions it left unstarted are assigned again; the report goes to the user as before.
 
         librdkafka does not retry such an OffsetFetch nor start those partitions afterwards: a
         coordinator that just moved answers NOT_COORDINATOR for the whole request, and the partitions
@@ -358,7 +358,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         Assigned again without an offset, librdkafka asks again once it knows the coordinator."""
         error = message.error()
         if error is None or not error.str().startswith(_COMMITTED_FETCH_FAILED):
-            return False
+            return
         named = None if message.topic() is None else TopicPartition(message.topic(), message.partition())
         unstarted = {tp: OFFSET_INVALID for p in self.position(self.assignment())
                      if (tp := _key(p)) not in self._positions and p.offset < 0 and named in (None, tp)}
@@ -366,7 +366,6 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             log.warning("%s; assigning %s again, so that librdkafka asks the group's coordinator again",
                         error.str(), ", ".join(str(tp) for tp in sorted(unstarted)))
             self._restart(unstarted)
-        return True
 
     def _stopped_by(self, message: confluent_kafka.Message) -> bool:
         """Whether `message` is librdkafka's _AUTO_OFFSET_RESET event (kept from the user, see the module).
