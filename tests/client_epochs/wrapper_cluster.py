@@ -69,20 +69,24 @@ class OneBrokerCluster:
         except AssertionError as exc:  # which refusal kept it from being created, not only that it was not
             raise AssertionError(f"{exc}; the last CreateTopics answer: {last[0]}") from None
 
+    def partition(self, name: str, partition: int = 0) -> PartitionMetadata | None:
+        """Partition `partition` of `name` as the broker's Metadata lists it (None: not listed)."""
+        with MetadataClient(self.address) as client:
+            return client.fetch([name]).partitions.get(TopicPartition(name, partition))
+
     def topic_id(self, name: str) -> uuid.UUID | None:
         """The id of topic `name` in the broker's Metadata, None while it has none."""
-        with MetadataClient(self.address) as client:
-            meta = client.fetch([name]).partitions.get(TopicPartition(name, 0))
+        meta = self.partition(name)
         return None if meta is None else meta.topic_id
 
     def epochs(self, name: str, partition: int = 0) -> PartitionMetadata:
-        with MetadataClient(self.address) as client:
-            return client.fetch([name]).partitions[TopicPartition(name, partition)]
+        meta = self.partition(name, partition)
+        assert meta is not None, f"the broker's Metadata does not list {name}-{partition}"
+        return meta
 
     def serves(self, name: str, partition: int) -> bool:
         """Whether the broker's Metadata lists partition `partition` of `name`, with a leader."""
-        with MetadataClient(self.address) as client:
-            meta = client.fetch([name]).partitions.get(TopicPartition(name, partition))
+        meta = self.partition(name, partition)
         return meta is not None and meta.leader_id >= 0
 
 
