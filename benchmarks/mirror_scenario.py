@@ -332,7 +332,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, clusters: tu
         if time.monotonic() >= next_line:  # a long wait says, now and then, that it is still waiting and why
             print(f"still waiting for {what}: {time.monotonic() - started:.0f} s of {timeout_s:.0f}{problem}",
                   file=sys.stderr, flush=True)
-            next_line += WAIT_LINE_EVERY_S
+            next_line = time.monotonic() + WAIT_LINE_EVERY_S
         time.sleep(0.2)
     tails = [_tail(spec.log_path, 8) for cluster in clusters for spec in cluster.specs.values()]
     raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}{problem}\n" + "\n".join(tails))
