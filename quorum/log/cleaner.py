@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from quorum.log.errors import CorruptFileError, LogError
-from quorum.log.log import CLEANED_SUFFIX, Log, SegmentFiles
+from quorum.log.log import Log, SegmentFiles
+from quorum.log.recovery import CLEANED_SUFFIX
 from quorum.log.start_offset import read_start_offset, write_start_offset
 from quorum.wire.records import RecordBatch, empty_batch, rebuild_batch
 from quorum.wire.records import iter_batches as walk_batches

@@ -144,6 +144,15 @@ class LogSegment:
         self.pending_sync: Future[None] | None = None
         self._rolling_timestamp: int | None = None
 
+    @classmethod
+    def empty(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, time_index: bool = False
+    ) -> LogSegment:
+        """A new segment at `base_offset` holding no batch, its indexes attached (and empty)."""
+        segment = cls(directory, base_offset, index_interval_bytes, time_index)
+        segment.attach_index([], [])
+        return segment
+
     def __repr__(self) -> str:
         return f"LogSegment({self.path.name}, size={self.size}, next_offset={self.next_offset})"
 
