@@ -28,6 +28,9 @@ iteration goes through the overridden `poll`), plus what KIP-232 adds to a consu
   and logs it at a slow pace, naming the group, the reason and how long (`waiting: group coordinator
   for "G" unavailable (COORDINATOR_NOT_AVAILABLE) for 45 s`); `waiting_reason` gives the same line
   (consumer_guard.PartitionsWatch).
+- A rebalance that kafka-python 3.0.12 started and then stopped awaiting (its SyncGroup answered
+  after a poll's timeout, in a rebalance a metadata change began) is awaited again, instead of the
+  member holding no partition for good (`_finish_abandoned_join`).
 
 Options beyond kafka-python's, as keyword arguments: `on_topic_recreated`, `metadata_wait_timeout_s`
 (None: wait for current metadata as long as it takes; else StaleMetadataError after that long),
@@ -270,6 +273,7 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._keep_epochs()
+            self._finish_abandoned_join()
             try:
                 records = super().poll(self._step_ms(deadline), max_records, update_offsets)
             except _WOULD_RESET as exc:
@@ -283,6 +287,26 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
                 if self._pending:  # assigned during this poll: read their commits before returning
                     self._take_committed_floors()
                 return {}
+
+    def _finish_abandoned_join(self) -> None:
+        """Have kafka-python finish a rebalance it started and then stopped waiting for.
+
+        kafka-python 3.0.12 awaits its JoinGroup-SyncGroup task only while `need_rejoin()` holds,
+        and a poll whose timeout ends first leaves the task for the next poll. A rebalance the
+        leader started because the topics' metadata changed (partitions added, a topic appearing)
+        stops needing a rejoin as soon as the leader has computed the assignment, before SyncGroup
+        is answered: when that answer takes longer than the poll (a coordinator writing the
+        group's record while a replica of `__consumer_offsets` is down), no later poll awaits it,
+        the member never takes its assignment, its heartbeats stay off and the coordinator expires
+        it, and it holds no partition for good (the soak's kafka-python group, seeds 53, 92, 94).
+        Java's consumer loops while a rejoin is needed or a join is pending; asking for the rejoin
+        when a join is pending does the same here: the next poll awaits the task again."""
+        coordinator = self._coordinator
+        if getattr(coordinator, "_join_task", None) is not None and self._subscription.partitions_auto_assigned() \
+                and not coordinator.need_rejoin():
+            log.info("group %r: kafka-python left its rebalance unfinished; awaiting it again",
+                     self.config["group_id"])
+            coordinator.request_rejoin()
 
     def _unreachable(self, exc: Errors.KafkaConnectionError, deadline: float) -> dict[KafkaTopicPartition, list[Any]]:
         """kafka-python 3.0 raises a broker's refused connection out of poll (its coordinator lookup

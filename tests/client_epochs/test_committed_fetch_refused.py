@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs.confluent import Consumer
-from quorum.launcher import LocalCluster, NodeSpec
+from tests.support.proxied_cluster import ProxiedCluster
 from tests.support.refusing_proxy import OffsetFetchRefusingProxy
 from tests.test_broker_processes import BROKER, QUIET, SETTINGS
 from tests.test_controller_processes import create, metadata, wait_until
@@ -25,18 +25,6 @@ from tests.test_controller_processes import create, metadata, wait_until
 pytestmark = pytest.mark.timeout(120)
 
 TOPIC = "refused"
-
-
-class ProxiedCluster(LocalCluster):
-    """One broker that advertises the proxy, so clients reach it, as coordinator too, only through it."""
-
-    proxy_port = 0
-
-    def properties(self, spec: NodeSpec) -> dict[str, str]:
-        props = super().properties(spec)
-        if spec.role == "broker":
-            props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.proxy_port}"
-        return props
 
 
 def test_partitions_whose_committed_offsets_a_moved_coordinator_refused_are_fetched(tmp_path):

@@ -27,6 +27,10 @@ class FrameProxy(BackgroundServer):
         """The framed answer to the request `payload` (without its size prefix), or None to pass it on."""
         return None
 
+    def _delay_s(self, payload: bytes) -> float:
+        """Seconds to hold the request `payload` before passing it on (a slow broker); 0 by default."""
+        return 0.0
+
     async def _serve(self) -> None:
         server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self._started(server.sockets[0].getsockname()[1])
@@ -54,6 +58,8 @@ class FrameProxy(BackgroundServer):
                 prefix = await reader.readexactly(4)
                 payload = await reader.readexactly(struct.unpack(">i", prefix)[0])
                 answer = self._answer(payload)
+                if answer is None and (delay := self._delay_s(payload)) > 0:
+                    await asyncio.sleep(delay)
                 writer = server if answer is None else client
                 writer.write(prefix + payload if answer is None else answer)
                 await writer.drain()
