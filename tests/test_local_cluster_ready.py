@@ -100,6 +100,10 @@ def test_a_node_whose_port_was_taken_before_it_listened_moves_to_another(tmp_pat
         assert all(cluster.specs[n].port != port for n, port in taken.items())
         assert any(f"port {taken[1]} was taken" in note for note in notes), notes
         assert any(f"port {taken[101]} was taken" in note for note in notes), notes
+        for node_id, port in taken.items():
+            log = cluster.specs[node_id].log_path.read_text()
+            assert f"cannot listen on 127.0.0.1:{port}: address already in use; not starting" in log, log
+            assert "Traceback" not in log, f"node {node_id} names the taken port in one line, no traceback"
     finally:
         cluster.stop()
         for squatter in squatters:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import random
 import signal
 import time
@@ -63,6 +64,7 @@ from quorum.server.listener import KafkaListener
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.refusals import refuse
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
+from quorum.server.stop_watch import StopWatch
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
 from quorum.wire.protocol import Request
@@ -591,8 +593,12 @@ class RaftNode:
         loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stopped.set)
-        for listener in self.listeners:
-            await listener.start()
+        try:
+            for listener in self.listeners:
+                await listener.start()
+        except OSError as exc:  # the port is taken (a client's connection may hold it) or not ours to bind
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            return await self._refuse_to_start(f"cannot listen on {listener._host}:{listener._port}: {why}")
         if self.config.metrics_port is not None:
             port = self.metrics.serve(self.config.metrics_port)
             print(f"node {self.config.node_id} metrics on http://127.0.0.1:{port}/metrics", flush=True)
@@ -609,20 +615,28 @@ class RaftNode:
         if self.broker is not None:
             tasks.extend(self.broker.tasks())
         await self._stopped.wait()
+        stop = StopWatch(self.config.node_id, lambda: self._fatal)
+        watching = asyncio.create_task(stop.watch(), name="stop-watch")
         if self._fatal is None and self.broker is not None:  # still serving while leaderships move away
+            stop.begin("moving the broker's leaderships away (controlled shutdown)")
             await self.broker.lifecycle.controlled_shutdown()
         if self._fatal is None and self.config.is_controller:
+            stop.begin("handing the quorum's leadership over")
             await self._resign_gracefully()
         for task in tasks:
             task.cancel()
+        stop.begin("closing the listeners and their connections")
         for listener in self.listeners:
             await listener.close()
+        stop.begin("closing the connections to other nodes")
         for peer in (*self.peers.values(), *self.controller_channels.values(), *self.lifecycle_channels.values()):
             await peer.close()
         if self.broker is not None:
+            stop.begin("closing the broker's work (image applier, fetchers, leaderships, groups, logs)")
             await self.broker.close()
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
+        stop.begin("making the metadata log and quorum state durable")
         if self._flusher is not None:  # what was appended is made durable before the log closes
             await asyncio.gather(self._flusher, return_exceptions=True)
         if self._state_write is not None:
@@ -632,11 +646,23 @@ class RaftNode:
         except OSError as exc:  # a full or failed disk (the soak's): the next start recovers the log's tail
             log.error("the metadata log could not be flushed as it closed: %s", exc)
             self._fatal = self._fatal or f"the metadata log could not be flushed as it closed: {exc}"
+        watching.cancel()
         if self.verifier is not None:
             log.warning("image checked %d times against snapshot plus log (%d full replays, %d skipped: log start "
                         "past the snapshot)", self.verifier.checks, self.verifier.full_replays, self.verifier.skipped)
         print(f"node {self.config.node_id} stopped" + (f": {self._fatal}" if self._fatal else ""), flush=True)
         return 1 if self._fatal else 0
+
+    async def _refuse_to_start(self, reason: str) -> int:
+        """Exit 1 before serving anything, naming why in one line (the launcher reads it)."""
+        log.critical("fatal: %s; not starting", reason)
+        print(f"node {self.config.node_id} stopped: {reason}", flush=True)
+        for listener in self.listeners:
+            await listener.close()
+        if self.broker is not None:
+            await self.broker.close()
+        await asyncio.to_thread(self.log.close)
+        return 1
 
     async def _resign_gracefully(self) -> None:
         """A leader told to stop hands over at once (EndQuorumEpoch) instead of letting followers time out."""
