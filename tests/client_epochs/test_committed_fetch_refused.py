@@ -17,10 +17,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs.confluent import Consumer
-from tests.support.proxied_cluster import ProxiedCluster
+from tests.support.proxied_cluster import behind_proxy
 from tests.support.refusing_proxy import OffsetFetchRefusingProxy
-from tests.test_broker_processes import BROKER, QUIET, SETTINGS
-from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_broker_processes import QUIET
+from tests.test_controller_processes import create
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,15 +28,9 @@ TOPIC = "refused"
 
 
 def test_partitions_whose_committed_offsets_a_moved_coordinator_refused_are_fetched(tmp_path):
-    cluster = ProxiedCluster(tmp_path, controllers=1, brokers=1, settings=SETTINGS)
-    broker = cluster.specs[BROKER]
-    with OffsetFetchRefusingProxy("127.0.0.1", broker.port, refusals=1) as proxy:
-        cluster.proxy_port = proxy.port
-        cluster.format_storage()
-        cluster.start()
+    with behind_proxy(tmp_path, lambda host, port: OffsetFetchRefusingProxy(host, port, refusals=1)) as proxy:
         consumer = None
         try:
-            wait_until("the broker to be unfenced", lambda: metadata(broker.address)[0] == {BROKER})
             create(AdminClient({"bootstrap.servers": proxy.address, **QUIET}), NewTopic(TOPIC, 1, 1))
             producer = Producer({"bootstrap.servers": proxy.address, **QUIET})
             for n in range(10):
@@ -58,4 +52,3 @@ def test_partitions_whose_committed_offsets_a_moved_coordinator_refused_are_fetc
         finally:
             if consumer is not None:
                 consumer.close()
-            cluster.stop()

@@ -19,9 +19,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from client_epochs.kafka_python import KafkaConsumer
 from quorum.wire.protocol import peek_api
-from tests.support.proxied_cluster import ProxiedCluster
+from tests.support.proxied_cluster import behind_proxy
 from tests.support.proxy import FrameProxy
-from tests.test_broker_processes import BROKER, QUIET, SETTINGS
+from tests.test_broker_processes import QUIET
 from tests.test_controller_processes import create, metadata, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,15 +48,9 @@ class SlowSyncGroupProxy(FrameProxy):
 
 
 def test_a_rebalance_after_partitions_were_added_completes_though_syncgroup_outlasts_the_poll(tmp_path):
-    cluster = ProxiedCluster(tmp_path, controllers=1, brokers=1, settings=SETTINGS)
-    broker = cluster.specs[BROKER]
-    with SlowSyncGroupProxy("127.0.0.1", broker.port) as proxy:
-        cluster.proxy_port = proxy.port
-        cluster.format_storage()
-        cluster.start()
+    with behind_proxy(tmp_path, SlowSyncGroupProxy) as proxy:
         consumer = None
         try:
-            wait_until("the broker to be unfenced", lambda: metadata(broker.address)[0] == {BROKER})
             admin = AdminClient({"bootstrap.servers": proxy.address, **QUIET})
             create(admin, NewTopic(TOPIC, 1, 1))
             consumer = KafkaConsumer(bootstrap_servers=proxy.address, group_id="growing-group",
@@ -71,7 +65,7 @@ def test_a_rebalance_after_partitions_were_added_completes_though_syncgroup_outl
             proxy.slow.set()
             for future in admin.create_partitions([NewPartitions(TOPIC, 2)]).values():
                 future.result(30)
-            wait_until("the broker to serve partition 1", lambda: 1 in metadata(broker.address)[1][TOPIC].partitions)
+            wait_until("the broker to serve partition 1", lambda: 1 in metadata(proxy.address)[1][TOPIC].partitions)
             producer = Producer({"bootstrap.servers": proxy.address, **QUIET})
             failed: list[object] = []
             for n in range(5):
@@ -91,4 +85,3 @@ def test_a_rebalance_after_partitions_were_added_completes_though_syncgroup_outl
         finally:
             if consumer is not None:
                 consumer.close()
-            cluster.stop()
