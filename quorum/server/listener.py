@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 MAX_PIPELINED = 1000
 """Requests of one connection started and not yet answered, at most (the reading pauses there)."""
+CANCEL_AGAIN_S = 0.5
+"""How long `close` gives a cancelled connection to end before cancelling it again."""
 
 
 class KafkaListener:
@@ -46,6 +48,7 @@ class KafkaListener:
         self._max_frame_bytes = max_frame_bytes
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._closing = False
         self.closed_for_bad_input = 0
 
     @property
@@ -59,13 +62,21 @@ class KafkaListener:
             lambda: FrameReader(self._max_frame_bytes, self._accept), self._host, self._port, reuse_address=True)
 
     async def close(self) -> None:
+        """Stop accepting, and end every connection (a request being handled is cancelled).
+
+        A cancellation can be lost: Python 3.11's `asyncio.wait_for` returns the inner result when
+        that completes as the cancellation arrives (a follower's long-polling Fetch whose data came
+        just then), and the handler answers as if nothing happened. Its connection then went on
+        serving the next request for ever, and the stopping node waited for it for ever. So no
+        connection reads another request once the listener is closing, and each is cancelled
+        again until it has ended."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        for task in list(self._connections):
-            with suppress(asyncio.CancelledError, Exception):
-                await task
+        while self._connections:
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.wait(list(self._connections), timeout=CANCEL_AGAIN_S)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -96,7 +107,7 @@ class KafkaListener:
         started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
         try:
-            while True:
+            while not self._closing:
                 request = decode_request(await reader.next_frame(), self._dispatcher.served)
                 screened = connection.screen(request)
                 if screened is not None:  # SASL, answered by the connection's security

@@ -4,6 +4,7 @@ answers leave in request order; any other API still waits until it is alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
@@ -101,3 +102,44 @@ def test_a_failing_pipelined_handler_closes_only_its_connection() -> None:
 
     failed, answer = asyncio.run(scenario())
     assert failed and answer.topics[0].name == "fine"
+
+
+def test_close_ends_a_connection_whose_handler_lost_its_cancellation() -> None:
+    """Python 3.11's `asyncio.wait_for` returns the inner result when it completes as the
+    cancellation arrives; a handler waiting that way answers as if never cancelled. The client
+    here asks again as soon as it is answered (a follower's Fetch loop): close must still end."""
+
+    async def scenario() -> tuple[bool, int]:
+        answered = 0
+
+        async def describe(request: Request) -> Reply:
+            nonlocal answered
+            with contextlib.suppress(asyncio.CancelledError):  # what wait_for does when its inner wait
+                await asyncio.sleep(0.05)  # finished in the same turn
+            answered += 1
+            return Reply(DESCRIBE_CONFIGS.response(throttle_time_ms=0, results=[]), request.version)
+
+        dispatcher = Dispatcher()
+        dispatcher.register(DESCRIBE_CONFIGS.key, describe)
+        listener = KafkaListener(dispatcher)
+        await listener.start()
+        client = PeerClient("127.0.0.1", listener.port, "test", WAIT_S * 1000)
+
+        async def ask_for_ever() -> None:
+            while True:
+                await client.request(DESCRIBE_CONFIGS, 4, describe_request())
+
+        asking = asyncio.create_task(ask_for_ever())
+        while answered < 3:
+            await asyncio.sleep(0.01)
+        closing = asyncio.create_task(listener.close())
+        await asyncio.wait({closing}, timeout=10)
+        ended = closing.done()
+        asking.cancel()
+        await client.close()  # ends the connection if close did not, so that the scenario ends
+        await closing
+        return ended, answered
+
+    ended, answered = asyncio.run(scenario())
+    assert answered >= 3
+    assert ended, "the listener's close did not end in 10 s: the connection went on serving its client"
