@@ -15,8 +15,10 @@ import bisect
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from quorum.log.atomic import fsync_directory
 from quorum.log.epoch_cache import CHECKPOINT_NAME, EpochEntry, LeaderEpochCache, read_checkpoint, write_checkpoint
@@ -28,6 +30,8 @@ from quorum.log.time_index import TIME_INDEX_SUFFIX
 from quorum.wire.records import RecordBatch
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CLEANED_SUFFIX = ".cleaned"
 """A cleaned segment being written (`<base>.log.cleaned`), as Kafka's `.cleaned` files."""
@@ -57,6 +61,15 @@ def recover_log(
     segments do not follow on from each other; no file is left open then."""
     return _Recovery(directory, index_interval_bytes, verify_all_segments, time_index,
                      keep_epochs_below_start).run()  # fmt: skip
+
+
+def _read_unless_damaged(read: Callable[[Path], T | None], path: Path, instead: str) -> T | None:
+    """`read(path)`, or None (as for a missing file) when the file is damaged, logging what is done `instead`."""
+    try:
+        return read(path)
+    except CorruptFileError as exc:
+        logger.warning("%s; %s", exc, instead)
+        return None
 
 
 class _Recovery:
@@ -114,14 +127,10 @@ class _Recovery:
         """Set the log start offset from `log-start-offset` (or the first segment), delete the
         segments wholly below it (an `advance_start_offset` or `truncate_fully_and_start_at` that
         a crash interrupted), and return the bases of the segments left."""
-        path = self.directory / START_OFFSET_NAME
-        try:
-            recorded = read_start_offset(path)
-        except CorruptFileError as exc:
-            # Written atomically, so only damage gets here. The segments' own start is the safe
-            # guess: it may serve records below the lost start again, never lose any.
-            logger.warning("%s; the log starts at its first segment", exc)
-            recorded = None
+        # Written atomically, so only damage makes it unreadable. The segments' own start is the safe
+        # guess then: it may serve records below the lost start again, never lose any.
+        recorded = _read_unless_damaged(read_start_offset, self.directory / START_OFFSET_NAME,
+                                        "the log starts at its first segment")  # fmt: skip
         if recorded is None:
             self._start = bases[0] if bases else 0
             return bases
@@ -279,11 +288,7 @@ class _Recovery:
         walked, which reads them whole.
         """
         path = self.directory / CHECKPOINT_NAME
-        try:
-            stored = read_checkpoint(path)
-        except CorruptFileError as exc:
-            logger.warning("%s; rebuilding it from the log", exc)
-            stored = None
+        stored = _read_unless_damaged(read_checkpoint, path, "rebuilding it from the log")
         below: list[EpochEntry] = []
         if self.keep_epochs_below_start and stored is not None:
             # The history below the start (`start_empty_at`): no record of it is here to check it by.
