@@ -435,11 +435,13 @@ def _shape(partitions: int, factor: int) -> str:
 def measure_cluster(base: Path, controllers: int, brokers: int) -> ClusterResult:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from quorum.admin import wait_for_leader
+    from quorum.admin import METADATA_WRITES_FOR_TESTS, wait_for_leader
     from quorum.launcher import LocalCluster
 
     result = ClusterResult(controllers, brokers)
-    cluster = LocalCluster(base / f"cluster-{controllers}c{brokers}b", controllers=controllers, brokers=brokers)
+    # the bare-commit row's QuorumWriter commits through Produce to __cluster_metadata: a test-only setting
+    cluster = LocalCluster(base / f"cluster-{controllers}c{brokers}b", controllers=controllers, brokers=brokers,
+                           settings=METADATA_WRITES_FOR_TESTS)
     progress(f"{result.label}: starting `quorum start` processes")
     admin = None
     try:

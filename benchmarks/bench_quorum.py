@@ -64,7 +64,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.table import print_table, progress  # noqa: E402
-from quorum.admin import QuorumStatus, QuorumWriter, describe_quorum  # noqa: E402
+from quorum.admin import METADATA_WRITES_FOR_TESTS, QuorumStatus, QuorumWriter, describe_quorum  # noqa: E402
 from quorum.launcher import LocalCluster, free_port  # noqa: E402
 
 VOTERS = 3
@@ -131,7 +131,8 @@ class QuorumSystem:
     name = "quorum"
 
     def __init__(self, directory: Path) -> None:
-        self.cluster = LocalCluster(directory, controllers=VOTERS)
+        # QuorumWriter commits through Produce to __cluster_metadata: a test-only setting
+        self.cluster = LocalCluster(directory, controllers=VOTERS, settings=METADATA_WRITES_FOR_TESTS)
 
     def members(self) -> list[int]:
         return list(self.cluster.specs)

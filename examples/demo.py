@@ -40,6 +40,7 @@ from examples.security_demo import security_demo
 from examples.spark_demo import spark_demo
 from examples.tiered_demo import tiered_demo
 from quorum.admin import (
+    METADATA_WRITES_FOR_TESTS,
     QuorumStatus,
     QuorumToolError,
     commit_values,
@@ -56,7 +57,9 @@ from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
 
 TOPICS = ("orders:3", "payments:2", "audit:1")
 # Small enough that the demo's few hundred records make snapshots (Kafka's defaults: 20 MiB, 0.5).
-SNAPSHOT_SETTINGS = {"metadata.log.max.record.bytes.between.snapshots": "4000",
+# The demo commits raw records through the quorum, which controllers take only with the test-only
+# METADATA_WRITES_FOR_TESTS (Kafka's controllers take no Produce at all).
+SNAPSHOT_SETTINGS = {**METADATA_WRITES_FOR_TESTS, "metadata.log.max.record.bytes.between.snapshots": "4000",
                      "metadata.snapshot.min.changed_records.ratio": "0.5", "metadata.log.segment.bytes": "8192",
                      "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 

@@ -153,13 +153,20 @@ def format_replication(status: QuorumStatus) -> str:
 # Committing records through the quorum (tests, benchmarks, tools)
 
 PRODUCE, PRODUCE_VERSION = 0, 9
+API_VERSIONS, API_VERSIONS_VERSION = 18, 0
+
+METADATA_WRITES_FOR_TESTS = {"quorum.test.metadata.writes.enable": "true"}
+"""The controllers' setting QuorumWriter needs (tests and benchmarks only): without it a controller
+serves no Produce, as Kafka's does not (`quorum.server.quorum_handlers`)."""
 
 
 class QuorumWriter:
     """Commits batches of values to `__cluster_metadata` through whichever controller leads.
 
     Each call returns once the batch is committed (the leader answers only then); on
-    NOT_LEADER_OR_FOLLOWER or an unreachable node it tries the next controller.
+    NOT_LEADER_OR_FOLLOWER or an unreachable node it tries the next controller. The controllers
+    must run with METADATA_WRITES_FOR_TESTS: one that does not serve Produce ends the call at once
+    with a QuorumToolError saying so, rather than retrying until the deadline.
     """
 
     def __init__(self, controllers: list[str], timeout_ms: int = 10_000) -> None:
@@ -187,6 +194,7 @@ class QuorumWriter:
                 response = await client.request(api, PRODUCE_VERSION, body)
             except PeerUnavailable as exc:
                 last_error = str(exc)
+                await self._check_serves_produce(client)
                 continue
             partition = response.responses[0].partition_responses[0]
             if partition.error_code == ErrorCode.NONE:
@@ -197,6 +205,19 @@ class QuorumWriter:
             if partition.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or tried_everyone:
                 await asyncio.sleep(backoff_s)
         raise QuorumToolError(f"could not commit within {within_s} s: {last_error}")
+
+    @staticmethod
+    async def _check_serves_produce(client: PeerClient) -> None:
+        """Raise QuorumToolError when `client`'s controller answers ApiVersions without Produce (it
+        closes a connection that sends one); an unreachable controller is left to the retries."""
+        api = APIS[API_VERSIONS]
+        try:
+            answer = await client.request(api, API_VERSIONS_VERSION, api.request())
+        except PeerUnavailable:
+            return
+        if all(key.api_key != PRODUCE for key in answer.api_keys):
+            raise QuorumToolError(f"controller {client.host}:{client.port} takes no writes to {METADATA_TOPIC}: "
+                                  "start it with quorum.test.metadata.writes.enable=true (tests only)")
 
     async def close(self) -> None:
         for client in self._clients:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from quorum.admin import QuorumStatus, commit_values
+from quorum.admin import METADATA_WRITES_FOR_TESTS, QuorumStatus, commit_values
 from quorum.admin import wait_for_leader as admin_wait_for_leader
 from quorum.launcher import LocalCluster
 from quorum.log.log import Log
@@ -49,7 +49,7 @@ def describe_cli(cluster: LocalCluster, flag: str) -> str:
 
 
 def test_three_voters_and_an_observer_survive_kill_of_the_leader(tmp_path):
-    cluster = LocalCluster(tmp_path, controllers=3, brokers=1)
+    cluster = LocalCluster(tmp_path, controllers=3, brokers=1, settings=METADATA_WRITES_FOR_TESTS)
     cluster.format_storage()
     cluster.start()
     try:

@@ -29,6 +29,8 @@ DEFAULTS = {
     "metadata.log.segment.bytes": str(1024 * 1024 * 1024),
     # Test only (KAFKA-6262): see NodeConfig.test_metadata_delay_ms.
     "quorum.test.metadata.delay.ms": "0",
+    # Test only: see NodeConfig.test_metadata_writes.
+    "quorum.test.metadata.writes.enable": "false",
 }
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -156,6 +158,19 @@ class NodeConfig:
         if delay < 0:
             raise ConfigError(f"quorum.test.metadata.delay.ms must be 0 or more, got {delay}")
         return delay
+
+    @property
+    def test_metadata_writes(self) -> bool:
+        """`quorum.test.metadata.writes.enable` (this project's, for tests and benchmarks only; default
+        false): a controller takes Produce to `__cluster_metadata` and commits the records' values
+        through Raft (`quorum.admin.QuorumWriter`). Off, the controller does not serve Produce at all,
+        as Kafka's controller listener does not: anyone who reaches a controller could otherwise
+        write metadata records, bypassing the controller's validation and the authorizer's checks."""
+        key = "quorum.test.metadata.writes.enable"
+        value = self.extra.get(key, DEFAULTS[key]).strip().lower()
+        if value not in ("true", "false"):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value == "true"
 
     @property
     def pause_metadata_path(self) -> Path:

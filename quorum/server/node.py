@@ -173,7 +173,10 @@ class RaftNode:
             for key in raft_rpc.RAFT_API_KEYS:
                 self.dispatcher.register(key, self._handle_raft_request)
             register_quorum_admin(self)
-            register_metadata_writes(self)
+            if config.test_metadata_writes:  # test only: off, Produce is not served here, as in Kafka
+                log.warning("test setting quorum.test.metadata.writes.enable: any client that reaches this "
+                            "controller can commit records to __cluster_metadata")
+                register_metadata_writes(self)
             self.controller_service: ControllerService | None = ControllerService(
                 self, ControllerConfig.from_properties(config.extra), bootstrap=read_bootstrap(config.log_dirs[0]))
             self.controller_service.register(self.dispatcher)

@@ -1,11 +1,15 @@
 """Requests a controller answers about the quorum itself: DescribeQuorum, DescribeCluster,
-Produce to `__cluster_metadata`, the write path into the Raft log until the controller owns it,
-and DeleteRecords, which it refuses for the metadata log.
+DeleteRecords, which it refuses for the metadata log, and, with a test-only setting, Produce to
+`__cluster_metadata`.
 
-Produce to the metadata partition is this project's way for tests, benchmarks and tools to commit
-records through the quorum with an unchanged Kafka client: the response is sent once the batch
-is committed (below the high watermark), like acks=all; a node that does not lead answers
-NOT_LEADER_OR_FOLLOWER. Apache Kafka refuses such writes; nothing else here depends on them.
+Produce to the metadata partition is this project's way for tests and benchmarks to commit raw
+records through the quorum (`quorum.admin.QuorumWriter`): the response is sent once the batch is
+committed (below the high watermark), like acks=all; a node that does not lead answers
+NOT_LEADER_OR_FOLLOWER. It writes past the controller's validation and the authorizer, so a node
+serves it only with `quorum.test.metadata.writes.enable=true` (`NodeConfig.test_metadata_writes`).
+Otherwise Produce is not served on any of a controller's listeners, as on Kafka's controller
+listener: ApiVersions does not list it, and a Produce request closes its connection with the reason
+logged (Kafka's SocketServer: "Received request api key PRODUCE ... which is not enabled").
 
 DeleteRecords on `__cluster_metadata` answers POLICY_VIOLATION (KIP-630, "When to Increase the
 LogStartOffset"): the metadata log's start offset moves only to a snapshot's end offset, when the
@@ -51,6 +55,7 @@ def register_quorum_admin(node: NodeServices) -> None:
 
     node.dispatcher.register(DESCRIBE_QUORUM, describe_quorum)
     node.dispatcher.register(DESCRIBE_CLUSTER, describe_cluster)
+    node.dispatcher.register(DELETE_RECORDS, delete_records)
 
 
 def describe_quorum_response(node: NodeServices, version: int) -> Any:
@@ -84,6 +89,7 @@ def describe_quorum_response(node: NodeServices, version: int) -> Any:
 
 
 def register_metadata_writes(node: NodeServices) -> None:
+    """Serve Produce to `__cluster_metadata` (test only: see the module's docstring)."""
     async def produce(request: Request) -> Reply | None:
         body = request.body
         responses = []
@@ -104,7 +110,6 @@ def register_metadata_writes(node: NodeServices) -> None:
         return Reply(APIS[PRODUCE].response(responses=responses, throttle_time_ms=0), request.version)
 
     node.dispatcher.register(PRODUCE, produce)
-    node.dispatcher.register(DELETE_RECORDS, delete_records)
 
 
 async def delete_records(request: Request) -> Reply:

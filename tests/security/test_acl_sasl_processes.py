@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 from quorum.admin import describe_quorum
 from quorum.launcher import LocalCluster
 from quorum.net.client_security import ClientSecurity
-from quorum.net.peer_client import PeerClient
+from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 from tests.security.test_acl_processes import admin_error, consumer_error
@@ -223,3 +223,36 @@ def describe(cluster: LocalCluster):
     settings = {"security.protocol": "SSL", "ssl.ca.location": str(cluster.security.ca.cert_path),
                 "ssl.certificate.location": str(cluster.security.tool)}
     return asyncio.run(describe_quorum(controller(cluster), 30_000, ClientSecurity.of_client_properties(settings)))
+
+
+def test_no_principal_writes_the_metadata_log_on_the_secured_listeners(cluster) -> None:
+    """Issue 38: Produce to `__cluster_metadata` is served on no listener of a cluster without the
+    test setting, whatever the principal: the tools' certificate (a super user) on the controller's
+    mutual-TLS listener has its connection closed, as Kafka's controller listener does (Produce is
+    not one of its APIs), and the admin user on the broker's SASL_SSL listener is answered
+    UNKNOWN_TOPIC_OR_PARTITION, as Kafka's broker answers for a topic its metadata does not hold."""
+    from tests.server.test_pending_writes_processes import produce_body
+
+    tools = ClientSecurity.of_client_properties({"security.protocol": "SSL",
+                                                 "ssl.ca.location": str(cluster.security.ca.cert_path),
+                                                 "ssl.certificate.location": str(cluster.security.tool)})
+    admin_settings = client(cluster, "admin")
+    admin = ClientSecurity.of_client_properties(admin_settings)
+    before = describe(cluster)
+
+    async def produce(address: str, security: ClientSecurity):
+        host, _, port = address.rpartition(":")
+        peer = PeerClient(host, int(port), "metadata-writer", 30_000, security=security)
+        try:
+            answer = await peer.request(APIS[0], 9, produce_body([b"forged"]))
+            return answer.responses[0].partition_responses[0].error_code
+        except PeerUnavailable as exc:
+            return exc
+        finally:
+            await peer.close()
+
+    assert isinstance(asyncio.run(produce(controller(cluster), tools)), PeerUnavailable)
+    sasl_ssl = admin_settings["bootstrap.servers"].split(",")[0]  # the broker's SASL_SSL listener
+    assert asyncio.run(produce(sasl_ssl, admin)) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    after = describe(cluster)
+    assert after.leader_id == before.leader_id, "the controller stopped serving"

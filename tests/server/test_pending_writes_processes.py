@@ -18,7 +18,7 @@ import signal
 
 import pytest
 
-from quorum.admin import commit_values, wait_for_leader
+from quorum.admin import METADATA_WRITES_FOR_TESTS, commit_values, wait_for_leader
 from quorum.launcher import LocalCluster
 from quorum.log.log import Log
 from quorum.net.peer_client import PeerClient
@@ -55,7 +55,7 @@ async def write_once(port: int, values: list[bytes]) -> tuple[str, str]:
 
 
 def test_writes_pending_on_a_leader_that_steps_down_are_answered_at_once_and_never_committed(tmp_path):
-    cluster = LocalCluster(tmp_path, controllers=3)
+    cluster = LocalCluster(tmp_path, controllers=3, settings=METADATA_WRITES_FOR_TESTS)
     cluster.format_storage()
     cluster.start()
     addresses = cluster.bootstrap_controllers.split(",")
