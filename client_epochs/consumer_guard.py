@@ -233,6 +233,20 @@ class EpochGuard:
         consumed = NO_EPOCH if leader_epoch is None else leader_epoch
         return InternalMetadata(topic_epoch, max(cached, consumed, NO_EPOCH), self.read_topic_id(tp))
 
+    def check_commit(self, tp: TopicPartition, internal: InternalMetadata) -> None:
+        """Raise TopicRecreatedError before a commit of `tp` whose internal metadata names a topic id
+        other than the one the cluster's metadata now gives `tp`'s topic, on a cluster without KIP-232
+        topic epochs (Apache Kafka): the position was read in a topic since deleted, and committing it
+        would set the new topic's position. This project's brokers refuse such a commit themselves
+        (INVALID_INTERNAL_METADATA); Kafka's store it, so there the wrapper is the only check, and it
+        sees a recreation once its metadata does (every `metadata_check_interval_s` while polling)."""
+        known = self.metadata.cache.get(tp)
+        if known is None or internal.topic_id is None or known.topic_epoch >= 0:
+            return
+        now = epochs_of(known)
+        if now.topic_id is not None and now.topic_id != ZERO_UUID and now.topic_id != internal.topic_id:
+            raise TopicRecreatedError({tp: (internal, now)})
+
     def read_topic_id(self, tp: TopicPartition) -> uuid.UUID | None:
         """The id of `tp`'s topic its positions were read under: the one this guard holds, which moves
         on only once a recreation was raised or reset (the cache may already know the new topic's);

@@ -451,6 +451,7 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             given = entry.leader_epoch if entry.leader_epoch is not None and entry.leader_epoch >= 0 else None
             consumed = given if given is not None else self._leader_epochs.get(tp)
             internal = self._guard.internal_metadata(tp, consumed)
+            self._guard.check_commit(tp, internal)
             # KIP-320's committed leader epoch stays the consumed record's; the internal metadata's never goes back.
             if consumed is not None:
                 epoch = consumed

@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "controllers on mutual TLS, brokers on SSL, SASL_SSL and SASL_PLAINTEXT (PLAIN, "
                             "SCRAM-SHA-256/512); the StandardAuthorizer on (super users: admin and the nodes; alice "
                             "may do nothing until granted ACLs); prints the client settings, this protocol's first")
+    local.add_argument("--kafka-compatible", action="store_true",
+                       help="brokers answer as Apache Kafka's do (quorum.kip232.enable=false): no KIP-232 topic "
+                            "epoch in Metadata or offset records, no INVALID_INTERNAL_METADATA; for running the "
+                            "SDK as against the clusters its users have")
     local.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
                        help="give up (exit 1, naming what was not ready and the node log to read) unless the "
                             "cluster is ready within S seconds (default 60)")
@@ -336,7 +340,7 @@ def _stale_brokers(args: argparse.Namespace) -> dict[int, int]:
 
 
 def _local_cluster(args: argparse.Namespace) -> int:
-    from quorum.launcher import LocalCluster
+    from quorum.launcher import KAFKA_COMPATIBLE, LocalCluster
 
     if args.brokers < 0:
         print("error: --brokers must not be negative", file=sys.stderr)
@@ -346,6 +350,8 @@ def _local_cluster(args: argparse.Namespace) -> int:
         return 2
     embedded = None
     settings = _key_values(args.set)
+    if args.kafka_compatible:
+        settings = {**KAFKA_COMPATIBLE, **settings}
     if args.tiered:
         from tiered_follower.embedded_s3 import TIERED_DEV_DEFAULTS, s3_properties, start_embedded_s3
 

@@ -131,6 +131,11 @@ class NodeSpec:
         return f"127.0.0.1:{self.port}"
 
 
+KAFKA_COMPATIBLE = {"quorum.kip232.enable": "false"}
+"""Settings of a cluster whose brokers answer as Apache Kafka's do (`local-cluster --kafka-compatible`;
+`NodeConfig.kip232_enabled`): what the SDK meets on the clusters its users run."""
+
+
 class LocalCluster:
     """Controllers (node ids 1..N) and brokers (ids 101..) as real `quorum start` processes on 127.0.0.1.
 

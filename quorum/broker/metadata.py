@@ -1,7 +1,8 @@
 """Answer Metadata requests from a metadata image, at whatever version the client asked.
 
 Pure function of (image, request): no I/O, so the same code serves the network shell, the
-simulator and the benchmarks. Each topic carries the KIP-232 topic_epoch tag from v9 on.
+simulator and the benchmarks. Each topic carries the KIP-232 topic_epoch tag from v9 on, unless
+the broker runs as Apache Kafka does (`topic_epochs=False`: `quorum.kip232.enable=false`).
 
 A replayed image is answered as Kafka's KRaftMetadataCache answers it: the brokers listed are
 the image's `brokers` (unfenced, with an endpoint of the image's listener); every replica is
@@ -48,9 +49,10 @@ def requested_topics(image: MetadataImage, request: Any, version: int) -> list[T
     return found
 
 
-def _topic_entry(image: MetadataImage, topic: TopicInfo) -> Any:
+def _topic_entry(image: MetadataImage, topic: TopicInfo, topic_epochs: bool = True) -> Any:
     """The topic's response entry. It depends on the image's brokers only through the availability
-    of the brokers the topic names, whose changes make the next image drop the topic's memo."""
+    of the brokers the topic names, whose changes make the next image drop the topic's memo.
+    Without `topic_epochs` the KIP-232 tag is left out (-1 is its default), as Kafka sends none."""
     brokers = image.brokers
     partitions = []
     for p in topic.partitions:
@@ -60,7 +62,8 @@ def _topic_entry(image: MetadataImage, topic: TopicInfo) -> Any:
                                      leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                                      isr_nodes=list(p.isr), offline_replicas=list(p.offline_replicas)))  # fmt: skip
     return _Topic(error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
-                  is_internal=topic.is_internal, partitions=partitions, topic_epoch=topic.topic_epoch)
+                  is_internal=topic.is_internal, partitions=partitions,
+                  topic_epoch=topic.topic_epoch if topic_epochs else -1)
 
 
 def _authorized(items: list[TopicInfo | tuple[str | None, Any]], refused: Callable[[str], bool],
@@ -88,19 +91,20 @@ def _unknown_topic_entry(name: str | None, topic_id: Any) -> Any:
 
 
 def encoded_metadata_response(image: MetadataImage, request: Any, version: int,
-                              refused: Callable[[str], bool] | None = None) -> bytes:
+                              refused: Callable[[str], bool] | None = None, topic_epochs: bool = True) -> bytes:
     """The encoded MetadataResponse body, reusing the image's memo of encoded topics.
 
     Same bytes as encoding metadata_response(); what a node sends on the wire. `refused` (issue 18,
     `quorum.security.authorization.metadata_refusals`) names the topics the principal may not see:
     left out of an all-topics answer, answered TOPIC_AUTHORIZATION_FAILED when named (whether they
-    exist or not, so their existence is not disclosed).
+    exist or not, so their existence is not disclosed). `topic_epochs`: see _topic_entry; a node
+    serves one way all its life, so the image's memo holds one encoding per topic and version.
     """
     items = requested_topics(image, request, version)
     if refused is not None:
         items = _authorized(items, refused, all_topics=request.topics is None or (version == 0 and not request.topics))
     missing = [item for item in items if not isinstance(item, TopicInfo) or (item.name, version) not in image.encoded]
-    fresh = iter(encode_topics(_Response, [_topic_entry(image, item) if isinstance(item, TopicInfo)
+    fresh = iter(encode_topics(_Response, [_topic_entry(image, item, topic_epochs) if isinstance(item, TopicInfo)
                                            else _unknown_topic_entry(*item) for item in missing], version))
     entries = []
     for item in items:
@@ -114,7 +118,7 @@ def encoded_metadata_response(image: MetadataImage, request: Any, version: int,
     return splice_topics(_Response, _response_shell(image, []), version, entries)
 
 
-def memo_difference(image: MetadataImage) -> str | None:
+def memo_difference(image: MetadataImage, topic_epochs: bool = True) -> str | None:
     """The first entry of the image's memo of encoded topics that a fresh encoding disagrees with
     (the image check of `quorum.test.verify.image`: what Metadata serves, not only the image, must
     be what a replay gives); None when every entry is right. Safe while the event loop adds
@@ -123,7 +127,7 @@ def memo_difference(image: MetadataImage) -> str | None:
         topic = image.topics.get(name)
         if topic is None:
             continue  # never served: requests find topics in image.topics first
-        (fresh,) = encode_topics(_Response, [_topic_entry(image, topic)], version)
+        (fresh,) = encode_topics(_Response, [_topic_entry(image, topic, topic_epochs)], version)
         if fresh != served:
             return (f"the Metadata v{version} encoding of topic {name!r} held for the image is stale: "
                     f"{len(served)} bytes served, {len(fresh)} bytes for its {len(topic.partitions)} partitions now")
@@ -136,10 +140,10 @@ def _response_shell(image: MetadataImage, topics: list[Any]) -> Any:
                      controller_id=image.controller_id, topics=topics, error_code=ErrorCode.NONE)
 
 
-def metadata_response(image: MetadataImage, request: Any, version: int) -> Any:
+def metadata_response(image: MetadataImage, request: Any, version: int, topic_epochs: bool = True) -> Any:
     """The MetadataResponse body for `request` (already decoded at `version`)."""
     topics = [
-        _topic_entry(image, item) if isinstance(item, TopicInfo) else _unknown_topic_entry(*item)
+        _topic_entry(image, item, topic_epochs) if isinstance(item, TopicInfo) else _unknown_topic_entry(*item)
         for item in requested_topics(image, request, version)
     ]
     return _response_shell(image, topics)

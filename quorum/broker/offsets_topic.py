@@ -50,7 +50,10 @@ def group_config(props: Mapping[str, str]) -> GroupConfig:
             values[field] = getattr(defaults, field) if raw is None else int(raw)
         except ValueError:
             raise ValueError(f"{key} must be a whole number, not {raw!r}") from None
-    return GroupConfig(**values)
+    kip232 = props.get("quorum.kip232.enable", "true").strip().lower()
+    if kip232 not in ("true", "false"):
+        raise ValueError(f"quorum.kip232.enable must be true or false, not {kip232!r}")
+    return GroupConfig(**values, kip232=kip232 == "true")
 
 
 class PartitionOffsetsLog:

@@ -226,7 +226,8 @@ class BrokerRole:
             await asyncio.gather(*(self.topics.auto_create(name) for name in missing))
             await self._wait_for(lambda image: all(name in image.topics for name in missing))
         image = self.views.of(self.image)
-        return Reply(encoded_metadata_response(image, request.body, request.version, refused), request.version)
+        return Reply(encoded_metadata_response(image, request.body, request.version, refused,
+                                               topic_epochs=self._node.config.kip232_enabled), request.version)
 
     def _to_auto_create(self, request: Request) -> list[str]:
         """The topics a Metadata request names that do not exist and that it allows creating."""

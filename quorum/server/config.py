@@ -29,6 +29,8 @@ DEFAULTS = {
     "metadata.log.segment.bytes": str(1024 * 1024 * 1024),
     # Test only (KAFKA-6262): see NodeConfig.test_metadata_delay_ms.
     "quorum.test.metadata.delay.ms": "0",
+    # KIP-232 on the wire (NodeConfig.kip232_enabled); false: the brokers answer as Apache Kafka's do.
+    "quorum.kip232.enable": "true",
     # Test only: see NodeConfig.test_metadata_writes.
     "quorum.test.metadata.writes.enable": "false",
 }
@@ -160,23 +162,36 @@ class NodeConfig:
         return delay
 
     @property
+    def kip232_enabled(self) -> bool:
+        """`quorum.kip232.enable` (this project's; default true). False makes a broker answer as an
+        Apache Kafka broker does, for testing the SDK against the clusters its users run: Metadata
+        carries no topic epoch (tag 10232), offset records no topic epoch or topic id (Kafka's
+        OffsetCommitValue v3), and no commit is refused INVALID_INTERNAL_METADATA (the internal
+        metadata is a metadata string like any other). The controllers still count topic epochs in
+        their own records; no client sees them."""
+        return _flag(self.extra, "quorum.kip232.enable")
+
+    @property
     def test_metadata_writes(self) -> bool:
         """`quorum.test.metadata.writes.enable` (this project's, for tests and benchmarks only; default
         false): a controller takes Produce to `__cluster_metadata` and commits the records' values
         through Raft (`quorum.admin.QuorumWriter`). Off, the controller does not serve Produce at all,
         as Kafka's controller listener does not: anyone who reaches a controller could otherwise
         write metadata records, bypassing the controller's validation and the authorizer's checks."""
-        key = "quorum.test.metadata.writes.enable"
-        value = self.extra.get(key, DEFAULTS[key]).strip().lower()
-        if value not in ("true", "false"):
-            raise ConfigError(f"{key} must be true or false, got {value!r}")
-        return value == "true"
+        return _flag(self.extra, "quorum.test.metadata.writes.enable")
 
     @property
     def pause_metadata_path(self) -> Path:
         """Test only (KAFKA-6262): while this file exists, the broker's Metadata answers are paused
         (`PAUSE_METADATA` in the metadata log dir)."""
         return self.metadata_log_dir / PAUSE_METADATA
+
+
+def _flag(props: dict[str, str], key: str) -> bool:
+    value = props.get(key, DEFAULTS[key]).strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    return value == "true"
 
 
 def _int(props: dict[str, str], key: str) -> int:

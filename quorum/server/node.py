@@ -468,7 +468,7 @@ class RaftNode:
             self.verifier.check(image, self.replayer.applied_offset)
         except ImageDivergenceError as exc:
             return str(exc)
-        stale = memo_difference(image) if self.broker is not None else None
+        stale = memo_difference(image, self.config.kip232_enabled) if self.broker is not None else None
         return None if stale is None else f"node {self.config.node_id} at offset {image.offset}: {stale}"
 
     def _stop_on_divergence(self, divergence: str | None) -> bool:

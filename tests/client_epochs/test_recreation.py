@@ -5,10 +5,16 @@
 (b) seek(partition, 20, internal_metadata) with internal metadata taken before the recreation raises
     TopicRecreatedError naming both topic ids;
 (c) a consumer running through the deletion and the recreation raises before delivering anything of
-    the new topic, and its late commit of the old position is refused by the broker;
+    the new topic, and its late commit of the old position is refused: by this project's broker
+    (INVALID_INTERNAL_METADATA), or, on brokers that answer as Apache Kafka's and take any metadata
+    string, by the wrapper itself (TopicRecreatedError) before it sends the commit;
 (d) partition growth (CreatePartitions) raises nothing and loses nothing;
 
 and a broker restart after a topic deletion does not bring the deleted topic's offsets back.
+
+Every scenario runs twice (issue 33): against this project's brokers and against brokers in the
+Apache-Kafka-compatible mode (`quorum.kip232.enable=false`: no topic epochs, no topic ids in offset
+records, no INVALID_INTERNAL_METADATA), where the wrappers fall back to leader epochs and topic ids.
 
 The broker runs with auto.create.topics.enable=false, and kafka-python's consumers with
 allow_auto_create_topics=False: otherwise a client's Metadata request may create the topic again
@@ -32,6 +38,7 @@ from confluent_kafka.admin import NewPartitions
 from client_epochs.confluent import Consumer
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.kafka_python import KafkaConsumer
+from quorum.launcher import KAFKA_COMPATIBLE
 from quorum.wire.errors import ErrorCode
 from quorum.wire.internal_metadata import topic_id_text
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster
@@ -82,8 +89,9 @@ class ConfluentSide(_Side):
                         asynchronous=False)
 
     def is_refusal(self, error: Exception) -> bool:
-        """Whether a commit failed with INVALID_INTERNAL_METADATA (librdkafka keeps codes it does not know)."""
-        return isinstance(error, confluent_kafka.KafkaException) and \
+        """Whether a commit failed with INVALID_INTERNAL_METADATA (librdkafka keeps codes it does not know),
+        or was refused by the wrapper itself, on a cluster that does not check (Apache Kafka)."""
+        return isinstance(error, TopicRecreatedError) or isinstance(error, confluent_kafka.KafkaException) and \
             error.args[0].code() == ErrorCode.INVALID_INTERNAL_METADATA
 
     def committed(self, consumer: Consumer, topic: str, partition: int = 0) -> int | None:
@@ -124,8 +132,10 @@ class KafkaPythonSide(_Side):
                          for p, o in offsets.items()})
 
     def is_refusal(self, error: Exception) -> bool:
-        """kafka-python raises an UnknownError subclass carrying a code it does not know (INVALID_INTERNAL_METADATA)."""
-        return isinstance(error, kafka.errors.UnknownError) and error.errno == ErrorCode.INVALID_INTERNAL_METADATA
+        """kafka-python raises an UnknownError subclass carrying a code it does not know (INVALID_INTERNAL_METADATA);
+        the wrapper raises TopicRecreatedError itself on a cluster that does not check (Apache Kafka)."""
+        return isinstance(error, TopicRecreatedError) or isinstance(error, kafka.errors.UnknownError) and \
+            error.errno == ErrorCode.INVALID_INTERNAL_METADATA
 
     def committed(self, consumer: KafkaConsumer, topic: str, partition: int = 0) -> int | None:
         return consumer.committed(kafka.TopicPartition(topic, partition))
@@ -143,11 +153,14 @@ class KafkaPythonSide(_Side):
 Side = ConfluentSide | KafkaPythonSide
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[OneBrokerCluster]:
-    with one_broker(tmp_path_factory.mktemp("recreation"), {"auto.create.topics.enable": "false"}) as (cluster,
-                                                                                                      address):
-        yield OneBrokerCluster(cluster, address)
+@pytest.fixture(scope="module", params=["kip232", "kafka-compatible"])
+def cluster(request, tmp_path_factory) -> Iterator[OneBrokerCluster]:
+    """This project's brokers, then brokers that answer as Apache Kafka's (issue 33): no topic epochs,
+    no topic ids in offset records, no INVALID_INTERNAL_METADATA."""
+    settings = {"auto.create.topics.enable": "false",
+                **(KAFKA_COMPATIBLE if request.param == "kafka-compatible" else {})}
+    with one_broker(tmp_path_factory.mktemp(f"recreation-{request.param}"), settings) as (cluster, address):
+        yield OneBrokerCluster(cluster, address, kafka_compatible=request.param == "kafka-compatible")
 
 
 @pytest.fixture(params=[ConfluentSide, KafkaPythonSide], ids=["confluent", "kafka-python"])
@@ -269,6 +282,8 @@ def test_a_consumer_running_through_delete_and_recreate_raises_and_its_late_comm
         consumer.close()
         raw.close()
     assert side.is_refusal(refused.value), repr(refused.value)
+    if cluster.kafka_compatible:  # Kafka's coordinator takes any metadata string: the wrapper must refuse
+        assert isinstance(refused.value, TopicRecreatedError), repr(refused.value)
     assert offsets_of(skipped) == list(range(20, 30)), "the raw client was expected to go on from offset 20"
 
 

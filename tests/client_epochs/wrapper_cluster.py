@@ -17,9 +17,11 @@ from tests.test_controller_processes import create, wait_until
 
 
 class OneBrokerCluster:
-    def __init__(self, cluster, address: str) -> None:
+    def __init__(self, cluster, address: str, kafka_compatible: bool = False) -> None:
         self.cluster = cluster
         self.address = address
+        self.kafka_compatible = kafka_compatible
+        """Whether the broker answers as Apache Kafka's (`quorum.launcher.KAFKA_COMPATIBLE`, issue 33)."""
         self.admin = AdminClient({"bootstrap.servers": address, **QUIET})
         self.pause_file = cluster.specs[BROKER].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
 

@@ -31,6 +31,9 @@ class GroupConfig:
     """`group.max.size`."""
     offset_metadata_max_bytes: int = 4096
     """`offset.metadata.max.bytes`: longer committed metadata answers OFFSET_METADATA_TOO_LARGE."""
+    kip232: bool = True
+    """`quorum.kip232.enable` (the project's): false stores and checks offsets as Apache Kafka does,
+    without the KIP-232 topic epoch, topic id or INVALID_INTERNAL_METADATA (`offsets.check_entry`)."""
 
     def __post_init__(self) -> None:
         if self.offsets_topic_num_partitions < 1:

@@ -656,7 +656,7 @@ class GroupCoordinator:
             error = check_entry(entry, latest.get(tp), self.config)
             errors.append(error)
             if error == E.NONE:
-                value = value_for(entry, now_ms, request.retention_time_ms)
+                value = value_for(entry, now_ms, request.retention_time_ms, self.config.kip232)
                 values[index] = (tp, value)
                 latest[tp] = value
         if not values:

@@ -35,11 +35,13 @@ def check_entry(entry: CommitEntry, latest: OffsetValue | None, config: GroupCon
     the topic's current id if it names one (an offset read from a deleted topic means nothing in
     the topic created again under its name), and must not be older than the latest internal
     metadata committed for the same topic id. A commit without internal metadata passes as it does
-    on Apache Kafka.
+    on Apache Kafka, and so does every commit when the broker runs as Kafka (`config.kip232` off).
     """
     metadata = entry.metadata or ""
     if len(metadata) > config.offset_metadata_max_bytes:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE
+    if not config.kip232:
+        return ErrorCode.NONE
     try:
         _, internal = decode(metadata)
     except InvalidInternalMetadataError:
@@ -70,14 +72,19 @@ def is_stale(value: OffsetValue, current_topic_id: uuid.UUID | None) -> bool:
     return current_topic_id is None or not same_topic(value.topic_id, current_topic_id)
 
 
-def value_for(entry: CommitEntry, now_ms: int, retention_time_ms: int = -1) -> OffsetValue:
+def value_for(entry: CommitEntry, now_ms: int, retention_time_ms: int = -1, kip232: bool = True) -> OffsetValue:
     """The OffsetCommitValue to store for an accepted entry.
 
     With internal metadata the topic_epoch goes into the record's tag, and its leader_epoch fills
     in the committed leader epoch when the client sent none, so OffsetFetch returns it too. The
-    topic's current id goes into its own tag, so a later load can tell whose offset it is.
+    topic's current id goes into its own tag, so a later load can tell whose offset it is. Without
+    `kip232` the value is Kafka's: the metadata string and the client's leader epoch as they came,
+    no tags (OffsetCommitValue v3, as Kafka writes it).
     """
     metadata = entry.metadata or ""
+    expire = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
+    if not kip232:
+        return OffsetValue(entry.offset, entry.leader_epoch, metadata, now_ms, -1, expire, None)
     internal = decode(metadata)[1]
     leader_epoch = entry.leader_epoch
     topic_epoch = -1
@@ -85,7 +92,6 @@ def value_for(entry: CommitEntry, now_ms: int, retention_time_ms: int = -1) -> O
         topic_epoch = internal.topic_epoch
         if leader_epoch == NO_EPOCH:
             leader_epoch = internal.leader_epoch
-    expire = now_ms + retention_time_ms if retention_time_ms >= 0 else -1
     return OffsetValue(entry.offset, leader_epoch, metadata, now_ms, topic_epoch, expire, entry.topic_id)
 
 
