@@ -504,8 +504,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
     def _with_internal(self, partition: confluent_kafka.TopicPartition) -> confluent_kafka.TopicPartition:
         tp = _key(partition)
         epoch = partition.leader_epoch if partition.leader_epoch is not None else self._leader_epochs.get(tp)
-        internal = self._guard.internal_metadata(tp, epoch)
-        self._guard.check_commit(tp, internal)
+        internal = self._guard.commit_metadata(tp, epoch)
         # KIP-320's committed leader epoch stays the consumed record's (truncation detection compares it
         # with the leader's log); the internal metadata carries the metadata's, which never goes back.
         committed_epoch = epoch if epoch is not None and epoch >= 0 else internal.leader_epoch

@@ -209,6 +209,18 @@ class EpochGuard:
                         ", ".join(map(str, sorted(gone))))
         return Settled(recreated=tuple(sorted(recreated)), held=tuple(self.expect(gone)))
 
+    def watch_due(self) -> bool:
+        """Whether `watch` would look at the metadata now: a cheap test for a caller that pays for each call
+        (the async wrappers run `watch` on a thread of their own)."""
+        return time.monotonic() >= self._next_check
+
+    def commit_metadata(self, tp: TopicPartition, leader_epoch: int | None = None) -> InternalMetadata:
+        """The internal metadata to commit with an offset of `tp` (`internal_metadata`), after
+        `check_commit`: TopicRecreatedError where the commit would set a recreated topic's position."""
+        internal = self.internal_metadata(tp, leader_epoch)
+        self.check_commit(tp, internal)
+        return internal
+
     def internal_metadata(self, tp: TopicPartition, leader_epoch: int | None = None,
                           timeout: float = 10.0) -> InternalMetadata:
         """The epochs to store with an offset of `tp`: the topic epoch and the leader epoch the metadata

@@ -450,8 +450,7 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
             tp = _key(partition)
             given = entry.leader_epoch if entry.leader_epoch is not None and entry.leader_epoch >= 0 else None
             consumed = given if given is not None else self._leader_epochs.get(tp)
-            internal = self._guard.internal_metadata(tp, consumed)
-            self._guard.check_commit(tp, internal)
+            internal = self._guard.commit_metadata(tp, consumed)
             # KIP-320's committed leader epoch stays the consumed record's; the internal metadata's never goes back.
             if consumed is not None:
                 epoch = consumed

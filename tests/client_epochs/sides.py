@@ -1,0 +1,302 @@
+"""The wrappers as the shared scenarios drive them (test_recreation.py, test_async_wrappers.py): one `_Side`
+per client translates the calls every scenario needs (make a consumer, subscribe, assign, poll, commit,
+read a commit, seek with internal metadata, a position with it) into that client's API.
+
+The sync wrappers are called directly. The async ones (`client_epochs.aio.AIOConsumer`,
+`client_epochs.aiokafka.AIOKafkaConsumer`) live on an event loop on a thread of the side's own
+(tests/support/background_loop.BackgroundLoop): each call of a scenario runs the client's coroutine
+there and waits for it with a deadline, so one scenario text serves all four. An async side hands
+the scenario a `Driven` consumer: its `close()` stops the client on the loop, its other attributes
+(`waiting_for_metadata`, `metadata_client`, `resets`) are the client's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiokafka
+import aiokafka.errors
+import confluent_kafka
+import confluent_kafka.aio
+import kafka
+import kafka.errors
+
+from client_epochs.aio import AIOConsumer
+from client_epochs.aiokafka import AIOKafkaConsumer
+from client_epochs.confluent import Consumer
+from client_epochs.errors import TopicRecreatedError
+from client_epochs.kafka_python import KafkaConsumer
+from quorum.wire.errors import ErrorCode
+from tests.support.background_loop import BackgroundLoop
+from tests.test_broker_processes import QUIET
+
+Record = tuple[int, int, bytes]
+"""(partition, offset, value) of a delivered record."""
+
+
+class _Side:
+    """One wrapper, driven through the calls every scenario needs (each subclass translates them)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def subscribe(self, consumer: Any, topic: str) -> None:
+        consumer.subscribe([topic])
+
+    raw_keeps_position = True
+    """Whether the raw client, manually assigned, goes on from its old position when its topic is deleted and
+    created again (skipping the new topic's first records); see AIOKafkaSide for the one that does not."""
+
+    def close(self) -> None:
+        """What the side itself started (an async side's event loop thread)."""
+
+
+class ConfluentSide(_Side):
+    """client_epochs.confluent.Consumer."""
+
+    name = "confluent"
+
+    def consumer(self, group: str, **options: Any) -> Consumer:
+        return Consumer({"bootstrap.servers": self.address, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "topic.metadata.refresh.interval.ms": 1000, **QUIET},
+                        metadata_check_interval_s=0.3, **options)
+
+    def raw(self, group: str) -> confluent_kafka.Consumer:
+        return confluent_kafka.Consumer({"bootstrap.servers": self.address, "group.id": group,
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest", **QUIET})
+
+    def assign(self, consumer: confluent_kafka.Consumer, topic: str) -> None:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0)])
+
+    def poll(self, consumer: confluent_kafka.Consumer) -> list[Record]:
+        """What one consume call delivers; error events (the topic is gone) are not records."""
+        return [(m.partition(), m.offset(), m.value()) for m in consumer.consume(100, 0.3) if m.error() is None]
+
+    def commit(self, consumer: Consumer, topic: str, offsets: dict[int, int]) -> None:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+
+    def is_refusal(self, error: Exception) -> bool:
+        """Whether a commit failed with INVALID_INTERNAL_METADATA (librdkafka keeps codes it does not know),
+        or was refused by the wrapper itself, on a cluster that does not check (Apache Kafka)."""
+        return isinstance(error, TopicRecreatedError) or isinstance(error, confluent_kafka.KafkaException) and \
+            error.args[0].code() == ErrorCode.INVALID_INTERNAL_METADATA
+
+    def committed(self, consumer: Consumer, topic: str, partition: int = 0) -> int | None:
+        (entry,) = consumer.committed([confluent_kafka.TopicPartition(topic, partition)], timeout=10)
+        return entry.offset if entry.offset >= 0 else None
+
+    def seek(self, consumer: Consumer, topic: str, offset: int, internal: str) -> None:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, offset)])
+        consumer.seek(confluent_kafka.TopicPartition(topic, 0), offset, internal)
+
+    def position(self, consumer: Consumer, topic: str) -> tuple[int, str]:
+        return consumer.position_with_internal_metadata(confluent_kafka.TopicPartition(topic, 0))
+
+
+class KafkaPythonSide(_Side):
+    """client_epochs.kafka_python.KafkaConsumer."""
+
+    name = "kafka-python"
+
+    def consumer(self, group: str, **options: Any) -> KafkaConsumer:
+        return KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
+                             metadata_max_age_ms=1000, allow_auto_create_topics=False,
+                             metadata_check_interval_s=0.3, **options)
+
+    def raw(self, group: str) -> kafka.KafkaConsumer:
+        return kafka.KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
+                                   auto_offset_reset="earliest", allow_auto_create_topics=False)
+
+    def assign(self, consumer: kafka.KafkaConsumer, topic: str) -> None:
+        consumer.assign([kafka.TopicPartition(topic, 0)])
+
+    def poll(self, consumer: kafka.KafkaConsumer) -> list[Record]:
+        return [(r.partition, r.offset, r.value) for records in consumer.poll(300).values() for r in records]
+
+    def commit(self, consumer: KafkaConsumer, topic: str, offsets: dict[int, int]) -> None:
+        consumer.commit({kafka.TopicPartition(topic, p): kafka.OffsetAndMetadata(o, "", -1)
+                         for p, o in offsets.items()})
+
+    def is_refusal(self, error: Exception) -> bool:
+        """kafka-python raises an UnknownError subclass carrying a code it does not know (INVALID_INTERNAL_METADATA);
+        the wrapper raises TopicRecreatedError itself on a cluster that does not check (Apache Kafka)."""
+        return isinstance(error, TopicRecreatedError) or isinstance(error, kafka.errors.UnknownError) and \
+            error.errno == ErrorCode.INVALID_INTERNAL_METADATA
+
+    def committed(self, consumer: KafkaConsumer, topic: str, partition: int = 0) -> int | None:
+        return consumer.committed(kafka.TopicPartition(topic, partition))
+
+    def seek(self, consumer: KafkaConsumer, topic: str, offset: int, internal: str) -> None:
+        consumer.assign([kafka.TopicPartition(topic, 0)])
+        consumer.seek(kafka.TopicPartition(topic, 0), offset, internal)
+
+    def position(self, consumer: KafkaConsumer, topic: str) -> tuple[int, str]:
+        offset, internal = consumer.position_with_internal_metadata(kafka.TopicPartition(topic, 0))
+        assert offset is not None
+        return offset, internal
+
+
+class Driven:
+    """An async consumer driven from the test's thread: `close()` stops it on its loop (aiokafka's
+    `stop()`, confluent-kafka's `close()`); other attributes are the consumer's own."""
+
+    def __init__(self, loop: BackgroundLoop, client: Any) -> None:
+        self.loop = loop
+        self.client = client
+
+    def run(self, coroutine: Any, timeout_s: float = 60.0) -> Any:
+        return self.loop.run(coroutine, timeout_s)
+
+    def close(self) -> None:
+        stop = self.client.stop if isinstance(self.client, aiokafka.AIOKafkaConsumer) else self.client.close
+        self.loop.run(stop(), 30, what=f"closing {type(self.client).__name__}")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+class _AsyncSide:
+    """What both async sides share: the loop thread, started with the side and stopped by `close()`."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)  # type: ignore[call-arg]
+        self.loop = BackgroundLoop(f"{self.name}-loop")  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.loop.close()
+
+    def _made(self, make: Any) -> Driven:
+        async def made() -> Any:
+            return await make()
+        return Driven(self.loop, self.loop.run(made(), 60, what=f"starting a {self.name} consumer"))  # type: ignore[attr-defined]
+
+
+class ConfluentAIOSide(_AsyncSide, ConfluentSide):
+    """client_epochs.aio.AIOConsumer (confluent-kafka's asyncio consumer), raw: confluent_kafka.aio.AIOConsumer."""
+
+    name = "confluent-aio"
+
+    def consumer(self, group: str | None, **options: Any) -> Driven:
+        config = {"bootstrap.servers": self.address, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                  "topic.metadata.refresh.interval.ms": 1000, **QUIET}
+        if group is not None:
+            config["group.id"] = group
+        options = {"metadata_check_interval_s": 0.3, **options}
+        if "reset" in options:
+            config["auto.offset.reset"] = options.pop("reset")
+
+        async def make() -> AIOConsumer:
+            return AIOConsumer(config, max_workers=4, **options)
+        return self._made(make)
+
+    def raw(self, group: str) -> Driven:
+        async def make() -> confluent_kafka.aio.AIOConsumer:
+            return confluent_kafka.aio.AIOConsumer({
+                "bootstrap.servers": self.address, "group.id": group, "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", **QUIET}, max_workers=4)
+        return self._made(make)
+
+    def subscribe(self, consumer: Driven, topic: str) -> None:
+        consumer.run(consumer.client.subscribe([topic]))
+
+    def assign(self, consumer: Driven, topic: str) -> None:
+        consumer.run(consumer.client.assign([confluent_kafka.TopicPartition(topic, 0)]))
+
+    def poll(self, consumer: Driven) -> list[Record]:
+        messages = consumer.run(consumer.client.consume(100, 0.3))
+        return [(m.partition(), m.offset(), m.value()) for m in messages if m.error() is None]
+
+    def commit(self, consumer: Driven, topic: str, offsets: dict[int, int]) -> None:
+        consumer.run(consumer.client.commit(
+            offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False))
+
+    def committed(self, consumer: Driven, topic: str, partition: int = 0) -> int | None:
+        (entry,) = consumer.run(consumer.client.committed([confluent_kafka.TopicPartition(topic, partition)],
+                                                          timeout=10))
+        return entry.offset if entry.offset >= 0 else None
+
+    def seek(self, consumer: Driven, topic: str, offset: int, internal: str) -> None:
+        consumer.run(consumer.client.assign([confluent_kafka.TopicPartition(topic, 0, offset)]))
+        consumer.run(consumer.client.seek(confluent_kafka.TopicPartition(topic, 0), offset, internal))
+
+    def position(self, consumer: Driven, topic: str) -> tuple[int, str]:
+        return consumer.run(consumer.client.position_with_internal_metadata(confluent_kafka.TopicPartition(topic, 0)))
+
+    def pause(self, consumer: Driven, topic: str, pause: bool) -> None:
+        call = consumer.client.pause if pause else consumer.client.resume
+        consumer.run(call([confluent_kafka.TopicPartition(topic, 0)]))
+
+
+class AIOKafkaSide(_AsyncSide, KafkaPythonSide):
+    """client_epochs.aiokafka.AIOKafkaConsumer, raw: aiokafka.AIOKafkaConsumer."""
+
+    name = "aiokafka"
+    raw_keeps_position = False
+    """Raw aiokafka 0.14 forgets the position of a partition whose topic left the metadata, and starts the new
+    topic by its auto_offset_reset (its group committed nothing): it does not skip, it reads from offset 0."""
+
+    def consumer(self, group: str | None, **options: Any) -> Driven:
+        reset = options.pop("reset", "earliest")
+        options = {"metadata_check_interval_s": 0.3, **options}
+
+        async def make() -> AIOKafkaConsumer:
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
+                                        auto_offset_reset=reset, session_timeout_ms=6000,
+                                        heartbeat_interval_ms=500, metadata_max_age_ms=1000, **options)
+            await consumer.start()
+            return consumer
+        return self._made(make)
+
+    def raw(self, group: str) -> Driven:
+        async def make() -> aiokafka.AIOKafkaConsumer:
+            consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=self.address, group_id=group,
+                                                 enable_auto_commit=False, auto_offset_reset="earliest")
+            await consumer.start()
+            return consumer
+        return self._made(make)
+
+    def subscribe(self, consumer: Driven, topic: str) -> None:
+        self.loop.call(consumer.client.subscribe, [topic])
+
+    def assign(self, consumer: Driven, topic: str) -> None:
+        self.loop.call(consumer.client.assign, [aiokafka.TopicPartition(topic, 0)])
+
+    def poll(self, consumer: Driven) -> list[Record]:
+        got = consumer.run(consumer.client.getmany(timeout_ms=300))
+        return [(r.partition, r.offset, r.value) for records in got.values() for r in records]
+
+    def commit(self, consumer: Driven, topic: str, offsets: dict[int, int]) -> None:
+        """aiokafka commits only for assigned partitions: a consumer that does not hold these is assigned them."""
+        partitions = {aiokafka.TopicPartition(topic, p): (o, "") for p, o in offsets.items()}
+        if not set(partitions) <= consumer.client.assignment():
+            self.loop.call(consumer.client.assign, list(partitions))
+        consumer.run(consumer.client.commit(partitions))
+
+    def is_refusal(self, error: Exception) -> bool:
+        """aiokafka turns an error code it does not know (INVALID_INTERNAL_METADATA) into a bare UnknownError,
+        dropping the code; the wrapper raises TopicRecreatedError itself on a cluster that does not check."""
+        return isinstance(error, TopicRecreatedError | aiokafka.errors.UnknownError)
+
+    def committed(self, consumer: Driven, topic: str, partition: int = 0) -> int | None:
+        return consumer.run(consumer.client.committed(aiokafka.TopicPartition(topic, partition)))
+
+    def seek(self, consumer: Driven, topic: str, offset: int, internal: str) -> None:
+        tp = aiokafka.TopicPartition(topic, 0)
+        self.loop.call(consumer.client.assign, [tp])
+        self.loop.call(consumer.client.seek, tp, offset, internal)
+
+    def position(self, consumer: Driven, topic: str) -> tuple[int, str]:
+        return consumer.run(consumer.client.position_with_internal_metadata(aiokafka.TopicPartition(topic, 0)))
+
+    def pause(self, consumer: Driven, topic: str, pause: bool) -> None:
+        call = consumer.client.pause if pause else consumer.client.resume
+        self.loop.call(call, aiokafka.TopicPartition(topic, 0))
+
+
+Side = ConfluentSide | KafkaPythonSide | ConfluentAIOSide | AIOKafkaSide
+SYNC_SIDES = [ConfluentSide, KafkaPythonSide]
+ASYNC_SIDES = [ConfluentAIOSide, AIOKafkaSide]
