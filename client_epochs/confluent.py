@@ -214,10 +214,10 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._user_paused.update(_key(p) for p in partitions)
 
     def resume(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
-        """confluent-kafka's resume, except for partitions whose committed offsets are not read yet:
-        poll resumes those once it has their epochs."""
+        """confluent-kafka's resume, except for partitions whose committed offsets are not read yet, or
+        that wait for current metadata: poll resumes those once it has their epochs and they are current."""
         self._user_paused.difference_update(_key(p) for p in partitions)
-        free = [p for p in partitions if _key(p) not in self._pending]
+        free = [p for p in partitions if _key(p) not in self._pending and _key(p) not in self._guard.waiting]
         if free:
             super().resume(free)
 

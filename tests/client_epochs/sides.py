@@ -12,6 +12,11 @@ the scenario a `Driven` consumer: its `close()` stops the client on the loop, it
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import aiokafka
@@ -56,11 +61,15 @@ class ConfluentSide(_Side):
 
     name = "confluent"
 
-    def consumer(self, group: str, **options: Any) -> Consumer:
-        return Consumer({"bootstrap.servers": self.address, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                         "topic.metadata.refresh.interval.ms": 1000, **QUIET},
-                        metadata_check_interval_s=0.3, **options)
+    def consumer(self, group: str | None, reset: str = "earliest", **options: Any) -> Consumer:
+        return Consumer(self.config(group, reset), **{"metadata_check_interval_s": 0.3, **options})
+
+    def config(self, group: str | None, reset: str) -> dict[str, Any]:
+        """The wrapper's settings. Group None (offsets kept outside Kafka, the partitions assigned): librdkafka
+        wants a group.id all the same, and one that is never joined nor committed to is given."""
+        return {"bootstrap.servers": self.address, "group.id": group or "never-joined", "enable.auto.commit": False,
+                "auto.offset.reset": reset, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                "topic.metadata.refresh.interval.ms": 1000, **QUIET}
 
     def raw(self, group: str) -> confluent_kafka.Consumer:
         return confluent_kafka.Consumer({"bootstrap.servers": self.address, "group.id": group,
@@ -94,17 +103,25 @@ class ConfluentSide(_Side):
     def position(self, consumer: Consumer, topic: str) -> tuple[int, str]:
         return consumer.position_with_internal_metadata(confluent_kafka.TopicPartition(topic, 0))
 
+    def pause(self, consumer: Consumer, topic: str, pause: bool) -> None:
+        """The user's pause (True) or resume (False) of partition 0."""
+        (consumer.pause if pause else consumer.resume)([confluent_kafka.TopicPartition(topic, 0)])
+
 
 class KafkaPythonSide(_Side):
     """client_epochs.kafka_python.KafkaConsumer."""
 
     name = "kafka-python"
 
-    def consumer(self, group: str, **options: Any) -> KafkaConsumer:
-        return KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
-                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
-                             metadata_max_age_ms=1000, allow_auto_create_topics=False,
-                             metadata_check_interval_s=0.3, **options)
+    def consumer(self, group: str | None, reset: str = "earliest", **options: Any) -> KafkaConsumer:
+        return KafkaConsumer(**self.config(group, reset), allow_auto_create_topics=False,
+                             **{"metadata_check_interval_s": 0.3, **options})
+
+    def config(self, group: str | None, reset: str) -> dict[str, Any]:
+        """The settings kafka-python and aiokafka share."""
+        return {"bootstrap_servers": self.address, "group_id": group, "enable_auto_commit": False,
+                "auto_offset_reset": reset, "session_timeout_ms": 6000, "heartbeat_interval_ms": 500,
+                "metadata_max_age_ms": 1000}
 
     def raw(self, group: str) -> kafka.KafkaConsumer:
         return kafka.KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
@@ -138,6 +155,9 @@ class KafkaPythonSide(_Side):
         assert offset is not None
         return offset, internal
 
+    def pause(self, consumer: KafkaConsumer, topic: str, pause: bool) -> None:
+        (consumer.pause if pause else consumer.resume)(kafka.TopicPartition(topic, 0))
+
 
 class Driven:
     """An async consumer driven from the test's thread: `close()` stops it on its loop (aiokafka's
@@ -168,6 +188,28 @@ class _AsyncSide:
     def close(self) -> None:
         self.loop.close()
 
+    @contextmanager
+    def ticker(self, every_s: float = 0.01) -> Iterator[list[float]]:
+        """A task on the side's loop that sleeps `every_s` again and again; yields the gaps between its
+        ticks as they come (a gap well over `every_s`: something blocked the loop)."""
+        gaps: list[float] = []
+        stop = threading.Event()
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while not stop.is_set():
+                await asyncio.sleep(every_s)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        running = asyncio.run_coroutine_threadsafe(tick(), self.loop.loop)
+        try:
+            yield gaps
+        finally:
+            stop.set()
+            running.result(5)
+
     def _made(self, make: Any) -> Driven:
         async def made() -> Any:
             return await make()
@@ -179,18 +221,10 @@ class ConfluentAIOSide(_AsyncSide, ConfluentSide):
 
     name = "confluent-aio"
 
-    def consumer(self, group: str | None, **options: Any) -> Driven:
-        config = {"bootstrap.servers": self.address, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                  "topic.metadata.refresh.interval.ms": 1000, **QUIET}
-        if group is not None:
-            config["group.id"] = group
-        options = {"metadata_check_interval_s": 0.3, **options}
-        if "reset" in options:
-            config["auto.offset.reset"] = options.pop("reset")
-
+    def consumer(self, group: str | None, reset: str = "earliest", **options: Any) -> Driven:
         async def make() -> AIOConsumer:
-            return AIOConsumer(config, max_workers=4, **options)
+            return AIOConsumer(self.config(group, reset), max_workers=4,
+                               **{"metadata_check_interval_s": 0.3, **options})
         return self._made(make)
 
     def raw(self, group: str) -> Driven:
@@ -239,14 +273,9 @@ class AIOKafkaSide(_AsyncSide, KafkaPythonSide):
     """Raw aiokafka 0.14 forgets the position of a partition whose topic left the metadata, and starts the new
     topic by its auto_offset_reset (its group committed nothing): it does not skip, it reads from offset 0."""
 
-    def consumer(self, group: str | None, **options: Any) -> Driven:
-        reset = options.pop("reset", "earliest")
-        options = {"metadata_check_interval_s": 0.3, **options}
-
+    def consumer(self, group: str | None, reset: str = "earliest", **options: Any) -> Driven:
         async def make() -> AIOKafkaConsumer:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
-                                        auto_offset_reset=reset, session_timeout_ms=6000,
-                                        heartbeat_interval_ms=500, metadata_max_age_ms=1000, **options)
+            consumer = AIOKafkaConsumer(**self.config(group, reset), **{"metadata_check_interval_s": 0.3, **options})
             await consumer.start()
             return consumer
         return self._made(make)
@@ -300,3 +329,37 @@ class AIOKafkaSide(_AsyncSide, KafkaPythonSide):
 Side = ConfluentSide | KafkaPythonSide | ConfluentAIOSide | AIOKafkaSide
 SYNC_SIDES = [ConfluentSide, KafkaPythonSide]
 ASYNC_SIDES = [ConfluentAIOSide, AIOKafkaSide]
+
+
+@contextmanager
+def side_of(kind: type[Side], address: str) -> Iterator[Side]:
+    """A side for a test (a fixture's `request.param`), closed afterwards: an async side's loop stopped."""
+    made = kind(address)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def consume(side: Side, consumer: Any, count: int, timeout_s: float = 30.0) -> list[Record]:
+    """At least `count` records (fewer if `timeout_s` passes first)."""
+    got: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += side.poll(consumer)
+    return got
+
+
+def poll_until(side: Side, consumer: Any, what: str, condition: Any, timeout_s: float = 30.0) -> list[Record]:
+    """Poll until `condition()` holds or records come (AssertionError naming `what` if neither happens
+    within `timeout_s`); the records polled."""
+    got: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    while not condition() and not got:
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        got += side.poll(consumer)
+    return got
+
+
+def offsets_of(records: list[Record]) -> list[int]:
+    return [offset for _, offset, _ in records]

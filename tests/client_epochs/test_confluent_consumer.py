@@ -1,8 +1,9 @@
 """`client_epochs.confluent.Consumer` against a real one-broker cluster: commits keep the user's
 metadata and hide the internal one, seek refuses garbage internal metadata by partition, positions
-come with the cluster's epochs, a broker answering from a paused (old) metadata image holds the
-wrapper back while the raw client fetches, and a recreated topic is an error for a consumer running
-through it, while the raw client (whose commit went with the topic) starts again by its reset policy."""
+come with the cluster's epochs, and a recreated topic is an error for a consumer running
+through it, while the raw client (whose commit went with the topic) starts again by its reset policy.
+A broker answering from a paused (old) metadata image: tests/client_epochs/test_paused_metadata.py, one
+scenario for every wrapper."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import NewPartitions
 
 from client_epochs import TopicPartition as Key
 from client_epochs.confluent import Consumer
@@ -23,7 +23,6 @@ from quorum.wire.errors import ErrorCode
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster, consume, internal_of, kip_json
 from tests.test_broker_processes import QUIET, one_broker
-from tests.test_controller_processes import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -139,53 +138,6 @@ def test_new_partitions_wait_paused_while_the_coordinator_cannot_say_what_was_co
         got = consume(wrapped, 6)
         assert [m.offset() for m in got] == list(range(4, 10))
         assert wrapped.waiting_for_committed == frozenset()
-    finally:
-        wrapped.close()
-
-
-def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):
-    """KAFKA-6262 on one broker: its Metadata answers are frozen (PAUSE_METADATA), then the topic grows a
-    partition, which raises its topic epoch; offsets were committed under the new epoch (by a consumer
-    that saw a current broker). The wrapper must not fetch until the broker's metadata is that new;
-    the raw client fetches at once. Without the wait, the wrapper would deliver offsets 3.. while paused."""
-    cluster.topic("stale", 10)
-    before = cluster.epochs("stale")
-    cluster.pause_file.touch()
-    try:
-        wait_until("Metadata answers paused", lambda: cluster.epochs("stale").topic_epoch == before.topic_epoch)
-        for future in cluster.admin.create_partitions([NewPartitions("stale", 2)]).values():
-            future.result(timeout=30)
-        newer = InternalMetadata(before.topic_epoch + 1, before.leader_epoch)
-        committed = encode("committed through a current broker", newer)
-        for group in ("stale-wrapped", "stale-raw"):
-            writer = cluster.raw(group)
-            writer.commit(offsets=[TopicPartition("stale", 0, 3, metadata=committed)], asynchronous=False)
-            writer.close()
-        assert cluster.epochs("stale").topic_epoch == before.topic_epoch, "the broker still answers old metadata"
-
-        raw = cluster.raw("stale-raw")
-        raw.subscribe(["stale"])
-        raw_got = consume(raw, 7)
-        raw.close()
-        assert [m.offset() for m in raw_got] == list(range(3, 10)), "the raw client fetches with old metadata"
-
-        wrapped = cluster.consumer("stale-wrapped")
-        wrapped.subscribe(["stale"])
-        deadline = time.monotonic() + 4
-        held_back: list = []
-        while time.monotonic() < deadline:
-            held_back += wrapped.consume(10, 0.5)
-        assert held_back == [], "the wrapper fetched although the metadata was older than the committed epochs"
-        assert wrapped.waiting_for_metadata == {Key("stale", 0)}
-        assert wrapped.metadata_client.refusals >= 1
-    finally:
-        cluster.pause_file.unlink(missing_ok=True)
-    try:
-        got = consume(wrapped, 7)
-        assert [m.offset() for m in got] == list(range(3, 10))
-        assert wrapped.waiting_for_metadata == frozenset()
-        (committed_back,) = wrapped.committed([TopicPartition("stale", 0)], timeout=10)
-        assert committed_back.metadata == "committed through a current broker"
     finally:
         wrapped.close()
 

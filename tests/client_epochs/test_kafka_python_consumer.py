@@ -1,10 +1,10 @@
 """`client_epochs.kafka_python.KafkaConsumer` against a real one-broker cluster, beside the raw
 kafka-python client in the same scenarios: commits keep the user's metadata and hide the internal
 one (which the raw client sees, prefixed `kip232:`), seek refuses garbage internal metadata by
-partition, positions come with the cluster's epochs, a broker answering from a paused (old)
-metadata image holds the wrapper back while the raw client fetches, and a recreated topic is an
+partition, positions come with the cluster's epochs, and a recreated topic is an
 error (or, asked for, a reset to its beginning) for a consumer running through it, while the raw
-client (whose commit went with the topic) starts again by its reset policy.
+client (whose commit went with the topic) starts again by its reset policy. A broker answering from a
+paused (old) metadata image: tests/client_epochs/test_paused_metadata.py, one scenario for every wrapper.
 
 One kafka-python group member at a time: kafka-python 3.0.12 misbehaves when several members join
 from one process concurrently, so each raw consumer is closed before the next one joins a group."""
@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka.admin import NewPartitions
 from kafka import KafkaConsumer as RawConsumer
 from kafka import OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaConnectionError
@@ -23,7 +22,7 @@ from kafka.errors import KafkaConnectionError
 from client_epochs import TopicPartition as Key
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.kafka_python import KafkaConsumer
-from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, encode
+from quorum.wire.internal_metadata import InvalidInternalMetadataError
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster, internal_of, kip_json
 from tests.test_broker_processes import one_broker
 
@@ -174,73 +173,6 @@ def test_a_refused_connection_kafka_python_raises_out_of_poll_is_polled_through(
         consumer.close()
     assert raised == [True, True]
     assert caplog.text.count("could not reach a broker inside poll (KafkaConnectionError: 111 ECONNREFUSED)") == 1
-
-
-def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster):
-    """KAFKA-6262 on one broker: its Metadata answers are frozen (PAUSE_METADATA), then the topic grows a
-    partition, which raises its topic epoch; offsets were committed under the new epoch (by a consumer
-    that saw a current broker). The wrapper, subscribed (committed epochs) or assigned and seeked with
-    internal metadata, must not fetch until the broker's metadata is that new; the raw kafka-python client
-    fetches at once. Without the wait, the wrappers would deliver offsets 3.. while paused."""
-    cluster.topic("kp-stale", 10)
-    tp = TopicPartition("kp-stale", 0)
-    before = cluster.epochs("kp-stale")
-    cluster.pause_file.touch()
-    wrappers: list[KafkaConsumer] = []
-    try:
-        cluster.epochs("kp-stale")  # a Metadata request: the broker's answers are frozen from here on
-        for future in cluster.admin.create_partitions([NewPartitions("kp-stale", 2)]).values():
-            future.result(timeout=30)
-        newer = InternalMetadata(before.topic_epoch + 1, before.leader_epoch)
-        for group in ("kp-stale-wrapped", "kp-stale-raw"):
-            writer = cluster.raw(group)
-            writer.commit({tp: OffsetAndMetadata(3, encode("committed through a current broker", newer), -1)})
-            writer.close()
-        assert cluster.epochs("kp-stale").topic_epoch == before.topic_epoch, "the broker still answers old metadata"
-
-        raw = cluster.raw("kp-stale-raw")
-        try:
-            raw.subscribe(["kp-stale"])
-            raw_got = consume(raw, 7)
-        finally:
-            raw.close()
-        assert [r.offset for r in raw_got] == list(range(3, 10)), "the raw client fetches with old metadata"
-
-        subscribed = cluster.consumer("kp-stale-wrapped", "kp-stale")  # subscribed by the constructor
-        wrappers.append(subscribed)
-        held_back = poll_until(subscribed, "ten refused Metadata answers",
-                               lambda: subscribed.metadata_client.refusals >= 10)
-        assert held_back == [], "the wrapper fetched although the metadata was older than the committed epochs"
-        assert subscribed.waiting_for_metadata == {Key("kp-stale", 0)}
-
-        seeking = cluster.consumer(None)  # offsets stored outside Kafka (KIP-232, 7)
-        wrappers.append(seeking)
-        seeking.assign([tp])
-        seeking.seek(tp, 3, newer.to_json())
-        held_back = poll_until(seeking, "ten refused Metadata answers", lambda: seeking.metadata_client.refusals >= 10)
-        assert held_back == [], "the wrapper fetched although the metadata was older than the seeked epochs"
-        assert seeking.waiting_for_metadata == {Key("kp-stale", 0)}
-        # The user's resume() does not release a partition that still waits ...
-        refusals = seeking.metadata_client.refusals
-        seeking.pause(tp)
-        seeking.resume(tp)
-        held_back = poll_until(seeking, "ten more refusals", lambda: seeking.metadata_client.refusals >= refusals + 10)
-        assert held_back == [], "resume() released a partition waiting for current metadata"
-        # ... and the end of the wait does not release a partition the user paused.
-        subscribed.pause(tp)
-    finally:
-        cluster.pause_file.unlink(missing_ok=True)
-    try:
-        still_paused = poll_until(subscribed, "the wait to end", lambda: not subscribed.waiting_for_metadata)
-        assert still_paused == [] and subscribed.paused() == {tp}, "the end of the wait resumed a user's pause"
-        subscribed.resume(tp)
-        for wrapper in wrappers:
-            assert [r.offset for r in consume(wrapper, 7)] == list(range(3, 10))
-            assert wrapper.waiting_for_metadata == frozenset()
-        assert subscribed.committed(tp, metadata=True).metadata == "committed through a current broker"
-    finally:
-        for wrapper in wrappers:
-            wrapper.close()
 
 
 def commit_and_recreate(cluster: Cluster, wrapped: KafkaConsumer, name: str) -> None:

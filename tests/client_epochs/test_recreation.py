@@ -35,7 +35,16 @@ from confluent_kafka.admin import NewPartitions
 from client_epochs.errors import TopicRecreatedError
 from quorum.launcher import KAFKA_COMPATIBLE
 from quorum.wire.internal_metadata import topic_id_text
-from tests.client_epochs.sides import ASYNC_SIDES, SYNC_SIDES, ConfluentSide, Record, Side
+from tests.client_epochs.sides import (
+    ASYNC_SIDES,
+    SYNC_SIDES,
+    ConfluentSide,
+    Record,
+    Side,
+    consume,
+    offsets_of,
+    side_of,
+)
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster
 from tests.test_broker_processes import one_broker
 from tests.test_client_compat import restart_broker
@@ -57,19 +66,8 @@ def cluster(request, tmp_path_factory) -> Iterator[OneBrokerCluster]:
 @pytest.fixture(params=SYNC_SIDES + ASYNC_SIDES, ids=lambda side: side.name)
 def side(request, cluster: OneBrokerCluster) -> Iterator[Side]:
     """Each wrapper: the sync ones, and the async ones driven through an event loop of the side's own."""
-    made = request.param(cluster.address)
-    try:
+    with side_of(request.param, cluster.address) as made:
         yield made
-    finally:
-        made.close()
-
-
-def consume(side: Side, consumer: Any, count: int, timeout_s: float = 30.0) -> list[Record]:
-    got: list[Record] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        got += side.poll(consumer)
-    return got
 
 
 def raised_before_delivering(side: Side, consumer: Any, timeout_s: float = 30.0) -> tuple[TopicRecreatedError,
@@ -83,10 +81,6 @@ def raised_before_delivering(side: Side, consumer: Any, timeout_s: float = 30.0)
     except TopicRecreatedError as exc:
         return exc, delivered
     raise AssertionError(f"no TopicRecreatedError within {timeout_s} s; delivered {delivered[:5]}...")
-
-
-def offsets_of(records: list[Record]) -> list[int]:
-    return [offset for _, offset, _ in records]
 
 
 def read_and_commit(side: Side, consumer: Any, topic: str, count: int) -> None:
