@@ -29,7 +29,7 @@ import kafka.errors
 from client_epochs.aio import AIOConsumer
 from client_epochs.aiokafka import AIOKafkaConsumer
 from client_epochs.confluent import Consumer
-from client_epochs.errors import TopicRecreatedError
+from client_epochs.errors import OffsetOutOfRangeError, TopicRecreatedError
 from client_epochs.kafka_python import KafkaConsumer
 from quorum.wire.errors import ErrorCode
 from tests.support.background_loop import BackgroundLoop
@@ -48,6 +48,8 @@ class _Side:
     def subscribe(self, consumer: Any, topic: str) -> None:
         consumer.subscribe([topic])
 
+    out_of_range_error: type[Exception] = kafka.errors.OffsetOutOfRangeError
+    """What the wrapper raises under the policy none where the data is gone (the client's own error)."""
     raw_keeps_position = True
     """Whether the raw client, manually assigned, goes on from its old position when its topic is deleted and
     created again (skipping the new topic's first records); see AIOKafkaSide for the one that does not."""
@@ -60,6 +62,8 @@ class ConfluentSide(_Side):
     """client_epochs.confluent.Consumer."""
 
     name = "confluent"
+    out_of_range_error: type[Exception] = OffsetOutOfRangeError
+    """librdkafka has no error of its own for it: the wrapper raises the SDK's."""
 
     def consumer(self, group: str | None, reset: str = "earliest", **options: Any) -> Consumer:
         return Consumer(self.config(group, reset), **{"metadata_check_interval_s": 0.3, **options})
@@ -269,6 +273,7 @@ class AIOKafkaSide(_AsyncSide, KafkaPythonSide):
     """client_epochs.aiokafka.AIOKafkaConsumer, raw: aiokafka.AIOKafkaConsumer."""
 
     name = "aiokafka"
+    out_of_range_error = aiokafka.errors.OffsetOutOfRangeError
     raw_keeps_position = False
     """Raw aiokafka 0.14 forgets the position of a partition whose topic left the metadata, and starts the new
     topic by its auto_offset_reset (its group committed nothing): it does not skip, it reads from offset 0."""

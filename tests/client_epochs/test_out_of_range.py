@@ -3,9 +3,11 @@
 The rule (`client_epochs.out_of_range.resolve`) as hypothesis properties; the guard's counters with a
 fake bounds source (a position the current leader holds is not a reset, whoever answered out of
 range); `LogBoundsClient` against a real broker, retrying a leader epoch the broker does not know;
-and both wrappers (`client_epochs.confluent.Consumer`, `client_epochs.kafka_python.KafkaConsumer`)
-against a real broker whose retention deleted the records below the committed offset, with no
-committed offset at all, and with policy error/none.
+and the wrappers against a real broker whose retention deleted the records below the committed
+offset, with no committed offset at all, and with policy error/none: `client_epochs.confluent.Consumer`
+in tests of its own (librdkafka's restart paths), kafka-python's and the async wrappers
+(`client_epochs.aio.AIOConsumer`, `client_epochs.aiokafka.AIOKafkaConsumer`) in scenarios written once
+with the sides of tests/client_epochs/sides.py.
 """
 
 from __future__ import annotations
@@ -23,17 +25,16 @@ from confluent_kafka import TopicPartition as CkPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
-from kafka import TopicPartition as KafkaPartition
-from kafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRangeError
 
 from client_epochs import EVERYTHING, MetadataClient, PartitionMetadata, TopicPartition
 from client_epochs.confluent import Consumer
 from client_epochs.consumer_guard import EpochGuard
 from client_epochs.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
-from client_epochs.kafka_python import KafkaConsumer
 from client_epochs.log_bounds import LogBounds, LogBoundsClient, LogBoundsUnavailableError
 from client_epochs.out_of_range import normalize_policy, resolve
 from quorum.wire.internal_metadata import InternalMetadata
+from tests.client_epochs.sides import ASYNC_SIDES, KafkaPythonSide, Side, offsets_of, side_of
+from tests.client_epochs.sides import consume as consume_sides
 from tests.client_epochs.wrapper_cluster import consume
 from tests.test_broker_processes import BROKER, QUIET, one_broker
 from tests.test_controller_processes import create, wait_until
@@ -400,57 +401,54 @@ def test_other_errors_pass_through_unchanged(broker):
         consumer.close()
 
 
-# --- the kafka-python wrapper ---------------------------------------------------------------------------------
+# --- every wrapper: one scenario text, a side per client (tests/client_epochs/sides.py) ------------------------
 
 
-def kafka_python(broker: Broker, group: str, reset: str) -> KafkaConsumer:
-    return KafkaConsumer(bootstrap_servers=broker.address, group_id=group, auto_offset_reset=reset,
-                         enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+@pytest.fixture(params=[KafkaPythonSide, *ASYNC_SIDES], ids=lambda side: side.name)
+def side(request, broker: Broker) -> Iterator[Side]:
+    """kafka-python's wrapper and the async ones (the confluent-kafka wrapper has the tests above, which
+    cover librdkafka's own paths: eager and cooperative restarts, stops queued before a restart)."""
+    with side_of(request.param, broker.address) as made:
+        yield made
 
 
-def poll_values(consumer: KafkaConsumer, count: int, timeout_s: float = 30.0) -> list[tuple[int, bytes]]:
-    got: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        for records in consumer.poll(500).values():
-            got += [(record.offset, record.value) for record in records]
-    return got
-
-
-def test_kafka_python_wrapper_resets_to_the_new_log_start_when_retention_removed_the_committed_offset(broker):
-    """The same as for confluent-kafka: kafka-python runs with auto_offset_reset="none", its
-    OffsetOutOfRangeError goes to the guard, the leader confirms the data is gone, one reset."""
-    log_start = broker.retained("kp-retained", 10)
-    broker.commit("kp-retained-group", "kp-retained", 2)
-    consumer = kafka_python(broker, "kp-retained-group", "earliest")
+def test_the_wrapper_resets_to_the_new_log_start_when_retention_removed_the_committed_offset(broker, side):
+    """The client runs without a reset policy of its own (kafka-python and aiokafka with "none", librdkafka
+    with "error"); its out-of-range error goes to the guard, the leader confirms the data is gone, one reset."""
+    name = f"{side.name}-retained"
+    log_start = broker.retained(name, 10)
+    broker.commit(f"{name}-group", name, 2)
+    consumer = side.consumer(f"{name}-group", "earliest")
     try:
-        consumer.subscribe(["kp-retained"])
-        got = poll_values(consumer, 10 - log_start)
-        assert got == [(n, f"kp-retained-{n}".encode()) for n in range(log_start, 10)]
+        side.subscribe(consumer, name)
+        got = consume_sides(side, consumer, 10 - log_start)
+        assert [(offset, value) for _, offset, value in got] == [
+            (n, f"{name}-{n}".encode()) for n in range(log_start, 10)]
         assert (consumer.resets, consumer.out_of_range_without_reset) == (1, 0)
     finally:
         consumer.close()
 
 
-def test_kafka_python_wrapper_without_a_committed_offset_starts_by_the_users_policy(broker):
-    """kafka-python, given "none", raises NoOffsetForPartitionError for a partition never committed; the
-    wrapper starts it where the user's policy says, which is not a reset."""
-    broker.topic("kp-fresh", 4)
-    earliest = kafka_python(broker, "kp-fresh-earliest", "earliest")
-    latest = kafka_python(broker, "kp-fresh-latest", "latest")
+def test_without_a_committed_offset_the_wrapper_starts_by_the_users_policy(broker, side):
+    """A partition never committed starts where the user's policy says, which is not a reset: earliest reads
+    from offset 0; latest delivers only records written after it started (never one of the first five)."""
+    name = f"{side.name}-fresh"
+    broker.topic(name, 5)
+    earliest = side.consumer(f"{name}-earliest", "earliest")
+    latest = side.consumer(f"{name}-latest", "latest")
     try:
-        earliest.subscribe(["kp-fresh"])
-        assert [offset for offset, _ in poll_values(earliest, 4)] == [0, 1, 2, 3]
-        latest.subscribe(["kp-fresh"])
-        partition = KafkaPartition("kp-fresh", 0)
-
-        def started_at_the_end() -> bool:
-            assert latest.poll(200) == {}
-            return partition in latest.assignment() and latest.position(partition) == 4
-
-        wait_until("the latest consumer positioned at the log end", started_at_the_end)
-        broker.produce("kp-fresh", range(4, 6))
-        assert poll_values(latest, 2) == [(4, b"kp-fresh-4"), (5, b"kp-fresh-5")]
+        side.subscribe(earliest, name)
+        assert offsets_of(consume_sides(side, earliest, 5)) == [0, 1, 2, 3, 4]
+        side.subscribe(latest, name)
+        got: list = []
+        deadline, written = time.monotonic() + 30, 5
+        while not got:  # write one record at a time until the consumer, positioned at some log end, gets one
+            assert time.monotonic() < deadline, "the latest consumer got nothing in 30 s"
+            broker.produce(name, [written])
+            written += 1
+            got = side.poll(latest) + side.poll(latest)
+        got += consume_sides(side, latest, written - got[0][1] - len(got), timeout_s=10)
+        assert got[0][1] >= 5 and offsets_of(got) == list(range(got[0][1], written)), offsets_of(got)
         for consumer in (earliest, latest):
             assert (consumer.resets, consumer.out_of_range_without_reset) == (0, 0)
     finally:
@@ -458,16 +456,20 @@ def test_kafka_python_wrapper_without_a_committed_offset_starts_by_the_users_pol
         latest.close()
 
 
-def test_kafka_python_wrapper_with_policy_none_raises_kafka_pythons_own_error(broker):
-    broker.retained("kp-retained-none", 10)
-    broker.commit("kp-retained-none-group", "kp-retained-none", 2)
-    consumer = kafka_python(broker, "kp-retained-none-group", "none")
+def test_with_no_reset_policy_the_wrapper_raises_the_clients_own_error(broker, side):
+    """Policy none: where the data is gone the client's own out-of-range error is raised, caused by the
+    SDK's (which names the partition and the log's bounds; librdkafka has no such error, so the
+    confluent-kafka wrappers raise the SDK's itself); nothing is reset."""
+    name = f"{side.name}-retained-none"
+    broker.retained(name, 10)
+    broker.commit(f"{name}-group", name, 2)
+    consumer = side.consumer(f"{name}-group", "none")
     try:
-        consumer.subscribe(["kp-retained-none"])
-        with pytest.raises(KafkaOffsetOutOfRangeError) as caught:
-            poll_values(consumer, 1)
-        assert isinstance(caught.value.__cause__, OffsetOutOfRangeError)
-        assert "kp-retained-none-0" in str(caught.value.__cause__)
+        side.subscribe(consumer, name)
+        with pytest.raises(side.out_of_range_error) as caught:
+            consume_sides(side, consumer, 1)
+        sdk = caught.value if isinstance(caught.value, OffsetOutOfRangeError) else caught.value.__cause__
+        assert isinstance(sdk, OffsetOutOfRangeError) and f"{name}-0" in str(sdk), repr(caught.value)
         assert consumer.resets == 0
     finally:
         consumer.close()
