@@ -16,7 +16,11 @@ importable from here, beside `TopicRecreatedError`: users catch them from the pa
 
 Drop-in consumers: `client_epochs.confluent.Consumer` (confluent-kafka; imported from its own module
 so that confluent-kafka stays an optional dependency) and `client_epochs.kafka_python.KafkaConsumer`
-(kafka-python, already a dependency as quorum.wire's codec base).
+(kafka-python, already a dependency as quorum.wire's codec base). Their asyncio twins, with the same
+guarantees and additions, waits awaited off the event loop: `client_epochs.aio.AIOConsumer` (a
+confluent_kafka.aio.AIOConsumer) and `client_epochs.aiokafka.AIOKafkaConsumer` (an
+aiokafka.AIOKafkaConsumer), also importable from here (`from client_epochs import AIOConsumer`):
+loaded on first use, so that neither client becomes a dependency of the package.
 """
 
 from client_epochs.connection import BrokerAuthenticationError, BrokerError, BrokerProtocolError, parse_bootstrap
@@ -52,3 +56,18 @@ __all__ = [
     "PartitionMetadata", "StaleMetadataError", "Staleness",
     "TopicPartition", "TopicRecreatedError", "Verdict", "epochs_of", "is_outdated", "judge", "parse_bootstrap",
 ]
+
+_ASYNC_CONSUMERS = {"AIOConsumer": "client_epochs.aio", "AIOKafkaConsumer": "client_epochs.aiokafka"}
+"""The async wrappers, exported lazily: importing the package imports neither confluent-kafka nor aiokafka."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _ASYNC_CONSUMERS:
+        import importlib
+
+        return getattr(importlib.import_module(_ASYNC_CONSUMERS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_ASYNC_CONSUMERS])
