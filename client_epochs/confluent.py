@@ -130,6 +130,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._pending_since = 0.0
         self._pending_noted = 0.0
         self._assigned_in_callback = False
+        self._delivered = False
+        """Whether a record was delivered since the last poll's checks: the consumer holds partitions."""
 
     @property
     def waiting_for_metadata(self) -> frozenset[TopicPartition]:
@@ -311,7 +313,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         deadline = _deadline(timeout)
         while True:
             self._keep_epochs(deadline)
-            messages = [m for m in super().consume(num_messages, self._step(deadline)) if self._handed(m)]
+            messages = self._handed_batch(super().consume(num_messages, self._step(deadline)))
             if messages or _passed(deadline):
                 return messages
 
@@ -327,16 +329,40 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             ready = [tp for tp in settled.ready if tp not in self._user_paused]
             if ready:
                 super().resume([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in ready])
-        assigned = [_key(p) for p in self.assignment()]
+        assigned: list[TopicPartition] | None = None  # asked of librdkafka only when needed: a round trip
+
+        def assignment() -> list[TopicPartition]:
+            nonlocal assigned
+            if assigned is None:
+                assigned = [_key(p) for p in self.assignment()]
+            return assigned
+
         if self._partitions_watch is not None and self._subscribed:
-            self._partitions_watch.check(self._subscribed, bool(assigned))
-        watched = self._guard.watch(assigned)
-        self._pause_keys(watched.held)
-        self._reset(watched.recreated)
+            self._partitions_watch.check(self._subscribed, self._delivered or bool(assignment()))
+        if self._guard.watch_due():
+            watched = self._guard.watch(assignment())
+            self._pause_keys(watched.held)
+            self._reset(watched.recreated)
         if self._stopped:
-            self._resolve_stopped(set(assigned), deadline)
+            self._resolve_stopped(set(assignment()), deadline)
+        self._delivered = False
 
     # --- out of range -----------------------------------------------------------------------------------
+
+    def _handed_batch(self, messages: list[confluent_kafka.Message]) -> list[confluent_kafka.Message]:
+        """The messages of one consume() that go to the user (`_handed`). The common batch, records only
+        and no partition stopped, has only each partition's last record noted: the same positions and
+        leader epochs, without a call per record (the wrapper's cost in consume throughput)."""
+        if self._stopped:
+            return [m for m in messages if self._handed(m)]
+        last: dict[tuple[str, int], confluent_kafka.Message] = {}
+        for message in messages:
+            if message.error() is not None:
+                return [m for m in messages if self._handed(m)]  # nothing noted yet: all of them, in order
+            last[message.topic(), message.partition()] = message
+        for message in last.values():
+            self._note(message)
+        return messages
 
     def _handed(self, message: confluent_kafka.Message) -> bool:
         """Whether `message` goes to the user, in the order librdkafka gave it: its out-of-range stops
@@ -476,6 +502,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                 del self._stopped[tp]
                 log.info("%s delivers again from %d: its stop predates its last restart", tp, message.offset())
             self._positions[tp] = message.offset() + 1
+            self._delivered = True
             epoch = message.leader_epoch()
             if epoch is not None:
                 self._leader_epochs[tp] = epoch

@@ -128,7 +128,8 @@ class EpochGuard:
                 self.floors.pop(tp, None)
         if paused and self._waiting_since is None:
             self._waiting_since = time.monotonic()
-        self._next_check = 0.0  # look at the topics' ids soon, for recreations
+        if floors:
+            self._next_check = 0.0  # look at the topics' ids soon, for recreations
         return paused
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
