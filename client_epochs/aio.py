@@ -22,7 +22,9 @@ since librdkafka's calls need the pool anyway.
 Calls are serialized per consumer (an asyncio lock; calls made from inside a rebalance callback, which
 the enclosing call is waiting for, pass as confluent-kafka lets them): the wrapper's own bookkeeping
 (floors, positions, stopped partitions) is then never touched by two pool threads at once. The
-properties (`waiting_for_metadata`, `resets`, ...) only read it, and may be read at any time.
+properties (`waiting_for_metadata`, `resets`, ...) only read it, and may be read at any time. A call
+whose caller is cancelled runs to its end on its thread all the same (as confluent-kafka's own calls
+do), so the wrapper's state always matches librdkafka's.
 """
 
 from __future__ import annotations

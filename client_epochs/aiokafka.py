@@ -34,7 +34,10 @@ current metadata; one worker also means the guard's state is only ever touched b
 time, in the order the calls were made (a revocation's `forget` is queued there, not done on the
 loop). The thread, not async twins of EpochGuard and MetadataClient: twins would be a second
 implementation of the refusal, retry and backoff rules and of their wire I/O, which must stay one.
-A `getmany` that finds nothing to wait for and no metadata check due does not leave the loop.
+A `getmany` that finds nothing to wait for and no metadata check due does not leave the loop. A
+`getmany` cancelled by its caller (`asyncio.wait_for`) does not cancel the check it started: the check
+runs to its end on a task of its own and applies what the guard found (partitions resumed, recreated
+ones reset), since the guard's state already moved on.
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
         self._seek_floors: dict[TopicPartition, InternalMetadata] = {}
         """Floors given to seek, paused, handed to the guard by the next getmany (on the guard's thread)."""
         self._user_paused: set[TopicPartition] = set()
+        self._keeping: asyncio.Future[None] | None = None
         try:
             super().__init__(**{**configs, "auto_offset_reset": "none"})
         except BaseException:
@@ -191,7 +195,8 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
         self._user_paused -= keys
         for tp in keys:
             self._seek_floors.pop(tp, None)
-        self._thread.post(self._guard.forget, keys)
+        if self._thread is not None:  # not stopped
+            self._thread.post(self._guard.forget, keys)
 
     # --- seek, positions, pause -------------------------------------------------------------------------
 
@@ -260,7 +265,7 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
             return await super().getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            await self._keep_epochs()
+            await self._keep()
             try:
                 records = await super().getmany(*partitions, timeout_ms=self._step_ms(deadline),
                                                 max_records=max_records)
@@ -282,6 +287,16 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
         waiting = self._pending or self._seek_floors or self._guard.waiting
         return 1000 * min(left, _STEP_S if waiting else self._guard.check_interval_s)
 
+    async def _keep(self) -> None:
+        """`_keep_epochs`, run as a task of its own that a cancelled getmany (the caller's timeout) does not
+        cancel: the guard's calls have effects (floors settled, ids learned) that the loop must then apply
+        (partitions resumed, recreated ones reset), whoever still awaits them. A check still running from a
+        cancelled call is awaited instead of starting another; its error, if any, is raised here."""
+        if self._keeping is None or self._keeping.done():
+            self._keeping = asyncio.ensure_future(self._keep_epochs())
+            self._keeping.add_done_callback(_retrieved)
+        await asyncio.shield(self._keeping)
+
     async def _keep_epochs(self) -> None:
         """Read the commits of new partitions; hand seeks' floors to the guard; resume the partitions whose
         metadata caught up; reset or refuse recreated topics. Leaves the loop only when one of those is due."""
@@ -296,7 +311,7 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
             await self._reset(settled.recreated)
             self._release(settled.ready)
         assigned = {_key(p) for p in self.assignment()}
-        topics = self.subscription()
+        topics = self.subscription() if self._subscription.partitions_auto_assigned() else None
         if self._partitions_watch is not None and topics:
             if assigned:  # noting it asks nothing
                 self._partitions_watch.check(topics, True)
@@ -421,6 +436,13 @@ class _Listener(ConsumerRebalanceListener):
         self.consumer._assigned(assigned)  # first, so that a seek in the user's callback is taken as such
         if self.user is not None:
             await _awaited(self.user.on_partitions_assigned(assigned))
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """A check's error is raised to the getmany awaiting it; one whose caller was cancelled meanwhile is
+    not an unretrieved-exception warning (the condition is found again by the next check)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _awaited(result: Any) -> Any:

@@ -16,7 +16,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import aiokafka
@@ -214,6 +214,20 @@ class _AsyncSide:
             stop.set()
             running.result(5)
 
+    cancel_keeps_records = True
+    """Whether records a cancelled poll had taken are still delivered by the next poll."""
+
+    def cut_poll(self, consumer: Driven, after_s: float = 0.05) -> None:
+        """A poll whose caller gives up after `after_s` (asyncio.wait_for cancels it), as a user's timeout does."""
+        async def cut() -> None:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.polling(consumer), after_s)
+        consumer.run(cut())
+
+    def polling(self, consumer: Driven) -> Any:
+        """The coroutine of one poll."""
+        raise NotImplementedError
+
     def _made(self, make: Any) -> Driven:
         async def made() -> Any:
             return await make()
@@ -224,6 +238,9 @@ class ConfluentAIOSide(_AsyncSide, ConfluentSide):
     """client_epochs.aio.AIOConsumer (confluent-kafka's asyncio consumer), raw: confluent_kafka.aio.AIOConsumer."""
 
     name = "confluent-aio"
+    cancel_keeps_records = False
+    """confluent-kafka's AIOConsumer runs each call to its end on a thread: what a consume whose caller was
+    cancelled returns is lost to the user, with or without the wrapper."""
 
     def consumer(self, group: str | None, reset: str = "earliest", **options: Any) -> Driven:
         async def make() -> AIOConsumer:
@@ -244,8 +261,11 @@ class ConfluentAIOSide(_AsyncSide, ConfluentSide):
     def assign(self, consumer: Driven, topic: str) -> None:
         consumer.run(consumer.client.assign([confluent_kafka.TopicPartition(topic, 0)]))
 
+    def polling(self, consumer: Driven) -> Any:
+        return consumer.client.consume(100, 0.3)
+
     def poll(self, consumer: Driven) -> list[Record]:
-        messages = consumer.run(consumer.client.consume(100, 0.3))
+        messages = consumer.run(self.polling(consumer))
         return [(m.partition(), m.offset(), m.value()) for m in messages if m.error() is None]
 
     def commit(self, consumer: Driven, topic: str, offsets: dict[int, int]) -> None:
@@ -299,8 +319,11 @@ class AIOKafkaSide(_AsyncSide, KafkaPythonSide):
     def assign(self, consumer: Driven, topic: str) -> None:
         self.loop.call(consumer.client.assign, [aiokafka.TopicPartition(topic, 0)])
 
+    def polling(self, consumer: Driven) -> Any:
+        return consumer.client.getmany(timeout_ms=300)
+
     def poll(self, consumer: Driven) -> list[Record]:
-        got = consumer.run(consumer.client.getmany(timeout_ms=300))
+        got = consumer.run(self.polling(consumer))
         return [(r.partition, r.offset, r.value) for records in got.values() for r in records]
 
     def commit(self, consumer: Driven, topic: str, offsets: dict[int, int]) -> None:
