@@ -142,6 +142,7 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
             super().__init__(**{**configs, "auto_offset_reset": "none"})
         except BaseException:
             self._close_sdk()
+            self._thread.shutdown()
             raise
         if topics:  # through subscribe, so that assignments made without a listener still wait
             self.subscribe(list(topics))
@@ -293,9 +294,27 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
         (partitions resumed, recreated ones reset), whoever still awaits them. A check still running from a
         cancelled call is awaited instead of starting another; its error, if any, is raised here."""
         if self._keeping is None or self._keeping.done():
+            if not self._checks_due():
+                return  # the common getmany: no task, no thread
             self._keeping = asyncio.ensure_future(self._keep_epochs())
             self._keeping.add_done_callback(_retrieved)
         await asyncio.shield(self._keeping)
+
+    def _checks_due(self) -> bool:
+        """Whether `_keep_epochs` has anything to do now; an assignment is noted here (that asks nothing)."""
+        if self._pending or self._seek_floors or self._guard.waiting or self._guard.watch_due():
+            return True
+        topics = self._watched_topics()
+        if self._partitions_watch is None or not topics:
+            return False
+        if self.assignment():
+            self._partitions_watch.check(topics, True)
+            return False
+        return True
+
+    def _watched_topics(self) -> frozenset[str] | None:
+        """The subscription's topics, None for a manual assignment (its partitions are the user's)."""
+        return self.subscription() if self._subscription.partitions_auto_assigned() else None
 
     async def _keep_epochs(self) -> None:
         """Read the commits of new partitions; hand seeks' floors to the guard; resume the partitions whose
@@ -311,7 +330,7 @@ class AIOKafkaConsumer(GuardedConsumer, aiokafka.AIOKafkaConsumer):
             await self._reset(settled.recreated)
             self._release(settled.ready)
         assigned = {_key(p) for p in self.assignment()}
-        topics = self.subscription() if self._subscription.partitions_auto_assigned() else None
+        topics = self._watched_topics()
         if self._partitions_watch is not None and topics:
             if assigned:  # noting it asks nothing
                 self._partitions_watch.check(topics, True)
