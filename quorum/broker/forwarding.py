@@ -1,6 +1,6 @@
 """A broker forwards admin requests to the active controller (KIP-590's forwarding, as KRaft brokers do).
 
-Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+Clients send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs, AlterConfigs,
 DescribeConfigs, AlterPartitionReassignments, ListPartitionReassignments, CreateAcls,
 DeleteAcls and AlterUserScramCredentials to the node that Metadata names as controller, which on
 a KRaft cluster is a broker:
@@ -29,10 +29,11 @@ from quorum.wire.protocol import Request
 log = logging.getLogger(__name__)
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 19, 20, 32, 37, 44
+ALTER_CONFIGS = 33
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 CREATE_ACLS, DELETE_ACLS, ALTER_USER_SCRAM_CREDENTIALS = 30, 31, 51
 FORWARDED = (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
-             ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, CREATE_ACLS, DELETE_ACLS,
+             ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, CREATE_ACLS, DELETE_ACLS,
              ALTER_USER_SCRAM_CREDENTIALS)
 RETRY_SECONDS = 0.1
 

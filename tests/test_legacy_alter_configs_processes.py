@@ -1,0 +1,135 @@
+"""The legacy AlterConfigs (API 33) with real clients against 1 controller and 3 brokers (issue 31, item 7).
+
+Kafka 4 still serves the non-incremental AlterConfigs: the configs a request names become the
+resource's whole set of dynamic configs, and every one it does not name is deleted (Kafka's
+ConfigurationControlManager.legacyAlterConfigs writes a ConfigRecord with a null value for each).
+confluent-kafka's `AdminClient.alter_configs` sends it as it is; kafka-python's
+`KafkaAdminClient.alter_configs(..., incremental=False)` first reads the modified configs and sends
+them along (a read-modify-write of its own), and its `reset_configs(..., incremental=False)` of a
+whole resource sends an empty set. The brokers forward it to the active controller and apply the
+replaced set exactly as they apply IncrementalAlterConfigs (max.message.bytes is the config whose
+effect a producer sees at once).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource as KafkaPythonResource
+
+from quorum.launcher import LocalCluster
+from quorum.wire.protocol import APIS
+from tests.test_broker_processes import QUIET
+from tests.test_controller_processes import create, exchange, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+ALTER_CONFIGS, API_VERSIONS = 33, 18
+BIG = b"x" * 5000
+"""A record above the topic's max.message.bytes of 2000 and far below Kafka's default (1048588)."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    """The issue's cluster: 1 controller, brokers 101-103; shared by the module's tests."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("legacy-alter-configs"), controllers=1, brokers=3)
+    cluster.format_storage()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def legacy_alter(admin: AdminClient, topic: str, configs: dict[str, str], validate_only: bool = False) -> None:
+    """confluent-kafka's (deprecated) alter_configs of one topic: AlterConfigs, not the incremental API."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        futures = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic, set_config=configs)],
+                                      validate_only=validate_only, request_timeout=30)
+    for future in futures.values():
+        future.result(timeout=60)
+
+
+def dynamic(admin: AdminClient, topic: str) -> dict[str, str]:
+    """The topic's configs that are not at their default, as DescribeConfigs shows them."""
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {name: entry.value for name, entry in future.result(timeout=60).items() if not entry.is_default}
+
+
+def refusal(call) -> int:
+    """The error code a call that must fail raised with."""
+    with pytest.raises(KafkaException) as raised:
+        call()
+    return raised.value.args[0].code()
+
+
+def produce_big(address: str, topic: str) -> KafkaError | None:
+    """One BIG record to the topic: None once delivered, else the delivery error (MSG_SIZE_TOO_LARGE while
+    the partition's leader applies a max.message.bytes below its size)."""
+    producer = Producer({"bootstrap.servers": address, "message.timeout.ms": 20_000, **QUIET})
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, BIG, on_delivery=lambda error, _: outcome.append(error))
+    assert producer.flush(30) == 0, f"the record to {topic} was neither delivered nor refused within 30 s"
+    return outcome[0]
+
+
+def test_apis_are_advertised_beside_incremental_alter_configs(cluster) -> None:
+    """ApiVersions names AlterConfigs (v0-v2) on every broker and on the controller listener, as Kafka's do."""
+    body = APIS[API_VERSIONS].request(version=3, client_software_name="test", client_software_version="1")
+    for node_id in (1, 101, 102, 103):
+        keys = {k.api_key: (k.min_version, k.max_version)
+                for k in exchange(cluster.specs[node_id].address, API_VERSIONS, 3, body).api_keys}
+        assert keys.get(ALTER_CONFIGS) == (0, 2) and 44 in keys, f"node {node_id} advertises {sorted(keys)}"
+
+
+def test_legacy_alter_configs_replaces_the_whole_config_set(cluster) -> None:
+    address = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    create(admin, NewTopic("replaced", 1, 3, config={"max.message.bytes": "2000", "retention.ms": "3600000"}))
+    assert dynamic(admin, "replaced") == {"max.message.bytes": "2000", "retention.ms": "3600000"}
+    assert produce_big(address, "replaced").code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+    legacy_alter(admin, "replaced", {"retention.ms": "7200000"}, validate_only=True)
+    assert dynamic(admin, "replaced") == {"max.message.bytes": "2000", "retention.ms": "3600000"}
+
+    unknown = refusal(lambda: legacy_alter(admin, "replaced", {"retention.ms": "7200000", "no.such.config": "1"}))
+    invalid = refusal(lambda: legacy_alter(admin, "replaced", {"retention.ms": "soon"}))
+    assert (unknown, invalid) == (KafkaError.INVALID_CONFIG, KafkaError.INVALID_CONFIG)
+    assert dynamic(admin, "replaced") == {"max.message.bytes": "2000", "retention.ms": "3600000"}
+
+    legacy_alter(admin, "replaced", {"retention.ms": "7200000"})
+    assert dynamic(admin, "replaced") == {"retention.ms": "7200000"}  # max.message.bytes back at its default
+    wait_until("the leader of replaced-0 accepting a 5000-byte record (max.message.bytes back at 1048588)",
+               lambda: produce_big(address, "replaced") is None, timeout_s=60)
+
+
+def test_kafka_python_legacy_alter_configs_and_whole_reset(cluster) -> None:
+    address = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    create(admin, NewTopic("reset", 1, 3, config={"max.message.bytes": "2000", "cleanup.policy": "compact"}))
+    client = KafkaAdminClient(bootstrap_servers=address, client_id="legacy-alter-configs")
+    try:
+        resource = KafkaPythonResource("TOPIC", "reset", {"retention.ms": "7200000"})
+        answer = client.alter_configs([resource], incremental=False)  # sends the modified configs along
+        assert answer == {"topic": {"reset": "OK"}}
+        assert dynamic(admin, "reset") == {"max.message.bytes": "2000", "cleanup.policy": "compact",
+                                           "retention.ms": "7200000"}
+
+        resource = KafkaPythonResource("TOPIC", "reset", {"no.such.config": "1"})
+        [[refused]] = [r.values() for r in client.alter_configs([resource], incremental=False,
+                                                                 raise_on_unknown=False).values()]
+        assert refused.startswith("[Error 40] InvalidConfigurationError"), refused
+
+        answer = client.reset_configs([KafkaPythonResource("TOPIC", "reset")], incremental=False)
+        assert answer == {"topic": {"reset": "OK"}}
+        assert dynamic(admin, "reset") == {}
+    finally:
+        client.close()
+    wait_until("the leader of reset-0 accepting a 5000-byte record (max.message.bytes back at 1048588)",
+               lambda: produce_big(address, "reset") is None, timeout_s=60)
