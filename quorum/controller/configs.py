@@ -8,7 +8,8 @@ default of every broker.
 `alter` turns IncrementalAlterConfigs operations (SET, DELETE, APPEND, SUBTRACT) into the
 (key, new value or None) pairs to write as ConfigRecords, checked as Kafka's controller checks
 them: topic keys must be topic configs Kafka knows, values must parse as the key's type and
-satisfy its range or allowed values, APPEND and SUBTRACT only apply to LIST keys. A topic key is
+satisfy its range or allowed values (INVALID_CONFIG; INVALID_REQUEST for a broker's, as Kafka's broker
+answers, KAFKA-13609), APPEND and SUBTRACT only apply to LIST keys. A topic key is
 written only when its value changes; a broker key always (Kafka does so too, so that brokers
 reconfigure). `replace` is the legacy AlterConfigs (API 33): the named configs become the
 resource's whole set, every other one is deleted; it is said in `alter`'s operations, so that both
@@ -271,7 +272,7 @@ def alter(resource_type: int, operations: Sequence[tuple[str, int, str | None]],
         else:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for key {name}")
         if new is not None and key is not None:
-            check_value(key, new)
+            _check_resource_value(resource_type, key, new)
         if new != old or resource_type == BROKER:
             changes.append((name, new))
     return changes
@@ -293,6 +294,17 @@ def replace(resource_type: int, configs: Sequence[tuple[str, str | None]],
     operations: list[tuple[str, int, str | None]] = [(name, OpType.SET, value) for name, value in configs]
     operations += [(name, OpType.DELETE, None) for name in current if name not in named]
     return alter(resource_type, operations, current)
+
+
+def _check_resource_value(resource_type: int, key: ConfigKey, value: str) -> None:
+    """`check_value`, with the code Kafka answers for the resource: INVALID_CONFIG for a topic, INVALID_REQUEST
+    for a broker (its broker validates dynamic broker configs and answers so, KAFKA-13609), same message."""
+    try:
+        check_value(key, value)
+    except ApiError as error:
+        if resource_type != BROKER:
+            raise
+        raise ApiError(ErrorCode.INVALID_REQUEST, error.message) from None
 
 
 def _split(value: str | None) -> list[str]:

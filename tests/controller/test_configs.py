@@ -92,6 +92,15 @@ def test_broker_keys_are_always_written() -> None:
     assert changes == [("log.retention.hours", "10"), ("x.y", None)]
 
 
+def test_an_invalid_broker_value_is_an_invalid_request() -> None:
+    """Kafka's broker validates dynamic broker configs itself and answers a bad value INVALID_REQUEST
+    (KAFKA-13609), a topic's INVALID_CONFIG, with the same ConfigDef message."""
+    error = error_of(alter, BROKER, [("num.partitions", OpType.SET, "0")], {})
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Invalid value 0 for configuration "
+                                           "num.partitions: Value must be at least 1")
+    assert error_of(alter, TOPIC, [("min.insync.replicas", OpType.SET, "0")], {}).code == ErrorCode.INVALID_CONFIG
+
+
 def test_append_and_subtract_on_lists_start_from_the_default() -> None:
     assert alter(TOPIC, [("cleanup.policy", OpType.APPEND, "compact")], {}) == [("cleanup.policy", "delete,compact")]
     # The default made explicit is a change (Kafka compares with the value set, not the default).
@@ -149,7 +158,9 @@ def test_replace_refuses_the_whole_resource_as_alter_does() -> None:
     assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Null value not supported for : retention.ms")
     error = error_of(replace, TOPIC, [("retention.ms", "5"), ("retention.ms", "6")], current)
     assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-    assert error_of(replace, BROKER, [("message.max.bytes", "-1")], {}).code == ErrorCode.INVALID_CONFIG
+    error = error_of(replace, BROKER, [("message.max.bytes", "-1")], {})  # as alter: KAFKA-13609's code
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Invalid value -1 for configuration "
+                                           "message.max.bytes: Value must be at least 0")
 
 
 def test_legacy_resource_types() -> None:
