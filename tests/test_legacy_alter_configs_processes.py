@@ -23,6 +23,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KafkaPythonResource
 
 from quorum.launcher import LocalCluster
+from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 from tests.test_broker_processes import QUIET
 from tests.test_controller_processes import create, exchange, wait_until
@@ -107,6 +108,35 @@ def test_legacy_alter_configs_replaces_the_whole_config_set(cluster) -> None:
     assert dynamic(admin, "replaced") == {"retention.ms": "7200000"}  # max.message.bytes back at its default
     wait_until("the leader of replaced-0 accepting a 5000-byte record (max.message.bytes back at 1048588)",
                lambda: produce_big(address, "replaced") is None, timeout_s=60)
+
+
+def broker_config(admin: AdminClient, broker: str) -> dict[str, tuple[str, int]]:
+    """(value, source) of each config DescribeConfigs shows for the broker."""
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, broker)]).values()
+    return {name: (entry.value, entry.source) for name, entry in future.result(timeout=60).items()}
+
+
+def test_legacy_alter_configs_of_a_broker(cluster) -> None:
+    """A BROKER resource's set is replaced too (librdkafka sends it to the broker it names); a broker
+    asked to alter another broker's configs refuses, as Kafka's broker does."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for configs in ({"log.retention.hours": "100"}, {"num.partitions": "2"}):
+            for future in admin.alter_configs([ConfigResource(ConfigResource.Type.BROKER, "102",
+                                                              set_config=configs)]).values():
+                future.result(timeout=60)
+    shown = broker_config(admin, "102")
+    assert shown["num.partitions"] == ("2", 2)  # DYNAMIC_BROKER_CONFIG
+    assert shown["log.retention.hours"] == ("168", 5)  # DEFAULT_CONFIG again: deleted by the second call
+
+    schema = APIS[ALTER_CONFIGS].request
+    body = schema(version=2, validate_only=False, resources=[schema.AlterConfigsResource(
+        resource_type=4, resource_name="103", configs=[schema.AlterConfigsResource.AlterableConfig(
+            name="num.partitions", value="3")])])
+    [answer] = exchange(cluster.specs[101].address, ALTER_CONFIGS, 2, body).responses
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.INVALID_REQUEST, "Unexpected broker id, expected 101, but received 103")
 
 
 def test_kafka_python_legacy_alter_configs_and_whole_reset(cluster) -> None:
