@@ -139,6 +139,33 @@ def test_legacy_alter_configs_of_a_broker(cluster) -> None:
         ErrorCode.INVALID_REQUEST, "Unexpected broker id, expected 101, but received 103")
 
 
+def test_librdkafkas_own_alter_configs_case(cluster) -> None:
+    """librdkafka's tests/0081-admin.c do_test_AlterConfigs, one call: a topic's valid configs, a valid
+    config of a broker (the call goes to that broker), valid configs of a topic that does not exist;
+    answered NO_ERROR, NO_ERROR, UNKNOWN_TOPIC_OR_PART."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
+    create(admin, NewTopic("rdkafka-0081", 1, 1))
+    resources = [
+        ConfigResource(ConfigResource.Type.TOPIC, "rdkafka-0081",
+                       set_config={"compression.type": "gzip", "flush.ms": "12345678"}),
+        ConfigResource(ConfigResource.Type.BROKER, "103",
+                       set_config={"sasl.kerberos.min.time.before.relogin": "58000"}),
+        ConfigResource(ConfigResource.Type.TOPIC, "rdkafka-0081-missing",
+                       set_config={"compression.type": "lz4", "offset.metadata.max.bytes": "12345"})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        futures = admin.alter_configs(resources, request_timeout=30)
+    outcomes = []
+    for resource in resources:
+        try:
+            futures[resource].result(timeout=60)
+            outcomes.append(KafkaError.NO_ERROR)
+        except KafkaException as exc:
+            outcomes.append(exc.args[0].code())
+    assert outcomes == [KafkaError.NO_ERROR, KafkaError.NO_ERROR, KafkaError.UNKNOWN_TOPIC_OR_PART]
+    assert dynamic(admin, "rdkafka-0081") == {"compression.type": "gzip", "flush.ms": "12345678"}
+
+
 def test_kafka_python_legacy_alter_configs_and_whole_reset(cluster) -> None:
     address = cluster.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": address, **QUIET})
