@@ -1,15 +1,17 @@
 """The part of AlterConfigs and IncrementalAlterConfigs a broker answers itself, before forwarding the rest.
 
-Kafka's broker (ConfigAdminManager.preprocess) answers a BROKER resource that names another broker
-without asking the controller: a broker's own dynamic configs are sent to, and validated by, that
-broker (librdkafka and kafka-python send each BROKER resource to the broker it names), so a resource
-must name this broker or the cluster-wide default (""). Anything else is INVALID_REQUEST, with
-Kafka's messages. The other resources are forwarded; `reassemble` puts the two answers together in
-the request's order, as Kafka's reassembleLegacyResponse / reassembleIncrementalResponse do.
+Kafka's broker (ConfigAdminManager.preprocess) answers, without asking the controller, every entry
+of a resource named more than once, and a BROKER resource that names another broker: a broker's own
+dynamic configs are sent to, and validated by, that broker (librdkafka and kafka-python send each
+BROKER resource to the broker it names), so a resource must name this broker or the cluster-wide
+default (""). Both are INVALID_REQUEST, with Kafka's messages. The other resources are forwarded
+(the controller checks their keys and values); `reassemble` puts the two answers together in the
+request's order, as Kafka's reassembleLegacyResponse / reassembleIncrementalResponse do.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +25,10 @@ BROKER = 4
 
 def refusals(resources: Sequence[Any], node_id: int) -> list[ApiError | None]:
     """Per resource of the request, in order: the error this broker answers it with, or None to forward it."""
-    return [_refusal(resource, node_id) for resource in resources]
+    counts = Counter((resource.resource_type, resource.resource_name) for resource in resources)
+    return [ApiError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            if counts[(resource.resource_type, resource.resource_name)] > 1 else _refusal(resource, node_id)
+            for resource in resources]
 
 
 def _refusal(resource: Any, node_id: int) -> ApiError | None:

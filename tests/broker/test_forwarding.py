@@ -99,6 +99,8 @@ def test_a_broker_resource_naming_another_broker_is_refused_by_the_broker_itself
         ("101", 0, None),
         ("x", ErrorCode.INVALID_REQUEST, "Node id must be an integer, but it is: x"),
         ("", 0, None)]
-    only_refused = alter_configs(dispatcher, key, (4, "103"))
+    only_refused = alter_configs(dispatcher, key, (4, "103"), (2, "twice"), (2, "twice"))
     assert len(controller.asked) == 1, "nothing left to forward: the controller is not asked"
-    assert [r.error_code for r in only_refused.responses] == [ErrorCode.INVALID_REQUEST]
+    assert [(r.resource_name, r.error_message) for r in only_refused.responses] == [
+        ("103", "Unexpected broker id, expected 101, but received 103"),
+        ("twice", "Each resource must appear at most once."), ("twice", "Each resource must appear at most once.")]

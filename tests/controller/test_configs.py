@@ -154,8 +154,9 @@ def test_replace_refuses_the_whole_resource_as_alter_does() -> None:
     error = error_of(replace, TOPIC, [("retention.ms", "soon")], current)
     assert (error.code, error.message) == (ErrorCode.INVALID_CONFIG, "Invalid value soon for configuration "
                                            "retention.ms: Not a number of type LONG")
-    error = error_of(replace, TOPIC, [("retention.ms", None)], current)
-    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Null value not supported for : retention.ms")
+    error = error_of(replace, TOPIC, [("no.such.config", "1"), ("retention.ms", None), ("segment.ms", None)], current)
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST,  # every null named, before other checks
+                                           "Null value not supported for : retention.ms, segment.ms")
     error = error_of(replace, TOPIC, [("retention.ms", "5"), ("retention.ms", "6")], current)
     assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     error = error_of(replace, BROKER, [("message.max.bytes", "-1")], {})  # as alter: KAFKA-13609's code
