@@ -3,7 +3,7 @@
 Kafka 4 still serves the non-incremental AlterConfigs: the configs a request names become the
 resource's whole set of dynamic configs, and every one it does not name is deleted (Kafka's
 ConfigurationControlManager.legacyAlterConfigs writes a ConfigRecord with a null value for each).
-confluent-kafka's `AdminClient.alter_configs` sends it as it is; kafka-python's
+confluent-kafka's `AdminClient.alter_configs` and aiokafka's `alter_configs` send it as it is; kafka-python's
 `KafkaAdminClient.alter_configs(..., incremental=False)` first reads the modified configs and sends
 them along (a read-modify-write of its own), and its `reset_configs(..., incremental=False)` of a
 whole resource sends an empty set. The brokers forward it to the active controller and apply the
@@ -13,10 +13,14 @@ effect a producer sees at once).
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from collections.abc import Iterator
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource as AioResource
+from aiokafka.admin.config_resource import ConfigResourceType as AioResourceType
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaAdminClient
@@ -190,3 +194,23 @@ def test_kafka_python_legacy_alter_configs_and_whole_reset(cluster) -> None:
         client.close()
     wait_until("the leader of reset-0 accepting a 5000-byte record (max.message.bytes back at 1048588)",
                lambda: produce_big(address, "reset") is None, timeout_s=60)
+
+
+def test_aiokafka_alter_configs_replaces_the_set(cluster) -> None:
+    """aiokafka's AIOKafkaAdminClient.alter_configs has only the legacy API: its call replaces the set too."""
+    address = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    create(admin, NewTopic("aiokafka", 1, 3, config={"max.message.bytes": "2000", "retention.ms": "3600000"}))
+
+    async def alter() -> list:
+        client = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=30_000)
+        await client.start()
+        try:
+            return await client.alter_configs([AioResource(AioResourceType.TOPIC, "aiokafka",
+                                                           {"segment.ms": "3600000"})])
+        finally:
+            await client.close()
+
+    answers = asyncio.run(alter())  # AlterConfigsResponse: resources of (code, message, type, name)
+    assert [(name, code) for answer in answers for code, _, _, name in answer.resources] == [("aiokafka", 0)]
+    assert dynamic(admin, "aiokafka") == {"segment.ms": "3600000"}
