@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from client_epochs.mirror import MirrorOptions, Replicator
-from client_epochs.mirror_cli import main, parser
+from client_epochs.mirror.cli import main, parser
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ["--source-bootstrap", "127.0.0.1:9092,127.0.0.1:9093", "--target-bootstrap", "[::1]:19092",
@@ -67,7 +67,7 @@ def test_the_replicator_refuses_options_that_break_its_guarantees():
 
 
 def test_the_module_runs_as_a_command():
-    done = subprocess.run([sys.executable, "-m", "client_epochs.mirror_cli", "--help"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "client_epochs.mirror.cli", "--help"], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0
     for option in ("--source-bootstrap", "--target-bootstrap", "--topics", "--group", "--status-interval-s",

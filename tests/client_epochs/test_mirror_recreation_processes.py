@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 import client_epochs.confluent
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.mirror import DEFAULT_GROUP, MirrorOptions, Replicator
-from client_epochs.mirror_progress import EPOCHS_HEADER, read_provenance
+from client_epochs.mirror.progress import EPOCHS_HEADER, read_provenance
 from quorum.launcher import KAFKA_COMPATIBLE, LocalCluster
 from quorum.wire.internal_metadata import topic_id_text
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster

@@ -1,4 +1,4 @@
-"""`client-epochs-mirror`: the replicator as a command (`python -m client_epochs.mirror_cli` too).
+"""`client-epochs-mirror`: the replicator as a command (`python -m client_epochs.mirror.cli` too).
 
     client-epochs-mirror --source-bootstrap HOST:PORT[,..] --target-bootstrap HOST:PORT[,..] --topics t1,t2
                          [--group NAME] [--instance-id ID] [--status-interval-s S] [--stop-after-idle-s S]

@@ -11,7 +11,7 @@ values, timestamps and headers preserved.
 What it guarantees, and how:
 
 - A source offset is committed only after the target acknowledged it and every record before it
-  (delivery callbacks; `mirror_progress.PartitionProgress`): a crash never loses a record.
+  (delivery callbacks; `progress.PartitionProgress`): a crash never loses a record.
 - Every copy carries its provenance (`client_epochs.source` = "<topic>/<partition>/<offset>", and
   the epochs it was read under in `client_epochs.source_epochs`). On assignment the replicator reads
   the tail of each target partition; when the target already holds records beyond the committed
@@ -62,7 +62,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
-from client_epochs.mirror_progress import (
+from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
     PartitionProgress,
@@ -72,7 +72,7 @@ from client_epochs.mirror_progress import (
     last_copied,
     newest,
 )
-from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
+from client_epochs.mirror.topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
 from client_epochs.model import NO_EPOCH, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.waits import WaitTimer, diagnose
@@ -239,7 +239,7 @@ class Replicator:
     # --- topics -----------------------------------------------------------------------------------------
 
     def prepare_topics(self) -> dict[str, int]:
-        """Each source topic's partition count, the target topics created or checked (mirror_topics)."""
+        """Each source topic's partition count, the target topics created or checked (client_epochs.mirror.topics)."""
         counts, self._source_cluster_id = source_partition_counts(self._source_metadata, self.topics,
                                                                   self.options.topic_wait_s)
         ensure_target_topics(self.target, counts, self._source_cluster_id, _quiet(self.options.producer_config))

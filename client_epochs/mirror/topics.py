@@ -9,7 +9,7 @@ their own failure modes, each of which must end in a clear error rather than a w
   partition p); one with fewer partitions is refused, since some source partition would have nowhere
   to go; the target being the source itself is refused too;
 - the tail read: the last records of each target partition, whose provenance headers say how far an
-  earlier run got (`mirror_progress.last_copied`).
+  earlier run got (`progress.last_copied`).
 """
 
 from __future__ import annotations
