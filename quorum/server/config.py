@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.properties import PropertiesError, parse_properties
+from quorum.wire.properties import PropertiesError, parse_properties
 from quorum.raft.interface import QuorumConfig
 
 _VOTER = re.compile(r"^(?P<id>\d+)@(?P<host>[^:]+|\[[^\]]+\]):(?P<port>\d+)$")

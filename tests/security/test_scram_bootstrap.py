@@ -12,7 +12,7 @@ from quorum.cli import main
 from quorum.controller.controller import ControllerConfig
 from quorum.controller.scram import ALTER_USER_SCRAM_CREDENTIALS
 from quorum.image.image import MetadataImage
-from quorum.properties import format_properties
+from quorum.wire.properties import format_properties
 from quorum.security.scram import ScramClient, ScramServer, make_credential, salted_password
 from quorum.server.bootstrap_metadata import (
     BOOTSTRAP_FILE,
