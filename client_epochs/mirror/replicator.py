@@ -84,6 +84,8 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "PeriodicTask", "Replicator", "ReplicatorError"]
 
 DEFAULT_GROUP = "client-epochs-mirror"
+TARGET_PARTITION_WAIT_S = 60.0
+"""How long a copy waits for the target producer's metadata to list a partition a flow just created."""
 _LOG_START_TIMEOUT_S = 30.0
 """How long a resume waits for a partition's current leader to give its log start (a leader being moved)."""
 
@@ -345,13 +347,34 @@ class Replicator:
         headers = copy_headers(message.headers(), Provenance(tp.topic, tp.partition, offset),
                                self._epochs(tp, leader_epoch))
         on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
+        target = self._target_topic(tp.topic)
         while True:
             try:
-                self._producer.produce(self._target_topic(tp.topic), value=message.value(), key=message.key(),
+                self._producer.produce(target, value=message.value(), key=message.key(),
                                        partition=tp.partition, headers=headers, on_delivery=on_delivery, **extra)
                 return
             except BufferError:  # the producer's queue is full: wait for the target to take some
                 self._producer.poll(0.1)
+            except KafkaException as exc:
+                if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+                    raise
+                self._await_target_partition(target, tp.partition)
+
+    def _await_target_partition(self, topic: str, partition: int) -> None:
+        """A target partition created a moment ago (a flow's topic sync) that the producer's metadata
+        does not list yet: librdkafka refuses to produce to it at once and refreshes a topic's metadata
+        only every few minutes, so ask for it until it is listed (ReplicatorError past the deadline)."""
+        assert self._producer is not None
+        deadline = self._clock() + TARGET_PARTITION_WAIT_S
+        while True:
+            listed = self._producer.list_topics(topic, timeout=5).topics.get(topic)
+            if listed is not None and listed.error is None and partition in listed.partitions:
+                return
+            if self._clock() >= deadline:
+                raise ReplicatorError(f"the target's metadata does not list partition {topic}-{partition} after "
+                                      f"{TARGET_PARTITION_WAIT_S:g} s")
+            log.info("waiting for the target's metadata to list partition %s-%d", topic, partition)
+            self._producer.poll(0.2)
 
     def _epochs(self, tp: TopicPartition, leader_epoch: int | None) -> InternalMetadata | None:
         """The epochs a record was read under: the topic epoch the consumer's metadata client accepted,
