@@ -62,6 +62,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
+from client_epochs.mirror.metrics import FlowMetrics
 from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
@@ -168,11 +169,13 @@ class Replicator:
                  out: TextIO | None = None, clock: Callable[[], float] = time.monotonic, *,
                  target_topic: Callable[[str], str] = str, tasks: Sequence[PeriodicTask] = (),
                  prepare_target: bool = True,
-                 before_assign: Callable[[list[TopicPartition]], None] | None = None) -> None:
+                 before_assign: Callable[[list[TopicPartition]], None] | None = None,
+                 metrics: FlowMetrics | None = None) -> None:
         """`target_topic` names the copy of a source topic on the target (a replication policy; the
         same name by default); `tasks` run in the copy loop; without `prepare_target` the target topics
         are the caller's to create (a flow's topic sync), and `topics` may be empty until it finds some;
-        `before_assign` sees each assignment first (a flow makes sure the target partitions exist)."""
+        `before_assign` sees each assignment first (a flow makes sure the target partitions exist);
+        `metrics` gets every acknowledged copy (MM2's per-partition metrics) and the counts."""
         if not topics and prepare_target:
             raise ValueError("no topic to replicate")
         (options or MirrorOptions()).check()
@@ -185,6 +188,9 @@ class Replicator:
         self._tasks = list(tasks)
         self._prepare_target = prepare_target
         self._before_assign = before_assign
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.counts = self.counts
         self._out = out if out is not None else sys.stdout
         self._clock = clock
         self._stopping: str | None = None
@@ -346,8 +352,12 @@ class Replicator:
         extra: dict[str, Any] = {} if ts_type == TIMESTAMP_NOT_AVAILABLE else {"timestamp": timestamp}
         headers = copy_headers(message.headers(), Provenance(tp.topic, tp.partition, offset),
                                self._epochs(tp, leader_epoch))
-        on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
         target = self._target_topic(tp.topic)
+        on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
+        if self._metrics is not None:
+            size = len(message.value() or b"") + len(message.key() or b"")
+            measured = TopicPartition(target, tp.partition), size, extra.get("timestamp"), time.time()
+            on_delivery = partial(self._measured, on_delivery, measured)
         while True:
             try:
                 self._producer.produce(target, value=message.value(), key=message.key(),
@@ -401,6 +411,12 @@ class Replicator:
         if self._failure is None:
             self._failure = (f"the target did not take the copy of {tp} offset {offset}: {error.str()}; nothing "
                              f"from there on is committed, a restart copies it again")
+
+    def _measured(self, delivered: Callable[[KafkaError | None, Any], None],
+                  copy: tuple[TopicPartition, int, int | None, float], error: KafkaError | None, message: Any) -> None:
+        if error is None and self._metrics is not None:
+            self._metrics.acknowledged(*copy)
+        delivered(error, message)
 
     def _producer_error(self, error: KafkaError) -> None:
         if error.fatal():

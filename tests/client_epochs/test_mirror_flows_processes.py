@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,9 +52,9 @@ def clusters(tmp_path_factory) -> Iterator[dict[str, str]]:
 class MirrorProcess:
     """The command on a config file, its output collected by a thread; stopped by SIGTERM, by pid."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, *more: str) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "client_epochs.mirror.cli", "--config", str(config),
-                                         "--status-interval-s", "1", "--commit-interval-s", "0.5"],
+                                         "--status-interval-s", "1", "--commit-interval-s", "0.5", *more],
                                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -66,6 +67,18 @@ class MirrorProcess:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    def metrics(self) -> dict[str, float]:
+        """The samples its --metrics-port endpoint serves, by name{labels}."""
+        url = next(line.split()[-1] for line in self.lines if line.startswith("client-epochs-mirror metrics: "))
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
 
     def wait_until(self, what: str, condition, timeout_s: float = 90.0) -> None:
         """wait_until, naming at the deadline what the command printed last (its status and flow lines)."""
@@ -136,7 +149,7 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         "A->B.enabled": "true", "A->B.topics": "orders, payments, brand-new.*, skip-.*", "topics.exclude": "skip-.*",
         "refresh.topics.interval.seconds": "2", "sync.topic.configs.interval.seconds": "2",
         "emit.heartbeats.interval.seconds": "1", "emit.checkpoints.enabled": "false"})
-    mirror = MirrorProcess(config)
+    mirror = MirrorProcess(config, "--metrics-port", "0")
     try:
         mirror.wait_until("A.orders and A.payments copied", lambda: copied(b, "A.orders", orders)
                           and copied(b, "A.payments", payments))
@@ -160,6 +173,15 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         assert partitions_of(b, "A.skip-me") == 0 and partitions_of(b, "skip-me") == 0, "excluded"
         beats = heartbeats(b)
         assert beats and {(h.source_alias, h.target_alias) for h in beats} == {("A", "B")}
+        mirror.wait_until("the lag metric at 0", lambda: mirror.metrics().get(
+            'client_epochs_mirror_lag{source="A",target="B"}') == 0)
+        samples = mirror.metrics()
+        record = "kafka_connect_mirror_MirrorSourceConnector_record_count_total"
+        for partition, values in orders.items():
+            labels = f'{{partition="{partition}",source="A",target="B",topic="A.orders"}}'  # sorted, as served
+            assert samples.get(record + labels) == len(values), [k for k in samples if "record_count" in k]
+            assert samples["kafka_connect_mirror_MirrorSourceConnector_replication_latency_ms_max" + labels] >= 0
+        assert 'client_epochs_mirror_stale_metadata_refused_total{source="A",target="B"}' in samples
     finally:
         code = mirror.stop()
     out = mirror.output()
