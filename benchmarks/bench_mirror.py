@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.table import ROOT, print_table, progress
@@ -96,8 +96,12 @@ def fresh_target_topic(address: str) -> None:
 
 
 def copied(reader: Consumer) -> int:
-    return sum(reader.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10, cached=False)[1]
-               for p in range(PARTITIONS))
+    """Records in the target topic (0 while the reader's metadata does not list the new topic yet)."""
+    try:
+        return sum(reader.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10, cached=False)[1]
+                   for p in range(PARTITIONS))
+    except KafkaException:
+        return 0
 
 
 def commands(kind: str, source: str, target: str, group: str) -> list[list[str]]:
