@@ -279,3 +279,33 @@ def test_a_flow_whose_target_refuses_to_create_its_topics_stops_before_copying(c
                             "A.mm2-permission") and "TOPIC_AUTHORIZATION_FAILED" in error, done.stderr
     listed = AdminClient(client(cluster, "admin")).list_topics(timeout=30).topics
     assert "A.mm2-permission" not in listed
+
+
+def test_a_vote_from_a_node_outside_the_voter_set_is_answered_inconsistent_voter_set(cluster) -> None:
+    """Issue 38: a Vote that passes the authorizer (the tools' certificate, a super user) from node 99,
+    which is not in controller.quorum.voters, is answered as Kafka 3.x answers it
+    (validateVoterOnlyRequest: INCONSISTENT_VOTER_SET in the partition), and changes nothing."""
+    before = describe(cluster)
+    schema = APIS[52].request
+    vote = schema(version=2, cluster_id=None, voter_id=1, topics=[schema.TopicData(
+        topic_name="__cluster_metadata", partitions=[schema.TopicData.PartitionData(
+            partition_index=0, replica_epoch=before.leader_epoch + 5, replica_id=99, last_offset_epoch=1,
+            last_offset=10**9)])])
+    tools = ClientSecurity.of_client_properties({"security.protocol": "SSL",
+                                                 "ssl.ca.location": str(cluster.security.ca.cert_path),
+                                                 "ssl.certificate.location": str(cluster.security.tool)})
+
+    async def ask():
+        host, _, port = controller(cluster).rpartition(":")
+        peer = PeerClient(host, int(port), "non-voter", 30_000, security=tools)
+        try:
+            return await peer.request(APIS[52], 2, vote)
+        finally:
+            await peer.close()
+
+    answer = asyncio.run(ask())
+    (partition,) = answer.topics[0].partitions
+    assert answer.error_code == ErrorCode.NONE and partition.error_code == ErrorCode.INCONSISTENT_VOTER_SET
+    assert not partition.vote_granted
+    after = describe(cluster)
+    assert (after.leader_id, after.leader_epoch) == (before.leader_id, before.leader_epoch)
