@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -309,3 +310,34 @@ def test_a_vote_from_a_node_outside_the_voter_set_is_answered_inconsistent_voter
     assert not partition.vote_granted
     after = describe(cluster)
     assert (after.leader_id, after.leader_epoch) == (before.leader_id, before.leader_epoch)
+
+
+def test_a_fetch_whose_partitions_are_all_refused_is_answered_at_once(cluster) -> None:
+    """Issue 38: alice (no READ ACL) fetches with MaxWaitMs 20 s: every partition is answered
+    TOPIC_AUTHORIZATION_FAILED at once, as Kafka's ReplicaManager answers a fetch left with nothing to
+    read, not after the 20 s a long poll of readable partitions may take. (A functional check of
+    waiting, with a margin of 10 s: the old handler answered after the full MaxWaitMs.)"""
+    create(AdminClient(client(cluster, "admin")), NewTopic("fetch-refused", 2, 1))
+    settings = client(cluster, "alice")
+    schema = APIS[1].request
+    topic = schema.FetchTopic(topic="fetch-refused", topic_id=None, partitions=[
+        schema.FetchTopic.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                         log_start_offset=-1, partition_max_bytes=1 << 20) for p in (0, 1)])
+    body = schema(replica_id=-1, max_wait_ms=20_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                  session_epoch=-1, topics=[topic], forgotten_topics_data=[], rack_id="")
+
+    async def fetch():
+        host, _, port = settings["bootstrap.servers"].split(",")[0].rpartition(":")
+        security = ClientSecurity.of_client_properties(settings)
+        peer = PeerClient(host, int(port), "alice-fetch", 60_000, security=security)
+        try:
+            started = time.monotonic()
+            answer = await peer.request(APIS[1], 12, body)
+            return answer, time.monotonic() - started
+        finally:
+            await peer.close()
+
+    answer, took_s = asyncio.run(fetch())
+    codes = {p.partition_index: p.error_code for t in answer.responses for p in t.partitions}
+    assert codes == {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED, 1: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    assert took_s < 10, f"answered after {took_s:.1f} s: the refused fetch waited out MaxWaitMs"
