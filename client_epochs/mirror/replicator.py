@@ -62,6 +62,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
+from client_epochs.mirror.checkpoints import OffsetTranslation
+from client_epochs.mirror.offsets import OffsetTranslationOptions
 from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
@@ -112,6 +114,8 @@ class MirrorOptions:
     """More librdkafka settings for the source consumer (not those in RESERVED)."""
     producer_config: dict[str, Any] = field(default_factory=dict)
     """More librdkafka settings for the target producer (not those in RESERVED)."""
+    offsets: OffsetTranslationOptions | None = None
+    """Offset syncs, checkpoints and group offset sync (client_epochs.mirror.checkpoints); None: none."""
 
     def check(self) -> None:
         """ValueError for settings the replicator's guarantees rest on, or intervals that are not positive."""
@@ -127,6 +131,8 @@ class MirrorOptions:
             raise ValueError(f"stop_after_idle_s must be positive or None, not {self.stop_after_idle_s!r}")
         if self.tail_records < 1:
             raise ValueError(f"tail_records must be 1 or more, not {self.tail_records!r}")
+        if self.offsets is not None:
+            self.offsets.check()
 
 
 RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", "group.instance.id"),
@@ -188,6 +194,8 @@ class Replicator:
         self._floors: dict[TopicPartition, InternalMetadata] = {}
         """The epochs each assigned partition waits for before it is fetched (commits, resume seeks)."""
         self._copied_since_status = False
+        self._translation: OffsetTranslation | None = None
+        """Offset syncs and checkpoints, when options.offsets is set (created in run())."""
 
     # --- control ----------------------------------------------------------------------------------------
 
@@ -223,6 +231,11 @@ class Replicator:
         self._consumer = Consumer(consumer_config, no_partitions_warning_s=None)
         reason = "stopped"
         try:
+            if self.options.offsets is not None:
+                self._translation = OffsetTranslation(self.source, self.target, self.options.offsets,
+                                                      self.options.group, partitions, self.options.consumer_config,
+                                                      self.options.producer_config, self._clock)
+                self._translation.start()
             self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                      on_lost=self._on_lost)
             self._loop()
@@ -267,6 +280,8 @@ class Replicator:
             if now >= next_status:
                 self._status()
                 next_status = now + self.options.status_interval_s
+            if self._translation is not None:
+                self._translation.tick(now)
             idle = self.options.stop_after_idle_s
             if idle is not None and self._progress and now - self._last_activity >= idle:
                 self.stop(f"idle for {idle:g} s")
@@ -322,10 +337,12 @@ class Replicator:
         return None if metadata.is_unknown else metadata
 
     def _delivered(self, tp: TopicPartition, progress: PartitionProgress, offset: int, leader_epoch: int | None,
-                   error: KafkaError | None, _: confluent_kafka.Message) -> None:
+                   error: KafkaError | None, message: confluent_kafka.Message) -> None:
         if error is None:
             progress.acknowledged(offset, leader_epoch)
             self.counts.of(tp).replicated += 1
+            if self._translation is not None and self._progress.get(tp) is progress:  # still ours
+                self._translation.copied(tp, offset, message.offset())
             return
         progress.failed(offset, error.str())
         if self._failure is None:
@@ -382,6 +399,8 @@ class Replicator:
             self._held.update(_key(p) for p in held)
         self.counts.assigned = len(self._progress)
         self._last_activity = self._clock()
+        if self._translation is not None:
+            self._translation.assigned(keys)
 
     def _apply_seeks(self) -> None:
         """The resume seeks with their internal metadata: the wrapper then holds each partition until
@@ -409,6 +428,8 @@ class Replicator:
         keys = [_key(p) for p in partitions]
         self._flush()
         self._commit(keys)
+        if self._translation is not None:
+            self._translation.revoked(keys)
         self._drop(keys)
 
     def _on_lost(self, _: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -417,6 +438,9 @@ class Replicator:
         self._drop(_key(p) for p in partitions)
 
     def _drop(self, keys: Iterable[TopicPartition]) -> None:
+        keys = list(keys)
+        if self._translation is not None:
+            self._translation.dropped(keys)
         for tp in keys:
             self._progress.pop(tp, None)
             self._pending_seeks.pop(tp, None)
@@ -518,6 +542,8 @@ class Replicator:
             try:
                 if self._consumer is not None:
                     self._consumer.close()
+                if self._translation is not None:
+                    self._translation.close()
             finally:
                 self._source_bounds.close()
                 self._source_metadata.close()
