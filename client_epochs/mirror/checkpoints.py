@@ -113,16 +113,18 @@ class OffsetTranslation:
         """The internal topics created if missing, the clients opened, the checkpoints written before read."""
         timeout = self.options.read_timeout_s
         self._source_admin = AdminClient({"bootstrap.servers": self.source, **self._source_config})
-        _ensure_topic(self._source_admin, self.syncs_topic, {
-            "cleanup.policy": "delete", "retention.ms": str(self.options.offset_syncs_retention_ms)},
-            self.options.replication_factor, timeout)
-        self._sync_producer = Producer({"bootstrap.servers": self.source, "client.id": _CLIENT_ID, "acks": "all",
-                                        "enable.idempotence": True, "linger.ms": 5, **self._source_config})
+        if self.options.emit_offset_syncs_enabled:
+            _ensure_topic(self._source_admin, self.syncs_topic, {
+                "cleanup.policy": "delete", "retention.ms": str(self.options.offset_syncs_retention_ms)},
+                self.options.offset_syncs_topic_replication_factor, timeout)
+            self._sync_producer = Producer({"bootstrap.servers": self.source, "client.id": _CLIENT_ID,
+                                            "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                                            **self._source_config})
         if not self.options.emit_checkpoints_enabled:
             return
         self._target_admin = AdminClient({"bootstrap.servers": self.target, **self._target_config})
         _ensure_topic(self._target_admin, self.checkpoints_topic, {"cleanup.policy": "compact"},
-                      self.options.replication_factor, timeout)
+                      self.options.checkpoints_topic_replication_factor, timeout)
         self._checkpoint_producer = Producer({"bootstrap.servers": self.target, "client.id": _CLIENT_ID,
                                               "acks": "all", "enable.idempotence": True, **self._target_config})
         source_security = ClientSecurity.of_client_properties(self._source_config)
@@ -219,7 +221,8 @@ class OffsetTranslation:
         if self._sync_reader is None:
             self._sync_reader = confluent_kafka.Consumer({
                 "bootstrap.servers": self.source, "group.id": _INTERNAL_READER_GROUP, "enable.auto.commit": False,
-                "enable.partition.eof": False, **self._source_config})
+                # syncs deleted by retention under the reader's position: go on from the oldest left
+                "enable.partition.eof": False, "auto.offset.reset": "earliest", **self._source_config})
             self._sync_reader.assign([confluent_kafka.TopicPartition(self.syncs_topic, 0,
                                                                      confluent_kafka.OFFSET_BEGINNING)])
         records = _read_to_end(self._sync_reader, self.syncs_topic, self.options.read_timeout_s)
@@ -358,6 +361,7 @@ def read_checkpoints(target_bootstrap: str, source_alias: str, timeout_s: float 
     topic = checkpoints_topic(source_alias)
     reader = confluent_kafka.Consumer({"bootstrap.servers": target_bootstrap, "group.id": _INTERNAL_READER_GROUP,
                                        "enable.auto.commit": False, "enable.partition.eof": False,
+                                       "auto.offset.reset": "earliest",
                                        **client_settings(config or {})})
     try:
         listed = reader.list_topics(timeout=timeout_s).topics.get(topic)  # all: never an auto-creation

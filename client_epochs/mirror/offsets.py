@@ -127,8 +127,12 @@ class OffsetTranslationOptions:
     """sync.group.offsets.enabled."""
     sync_group_offsets_interval_s: float = 60.0
     """sync.group.offsets.interval.seconds."""
-    replication_factor: int | None = None
-    """For the internal topics this creates; None: the cluster's default (MM2: 3)."""
+    emit_offset_syncs_enabled: bool = True
+    """emit.offset-syncs.enabled: without syncs, checkpoints translate only what older syncs cover."""
+    offset_syncs_topic_replication_factor: int | None = None
+    """offset-syncs.topic.replication.factor when this creates the topic; None: the cluster's default (MM2: 3)."""
+    checkpoints_topic_replication_factor: int | None = None
+    """checkpoints.topic.replication.factor when this creates the topic; None: the cluster's default (MM2: 3)."""
     read_timeout_s: float = 30.0
     """How long one read of a topic's end, or one admin call, may take."""
 
@@ -137,9 +141,59 @@ class OffsetTranslationOptions:
                      "read_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if self.offset_syncs_retention_ms != -1 and self.offset_syncs_retention_ms < 1:
+            raise ValueError(f"offset_syncs_retention_ms must be positive or -1 (forever), not "
+                             f"{self.offset_syncs_retention_ms!r}")
         if self.offset_lag_max < 1:
             raise ValueError(f"offset_lag_max must be 1 or more, not {self.offset_lag_max!r}")
         GroupFilter(self.groups, self.groups_exclude)  # the patterns compile
+
+    @classmethod
+    def from_mm2(cls, properties: Mapping[str, str], source_alias: str = "source", target_alias: str = "target",
+                 target_topic: Callable[[str], str] = same_name) -> OffsetTranslationOptions:
+        """The options of one flow from its MM2 properties (already resolved for the flow, without its
+        "A->B." prefix); other keys are not this one's business and are ignored. ValueError names a
+        value that does not parse, and offset-syncs.topic.location=target, which is not supported."""
+        location = properties.get("offset-syncs.topic.location", "source").strip()
+        if location != "source":
+            raise ValueError(f"offset-syncs.topic.location={location!r}: only 'source' (MM2's default) is supported")
+        options = cls(source_alias=source_alias, target_alias=target_alias, target_topic=target_topic)
+        for key, (name, parse) in _MM2_KEYS.items():
+            if key in properties:
+                try:
+                    setattr(options, name, parse(properties[key]))
+                except ValueError:
+                    raise ValueError(f"{key}={properties[key]!r} is not a valid value") from None
+        options.check()
+        return options
+
+
+def _boolean(value: str) -> bool:
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(value)
+    return text == "true"
+
+
+def _factor(value: str) -> int | None:
+    number = int(value.strip())
+    return None if number == -1 else number
+
+
+_MM2_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "offset.lag.max": ("offset_lag_max", lambda v: int(v.strip())),
+    "emit.offset-syncs.enabled": ("emit_offset_syncs_enabled", _boolean),
+    "emit.checkpoints.enabled": ("emit_checkpoints_enabled", _boolean),
+    "emit.checkpoints.interval.seconds": ("emit_checkpoints_interval_s", lambda v: float(v.strip())),
+    "groups": ("groups", lambda v: parse_list(v)),
+    "groups.exclude": ("groups_exclude", lambda v: parse_list(v)),
+    "sync.group.offsets.enabled": ("sync_group_offsets_enabled", _boolean),
+    "sync.group.offsets.interval.seconds": ("sync_group_offsets_interval_s", lambda v: float(v.strip())),
+    "offset-syncs.topic.replication.factor": ("offset_syncs_topic_replication_factor", _factor),
+    "checkpoints.topic.replication.factor": ("checkpoints_topic_replication_factor", _factor),
+    "offset-syncs.topic.retention.ms": ("offset_syncs_retention_ms", lambda v: int(v.strip())),
+}
+"""MM2's keys for offset translation (offset-syncs.topic.retention.ms is this project's own)."""
 
 
 # --- the writer's rule ----------------------------------------------------------------------------------

@@ -279,3 +279,46 @@ def test_metadata_user_part_and_target_epochs():
     committed = target_commit_metadata(Checkpoint("g", "t", 0, 1, 1, "app"), target)
     assert decode(committed) == ("app", target)
     assert target_commit_metadata(Checkpoint("g", "t", 0, 1, 1, "app"), None) == "app"
+
+
+# --- options from MM2 properties, and the writer's ownership --------------------------------------------
+
+
+def test_options_from_mm2_properties():
+    options = OffsetTranslationOptions.from_mm2({
+        "offset.lag.max": "50", "emit.checkpoints.interval.seconds": "5", "groups": "orders-.*, billing",
+        "groups.exclude": "", "sync.group.offsets.enabled": "TRUE", "sync.group.offsets.interval.seconds": "10",
+        "checkpoints.topic.replication.factor": "1", "offset-syncs.topic.replication.factor": "-1",
+        "replication.policy.class": "not.mine"}, "primary", "backup")
+    assert (options.offset_lag_max, options.emit_checkpoints_interval_s, options.groups, options.groups_exclude,
+            options.sync_group_offsets_enabled, options.sync_group_offsets_interval_s) == (
+        50, 5.0, ["orders-.*", "billing"], [], True, 10.0)
+    assert options.checkpoints_topic_replication_factor == 1 and options.offset_syncs_topic_replication_factor is None
+    assert (options.source_alias, options.target_alias) == ("primary", "backup")
+    defaults = OffsetTranslationOptions.from_mm2({})
+    assert (defaults.emit_checkpoints_enabled, defaults.emit_checkpoints_interval_s,
+            defaults.sync_group_offsets_enabled, defaults.offset_lag_max, tuple(defaults.groups_exclude)) == (
+        True, 60.0, False, 100, ("console-consumer-.*", "connect-.*", "__.*"))
+
+
+@pytest.mark.parametrize("key, value", [("offset.lag.max", "many"), ("emit.checkpoints.enabled", "yes"),
+                                        ("offset-syncs.topic.location", "target"), ("groups", "(")])
+def test_bad_mm2_properties_name_the_key(key, value):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.") if key != "groups" else "groups"):
+        OffsetTranslationOptions.from_mm2({key: value})
+
+
+def test_no_sync_for_a_partition_no_longer_owned():
+    pytest.importorskip("confluent_kafka")
+    from client_epochs.mirror.checkpoints import OffsetTranslation
+
+    translation = OffsetTranslation("localhost:1", "localhost:2", OffsetTranslationOptions(), "mirror", {"t": 2})
+    sent: list = []
+    translation._send_sync = sent.append  # no producer: what would be written
+    translation.assigned([TopicPartition("t", 0)])
+    translation.copied(TopicPartition("t", 0), 5, 0)
+    translation.copied(TopicPartition("t", 1), 5, 0)  # never assigned here
+    translation.dropped([TopicPartition("t", 0)])  # lost: another member may copy it now
+    translation.copied(TopicPartition("t", 0), 6, 1)
+    translation.tick(translation._next_high_marks)
+    assert sent == [OffsetSync("t", 0, 5, 0)]
