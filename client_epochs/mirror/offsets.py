@@ -53,9 +53,11 @@ at-least-once cases of the replicator (a second replicator or another writer in 
 partition, a zombie owner writing after losing the partition; the writer writes syncs only for
 partitions it still owns), where target offsets no longer grow with source offsets.
 
-History: `SyncHistory` keeps the syncs of a partition sorted by upstream offset; a sync whose u is
+History: `SyncHistory` keeps the syncs of a partition increasing in both offsets: a sync whose u is
 not above the newest (a rewound copy) replaces those at or above it (it is newer truth about those
-offsets), and past `MAX_SYNCS` every other one of the older half is dropped (coarser, still safe).
+offsets), one whose d is not above the newest (the target partition was truncated or recreated:
+syncs there may name copies it no longer holds, which the lemma's "true" excludes) replaces those
+at or above its d, and past `MAX_SYNCS` every other one of the older half is dropped (coarser, still safe).
 The offset-syncs topic is created with cleanup.policy=delete and a retention (default 7 days, as
 Kafka's log.retention.hours) rather than MM2's compaction: the key is the partition, so compaction
 would keep only the newest sync of each partition and a group committed behind it could never be
@@ -244,6 +246,9 @@ class SyncHistory:
             return  # not a copy (MM2 never writes these)
         if self.upstream and upstream <= self.upstream[-1]:
             cut = bisect.bisect_left(self.upstream, upstream)
+            del self.upstream[cut:], self.downstream[cut:]
+        if self.downstream and downstream <= self.downstream[-1]:  # the target lost or recreated its log
+            cut = bisect.bisect_left(self.downstream, downstream)
             del self.upstream[cut:], self.downstream[cut:]
         self.upstream.append(upstream)
         self.downstream.append(downstream)

@@ -43,7 +43,9 @@ Where it is still at-least-once (a record may be present twice in the target):
   error; it commits only what came before it, so the restart copies from there.
 
 Not copied: topic configurations (the target topic is created with the source's partition count
-and the target's default replication factor), consumer offsets of other groups, ACLs.
+and the target's default replication factor), ACLs; other groups' offsets only as MM2 translates them,
+when `MirrorOptions.offsets` is set (offset syncs, checkpoints, group offset sync:
+`client_epochs.mirror.checkpoints`).
 """
 
 from __future__ import annotations

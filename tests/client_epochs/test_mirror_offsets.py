@@ -125,6 +125,16 @@ def test_a_rewound_sync_replaces_those_at_or_above_it():
     assert history.upstream == [0, 40] and history.translate(55) == 71
 
 
+def test_a_truncated_target_drops_the_syncs_it_may_no_longer_hold():
+    history = SyncHistory()
+    for u, d in [(0, 0), (50, 50), (99, 99), (100, 0)]:  # the target recreated, copying from 100 again
+        history.add(u, d)
+    assert history.upstream == [100] and history.translate(50) is None and history.translate(100) == 0
+    for u, d in [(0, 0), (50, 50), (99, 99), (100, 60)]:  # lost 60..99 (an unclean election)
+        history.add(u, d)
+    assert history.upstream == [0, 50, 100] and history.translate(70) == 51
+
+
 def test_thinning_keeps_the_newest_half_and_stays_safe():
     history = SyncHistory(limit=8)
     for u in range(0, 90, 10):
