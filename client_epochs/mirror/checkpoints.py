@@ -42,9 +42,11 @@ from client_epochs.mirror.offsets import (
     apply_syncs,
     checkpoints_for_group,
     checkpoints_topic,
+    first_copy,
     latest_checkpoints,
     offset_syncs_topic,
     offsets_to_sync,
+    refine,
     target_commit_metadata,
 )
 from client_epochs.mirror.topics import ReplicatorError
@@ -102,6 +104,9 @@ class OffsetTranslation:
         self._source_offsets: OffsetFetcher | None = None
         self._target_offsets: OffsetFetcher | None = None
         self._target_metadata: MetadataClient | None = None
+        self._target_reader: confluent_kafka.Consumer | None = None
+        self._refined: dict[tuple[TopicPartition, int, int], int] = {}
+        """Refinements already read: (target partition, committed, conservative offset) -> exact offset."""
         now = clock()
         self._next_high_marks = now + options.offset_syncs_interval_s
         self._next_checkpoints = now + options.emit_checkpoints_interval_s
@@ -144,8 +149,9 @@ class OffsetTranslation:
                 if producer is not None and producer.flush(self.options.read_timeout_s):
                     log.warning("%s still unwritten at close", what)
         finally:
-            if self._sync_reader is not None:
-                self._sync_reader.close()
+            for reader in (self._sync_reader, self._target_reader):
+                if reader is not None:
+                    reader.close()
             for client in (self._source_offsets, self._target_offsets, self._target_metadata):
                 if client is not None:
                     client.close()
@@ -248,7 +254,8 @@ class OffsetTranslation:
             fetched = self._source_offsets.fetch(group, self.partitions, timeout=self.options.read_timeout_s)
             committed = {tp: Committed(c.offset, c.metadata) for tp, c in fetched.items() if c.offset >= 0}
             new = checkpoints_for_group(group, committed, self.histories, self.options.target_topic,
-                                        self.last.get(group, {}))
+                                        self.last.get(group, {}),
+                                        self._exact if self.options.exact_with_provenance else None)
             if not new:
                 continue
             failures: list[str] = []
@@ -265,6 +272,57 @@ class OffsetTranslation:
             log.info("checkpoints of group %s: %s", group, ", ".join(
                 f"{c.topic}-{c.partition} {c.upstream}->{c.downstream}" for c in new.values()))
         return written
+
+    def _exact(self, target: TopicPartition, source: TopicPartition, committed: int, translated: int) -> int:
+        """`translated` refined from the target's provenance headers (offsets.refine); itself when the
+        read fails. Reads at most offset.lag.max records; remembered, since it cannot change."""
+        key = (target, committed, translated)
+        known = self._refined.get(key)
+        if known is not None:
+            return known
+        try:
+            exact, final = self._read_forward(target, source, committed, translated)
+        except (KafkaException, ReplicatorError) as exc:
+            log.info("%s at %d not refined from provenance: %s", target, translated, exc)
+            return translated
+        if final:
+            if len(self._refined) > 100_000:
+                self._refined.clear()
+            self._refined[key] = exact
+        return exact
+
+    def _read_forward(self, target: TopicPartition, source: TopicPartition, committed: int, translated: int
+                      ) -> tuple[int, bool]:
+        """(refined offset, whether it is final: found, or not findable within the bound)."""
+        if self._target_reader is None:
+            self._target_reader = confluent_kafka.Consumer({
+                "bootstrap.servers": self.target, "group.id": _INTERNAL_READER_GROUP, "enable.auto.commit": False,
+                "enable.partition.eof": False, "auto.offset.reset": "earliest", **self._target_config})
+        reader = self._target_reader
+        partition = confluent_kafka.TopicPartition(target.topic, target.partition)
+        timeout = self.options.read_timeout_s
+        _, end = reader.get_watermark_offsets(partition, timeout=timeout)
+        if translated >= end:
+            return translated, False
+        reader.assign([confluent_kafka.TopicPartition(target.topic, target.partition, translated)])
+        limit = self.options.offset_lag_max
+        records: list[tuple[int, Any]] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(records) < limit:
+                if reader.position([partition])[0].offset >= end:
+                    break
+                if time.monotonic() >= deadline:
+                    raise ReplicatorError(f"could not read {target} from {translated} within {timeout:g} s")
+                batch = [(m.offset(), m.headers()) for m in reader.consume(limit - len(records), 0.2)
+                         if m.error() is None and m.offset() < end]
+                records.extend(batch)
+                if first_copy(batch, source, committed) is not None:
+                    break
+        finally:
+            reader.unassign()
+        exact = refine(records, source, committed, translated, end)
+        return exact, exact != translated or len(records) >= limit
 
     # --- group offset sync ------------------------------------------------------------------------------
 

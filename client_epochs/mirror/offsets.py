@@ -1,8 +1,8 @@
 """Offset translation, sans IO: when to write an offset sync, how a committed source offset becomes a
 target offset, which groups are checkpointed, and what is committed on the target (MM2's checkpoints).
 
-The design: an offset-syncs topic, not provenance headers
----------------------------------------------------------
+The design: an offset-syncs topic, refined by provenance headers
+----------------------------------------------------------------
 Every copy already names its source offset (`client_epochs.source`), so a target offset could be
 found by searching the target partition's headers. Translation reads MM2's offset syncs instead:
 small (topic, partition) -> (upstream, downstream) records in `mm2-offset-syncs.<target>.internal`
@@ -13,6 +13,13 @@ RemoteClusterUtils read ours, and a user moving from MM2 keeps their tooling); c
 reads one small topic rather than fetching from every mirrored target partition (large, possibly
 tiered, compacted or not readable by the checkpointing principal); and syncs stay true even where
 provenance is not monotonic (the at-least-once cases of the replicator's docstring).
+
+The headers then make it exact (`refine`, on unless `exact_with_provenance` is off): from the
+conservative target offset t, the checkpointing reads the target partition forward, at most
+`offset.lag.max` records, to the first copy of a source offset >= g, and checkpoints that copy's
+offset (or the partition's end, when it reached the end without finding one). Safe for the same
+reason as t: every copy of an offset >= g at or after t is at or after the first of them. When the
+read finds nothing within its bound or fails, t stands.
 
 The sync rule (writer, `SyncRule`, per source partition and assignment)
 ------------------------------------------------------------------------
@@ -72,6 +79,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from client_epochs.mirror.progress import ProvenanceError, read_provenance
 from client_epochs.model import TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, decode, encode
 from quorum.wire.mm2_records import Checkpoint, OffsetSync
@@ -135,6 +143,8 @@ class OffsetTranslationOptions:
     """offset-syncs.topic.replication.factor when this creates the topic; None: the cluster's default (MM2: 3)."""
     checkpoints_topic_replication_factor: int | None = None
     """checkpoints.topic.replication.factor when this creates the topic; None: the cluster's default (MM2: 3)."""
+    exact_with_provenance: bool = True
+    """Refine each translation from the target's provenance headers (module docstring); this project's own."""
     read_timeout_s: float = 30.0
     """How long one read of a topic's end, or one admin call, may take."""
 
@@ -334,15 +344,20 @@ class Committed:
     metadata: str | None = None
 
 
+Refine = Callable[[TopicPartition, TopicPartition, int, int], int]
+"""(target partition, source partition, committed source offset, conservative target offset) -> target offset."""
+
+
 def checkpoints_for_group(group: str, committed: Mapping[TopicPartition, Committed],
                           histories: Mapping[TopicPartition, SyncHistory], target_topic: Callable[[str], str],
-                          last: Mapping[TopicPartition, Checkpoint]) -> dict[TopicPartition, Checkpoint]:
+                          last: Mapping[TopicPartition, Checkpoint], exact: Refine | None = None,
+                          ) -> dict[TopicPartition, Checkpoint]:
     """The checkpoints to write now for `group`, by target partition (MM2's checkpointsForGroup).
 
     Partitions without a commit or without a sync at or below it are left out. `last` holds the
     checkpoints written before, by target partition: one is written again only when the group
     rewound on the source, or when its target offset advanced (checkpoints never go backwards
-    otherwise, as MM2's)."""
+    otherwise, as MM2's). `exact`, when given, refines each translation (`refine`)."""
     out: dict[TopicPartition, Checkpoint] = {}
     for tp, commit in sorted(committed.items()):
         history = histories.get(tp)
@@ -352,12 +367,42 @@ def checkpoints_for_group(group: str, committed: Mapping[TopicPartition, Committ
         if translated is None:
             continue
         target = TopicPartition(target_topic(tp.topic), tp.partition)
+        if exact is not None:
+            translated = exact(target, tp, commit.offset, translated)
         checkpoint = Checkpoint(group, target.topic, target.partition, commit.offset, translated,
                                 user_metadata(commit.metadata))
         before = last.get(target)
         if before is None or checkpoint.upstream < before.upstream or checkpoint.downstream > before.downstream:
             out[target] = checkpoint
     return out
+
+
+def first_copy(records: Iterable[tuple[int, Iterable[tuple[str, bytes | str | None]] | None]],
+               source: TopicPartition, committed: int) -> int | None:
+    """Of target records ((offset, headers), in order), the offset of the first that copies an offset
+    >= `committed` of `source`; records of other writers or sources, or with unreadable provenance, are passed."""
+    for offset, headers in records:
+        try:
+            copied = read_provenance(headers)
+        except ProvenanceError:
+            continue
+        if copied is not None and copied.source.tp == source and copied.source.offset >= committed:
+            return offset
+    return None
+
+
+def refine(records: Sequence[tuple[int, Iterable[tuple[str, bytes | str | None]] | None]], source: TopicPartition,
+           committed: int, translated: int, end: int | None) -> int:
+    """The exact target offset for committed source offset `committed` of `source`, from the target
+    records read forward from `translated` (`first_copy`); else `end` (the high watermark) when the
+    records read reach it; else `translated`."""
+    found = first_copy(records, source, committed)
+    if found is not None:
+        return found
+    last = records[-1][0] if records else translated - 1
+    if end is not None and last + 1 >= end:
+        return max(end, translated)
+    return translated
 
 
 def latest_checkpoints(records: Iterable[Checkpoint], group: str) -> dict[TopicPartition, Checkpoint]:

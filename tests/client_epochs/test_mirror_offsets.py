@@ -23,9 +23,11 @@ from client_epochs.mirror.offsets import (
     latest_checkpoints,
     offset_syncs_topic,
     offsets_to_sync,
+    refine,
     target_commit_metadata,
     user_metadata,
 )
+from client_epochs.mirror.progress import PROVENANCE_HEADER, Provenance, copy_headers
 from client_epochs.model import TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata, decode, encode
 from quorum.wire.mm2_records import Checkpoint, MM2RecordError, OffsetSync
@@ -135,6 +137,20 @@ def test_a_truncated_target_drops_the_syncs_it_may_no_longer_hold():
     assert history.upstream == [0, 50, 100] and history.translate(70) == 51
 
 
+def test_refine_finds_the_first_copy_at_or_after_the_commit():
+    other = TopicPartition("other", 0)
+    records = [(5, copy_headers(None, Provenance("orders", 0, 8), None)),
+               (6, [("k", b"v")]),  # another writer's
+               (7, copy_headers(None, Provenance(other.topic, 0, 99), None)),
+               (8, [(PROVENANCE_HEADER, b"garbage")]),
+               (9, copy_headers(None, Provenance("orders", 0, 12), None))]
+    assert refine(records, TP, 9, 5, None) == 9
+    assert refine(records, TP, 8, 5, None) == 5
+    assert refine(records, TP, 13, 5, 10) == 10  # read to the end: the next copy comes after it
+    assert refine(records, TP, 13, 5, 11) == 5  # not to the end: the conservative offset stands
+    assert refine([], TP, 13, 7, 7) == 7
+
+
 def test_thinning_keeps_the_newest_half_and_stays_safe():
     history = SyncHistory(limit=8)
     for u in range(0, 90, 10):
@@ -186,10 +202,15 @@ def simulate(n, gaps, kills, lag_max, ticks):
             visible_last = seen[-1]
 
 
+def headers_of(target: list[int]) -> list[tuple[int, list]]:
+    """The simulated target log as (offset, headers) with the replicator's provenance."""
+    return [(d, copy_headers(None, Provenance(TP.topic, TP.partition, u), None)) for d, u in enumerate(target)]
+
+
 runs = st.tuples(st.integers(0, 60), st.integers(0, 5), st.integers(0, 5), st.integers(0, 3))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 200), gaps=st.sets(st.integers(0, 199), max_size=60), kills=st.lists(runs, max_size=4),
        lag_max=st.integers(1, 20), ticks=st.sets(st.integers(0, 300), max_size=20), data=st.data())
 def test_translation_never_skips_a_record(n, gaps, kills, lag_max, ticks, data):
@@ -198,6 +219,7 @@ def test_translation_never_skips_a_record(n, gaps, kills, lag_max, ticks, data):
     target, syncs = simulate(n, gaps, kills, lag_max, ticks)
     # any subset of the syncs, in order, as retention, compaction or a lost write may leave
     kept = data.draw(st.lists(st.booleans(), min_size=len(syncs), max_size=len(syncs)))
+    log = headers_of(target)
     for subset in (syncs, [s for s, keep in zip(syncs, kept, strict=True) if keep]):
         history = SyncHistory()
         for u, d in subset:
@@ -209,6 +231,10 @@ def test_translation_never_skips_a_record(n, gaps, kills, lag_max, ticks, data):
             after = set(target[t:])
             missed = {u for u in target if u >= g} - after
             assert not missed, f"g={g} -> t={t} skips {sorted(missed)}; target {target}; syncs {subset}"
+            exact = refine(log[t:t + lag_max], TP, g, t, len(target))
+            assert exact >= t and not {u for u in target if u >= g} - set(target[exact:]), (g, t, exact)
+            if exact != t or t + lag_max >= len(target):  # found, or read to the end: nothing re-read
+                assert all(u >= g for u in target[exact:exact + 1]), (g, t, exact, target)
 
 
 @settings(max_examples=200, deadline=None)
