@@ -142,12 +142,15 @@ class OffsetTranslation:
                 TopicPartition(checkpoint.topic, checkpoint.partition)] = checkpoint
 
     def close(self) -> None:
-        """The last acknowledged copies synced, the syncs and checkpoints flushed, the clients closed."""
+        """The last acknowledged copies synced, the syncs and checkpoints flushed, the clients closed; never
+        raises (a sync not written only makes translation coarser)."""
         try:
             self._high_marks(list(self._rules))
             for producer, what in ((self._sync_producer, "offset syncs"), (self._checkpoint_producer, "checkpoints")):
                 if producer is not None and producer.flush(self.options.read_timeout_s):
                     log.warning("%s still unwritten at close", what)
+        except (KafkaException, BufferError) as exc:
+            log.warning("offset syncs at close: %s", exc)
         finally:
             for reader in (self._sync_reader, self._target_reader):
                 if reader is not None:

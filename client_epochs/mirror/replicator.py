@@ -544,9 +544,9 @@ class Replicator:
             try:
                 if self._consumer is not None:
                     self._consumer.close()
+            finally:
                 if self._translation is not None:
                     self._translation.close()
-            finally:
                 self._source_bounds.close()
                 self._source_metadata.close()
                 self._offsets.close()
