@@ -396,7 +396,7 @@ class OffsetTranslation:
     def _guarded(self, what: str, step: Callable[[], object]) -> None:
         try:
             step()
-        except (KafkaException, ReplicatorError, OSError, TimeoutError) as exc:
+        except (KafkaException, ReplicatorError, OSError, ValueError) as exc:
             log.warning("%s failed (tried again at the next interval): %s", what, exc)
 
 

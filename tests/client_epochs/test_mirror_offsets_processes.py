@@ -17,6 +17,7 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -97,13 +98,17 @@ def count(bootstrap: str) -> int:
 def produce_with_a_gap(bootstrap: str) -> None:
     """10 keys once, key "hot" 10 times, then 10 more keys in rolled segments: the cleaner removes the
     first 9 "hot" records, a gap of 9 offsets in the middle of the log."""
+    produce(bootstrap, [f"a{i}" for i in range(10)], ["hot"] * 10, *([f"b{i}"] for i in range(10)))
+
+
+def produce(bootstrap: str, *batches: list[str]) -> None:
+    """Each batch's keys (values "value-of-<key>"), acknowledged, 0.3 s apart (past log.roll.ms)."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, **QUIET})
-    batches = [[f"a{i}" for i in range(10)], ["hot"] * 10] + [[f"b{i}"] for i in range(10)]
     for batch in batches:
         for key in batch:
             producer.produce(TOPIC, f"value-of-{key}".encode(), key.encode(), partition=0)
         assert producer.flush(30) == 0
-        time.sleep(0.3)  # past log.roll.ms: the next append rolls the segment
+        time.sleep(0.3)
 
 
 def commit(bootstrap: str, group: str, offset: int) -> None:
@@ -152,22 +157,7 @@ def test_a_group_fails_over_to_the_translated_offsets(clusters):
     assert gap, held
     end = held[-1] + 1
 
-    options = OffsetTranslationOptions(offset_lag_max=LAG_MAX, offset_syncs_interval_s=0.3,
-                                       emit_checkpoints_interval_s=0.5, sync_group_offsets_enabled=True,
-                                       sync_group_offsets_interval_s=0.5, read_timeout_s=10)
-    replicator = Replicator(source, target, [TOPIC], MirrorOptions(
-        status_interval_s=1, consumer_config=QUIET, producer_config=QUIET, offsets=options), out=(out := io.StringIO()))
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            replicator.run()
-        except BaseException as exc:  # reported by the test
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="replicator", daemon=True)
-    thread.start()
-    try:
+    with replicating(source, target) as (replicator, failed):
         wait_until(f"the target holding {len(held)} copies",
                    lambda: failed or count(target) == len(held), timeout_s=60)
         assert not failed, failed
@@ -178,28 +168,11 @@ def test_a_group_fails_over_to_the_translated_offsets(clusters):
         commit(source, "ahead", 2)
         commit(source, "console-consumer-7", 3)  # excluded by MM2's default groups.exclude
         for g in (3, gap[len(gap) // 2], gap[-1] + 1, held[-3], end):
-            commit(source, "app", g)
-            exact = copies[min(u for u in held if u >= g)] if g < end else len(held)
-            # a commit translating to the same target offset as the one before writes no checkpoint (MM2's rule)
-            wait_until(f"a checkpoint of group app at source offset {g}, or one already at target offset {exact}",
-                       lambda g=g, exact=exact: (latest := latest_checkpoints(
-                           read_checkpoints(target, "source", 10, QUIET), "app").get(TP(TOPIC, 0))) is not None
-                       and (latest.upstream == g or latest.downstream == exact), timeout_s=30)
-            t = translate_offsets(target, "source", "app", config=QUIET)[TP(TOPIC, 0)]
-            after = [read_provenance(m.headers()).source.offset for m in read(target, t)]
-            missing = {u for u in held if u >= g} - set(after)
-            assert not missing, f"from target offset {t} (source {g}) the copies of {sorted(missing)} are skipped"
-            assert all(u >= g for u in after), f"source {g} -> target {t} reads {after} (not exact)"
-            assert t == exact
-            conservative = syncs(source).translate(g)
-            assert conservative is not None and conservative <= t
-            again = [read_provenance(m.headers()).source.offset for m in read(target, conservative)]
-            assert {u for u in held if u >= g} <= set(again)
-            assert len([u for u in again if u < g]) < LAG_MAX, f"source {g} -> {conservative} reads {again}"
-            print(f"source {g} -> target {t} (MM2's rule: {conservative})")
+            fail_over(source, target, g, held, copies)
 
         final = translate_offsets(target, "source", "app", config=QUIET)[TP(TOPIC, 0)]
-        target_id = MetadataClient(target).fetch([TOPIC]).partitions[TP(TOPIC, 0)].topic_id
+        with MetadataClient(target) as metadata:
+            target_id = metadata.fetch([TOPIC]).partitions[TP(TOPIC, 0)].topic_id
         fetcher = OffsetFetcher(target)
         try:
             synced = wait_until("group app's offsets synced to the target", lambda: (
@@ -216,13 +189,74 @@ def test_a_group_fails_over_to_the_translated_offsets(clusters):
         listed = AdminClient({"bootstrap.servers": target, **QUIET}).list_topics(timeout=30).topics
         assert checkpoints_topic("source") in listed
         assert offset_syncs_topic("target") in admin.list_topics(timeout=30).topics
+    assert replicator._translation is not None and replicator._translation.syncs_sent > 0
+
+    # a second run (a restart): its first copy is synced again, and it goes on from the checkpoints written
+    produce(source, [f"c{i}" for i in range(5)])
+    held = source_offsets(source)
+    with replicating(source, target) as (replicator, failed):
+        wait_until(f"the target holding {len(held)} copies", lambda: failed or count(target) == len(held),
+                   timeout_s=60)
+        assert not failed, failed
+        copies = {read_provenance(m.headers()).source.offset: m.offset() for m in read(target, 0)}
+        assert sorted(copies) == held
+        assert replicator._translation is not None and replicator._translation.last["app"]  # read at start
+        for g in (held[-4], held[-1] + 1):
+            fail_over(source, target, g, held, copies)
+
+
+@contextmanager
+def replicating(source: str, target: str) -> Iterator[tuple[Replicator, list[BaseException]]]:
+    """An in-process Replicator of TOPIC with offset translation (checkpoints and group sync every 0.5 s),
+    running on a thread; stopped and joined on the way out."""
+    options = OffsetTranslationOptions(offset_lag_max=LAG_MAX, offset_syncs_interval_s=0.3,
+                                       emit_checkpoints_interval_s=0.5, sync_group_offsets_enabled=True,
+                                       sync_group_offsets_interval_s=0.5, read_timeout_s=10)
+    replicator = Replicator(source, target, [TOPIC], MirrorOptions(
+        status_interval_s=1, consumer_config=QUIET, producer_config=QUIET, offsets=options), out=(out := io.StringIO()))
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            replicator.run()
+        except BaseException as exc:  # reported by the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="replicator", daemon=True)
+    thread.start()
+    try:
+        yield replicator, failed
     finally:
         replicator.stop()
         thread.join(60)
         print(out.getvalue())
         assert not thread.is_alive(), "the replicator did not stop within 60 s"
     assert not failed, failed
-    assert replicator._translation is not None and replicator._translation.syncs_sent > 0
+
+
+def fail_over(source: str, target: str, g: int, held: list[int], copies: dict[int, int]) -> None:
+    """Group app commits source offset g; once checkpointed, the target offset translate_offsets gives
+    reads every copy from g on and none before (exact), and MM2's conservative rule from the offset
+    syncs the replicator wrote skips nothing and reads fewer than offset.lag.max again."""
+    commit(source, "app", g)
+    end = held[-1] + 1
+    exact = copies[min(u for u in held if u >= g)] if g < end else len(held)
+    # a commit translating to the same target offset as the one before writes no checkpoint (MM2's rule)
+    wait_until(f"a checkpoint of group app at source offset {g}, or one already at target offset {exact}",
+               lambda: (latest := latest_checkpoints(read_checkpoints(target, "source", 10, QUIET), "app").get(
+                   TP(TOPIC, 0))) is not None and (latest.upstream == g or latest.downstream == exact), timeout_s=30)
+    t = translate_offsets(target, "source", "app", config=QUIET)[TP(TOPIC, 0)]
+    after = [read_provenance(m.headers()).source.offset for m in read(target, t)]
+    missing = {u for u in held if u >= g} - set(after)
+    assert not missing, f"from target offset {t} (source {g}) the copies of {sorted(missing)} are skipped"
+    assert all(u >= g for u in after), f"source {g} -> target {t} reads {after} (not exact)"
+    assert t == exact
+    conservative = syncs(source).translate(g)
+    assert conservative is not None and conservative <= t
+    again = [read_provenance(m.headers()).source.offset for m in read(target, conservative)]
+    assert {u for u in held if u >= g} <= set(again)
+    assert len([u for u in again if u < g]) < LAG_MAX, f"source {g} -> {conservative} reads {again}"
+    print(f"source {g} -> target {t} (MM2's rule: {conservative})")
 
 
 def test_translate_offsets_without_checkpoints_is_empty(clusters):
