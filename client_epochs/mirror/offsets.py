@@ -55,7 +55,9 @@ The window: translation is exact when g == u, or g == u + 1 with u + 1 copied ne
 read everything the high mark covers). Otherwise the consumer re-reads at most the copies of the
 source offsets between the last sync at or below g and g: fewer than `offset.lag.max` records once
 the replicator has copied past g and its syncs for those copies were written, plus, for a group
-committed ahead of the replicator, the records between the last high mark and g. Not covered: the
+committed ahead of the replicator, the records between the last high mark and g. With the
+provenance refinement the checkpoints have no window whenever that first copy lies within the
+offset.lag.max records read (so always in the first case). Not covered: the
 at-least-once cases of the replicator (a second replicator or another writer in the same target
 partition, a zombie owner writing after losing the partition; the writer writes syncs only for
 partitions it still owns), where target offsets no longer grow with source offsets.
