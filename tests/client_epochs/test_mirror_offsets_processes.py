@@ -230,7 +230,7 @@ def replicating(source: str, target: str) -> Iterator[tuple[Replicator, list[Bas
         replicator.stop()
         thread.join(60)
         print(out.getvalue())
-        assert not thread.is_alive(), "the replicator did not stop within 60 s"
+    assert not thread.is_alive(), "the replicator did not stop within 60 s"
     assert not failed, failed
 
 
