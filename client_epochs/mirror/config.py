@@ -55,15 +55,18 @@ FLOW_DEFAULTS: dict[str, str] = {
     "heartbeats.topic.replication.factor": "3",
     "checkpoints.topic.replication.factor": "3",
     "offset-syncs.topic.replication.factor": "3",
+    "offset.lag.max": "100",
+    "emit.offset-syncs.enabled": "true",
+    "offset-syncs.topic.retention.ms": "604800000",
     "replication.policy.class": "org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
     "replication.policy.separator": ".",
 }
-"""The flow settings the replicator implements, with MM2's defaults."""
+"""The flow settings the replicator implements, with MM2's defaults (`offset-syncs.topic.retention.ms` is
+the project's own: its offset-syncs topic is not compacted, see `client_epochs.mirror.offsets`)."""
 
 ALREADY_SO: dict[str, str] = {
     "sync.topic.acls.enabled": "false",
     "offset-syncs.topic.location": "source",
-    "emit.offset-syncs.enabled": "true",
     "replication.policy.internal.topic.separator.enabled": "true",
 }
 """MM2 settings the replicator accepts only at the value that describes what it does."""
@@ -74,7 +77,6 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "group.filter.class": "only MM2's default group filter (groups, groups.exclude)",
     "config.property.filter.class": "only MM2's default config filter (config.properties.exclude)",
     "forwarding.admin.class": "no plug-in admin clients",
-    "offset.lag.max": "offset syncs are written whenever the offset mapping moves, not every N records",
     "sync.topic.acls.interval.seconds": "ACLs are not copied",
     "refresh.groups.enabled": "groups are listed at every checkpoint",
     "refresh.groups.interval.seconds": "groups are listed at every checkpoint",

@@ -24,8 +24,9 @@ from typing import TextIO
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client_epochs.mirror.config import Flow
+from client_epochs.mirror.config import Flow, MirrorConfigError
 from client_epochs.mirror.metrics import MirrorMetrics
+from client_epochs.mirror.offsets import OffsetTranslationOptions
 from client_epochs.mirror.policy import HEARTBEATS_TOPIC
 from client_epochs.mirror.replicator import DEFAULT_GROUP, MirrorOptions, PeriodicTask, Replicator
 from client_epochs.mirror.topic_sync import ADMIN_TIMEOUT_S, TopicSync, TopicSyncRefused
@@ -47,8 +48,13 @@ class FlowRunner:
                  metrics: MirrorMetrics | None = None) -> None:
         self.flow = flow
         base = options or MirrorOptions()
+        try:
+            offsets = OffsetTranslationOptions.from_mm2(flow.settings, flow.source.alias, flow.target.alias,
+                                                        flow.target_topic)
+        except ValueError as exc:
+            raise MirrorConfigError(f"{flow.name}: {exc}") from None
         self.options = replace(
-            base, group=flow_group(flow) if base.group == DEFAULT_GROUP else base.group,
+            base, group=flow_group(flow) if base.group == DEFAULT_GROUP else base.group, offsets=offsets,
             consumer_config={**flow.source.client("consumer"), **base.consumer_config},
             producer_config={**flow.target.client("producer"), **base.producer_config})
         self._out = out
@@ -97,6 +103,7 @@ class FlowRunner:
     def _refresh(self, replicator: Replicator, first: bool = False) -> None:
         before = dict(self.sync.copied)
         plan = self.sync.sync()
+        replicator.set_source_partitions(self.sync.source_partitions)
         replicator.resubscribe(sorted(self.sync.copied))
         new = sorted(set(self.sync.copied) - set(before))
         gone = sorted(set(before) - set(self.sync.copied))

@@ -43,7 +43,9 @@ Where it is still at-least-once (a record may be present twice in the target):
   error; it commits only what came before it, so the restart copies from there.
 
 Not copied: topic configurations (the target topic is created with the source's partition count
-and the target's default replication factor), consumer offsets of other groups, ACLs.
+and the target's default replication factor), ACLs; other groups' offsets only as MM2 translates them,
+when `MirrorOptions.offsets` is set (offset syncs, checkpoints, group offset sync:
+`client_epochs.mirror.checkpoints`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TextIO
@@ -62,7 +64,9 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
+from client_epochs.mirror.checkpoints import OffsetTranslation
 from client_epochs.mirror.metrics import FlowMetrics
+from client_epochs.mirror.offsets import OffsetTranslationOptions
 from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
@@ -115,6 +119,8 @@ class MirrorOptions:
     """More librdkafka settings for the source consumer (not those in RESERVED)."""
     producer_config: dict[str, Any] = field(default_factory=dict)
     """More librdkafka settings for the target producer (not those in RESERVED)."""
+    offsets: OffsetTranslationOptions | None = None
+    """Offset syncs, checkpoints and group offset sync (client_epochs.mirror.checkpoints); None: none."""
 
     def check(self) -> None:
         """ValueError for settings the replicator's guarantees rest on, or intervals that are not positive."""
@@ -130,6 +136,8 @@ class MirrorOptions:
             raise ValueError(f"stop_after_idle_s must be positive or None, not {self.stop_after_idle_s!r}")
         if self.tail_records < 1:
             raise ValueError(f"tail_records must be 1 or more, not {self.tail_records!r}")
+        if self.offsets is not None:
+            self.offsets.check()
 
 
 RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", "group.instance.id"),
@@ -187,6 +195,7 @@ class Replicator:
         self._target_topic = target_topic
         self._tasks = list(tasks)
         self._prepare_target = prepare_target
+        self._source_partitions: dict[str, int] = {}
         self._before_assign = before_assign
         self._metrics = metrics
         if metrics is not None:
@@ -219,6 +228,8 @@ class Replicator:
         self._floors: dict[TopicPartition, InternalMetadata] = {}
         """The epochs each assigned partition waits for before it is fetched (commits, resume seeks)."""
         self._copied_since_status = False
+        self._translation: OffsetTranslation | None = None
+        """Offset syncs and checkpoints, when options.offsets is set (created in run())."""
 
     # --- control ----------------------------------------------------------------------------------------
 
@@ -254,6 +265,12 @@ class Replicator:
         self._consumer = Consumer(consumer_config, no_partitions_warning_s=None)
         reason = "stopped"
         try:
+            if self.options.offsets is not None:
+                self._translation = OffsetTranslation(self.source, self.target, self.options.offsets,
+                                                      self.options.group, partitions or self._source_partitions,
+                                                      self.options.consumer_config,
+                                                      self.options.producer_config, self._clock)
+                self._translation.start()
             if self.topics:
                 self._subscribe()
             self._loop()
@@ -268,6 +285,13 @@ class Replicator:
         return self.counts
 
     # --- topics -----------------------------------------------------------------------------------------
+
+    def set_source_partitions(self, partitions: Mapping[str, int]) -> None:
+        """Each copied source topic's partition count, as a flow's topic sync last found them: the
+        partitions whose group commits the offset translation checkpoints."""
+        self._source_partitions = dict(partitions)
+        if self._translation is not None:
+            self._translation.set_partitions(self._source_partitions)
 
     def resubscribe(self, topics: Sequence[str]) -> None:
         """Copy `topics` from now on (a flow found new ones): the group rebalances onto them."""
@@ -315,6 +339,8 @@ class Replicator:
             if now >= next_status:
                 self._status()
                 next_status = now + self.options.status_interval_s
+            if self._translation is not None:
+                self._translation.tick(now)
             idle = self.options.stop_after_idle_s
             if idle is not None and self._progress and now - self._last_activity >= idle:
                 self.stop(f"idle for {idle:g} s")
@@ -402,10 +428,12 @@ class Replicator:
         return None if metadata.is_unknown else metadata
 
     def _delivered(self, tp: TopicPartition, progress: PartitionProgress, offset: int, leader_epoch: int | None,
-                   error: KafkaError | None, _: confluent_kafka.Message) -> None:
+                   error: KafkaError | None, message: confluent_kafka.Message) -> None:
         if error is None:
             progress.acknowledged(offset, leader_epoch)
             self.counts.of(tp).replicated += 1
+            if self._translation is not None and self._progress.get(tp) is progress:  # still ours
+                self._translation.copied(tp, offset, message.offset())
             return
         progress.failed(offset, error.str())
         if self._failure is None:
@@ -470,6 +498,8 @@ class Replicator:
             self._held.update(_key(p) for p in held)
         self.counts.assigned = len(self._progress)
         self._last_activity = self._clock()
+        if self._translation is not None:
+            self._translation.assigned(keys)
 
     def _apply_seeks(self) -> None:
         """The resume seeks with their internal metadata: the wrapper then holds each partition until
@@ -497,6 +527,8 @@ class Replicator:
         keys = [_key(p) for p in partitions]
         self._flush()
         self._commit(keys)
+        if self._translation is not None:
+            self._translation.revoked(keys)
         self._drop(keys)
 
     def _on_lost(self, _: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -505,6 +537,9 @@ class Replicator:
         self._drop(_key(p) for p in partitions)
 
     def _drop(self, keys: Iterable[TopicPartition]) -> None:
+        keys = list(keys)
+        if self._translation is not None:
+            self._translation.dropped(keys)
         for tp in keys:
             self._progress.pop(tp, None)
             self._pending_seeks.pop(tp, None)
@@ -608,6 +643,8 @@ class Replicator:
                 if self._consumer is not None:
                     self._consumer.close()
             finally:
+                if self._translation is not None:
+                    self._translation.close()
                 self._source_bounds.close()
                 self._source_metadata.close()
                 self._offsets.close()

@@ -55,7 +55,7 @@ def test_cluster_clients_take_common_and_per_kind_settings_and_jaas_credentials(
     ("A->B.topcs", "x", "A->B.topcs: unknown setting"),
     ("A.bootstrap.server", "h:1", "A.bootstrap.server: unknown cluster setting"),
     ("tasks.max", "4", "tasks.max: an MM2 setting client-epochs-mirror does not implement"),
-    ("A->B.offset.lag.max", "100", "does not implement"),
+    ("A->B.use.defaults.from", "source", "does not implement"),
     ("sync.topic.acls.enabled", "true", "sync.topic.acls.enabled = true: not implemented"),
     ("topics", "orders[", "topics: 'orders\\[' is not a valid regular expression"),
     ("A->B.topics.exclude", "(x", "is not a valid regular expression"),

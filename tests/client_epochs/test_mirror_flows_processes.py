@@ -24,6 +24,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
+from client_epochs.mirror import translate_offsets
+from client_epochs.model import TopicPartition as Key
 from quorum.launcher import LocalCluster
 from quorum.wire.mm2_heartbeat import Heartbeat
 from tests.test_broker_processes import QUIET, SETTINGS, read_partitions
@@ -148,7 +150,8 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
     config = write_config(tmp_path / "mm2.properties", clusters, **{
         "A->B.enabled": "true", "A->B.topics": "orders, payments, brand-new.*, skip-.*", "topics.exclude": "skip-.*",
         "refresh.topics.interval.seconds": "2", "sync.topic.configs.interval.seconds": "2",
-        "emit.heartbeats.interval.seconds": "1", "emit.checkpoints.enabled": "false"})
+        "emit.heartbeats.interval.seconds": "1", "emit.checkpoints.interval.seconds": "1",
+        "sync.group.offsets.enabled": "true", "sync.group.offsets.interval.seconds": "1", "groups": "billing"})
     mirror = MirrorProcess(config, "--metrics-port", "0")
     try:
         mirror.wait_until("A.orders and A.payments copied", lambda: copied(b, "A.orders", orders)
@@ -173,6 +176,12 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         assert partitions_of(b, "A.skip-me") == 0 and partitions_of(b, "skip-me") == 0, "excluded"
         beats = heartbeats(b)
         assert beats and {(h.source_alias, h.target_alias) for h in beats} == {("A", "B")}
+        commit_on_source(a, "billing", {("orders", 0): 7, ("orders", 1): 20, ("payments", 0): 4})
+        translated = {Key("A.orders", 0): 7, Key("A.orders", 1): 20, Key("A.payments", 0): 4}
+        mirror.wait_until("the group's offsets translated onto B", lambda: translate_offsets(b, "A", "billing")
+                          == translated)
+        mirror.wait_until("the group's translated offsets committed on B", lambda: committed_on(
+            b, "billing", translated) == translated)
         mirror.wait_until("the lag metric at 0", lambda: mirror.metrics().get(
             'client_epochs_mirror_lag{source="A",target="B"}') == 0)
         samples = mirror.metrics()
@@ -189,6 +198,24 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
     assert "client-epochs-mirror flow A->B: topics 2" in out, out
     assert "new brand-new-1 -> A.brand-new-1" in out and "grown A.orders to 3" in out, out
     assert "configs synced A.payments" in out, out
+
+
+def commit_on_source(address: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A consumer group that read some of the source and committed, then left."""
+    consumer = Consumer({"bootstrap.servers": address, "group.id": group, "enable.auto.commit": False, **QUIET})
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def committed_on(address: str, group: str, wanted: dict[Key, int]) -> dict[Key, int]:
+    consumer = Consumer({"bootstrap.servers": address, "group.id": group, "enable.auto.commit": False, **QUIET})
+    try:
+        found = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in wanted], timeout=10)
+        return {Key(p.topic, p.partition): p.offset for p in found if p.offset >= 0}
+    finally:
+        consumer.close()
 
 
 def heartbeats(address: str) -> list[Heartbeat]:
