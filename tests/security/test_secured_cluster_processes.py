@@ -278,8 +278,16 @@ def test_controller_listener_refuses_clients_without_a_valid_certificate(cluster
         path = str(CertificateAuthority(tmp_path / "other-ca").issue("stranger").pem)
     else:
         path = None
+    log_path = next(s.log_path for s in cluster.specs.values() if s.address == _controller(cluster))
+    logged_before = len(log_path.read_text().splitlines())
     with pytest.raises((PeerUnavailable, OSError, QuorumToolError)):
         _describe(cluster, path)
+    # Issue 38: the refusal is logged at the handshake, naming why (OpenSSL's own reason).
+    reason = {"none": "peer did not return a certificate", "expired": "certificate has expired",
+              "untrusted": "certificate verify failed"}[certificate]
+    wait_until(f"the controller's log to name the refusal ({reason})", lambda: any(
+        "TLS handshake failed" in line and reason in line
+        for line in log_path.read_text().splitlines()[logged_before:]))
     status = _describe(cluster, str(cluster.security.tool))
     assert status.leader_id in {spec.node_id for spec in cluster.specs.values() if spec.role == "controller"}
 
