@@ -9,9 +9,11 @@ The membership rules follow Kafka's classic GroupCoordinator (3.x): JoinGroup an
 the rebalance completes (every member rejoined, or the rebalance timeout passed, or for a group
 that was empty the `group.initial.rebalance.delay.ms` passed), SyncGroup answers wait until the
 leader's assignment is durable, and a member whose session expires is removed and the group
-rebalances. Static membership (group.instance.id) keeps Kafka's identity rules (one member per
-instance id, FENCED_INSTANCE_ID for the member it replaced) but not its rebalance avoidance: a
-restarted static member rejoins through an ordinary rebalance.
+rebalances. Static membership (KIP-345, group.instance.id) follows Kafka's GroupMetadataManager: a
+static member that restarts within its session replaces its old member id (fenced from then on,
+FENCED_INSTANCE_ID) and gets the current generation back without a rebalance when the group is
+Stable, and a static member that misses a rebalance stays in the group. Which member may do what
+(and the error otherwise) is `member_rules`.
 
 Offsets live beside the groups per partition; a commit answers when its records are durable.
 KIP-232: a commit whose internal metadata is older than the partition's latest, or names a topic id
@@ -53,6 +55,7 @@ from quorum.broker.groups.events import (
     SyncGroup,
 )
 from quorum.broker.groups.group import Group, GroupState, Member
+from quorum.broker.groups.member_rules import membership_error, validate_member, validate_offset_commit
 from quorum.broker.groups.offsets import (
     check_entry,
     is_stale,
@@ -98,6 +101,22 @@ class _PendingGroupStore:
     partition: int
 
 
+@dataclass(slots=True)
+class _PendingStaticRejoin:
+    """A static member that rejoined a Stable group under a new member id: its JoinGroup is answered
+    once the group record naming the new id is durable (or the replacement undone if it fails)."""
+
+    group_id: str
+    partition: int
+    instance_id: str
+    old_id: str
+    new_id: str
+    previous: tuple[tuple[tuple[str, bytes], ...], int, int]
+    """The member's protocols, rebalance and session timeouts before this join changed them."""
+    previous_leader: str | None
+    version: int
+
+
 def random_member_id(prefix: str) -> str:
     """Kafka's member id: the client id (or instance id) and a random UUID."""
     return f"{prefix}-{uuid.uuid4()}"
@@ -109,7 +128,7 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self._new_member_id = new_member_id
         self._partitions: dict[int, PartitionState] = {}
-        self._pending: dict[int, _PendingCommit | _PendingSync | _PendingGroupStore] = {}
+        self._pending: dict[int, _PendingCommit | _PendingSync | _PendingGroupStore | _PendingStaticRejoin] = {}
         self._next_token = 0
         self._out = Output()
         self._deleted_topic_ids: set[uuid.UUID] = set()
@@ -226,6 +245,8 @@ class GroupCoordinator:
             if late:
                 self._append(pending.partition, late)
             self._answer(pending.handle, CommitAnswer(tuple(pending.errors)))
+        elif isinstance(pending, _PendingStaticRejoin):
+            self._static_rejoin_stored(pending, E.NONE)
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)
             if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
@@ -252,6 +273,8 @@ class GroupCoordinator:
             code = storage_error_for_commit(error)
             errors = [code if i in pending.values else e for i, e in enumerate(pending.errors)]
             self._answer(pending.handle, CommitAnswer(tuple(errors)))
+        elif isinstance(pending, _PendingStaticRejoin):
+            self._static_rejoin_stored(pending, storage_error_for_group(error))
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)
             if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
@@ -337,13 +360,9 @@ class GroupCoordinator:
         if instance is not None:
             old_id = group.current_member_for_instance(instance)
             if old_id is not None:
-                # The instance restarted: the member it replaces is fenced (its requests answer
-                # FENCED_INSTANCE_ID from now on) and the group rebalances with the new member id.
-                old = group.members[old_id]
-                self._answer_join(old, JoinAnswer(E.FENCED_INSTANCE_ID, old_id))
-                self._answer_sync(old, SyncAnswer(E.FENCED_INSTANCE_ID))
-                self._remove_member(group, old, now_ms)
-            self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
+                self._rejoin_static_member(handle, group, old_id, member_id, request, now_ms)
+            else:
+                self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
         elif request.version >= 4:
             group.pending_members[member_id] = now_ms + request.session_timeout_ms
             self._answer(handle, JoinAnswer(E.MEMBER_ID_REQUIRED, member_id))
@@ -362,14 +381,11 @@ class GroupCoordinator:
             del group.pending_members[member_id]
             self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
             return
-        instance = request.group_instance_id
-        if _fenced(group, instance, member_id):
-            self._answer(handle, JoinAnswer(E.FENCED_INSTANCE_ID, member_id))
+        error = validate_member(group, member_id, request.group_instance_id)
+        if error != E.NONE:
+            self._answer(handle, JoinAnswer(error, member_id))
             return
-        member = group.members.get(member_id)
-        if member is None or (instance is not None and instance not in group.static_members):
-            self._answer(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, member_id))
-            return
+        member = group.members[member_id]
         state = group.state
         unchanged = member.matches(request.protocols)
         if state is GroupState.PREPARING_REBALANCE:
@@ -384,6 +400,72 @@ class GroupCoordinator:
             self._update_member_and_rebalance(handle, group, member, request, now_ms)
         else:
             self._answer(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, member_id))
+
+    def _rejoin_static_member(self, handle: Any, group: Group, old_id: str, new_id: str, request: JoinGroup,
+                              now_ms: int) -> None:
+        """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin (KIP-345): a static member that joins
+        without a member id while its instance id is held (it restarted within its session) takes
+        the member's place under a new id; the old id is fenced (FENCED_INSTANCE_ID from now on).
+
+        In a Stable group whose selected protocol would stay the same, nothing rebalances: the group
+        record is stored with the new id and the member gets the current generation back, its
+        assignment coming from SyncGroup, while the others see nothing. Up to JoinGroup v8 the answer
+        names the leader as it was before the replacement, so a restarted leader does not take itself
+        for the leader and assign again (the group would not pass a Stable group's assignment on);
+        from v9 the leader is told who it is with SkipAssignment set. In CompletingRebalance the group
+        rebalances again (the leader may be assigning to the old id); in PreparingRebalance the member
+        simply counts as rejoined."""
+        instance = request.group_instance_id
+        assert instance is not None
+        previous_leader = group.leader
+        old, member = group.replace_static_member(instance, old_id, new_id)
+        self._answer_join(old, JoinAnswer(E.FENCED_INSTANCE_ID, old_id))
+        self._answer_sync(old, SyncAnswer(E.FENCED_INSTANCE_ID))
+        log.info("group %s: static member %s rejoined in state %s; member %s replaces %s", group.group_id, instance,
+                 group.state.value, new_id, old_id)
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+        member.protocols = request.protocols
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.session_timeout_ms = request.session_timeout_ms
+        member.join_handle = handle
+        if group.state is GroupState.STABLE:
+            if group.select_protocol() != group.protocol:
+                self._prepare_rebalance(group, now_ms)
+                return
+            partition = self.partition_for(group.group_id)
+            token = self._append(partition, [encode_record(GroupKey(group.group_id), group_value(group))])
+            self._pending[token] = _PendingStaticRejoin(group.group_id, partition, instance, old_id, new_id,
+                                                        previous, previous_leader, request.version)
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self._prepare_rebalance(group, now_ms)
+
+    def _static_rejoin_stored(self, pending: _PendingStaticRejoin, error: int) -> None:
+        """The group record of a static member's replacement is durable (`error` NONE) or failed."""
+        state = self._partitions.get(pending.partition)
+        group = state.groups.get(pending.group_id) if state is not None else None
+        member = group.members.get(pending.new_id) if group is not None else None
+        if group is None or member is None:
+            return
+        if error != E.NONE:
+            log.info("group %s: the replacement of static member %s could not be stored (error %d); undone",
+                     group.group_id, pending.instance_id, error)
+            answer = JoinAnswer(error, "", group.generation, group.protocol_type, group.protocol,
+                                pending.previous_leader or "")
+            handle, member.join_handle = member.join_handle, None
+            member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = pending.previous
+            group.replace_static_member(pending.instance_id, pending.new_id, pending.old_id)
+            if handle is not None:
+                self._answer(handle, answer)
+            return
+        if pending.version >= 9:
+            leading = group.leader == member.member_id
+            answer = self._join_answer(group, member)
+            self._answer_join(member, JoinAnswer(E.NONE, answer.member_id, answer.generation, answer.protocol_type,
+                                                 answer.protocol_name, answer.leader, answer.members, leading))
+        else:
+            self._answer_join(member, JoinAnswer(E.NONE, member.member_id, group.generation, group.protocol_type,
+                                                 group.protocol, pending.previous_leader or ""))
 
     def _add_member_and_rebalance(self, handle: Any, group: Group, member_id: str, request: JoinGroup,
                                   now_ms: int) -> None:
@@ -448,13 +530,19 @@ class GroupCoordinator:
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: Group, now_ms: int) -> None:
-        """Kafka's onCompleteJoin: drop members that did not rejoin, start the next generation, answer joins."""
-        for member in [m for m in group.members.values() if not m.awaiting_join]:
+        """Kafka's completeClassicGroupJoin: drop the dynamic members that did not rejoin (a static
+        member stays: it may come back within its session with its instance id), elect a leader
+        among those that did, start the next generation and answer the joins. When no member at all
+        rejoined, the rebalance waits another rebalance timeout for the sessions to expire."""
+        for member in [m for m in group.members.values() if not m.awaiting_join and m.group_instance_id is None]:
             self._remove_member_quietly(group, member)
+        if group.members and not _elect_joined_leader(group):
+            log.info("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
+            group.in_initial_delay = False
+            group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+            return
         group.in_initial_delay = False
         group.rebalance_deadline_ms = None
-        if group.leader is not None and group.leader not in group.members:
-            group.leader = next(iter(group.members), None)
         group.generation += 1
         if not group.members:
             group.protocol = None
@@ -493,7 +581,7 @@ class GroupCoordinator:
             return self._reply(handle, SyncAnswer(error))
         group = state.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
-        error = _membership_error(group, member, request)
+        error = membership_error(group, request.member_id, request.group_instance_id, request.generation)
         if error != E.NONE or group is None or member is None:
             return self._reply(handle, SyncAnswer(error))
         if (request.protocol_type is not None and request.protocol_type != group.protocol_type) or \
@@ -543,7 +631,7 @@ class GroupCoordinator:
             return self._reply(handle, HeartbeatAnswer(error))
         group = state.groups.get(request.group_id)
         member = group.members.get(request.member_id) if group is not None else None
-        error = _membership_error(group, member, request)
+        error = membership_error(group, request.member_id, request.group_instance_id, request.generation)
         if error != E.NONE or group is None or member is None:
             return self._reply(handle, HeartbeatAnswer(error))
         if group.state is GroupState.EMPTY:
@@ -577,12 +665,10 @@ class GroupCoordinator:
             elif leaving.member_id in group.pending_members:
                 del group.pending_members[leaving.member_id]
                 self._try_complete_join(group, now_ms)
-            elif _fenced(group, leaving.group_instance_id, leaving.member_id):
-                code = E.FENCED_INSTANCE_ID
-            elif leaving.member_id in group.members:
-                self._remove_member(group, group.members[leaving.member_id], now_ms)
             else:
-                code = E.UNKNOWN_MEMBER_ID
+                code = validate_member(group, leaving.member_id, leaving.group_instance_id)
+                if code == E.NONE:
+                    self._remove_member(group, group.members[leaving.member_id], now_ms)
             results.append((leaving, code))
         return self._reply(handle, LeaveAnswer(E.NONE, tuple(results)))
 
@@ -615,9 +701,7 @@ class GroupCoordinator:
                 return self._reply(handle, CommitAnswer(tuple(E.ILLEGAL_GENERATION for _ in entries)))
             # A consumer that assigns partitions itself: the group exists only for its offsets.
             group = state.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms)
-        error = self._validate_commit(group, request)
-        if error == E.NONE and group.state is GroupState.COMPLETING_REBALANCE:
-            error = E.REBALANCE_IN_PROGRESS
+        error = validate_offset_commit(group, request.generation, request.member_id, request.group_instance_id)
         if error != E.NONE:
             return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
         member = group.members.get(request.member_id)
@@ -625,23 +709,6 @@ class GroupCoordinator:
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         self._store_offsets(handle, state, request, now_ms)
         return self._flush()
-
-    def _validate_commit(self, group: Group, request: OffsetCommit) -> int:
-        """Kafka's validateOffsetCommit: members commit in their generation; others only to an empty group."""
-        if group.state is GroupState.DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
-        if request.generation >= 0 or request.member_id or request.group_instance_id is not None:
-            instance = request.group_instance_id
-            if instance is not None:
-                current = group.current_member_for_instance(instance)
-                if current != request.member_id:
-                    return E.FENCED_INSTANCE_ID if current is not None else E.UNKNOWN_MEMBER_ID
-            elif request.member_id not in group.members:
-                return E.UNKNOWN_MEMBER_ID
-            if request.generation != group.generation:
-                return E.ILLEGAL_GENERATION
-            return E.NONE
-        return E.NONE if group.state is GroupState.EMPTY else E.UNKNOWN_MEMBER_ID
 
     def _store_offsets(self, handle: Any, state: PartitionState, request: OffsetCommit, now_ms: int) -> None:
         committed = state.offsets.get(request.group_id, {})
@@ -777,25 +844,14 @@ def _kept_alive(member: Member) -> bool:
     return member.awaiting_sync or (member.awaiting_join and not member.is_new)
 
 
-def _membership_error(group: Group | None, member: Any, request: Any) -> int:
-    """Kafka's checks of a member's request against its group, shared by SyncGroup and Heartbeat:
-    the group and member must exist, the instance id must not be fenced, the generation must match."""
-    if group is None:
-        return E.UNKNOWN_MEMBER_ID
-    if group.state is GroupState.DEAD:
-        return E.COORDINATOR_NOT_AVAILABLE
-    if _fenced(group, request.group_instance_id, request.member_id):
-        return E.FENCED_INSTANCE_ID
-    if member is None:
-        return E.UNKNOWN_MEMBER_ID
-    if request.generation != group.generation:
-        return E.ILLEGAL_GENERATION
-    return E.NONE
-
-
-def _fenced(group: Group, instance_id: str | None, member_id: str) -> bool:
-    """Kafka's isStaticMemberFenced: the instance id is held by another member id."""
-    if instance_id is None:
+def _elect_joined_leader(group: Group) -> bool:
+    """Kafka's maybeElectNewJoinedLeader: keep a leader that rejoined, else take the first member
+    that did; False when none did."""
+    leader = group.members.get(group.leader) if group.leader is not None else None
+    if leader is not None and leader.awaiting_join:
+        return True
+    joined = next((m.member_id for m in group.members.values() if m.awaiting_join), None)
+    if joined is None:
         return False
-    current = group.current_member_for_instance(instance_id)
-    return current is not None and current != member_id
+    group.leader = joined
+    return True

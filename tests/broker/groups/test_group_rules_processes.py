@@ -1,0 +1,144 @@
+"""Group behaviours that real clients' integration tests check against Apache Kafka, on a
+1-controller, 3-broker cluster shared by the module (issue 31, items 1-3): static membership
+(KIP-345), commits from members that are no longer current, and cooperative rebalancing (KIP-429).
+Each test has its own group and topics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+from tests.broker.groups.group_cluster import (
+    GroupCluster,
+    Member,
+    consumer_config,
+    group_cluster,
+    poll_until,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[GroupCluster]:
+    with group_cluster(tmp_path_factory.mktemp("group-rules")) as started:
+        yield started
+
+
+# ------------------------------------------------------------------------------------------------
+# Static membership (KIP-345)
+
+
+def static_member(cluster: GroupCluster, group: str, name: str, instance: str) -> Member:
+    return Member(name, Consumer(consumer_config(cluster, group, **{"group.instance.id": instance})))
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(cluster: GroupCluster) -> None:
+    """librdkafka's 0102: a static member closed (librdkafka sends no LeaveGroup for one) and started
+    again within session.timeout.ms gets its previous partitions back, and the other member sees no
+    revoke and no assign: Kafka replaces the instance's member id and keeps the group Stable."""
+    group, topic = "static-restart", "static-restart"
+    cluster.topics(4, topic)
+    first = static_member(cluster, group, "first", "instance-1")
+    second = static_member(cluster, group, "second", "instance-2")
+    members = [first, second]
+    try:
+        for member in members:
+            member.subscribe([topic])
+        poll_until("both static members to share the 4 partitions",
+                   lambda: len(first.owned) + len(second.owned) == 4 and first.owned and second.owned
+                   and cluster.describe(group).state.name == "STABLE", members)
+        before, first_events = set(second.owned), len(first.events)
+        second.close()
+        members.remove(second)
+        second = static_member(cluster, group, "second again", "instance-2")
+        members.append(second)
+        second.subscribe([topic])
+        poll_until("the restarted static member to be assigned", lambda: bool(second.owned), members)
+        for _ in range(20):  # a rebalance the restart set off would reach the first member's heartbeat by now
+            first.poll(0.1)
+        assert second.owned == before, "the restarted member got its previous assignment back"
+        assert first.events[first_events:] == [], "the other member saw no rebalance"
+        assert second.events == [("assign", tuple(sorted(before)))], "the restarted member saw only its assign"
+        assert cluster.describe(group).state.name == "STABLE"
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_static_kafka_python_member_restart_keeps_assignment_without_rebalance(cluster: GroupCluster) -> None:
+    """The same with kafka-python as the restarted static member (it too skips LeaveGroup on close
+    when it has a group_instance_id), beside a confluent-kafka static member."""
+    group, topic = "static-restart-kp", "static-restart-kp"
+    cluster.topics(4, topic)
+    first = static_member(cluster, group, "first", "kp-instance-1")
+    assigned: list[set[tuple[str, int]]] = []
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked) -> None:
+            assigned.append(set())
+
+        def on_partitions_assigned(self, parts) -> None:
+            assigned.append({(p.topic, p.partition) for p in parts})
+
+    def kafka_python() -> KafkaConsumer:
+        consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
+                                 group_instance_id="kp-instance-2", enable_auto_commit=False,
+                                 session_timeout_ms=10000, heartbeat_interval_ms=500, metadata_max_age_ms=5000)
+        consumer.subscribe([topic], listener=Listener())
+        return consumer
+
+    second = kafka_python()
+    try:
+        first.subscribe([topic])
+        poll_until("the two static members to share the 4 partitions",
+                   lambda: bool(first.owned) and bool(assigned) and bool(assigned[-1])
+                   and len(first.owned | assigned[-1]) == 4
+                   and not first.owned & assigned[-1], [first], extra=lambda: second.poll(timeout_ms=50))
+        before, first_events = assigned[-1], len(first.events)
+        second.close()
+        assigned.clear()
+        second = kafka_python()
+        poll_until("the restarted kafka-python member to be assigned", lambda: bool(assigned) and bool(assigned[-1]),
+                   [first], extra=lambda: second.poll(timeout_ms=50))
+        for _ in range(20):
+            first.poll(0.1)
+            second.poll(timeout_ms=50)
+        # (kafka-python calls on_partitions_revoked with nothing on its first join)
+        assert [a for a in assigned if a] == [before], "the restarted member got its previous assignment back"
+        assert first.events[first_events:] == [], "the other member saw no rebalance"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_replaced_static_member_is_fenced(cluster: GroupCluster) -> None:
+    """Two live consumers with one group.instance.id: the newer replaces the older, whose next
+    heartbeat answers FENCED_INSTANCE_ID (a fatal error in librdkafka), as on Kafka."""
+    group, topic = "static-fenced", "static-fenced"
+    cluster.topics(2, topic)
+    old = static_member(cluster, group, "old", "instance")
+    new = static_member(cluster, group, "new", "instance")
+    try:
+        old.subscribe([topic])
+        poll_until("the first consumer to be assigned", lambda: len(old.owned) == 2, [old])
+        new.subscribe([topic])
+        errors: list[int] = []
+
+        def fenced() -> bool:
+            message = old.consumer.poll(0.1)
+            if message is not None and message.error() is not None:
+                errors.append(message.error().code())
+            new.consumer.poll(0.05)
+            return KafkaError._FATAL in errors or KafkaError.FENCED_INSTANCE_ID in errors
+
+        deadline = time.monotonic() + 60
+        while not fenced():
+            assert time.monotonic() < deadline, f"the replaced consumer was not fenced; errors: {errors}"
+    finally:
+        old.close()
+        new.close()
