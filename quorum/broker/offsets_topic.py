@@ -114,6 +114,8 @@ class GroupCoordination:
         self._topic_ids: Mapping[uuid.UUID, object] | None = None
         """The topic ids of the image last applied (None before the first): deletions are ids that left it."""
         self._creating: asyncio.Task[int] | None = None
+        self._named_in: object = None
+        """The `__consumer_offsets` topic of the image `metadata_replayed` last looked at."""
 
     def start(self) -> None:
         self.shell.start()
@@ -122,8 +124,11 @@ class GroupCoordination:
         await self.shell.close()
 
     def _locate(self, partition: int) -> CoordinatorNode | None:
-        """FindCoordinator: the leader of the group's partition; the topic is created on first need."""
+        """FindCoordinator: the leader of the group's partition; the topic is created on first need.
+        What it names this broker for is elected first (replay may have moved on in a worker thread
+        since `metadata_replayed` was last called)."""
         image = self._image()
+        self.metadata_replayed(image)
         if OFFSETS_TOPIC not in image.topics and (self._creating is None or self._creating.done()):
             self._creating = asyncio.get_running_loop().create_task(self.topics.create_offsets_topic())
         return coordinator_from_image(image, partition)
@@ -136,6 +141,18 @@ class GroupCoordination:
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         info = self._image().topics.get(topic)
         return None if info is None else info.topic_id
+
+    def metadata_replayed(self, image: MetadataImage) -> None:
+        """The broker replayed more metadata: the `__consumer_offsets` partitions `image` names this
+        broker the leader of are its coordinator's from now on (loading until the image is applied
+        and they are loaded; Kafka's onElection moment), so a client sent here by FindCoordinator is
+        told COORDINATOR_LOAD_IN_PROGRESS meanwhile, not NOT_COORDINATOR."""
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is self._named_in:
+            return
+        self._named_in = topic
+        led = () if topic is None else [p.partition for p in topic.partitions if p.leader == self.broker_id]
+        self.shell.elected(led)
 
     def image_changed(self, image: MetadataImage) -> None:
         """Tell the coordinator about deleted topics; load the partitions this broker now leads (their

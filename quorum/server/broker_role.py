@@ -138,6 +138,7 @@ class BrokerRole:
     def image_replayed(self) -> None:
         """The node replayed more of the metadata log (or installed a snapshot)."""
         self.served.replayed()
+        self.groups.metadata_replayed(self._node.image)
         self._apply_image()
 
     def _apply_image(self) -> None:

@@ -133,12 +133,27 @@ class GroupCoordinator:
         self._out = Output()
         self._deleted_topic_ids: set[uuid.UUID] = set()
         """Ids of topics deleted while this coordinator ran: a commit to one still in flight is dropped."""
+        self._elected: frozenset[int] = frozenset()
+        """Partitions the broker's newest metadata says it leads (`elected`), loaded or not."""
 
     # ----------------------------------------------------------------------------------------
     # Partition ownership and loading
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def elected(self, partitions: Collection[int]) -> None:
+        """The broker's newest metadata names it the leader of `partitions` (and of no other): call
+        on every metadata change, before the partitions' logs are open.
+
+        Kafka's coordinator takes a partition on as loading the moment its metadata names it the
+        leader (onElection): from then on its groups answer COORDINATOR_LOAD_IN_PROGRESS, which
+        clients retry, until loaded. Here the partition is loaded only once the broker has applied
+        that image (its logs opened, off the event loop), so a partition named here but not begun
+        yet answers as loading too, not NOT_COORDINATOR, which tells a client to look for the
+        coordinator again and which librdkafka's committed() gives up on. A broker whose metadata
+        does not name it yet answers NOT_COORDINATOR, as Kafka's does."""
+        self._elected = frozenset(partitions)
 
     def begin_loading(self, partition: int) -> None:
         """This broker now leads `partition`: its groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded."""
@@ -220,9 +235,10 @@ class GroupCoordinator:
         COORDINATOR_LOAD_IN_PROGRESS."""
         if group_id is None:
             return E.INVALID_GROUP_ID, None
-        state = self._partitions.get(self.partition_for(group_id))
+        partition = self.partition_for(group_id)
+        state = self._partitions.get(partition)
         if state is None:
-            return E.NOT_COORDINATOR, None
+            return (E.COORDINATOR_LOAD_IN_PROGRESS if partition in self._elected else E.NOT_COORDINATOR), None
         if state.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, None
         return E.NONE, state
@@ -789,7 +805,7 @@ class GroupCoordinator:
         wanted_types = {t.lower() for t in types}
         if wanted_types and "classic" not in wanted_types:
             return ListAnswer(E.NONE)
-        loading = False
+        loading = bool(self._elected - self._partitions.keys())
         groups = []
         for state in self._partitions.values():
             loading = loading or state.loading
