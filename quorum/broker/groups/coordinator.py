@@ -315,17 +315,35 @@ class GroupCoordinator:
     def tick(self, now_ms: int) -> Output:
         """Expire sessions and pending members, and complete rebalances whose time is up."""
         for state in list(self._partitions.values()):
-            if state.loading:
-                continue
-            for group in list(state.groups.values()):
-                for member_id, deadline in list(group.pending_members.items()):
-                    if deadline <= now_ms:
-                        del group.pending_members[member_id]
-                for member in list(group.members.values()):
-                    if not _kept_alive(member) and member.heartbeat_deadline_ms <= now_ms:
-                        self._remove_member(group, member, now_ms)
-                self._try_complete_join(group, now_ms)
+            if not state.loading:
+                for group in list(state.groups.values()):
+                    self._expire(group, now_ms)
         return self._flush()
+
+    def _expire(self, group: Group, now_ms: int) -> None:
+        """What is due in `group` by `now_ms`: pending members and sessions expire, a rebalance whose
+        time is up completes.
+
+        Every request applies this to its group first, so that it is judged against the group as it
+        is at its own time, not as the last `tick` left it: Kafka's timers fire at the deadline on a
+        thread of their own, while `tick` runs when the shell's timer gets its turn, which a request
+        arriving at the same moment may beat. That race let a commit from a member whose session had
+        just expired, or which had not rejoined by the rebalance deadline, be accepted in some runs
+        and refused (UNKNOWN_MEMBER_ID) in others."""
+        for member_id, deadline in list(group.pending_members.items()):
+            if deadline <= now_ms:
+                del group.pending_members[member_id]
+        for member in list(group.members.values()):
+            if not _kept_alive(member) and member.heartbeat_deadline_ms <= now_ms:
+                self._remove_member(group, member, now_ms)
+        self._try_complete_join(group, now_ms)
+
+    def _group_at(self, state: PartitionState, group_id: str, now_ms: int) -> Group | None:
+        """The group of a request at `now_ms`, its due expirations applied (`_expire`)."""
+        group = state.groups.get(group_id)
+        if group is not None:
+            self._expire(group, now_ms)
+        return group
 
     # ----------------------------------------------------------------------------------------
     # JoinGroup
@@ -340,7 +358,7 @@ class GroupCoordinator:
         if error != E.NONE or state is None:
             return self._reply(handle, JoinAnswer(error, request.member_id))
         unknown = request.member_id == ""
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         if group is None:
             if not unknown:
                 return self._reply(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, request.member_id))
@@ -595,7 +613,7 @@ class GroupCoordinator:
             error = E.REBALANCE_IN_PROGRESS
         if error != E.NONE or state is None:
             return self._reply(handle, SyncAnswer(error))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         member = group.members.get(request.member_id) if group is not None else None
         error = membership_error(group, request.member_id, request.group_instance_id, request.generation)
         if error != E.NONE or group is None or member is None:
@@ -645,7 +663,7 @@ class GroupCoordinator:
             error = E.NONE  # Kafka answers blindly while loading: the member learns the truth after.
         if error != E.NONE or state is None:
             return self._reply(handle, HeartbeatAnswer(error))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         member = group.members.get(request.member_id) if group is not None else None
         error = membership_error(group, request.member_id, request.group_instance_id, request.generation)
         if error != E.NONE or group is None or member is None:
@@ -662,7 +680,7 @@ class GroupCoordinator:
             error = E.INVALID_GROUP_ID
         if error != E.NONE or state is None:
             return self._reply(handle, LeaveAnswer(error))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         if group is None:
             return self._reply(handle, LeaveAnswer(E.NONE, tuple((m, E.UNKNOWN_MEMBER_ID) for m in request.members)))
         if group.state is GroupState.DEAD:
@@ -711,7 +729,7 @@ class GroupCoordinator:
             error = E.INVALID_GROUP_ID
         if error != E.NONE or state is None:
             return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         if group is None:
             if request.generation >= 0:
                 return self._reply(handle, CommitAnswer(tuple(E.ILLEGAL_GENERATION for _ in entries)))

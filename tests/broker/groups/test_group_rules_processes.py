@@ -5,27 +5,35 @@ Each test has its own group and topics."""
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError
-from kafka import ConsumerRebalanceListener, KafkaConsumer
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import CommitFailedError
 
+from quorum.broker.groups.config import partition_for
 from tests.broker.groups.group_cluster import (
+    BROKERS,
     GroupCluster,
     Member,
     consumer_config,
     group_cluster,
     poll_until,
 )
+from tests.test_controller_processes import metadata
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[GroupCluster]:
-    with group_cluster(tmp_path_factory.mktemp("group-rules")) as started:
+    # brokers stay registered through the 8 s pause of test_a_commit_from_a_member_whose_session_expired...
+    with group_cluster(tmp_path_factory.mktemp("group-rules"), {"broker.session.timeout.ms": "30000"}) as started:
         yield started
 
 
@@ -142,3 +150,112 @@ def test_a_replaced_static_member_is_fenced(cluster: GroupCluster) -> None:
     finally:
         old.close()
         new.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Commits from members that are no longer current
+
+
+def test_a_commit_after_leaving_the_group_is_refused_unknown_member_id(cluster: GroupCluster) -> None:
+    """A consumer unsubscribes (its partitions revoked, LeaveGroup sent) and commits: the group has
+    members, so Kafka refuses it (UNKNOWN_MEMBER_ID) and the client learns the commit did not count."""
+    group, topic = "commit-after-leave", "commit-after-leave"
+    cluster.topics(2, topic)
+    leaving = Member("leaving", Consumer(consumer_config(cluster, group)))
+    staying = Member("staying", Consumer(consumer_config(cluster, group)))
+    try:
+        leaving.subscribe([topic])
+        staying.subscribe([topic])
+        poll_until("the two members to split the partitions", lambda: len(leaving.owned) == len(staying.owned) == 1,
+                   [leaving, staying])
+        leaving.consumer.unsubscribe()
+        poll_until("the staying member to own both partitions", lambda: len(staying.owned) == 2, [leaving, staying])
+        with pytest.raises(KafkaException) as refused:
+            leaving.consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+    finally:
+        leaving.close()
+        staying.close()
+
+
+def coordinator_of(cluster: GroupCluster, group: str) -> int:
+    """The broker leading the group's `__consumer_offsets` partition."""
+    address = cluster.cluster.specs[BROKERS[0]].address
+    return metadata(address)[1]["__consumer_offsets"].partitions[partition_for(group)].leader
+
+
+def test_a_commit_from_a_member_whose_session_expired_during_a_coordinator_pause_is_refused(
+        cluster: GroupCluster) -> None:
+    """The coordinator is paused (SIGSTOP: a long GC pause) past one member's session; that member's
+    heartbeat and then its commit wait in the socket. Kafka's coordinator expires the session when
+    it runs again and refuses the commit (UNKNOWN_MEMBER_ID): the group moves to a new generation
+    without it. The race that accepted it in one of two runs: the heartbeat or the commit could be
+    handled before the coordinator's timer tick and was judged against the group as the last tick
+    left it, the expired member still in it (the heartbeat even started its session again)."""
+    group, topic = "commit-after-expiry", "commit-after-expiry"
+    cluster.topics(2, topic)
+    short = Member("short", Consumer(consumer_config(cluster, group, **{"session.timeout.ms": 6000})))
+    long = Member("long", Consumer(consumer_config(cluster, group, **{"session.timeout.ms": 60000,
+                                                                      "max.poll.interval.ms": 60000})))
+    coordinator = None
+    resume = None
+    try:
+        short.subscribe([topic])
+        long.subscribe([topic])
+        poll_until("the two members to split the partitions", lambda: len(short.owned) == len(long.owned) == 1,
+                   [short, long])
+        [(_, partition)] = short.owned
+        coordinator = cluster.cluster.processes[coordinator_of(cluster, group)]
+        resume = threading.Timer(8.0, coordinator.send_signal, (signal.SIGCONT,))
+        coordinator.send_signal(signal.SIGSTOP)
+        resume.start()
+        with pytest.raises(KafkaException) as refused:  # answered once the coordinator runs again
+            short.consumer.commit(offsets=[TopicPartition(topic, partition, 5)], asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+    finally:
+        if resume is not None and coordinator is not None:
+            resume.cancel()
+            coordinator.send_signal(signal.SIGCONT)
+        short.close()
+        long.close()
+
+
+def test_a_kafka_python_commit_after_its_session_expired_during_a_coordinator_pause_is_refused(
+        cluster: GroupCluster) -> None:
+    """The same with kafka-python as the member whose session ends during the pause: its commit is
+    refused (kafka-python raises CommitFailedError for UNKNOWN_MEMBER_ID) instead of accepted."""
+    group, topic = "kp-commit-after-expiry", "kp-commit-after-expiry"
+    cluster.topics(2, topic)
+    owned: list[set[tuple[str, int]]] = [set()]
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked) -> None:
+            owned[0] = set()
+
+        def on_partitions_assigned(self, parts) -> None:
+            owned[0] = {(p.topic, p.partition) for p in parts}
+
+    short = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group, enable_auto_commit=False,
+                          session_timeout_ms=6000, heartbeat_interval_ms=500, metadata_max_age_ms=5000)
+    long = Member("long", Consumer(consumer_config(cluster, group, **{"session.timeout.ms": 60000,
+                                                                      "max.poll.interval.ms": 60000})))
+    coordinator = None
+    resume = None
+    try:
+        short.subscribe([topic], listener=Listener())
+        long.subscribe([topic])
+        poll_until("the two members to split the partitions", lambda: len(owned[0]) == len(long.owned) == 1,
+                   [long], extra=lambda: short.poll(timeout_ms=50))
+        [(_, partition)] = owned[0]
+        coordinator = cluster.cluster.processes[coordinator_of(cluster, group)]
+        resume = threading.Timer(8.0, coordinator.send_signal, (signal.SIGCONT,))
+        coordinator.send_signal(signal.SIGSTOP)
+        resume.start()
+        with pytest.raises(CommitFailedError):
+            short.commit({KafkaTopicPartition(topic, partition): OffsetAndMetadata(5, "", -1)})
+    finally:
+        if resume is not None and coordinator is not None:
+            resume.cancel()
+            coordinator.send_signal(signal.SIGCONT)
+        short.close()
+        long.close()
