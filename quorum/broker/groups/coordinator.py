@@ -12,8 +12,9 @@ leader's assignment is durable, and a member whose session expires is removed an
 rebalances. Static membership (KIP-345, group.instance.id) follows Kafka's GroupMetadataManager: a
 static member that restarts within its session replaces its old member id (fenced from then on,
 FENCED_INSTANCE_ID) and gets the current generation back without a rebalance when the group is
-Stable, and a static member that misses a rebalance stays in the group. Which member may do what
-(and the error otherwise) is `member_rules`.
+Stable, and a static member that misses a rebalance stays in the group (`static_members`). Which
+member may do what (and the error otherwise) is `member_rules`. OffsetCommit and OffsetFetch are
+`coordinator_offsets`.
 
 Offsets live beside the groups per partition; a commit answers when its records are durable.
 KIP-232: a commit whose internal metadata is older than the partition's latest, or names a topic id
@@ -32,13 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.broker.groups.config import GroupConfig, partition_for
+from quorum.broker.groups.coordinator_offsets import OffsetCommands, PendingCommit
 from quorum.broker.groups.events import (
     Append,
-    CommitAnswer,
     DescribedGroup,
     DescribedMember,
-    FetchAnswer,
-    FetchedOffset,
     Heartbeat,
     HeartbeatAnswer,
     JoinAnswer,
@@ -48,23 +47,19 @@ from quorum.broker.groups.events import (
     LeaveGroup,
     ListAnswer,
     ListedGroup,
-    OffsetCommit,
-    OffsetFetch,
     Output,
     SyncAnswer,
     SyncGroup,
 )
 from quorum.broker.groups.group import Group, GroupState, Member
-from quorum.broker.groups.member_rules import membership_error, validate_member, validate_offset_commit
+from quorum.broker.groups.member_rules import membership_error, validate_member
 from quorum.broker.groups.offsets import (
-    check_entry,
-    is_stale,
     storage_error_for_commit,
     storage_error_for_group,
-    value_for,
 )
-from quorum.broker.groups.partition_state import PartitionState, TopicPartition, group_value
-from quorum.wire.consumer_offsets import GroupKey, OffsetKey, OffsetValue, encode_record
+from quorum.broker.groups.partition_state import PartitionState, group_value
+from quorum.broker.groups.static_members import PendingStaticRejoin, StaticMembers
+from quorum.wire.consumer_offsets import GroupKey, encode_record
 from quorum.wire.errors import ErrorCode
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -75,16 +70,6 @@ E = ErrorCode
 log = logging.getLogger(__name__)
 """A group's rebalance steps at INFO, as Kafka's GroupCoordinator logs them: a member left waiting
 (the soak's kafka-python member that never got its assignment) is traced from them."""
-
-
-@dataclass(slots=True)
-class _PendingCommit:
-    handle: Any
-    group_id: str
-    partition: int
-    errors: list[int]
-    values: dict[int, tuple[TopicPartition, OffsetValue]]
-    """Entry index -> the value being appended for it."""
 
 
 @dataclass(slots=True)
@@ -101,34 +86,18 @@ class _PendingGroupStore:
     partition: int
 
 
-@dataclass(slots=True)
-class _PendingStaticRejoin:
-    """A static member that rejoined a Stable group under a new member id: its JoinGroup is answered
-    once the group record naming the new id is durable (or the replacement undone if it fails)."""
-
-    group_id: str
-    partition: int
-    instance_id: str
-    old_id: str
-    new_id: str
-    previous: tuple[tuple[tuple[str, bytes], ...], int, int]
-    """The member's protocols, rebalance and session timeouts before this join changed them."""
-    previous_leader: str | None
-    version: int
-
-
 def random_member_id(prefix: str) -> str:
     """Kafka's member id: the client id (or instance id) and a random UUID."""
     return f"{prefix}-{uuid.uuid4()}"
 
 
-class GroupCoordinator:
+class GroupCoordinator(OffsetCommands, StaticMembers):
     def __init__(self, config: GroupConfig | None = None,
                  new_member_id: Callable[[str], str] = random_member_id) -> None:
         self.config = config or GroupConfig()
         self._new_member_id = new_member_id
         self._partitions: dict[int, PartitionState] = {}
-        self._pending: dict[int, _PendingCommit | _PendingSync | _PendingGroupStore | _PendingStaticRejoin] = {}
+        self._pending: dict[int, PendingCommit | _PendingSync | _PendingGroupStore | PendingStaticRejoin] = {}
         self._next_token = 0
         self._out = Output()
         self._deleted_topic_ids: set[uuid.UUID] = set()
@@ -184,45 +153,9 @@ class GroupCoordinator:
         for token, pending in list(self._pending.items()):
             if pending.partition == partition:
                 del self._pending[token]
-                if isinstance(pending, _PendingCommit):
-                    errors = [E.NOT_COORDINATOR if i in pending.values else e for i, e in enumerate(pending.errors)]
-                    self._answer(pending.handle, CommitAnswer(tuple(errors)))
+                if isinstance(pending, PendingCommit):
+                    self._commit_failed(pending, E.NOT_COORDINATOR)
         return self._flush()
-
-    # ----------------------------------------------------------------------------------------
-    # Offsets of deleted topics
-
-    def topics_deleted(self, topic_ids: Collection[uuid.UUID],
-                       current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
-        """Topics with these ids were deleted (the broker's metadata no longer has them): tombstone their
-        offsets in every loaded partition. `current_topic_id` names a topic's id now (None: no such topic).
-
-        A failed tombstone append needs no retry: the offsets are gone from memory, and the partition's
-        next load drops them again (`drop_stale_offsets`)."""
-        self._deleted_topic_ids.update(topic_ids)
-        for state in self._partitions.values():
-            if not state.loading:
-                self._drop_stale(state, current_topic_id)
-        return self._flush()
-
-    def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
-        """Tombstone the offsets of a loaded partition whose topics are gone (deleted while this broker
-        was down or did not lead the partition, or deleted and created again).
-
-        Safe against an image that lags: every offset in the log was committed by a leader whose
-        metadata held the topic, before the record that made this broker the leader (a deposed leader
-        refuses appends), and this broker's metadata holds that record when it loads the partition;
-        so a topic missing from it, or there under another id, really went away."""
-        state = self._partitions.get(partition)
-        if state is not None and not state.loading:
-            self._drop_stale(state, current_topic_id)
-        return self._flush()
-
-    def _drop_stale(self, state: PartitionState, current_topic_id: Callable[[str], uuid.UUID | None]) -> None:
-        busy = {p.group_id for p in self._pending.values() if isinstance(p, _PendingCommit)}
-        records = state.drop_stale_offsets(current_topic_id, busy)
-        if records:
-            self._append(state.partition, records)
 
     @property
     def partitions(self) -> dict[int, bool]:
@@ -249,19 +182,9 @@ class GroupCoordinator:
     def append_done(self, token: int, now_ms: int) -> Output:
         """The records of the Append with this token are durable."""
         pending = self._pending.pop(token, None)
-        if isinstance(pending, _PendingCommit):
-            state = self._partitions[pending.partition]
-            offsets = state.offsets.setdefault(pending.group_id, {})
-            late = []
-            for tp, value in pending.values.values():
-                if value.topic_id in self._deleted_topic_ids:  # the topic was deleted while it was written
-                    late.append(encode_record(OffsetKey(pending.group_id, tp[0], tp[1]), None))
-                else:
-                    offsets[tp] = value
-            if late:
-                self._append(pending.partition, late)
-            self._answer(pending.handle, CommitAnswer(tuple(pending.errors)))
-        elif isinstance(pending, _PendingStaticRejoin):
+        if isinstance(pending, PendingCommit):
+            self._commit_stored(pending)
+        elif isinstance(pending, PendingStaticRejoin):
             self._static_rejoin_stored(pending, E.NONE)
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)
@@ -285,11 +208,9 @@ class GroupCoordinator:
     def append_failed(self, token: int, error: int, now_ms: int) -> Output:
         """The Append with this token failed with `error` (a Kafka error code from the partition log)."""
         pending = self._pending.pop(token, None)
-        if isinstance(pending, _PendingCommit):
-            code = storage_error_for_commit(error)
-            errors = [code if i in pending.values else e for i, e in enumerate(pending.errors)]
-            self._answer(pending.handle, CommitAnswer(tuple(errors)))
-        elif isinstance(pending, _PendingStaticRejoin):
+        if isinstance(pending, PendingCommit):
+            self._commit_failed(pending, storage_error_for_commit(error))
+        elif isinstance(pending, PendingStaticRejoin):
             self._static_rejoin_stored(pending, storage_error_for_group(error))
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)
@@ -434,72 +355,6 @@ class GroupCoordinator:
             self._update_member_and_rebalance(handle, group, member, request, now_ms)
         else:
             self._answer(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, member_id))
-
-    def _rejoin_static_member(self, handle: Any, group: Group, old_id: str, new_id: str, request: JoinGroup,
-                              now_ms: int) -> None:
-        """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin (KIP-345): a static member that joins
-        without a member id while its instance id is held (it restarted within its session) takes
-        the member's place under a new id; the old id is fenced (FENCED_INSTANCE_ID from now on).
-
-        In a Stable group whose selected protocol would stay the same, nothing rebalances: the group
-        record is stored with the new id and the member gets the current generation back, its
-        assignment coming from SyncGroup, while the others see nothing. Up to JoinGroup v8 the answer
-        names the leader as it was before the replacement, so a restarted leader does not take itself
-        for the leader and assign again (the group would not pass a Stable group's assignment on);
-        from v9 the leader is told who it is with SkipAssignment set. In CompletingRebalance the group
-        rebalances again (the leader may be assigning to the old id); in PreparingRebalance the member
-        simply counts as rejoined."""
-        instance = request.group_instance_id
-        assert instance is not None
-        previous_leader = group.leader
-        old, member = group.replace_static_member(instance, old_id, new_id)
-        self._answer_join(old, JoinAnswer(E.FENCED_INSTANCE_ID, old_id))
-        self._answer_sync(old, SyncAnswer(E.FENCED_INSTANCE_ID))
-        log.info("group %s: static member %s rejoined in state %s; member %s replaces %s", group.group_id, instance,
-                 group.state.value, new_id, old_id)
-        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-        previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-        member.protocols = request.protocols
-        member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        member.session_timeout_ms = request.session_timeout_ms
-        member.join_handle = handle
-        if group.state is GroupState.STABLE:
-            if group.select_protocol() != group.protocol:
-                self._prepare_rebalance(group, now_ms)
-                return
-            partition = self.partition_for(group.group_id)
-            token = self._append(partition, [encode_record(GroupKey(group.group_id), group_value(group))])
-            self._pending[token] = _PendingStaticRejoin(group.group_id, partition, instance, old_id, new_id,
-                                                        previous, previous_leader, request.version)
-        elif group.state is GroupState.COMPLETING_REBALANCE:
-            self._prepare_rebalance(group, now_ms)
-
-    def _static_rejoin_stored(self, pending: _PendingStaticRejoin, error: int) -> None:
-        """The group record of a static member's replacement is durable (`error` NONE) or failed."""
-        state = self._partitions.get(pending.partition)
-        group = state.groups.get(pending.group_id) if state is not None else None
-        member = group.members.get(pending.new_id) if group is not None else None
-        if group is None or member is None:
-            return
-        if error != E.NONE:
-            log.info("group %s: the replacement of static member %s could not be stored (error %d); undone",
-                     group.group_id, pending.instance_id, error)
-            answer = JoinAnswer(error, "", group.generation, group.protocol_type, group.protocol,
-                                pending.previous_leader or "")
-            handle, member.join_handle = member.join_handle, None
-            member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = pending.previous
-            group.replace_static_member(pending.instance_id, pending.new_id, pending.old_id)
-            if handle is not None:
-                self._answer(handle, answer)
-            return
-        if pending.version >= 9:
-            leading = group.leader == member.member_id
-            answer = self._join_answer(group, member)
-            self._answer_join(member, JoinAnswer(E.NONE, answer.member_id, answer.generation, answer.protocol_type,
-                                                 answer.protocol_name, answer.leader, answer.members, leading))
-        else:
-            self._answer_join(member, JoinAnswer(E.NONE, member.member_id, group.generation, group.protocol_type,
-                                                 group.protocol, pending.previous_leader or ""))
 
     def _add_member_and_rebalance(self, handle: Any, group: Group, member_id: str, request: JoinGroup,
                                   now_ms: int) -> None:
@@ -720,86 +575,6 @@ class GroupCoordinator:
         group.remove(member.member_id)
 
     # ----------------------------------------------------------------------------------------
-    # Offsets
-
-    def offset_commit(self, handle: Any, request: OffsetCommit, now_ms: int) -> Output:
-        entries = request.entries
-        error, state = self._status(request.group_id)
-        if not request.group_id:
-            error = E.INVALID_GROUP_ID
-        if error != E.NONE or state is None:
-            return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
-        group = self._group_at(state, request.group_id, now_ms)
-        if group is None:
-            if request.generation >= 0:
-                return self._reply(handle, CommitAnswer(tuple(E.ILLEGAL_GENERATION for _ in entries)))
-            # A consumer that assigns partitions itself: the group exists only for its offsets.
-            group = state.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms)
-        error = validate_offset_commit(group, request.generation, request.member_id, request.group_instance_id)
-        if error != E.NONE:
-            return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
-        member = group.members.get(request.member_id)
-        if member is not None:
-            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-        self._store_offsets(handle, state, request, now_ms)
-        return self._flush()
-
-    def _store_offsets(self, handle: Any, state: PartitionState, request: OffsetCommit, now_ms: int) -> None:
-        committed = state.offsets.get(request.group_id, {})
-        latest = dict(committed)
-        for pending in self._pending.values():
-            if isinstance(pending, _PendingCommit) and pending.group_id == request.group_id:
-                latest.update(pending.values.values())
-        errors: list[int] = []
-        values: dict[int, tuple[TopicPartition, OffsetValue]] = {}
-        for index, entry in enumerate(request.entries):
-            tp = (entry.topic, entry.partition)
-            error = check_entry(entry, latest.get(tp), self.config)
-            errors.append(error)
-            if error == E.NONE:
-                value = value_for(entry, now_ms, request.retention_time_ms)
-                values[index] = (tp, value)
-                latest[tp] = value
-        if not values:
-            self._answer(handle, CommitAnswer(tuple(errors)))
-            return
-        records = [encode_record(OffsetKey(request.group_id, tp[0], tp[1]), value) for tp, value in values.values()]
-        token = self._append(state.partition, records)
-        self._pending[token] = _PendingCommit(handle, request.group_id, state.partition, errors, values)
-
-    def offset_fetch(self, request: OffsetFetch,
-                     current_topic_id: Callable[[str], uuid.UUID | None] | None = None) -> FetchAnswer:
-        """Committed offsets (a query: answered at once, changes nothing).
-
-        `current_topic_id` (the broker's newest metadata) hides an offset of a topic that is gone or
-        was created again under its name (`offsets.is_stale`), as if already deleted: the tombstones
-        follow when the broker applies that image (`topics_deleted`), and a consumer asking in
-        between must not start the new topic at the old topic's position."""
-        error, state = self._status(request.group_id)
-        if error != E.NONE or state is None:
-            return FetchAnswer(error)
-        committed = state.offsets.get(request.group_id, {})
-        group = state.groups.get(request.group_id)
-        if group is None or group.state is GroupState.DEAD:
-            committed = {}
-        wanted = request.partitions if request.partitions is not None else tuple(committed)
-        in_flight: set[TopicPartition] = set()
-        if request.require_stable:
-            for pending in self._pending.values():
-                if isinstance(pending, _PendingCommit) and pending.group_id == request.group_id:
-                    in_flight.update(tp for tp, _ in pending.values.values())
-        offsets = []
-        for tp in wanted:
-            value = committed.get(tp)
-            if tp in in_flight:
-                offsets.append(FetchedOffset(tp[0], tp[1], error=E.UNSTABLE_OFFSET_COMMIT))
-            elif value is None or (current_topic_id is not None and is_stale(value, current_topic_id(tp[0]))):
-                offsets.append(FetchedOffset(tp[0], tp[1]))
-            else:
-                offsets.append(FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata))
-        return FetchAnswer(E.NONE, tuple(offsets))
-
-    # ----------------------------------------------------------------------------------------
     # DescribeGroups and ListGroups
 
     def describe_group(self, group_id: str) -> DescribedGroup:
@@ -837,10 +612,6 @@ class GroupCoordinator:
         """The group's live state (for tests and tools)."""
         state = self._partitions.get(self.partition_for(group_id))
         return state.groups.get(group_id) if state is not None else None
-
-    def committed(self, group_id: str) -> dict[TopicPartition, OffsetValue]:
-        state = self._partitions.get(self.partition_for(group_id))
-        return dict(state.offsets.get(group_id, {})) if state is not None else {}
 
     # ----------------------------------------------------------------------------------------
     # Output plumbing
