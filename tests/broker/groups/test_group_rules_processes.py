@@ -259,3 +259,94 @@ def test_a_kafka_python_commit_after_its_session_expired_during_a_coordinator_pa
             coordinator.send_signal(signal.SIGCONT)
         short.close()
         long.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Cooperative rebalancing (KIP-429)
+
+
+def test_cooperative_members_joining_leaving_and_changing_topics_only_move_partitions_incrementally(
+        cluster: GroupCluster) -> None:
+    """librdkafka's 0113 in spirit: cooperative-sticky members add and drop topics, leave and come
+    back (a static one within its session); every assignment change goes through
+    incremental_assign/unassign (refused unless the group's protocol is a cooperative assignor), no
+    partition is ever owned by two members, none is lost, every subscribed partition is owned once
+    after each step, and the static member's return moves nothing."""
+    group, t1, t2 = "coop-group", "coop-a", "coop-b"
+    cluster.topics(4, t1, t2)
+    members: dict[str, Member] = {}
+    violations: list[str] = []
+
+    def check(member: Member, kind: str, tps: set[tuple[str, int]]) -> None:
+        if kind == "lost" and {t for t, _ in tps} & set(subscriptions.get(member.name, ())):
+            # librdkafka drops the partitions of a topic a member unsubscribes from as lost: expected
+            violations.append(f"{member.name} lost {sorted(tps)} of topics it is subscribed to")
+        if kind == "assign":
+            for other in members.values():
+                if other is not member and other.owned & tps:
+                    violations.append(f"{member.name} assigned {sorted(other.owned & tps)} still owned by {other.name}")
+
+    def start(name: str, topics: list[str], instance: str | None = None) -> Member:
+        config = consumer_config(cluster, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+        if instance is not None:
+            config["group.instance.id"] = instance
+        member = Member(name, Consumer(config), incremental=True, on_event=check)
+        member.subscribe(topics)
+        members[name] = member
+        return member
+
+    subscriptions: dict[str, list[str]] = {}
+
+    def settled() -> bool:
+        wanted = {(t, p) for topics in subscriptions.values() for t in topics for p in range(4)}
+        owned = [m.owned for m in members.values()]
+        union = set().union(*owned) if owned else set()
+        inside = all({t for t, _ in m.owned} <= set(subscriptions[name]) for name, m in members.items())
+        return union == wanted and sum(len(o) for o in owned) == len(union) and all(owned) and inside
+
+    def step(what: str) -> None:
+        poll_until(what, settled, list(members.values()), 90)
+        assert not violations, violations
+
+    try:
+        subscriptions["a"] = [t1]
+        start("a", [t1])
+        step("a to own coop-a")
+        subscriptions["b"] = [t1]
+        start("b", [t1])
+        step("a and b to share coop-a")
+        subscriptions["c"] = [t1, t2]
+        start("c", [t1, t2])
+        step("c to join with both topics")
+        subscriptions["a"] = [t1, t2]
+        members["a"].subscribe([t1, t2])
+        step("a to add coop-b")
+        subscriptions["b"] = [t2]
+        members["b"].subscribe([t2])
+        step("b to move to coop-b only")
+        members.pop("c").close()
+        del subscriptions["c"]
+        step("c's partitions to move to the others after it left")
+        subscriptions["c"] = [t1]
+        start("c", [t1])
+        step("c to come back with coop-a")
+        members.pop("b").close()
+        del subscriptions["b"]
+        subscriptions["b"] = [t1, t2]
+        start("b", [t1, t2])
+        step("b to come back with both topics")
+        subscriptions["a"] = [t2]
+        members["a"].subscribe([t2])
+        step("a to drop coop-a")
+        subscriptions["s"] = [t1, t2]
+        start("s", [t1, t2], instance="coop-static")
+        step("static member s to join")
+        before = {name: set(m.owned) for name, m in members.items()}
+        members.pop("s").close()  # a static member leaves no LeaveGroup behind: it comes back in time
+        start("s", [t1, t2], instance="coop-static")
+        step("static member s to come back with what it had")
+        assert {name: m.owned for name, m in members.items()} == before, "nothing moved"
+    finally:
+        for member in members.values():
+            member.close()
+    assert not violations, violations
