@@ -124,6 +124,51 @@ def test_static_kafka_python_member_restart_keeps_assignment_without_rebalance(c
         second.close()
 
 
+def test_static_member_ids_survive_a_coordinator_restart(cluster: GroupCluster) -> None:
+    """The coordinator broker restarts and loads the group from `__consumer_offsets` again (a
+    coordinator move onto itself): the group record names each member's group.instance.id, so a
+    static member restarted afterwards still replaces its old member id without a rebalance."""
+    group, topic = "static-reload", "static-reload"
+    cluster.topics(4, topic)
+    first = static_member(cluster, group, "first", "reload-1")
+    second = static_member(cluster, group, "second", "reload-2")
+    members = [first, second]
+    try:
+        for member in members:
+            member.subscribe([topic])
+        poll_until("both static members to share the 4 partitions",
+                   lambda: len(first.owned) + len(second.owned) == 4 and bool(first.owned) and bool(second.owned),
+                   members)
+        coordinator = coordinator_of(cluster, group)
+        cluster.cluster.kill(coordinator, signal.SIGTERM)
+        cluster.cluster.start_node(coordinator)
+
+        address = cluster.cluster.specs[next(b for b in BROKERS if b != coordinator)].address
+
+        def reloaded() -> bool:
+            try:
+                leader = metadata(address)[1]["__consumer_offsets"].partitions[partition_for(group)].leader
+                return leader == coordinator and cluster.describe(group).state.name == "STABLE"
+            except (OSError, KafkaException):  # the broker answers again, the group loads again
+                return False
+
+        poll_until(f"broker {coordinator} to coordinate {group} again, Stable", reloaded, members, 90)
+        before, first_events = set(second.owned), len(first.events)
+        second.close()
+        members.remove(second)
+        second = static_member(cluster, group, "second again", "reload-2")
+        members.append(second)
+        second.subscribe([topic])
+        poll_until("the restarted static member to be assigned", lambda: bool(second.owned), members, 90)
+        for _ in range(20):
+            first.poll(0.1)
+        assert second.owned == before and first.events[first_events:] == [], (
+            f"no rebalance after the reload: first saw {first.events[first_events:]}")
+    finally:
+        for member in members:
+            member.close()
+
+
 def test_a_replaced_static_member_is_fenced(cluster: GroupCluster) -> None:
     """Two live consumers with one group.instance.id: the newer replaces the older, whose next
     heartbeat answers FENCED_INSTANCE_ID (a fatal error in librdkafka), as on Kafka."""
