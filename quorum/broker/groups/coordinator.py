@@ -142,7 +142,10 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
         self._partitions[partition].finish_loading(now_ms)
 
     def unload(self, partition: int) -> Output:
-        """This broker no longer leads `partition`: forget its groups and answer their waiting requests."""
+        """This broker no longer leads `partition` (or could not load it): forget its groups and answer
+        their waiting requests. It answers NOT_COORDINATOR from now on, as Kafka's coordinator does
+        once it resigned or failed to load, until the metadata names this broker its leader again."""
+        self._elected = self._elected - {partition}
         state = self._partitions.pop(partition, None)
         if state is not None:
             for group in state.groups.values():

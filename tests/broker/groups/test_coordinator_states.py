@@ -69,6 +69,18 @@ def test_a_partition_led_elsewhere_or_being_unloaded_answers_not_coordinator() -
     assert answers(h) == NOT_LED
 
 
+def test_a_partition_that_failed_to_load_answers_not_coordinator() -> None:
+    """A corrupt record stops the load and the shell unloads the partition: Kafka's coordinator
+    answers NOT_COORDINATOR for a partition it failed to load, not loading for ever."""
+    h, partition = fresh()
+    h.core.elected({partition})
+    h.core.begin_loading(partition)
+    h.take(h.core.unload(partition))
+    assert answers(h) == NOT_LED
+    h.core.elected({partition})  # newer metadata names it the leader again: a new election
+    assert answers(h) == LOADING
+
+
 def test_a_load_superseded_by_a_resignation_and_a_new_election_does_not_finish_into_the_new_load() -> None:
     async def run() -> tuple[bool, bool, dict[int, bool]]:
         log = InMemoryOffsetsLog()
