@@ -100,12 +100,18 @@ class GroupCoordination:
     """The coordinator, its shell and handlers, following the image's `__consumer_offsets` leaders."""
 
     def __init__(self, broker_id: int, replicas: ReplicaManager, topics: TopicCreator,
-                 config: GroupConfig, dispatcher: Dispatcher, image: Callable[[], MetadataImage]) -> None:
-        """`image` gives the broker's current metadata image (FindCoordinator answers from it)."""
+                 config: GroupConfig, dispatcher: Dispatcher, image: Callable[[], MetadataImage],
+                 served_image: Callable[[], MetadataImage] | None = None) -> None:
+        """`image` gives the broker's newest metadata image (what commits are checked against);
+        `served_image` the one it answers Metadata from, once applied (default: `image`), which
+        FindCoordinator answers from too, as Kafka answers both from its metadata cache: a broker names
+        a coordinator only once it has applied the image naming it, by which time the coordinator's
+        own broker has as a rule replayed it and counts the partition as loading (`metadata_replayed`)."""
         self.broker_id = broker_id
         self.replicas = replicas
         self.topics = topics
         self._image = image
+        self._served_image = served_image or image
         self.shell = GroupCoordinatorShell(GroupCoordinator(config), PartitionOffsetsLog(replicas),
                                            locate=self._locate, partition_exists=self._partition_exists,
                                            current_topic_id=self._topic_id)
@@ -124,14 +130,14 @@ class GroupCoordination:
         await self.shell.close()
 
     def _locate(self, partition: int) -> CoordinatorNode | None:
-        """FindCoordinator: the leader of the group's partition; the topic is created on first need.
-        What it names this broker for is elected first (replay may have moved on in a worker thread
-        since `metadata_replayed` was last called)."""
-        image = self._image()
-        self.metadata_replayed(image)
-        if OFFSETS_TOPIC not in image.topics and (self._creating is None or self._creating.done()):
+        """FindCoordinator: the leader of the group's partition in the image Metadata is answered from;
+        the topic is created on first need. The newest image's elections are taken first (replay may
+        have moved on in a worker thread since `metadata_replayed` was last called)."""
+        newest = self._image()
+        self.metadata_replayed(newest)
+        if OFFSETS_TOPIC not in newest.topics and (self._creating is None or self._creating.done()):
             self._creating = asyncio.get_running_loop().create_task(self.topics.create_offsets_topic())
-        return coordinator_from_image(image, partition)
+        return coordinator_from_image(self._served_image(), partition)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         """Kafka's OffsetCommit check: a commit to a partition the broker's metadata lacks is refused."""
