@@ -44,12 +44,13 @@ Exchange = Callable[[Any, int, Any], Awaitable[Any]]
 """Send one request (api, version, body) on the connection and wait for its response body."""
 
 
-async def sasl_login(exchange: Exchange, login: SaslLogin) -> None:
-    """Run `login` (`quorum.wire.sasl_client.sasl_steps`) over `exchange`; SaslLoginError when refused."""
+async def sasl_login(exchange: Exchange, login: SaslLogin) -> int:
+    """Run `login` (`quorum.wire.sasl_client.sasl_steps`) over `exchange`: the session lifetime in ms the
+    broker gave (0: none); SaslLoginError when refused."""
     steps = sasl_steps(login)
     answer = None
     try:
         while True:
             answer = await exchange(*steps.send(answer))
-    except StopIteration:
-        return
+    except StopIteration as done:
+        return int(done.value or 0)
