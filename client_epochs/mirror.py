@@ -127,6 +127,9 @@ class MirrorOptions:
             raise ValueError(f"stop_after_idle_s must be positive or None, not {self.stop_after_idle_s!r}")
         if self.tail_records < 1:
             raise ValueError(f"tail_records must be 1 or more, not {self.tail_records!r}")
+        # the replicator's own source connections take the consumer's security settings: one they cannot
+        # use (sasl.mechanism=GSSAPI, sasl.oauthbearer.method=oidc, ...) is refused now, naming it
+        ClientSecurity.of_client_properties(self.consumer_config)
 
 
 RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", "group.instance.id"),

@@ -110,9 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             producer_config=dict(args.producer_property))
     try:
         options.check()
+        replicator = Replicator(args.source_bootstrap, args.target_bootstrap, args.topics, options)
     except ValueError as exc:
         p.error(str(exc))
-    replicator = Replicator(args.source_bootstrap, args.target_bootstrap, args.topics, options)
 
     def stop(signum: int, _: FrameType | None) -> None:
         replicator.stop(signal.Signals(signum).name)

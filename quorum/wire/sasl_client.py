@@ -167,14 +167,7 @@ class ClientSecurity:
             context = _context(props.get("ssl.ca.location"), props.get("ssl.certificate.location"),
                                props.get("ssl.key.location"), props.get("ssl.key.password"),
                                str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "https")
-        sasl = None
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            mechanism = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI"))).strip().upper()
-            if mechanism == OAUTHBEARER:
-                sasl = SaslLogin(OAUTHBEARER, "", "", _librdkafka_tokens(props))
-            else:
-                sasl = _login(mechanism, props.get("sasl.username"), props.get("sasl.password"), "sasl.mechanism")
-        return cls(context, sasl)
+        return cls(context, sasl_login_of_client_properties(props))
 
     @classmethod
     def of_kafka_python(cls, configs: Mapping[str, Any]) -> ClientSecurity:
@@ -200,6 +193,17 @@ class ClientSecurity:
                 sasl = _login(mechanism, configs.get("sasl_plain_username"), configs.get("sasl_plain_password"),
                               "sasl_mechanism")
         return cls(context, sasl)
+
+
+def sasl_login_of_client_properties(props: Mapping[str, Any]) -> SaslLogin | None:
+    """The SASL login librdkafka's settings ask for (None without SASL); ValueError, one line naming the
+    setting, for what the SDK's own connections cannot do. Reads no file: a cheap check of the settings."""
+    if _protocol(props.get("security.protocol"), "security.protocol") not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return None
+    mechanism = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI"))).strip().upper()
+    if mechanism == OAUTHBEARER:
+        return SaslLogin(OAUTHBEARER, "", "", _librdkafka_tokens(props))
+    return _login(mechanism, props.get("sasl.username"), props.get("sasl.password"), "sasl.mechanism")
 
 
 def _protocol(value: Any, key: str) -> str:

@@ -412,3 +412,28 @@ def test_kafka_python_settings_the_sdk_cannot_use_are_refused_in_one_line(config
 def test_unsecured_config_refusals(text):
     with pytest.raises(OAuthBearerError, match="sasl.oauthbearer.config"):
         UnsecuredConfig.parse(text)
+
+
+@pytest.mark.parametrize("refused", [{"sasl.mechanism": "GSSAPI"}, {"sasl.mechanism": "AWS_MSK_IAM"},
+                                     {"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                                      "sasl.oauthbearer.token.endpoint.url": "http://127.0.0.1:1/token"}])
+def test_wrappers_replicator_and_spark_source_refuse_at_construction_naming_the_setting(refused):
+    """Nothing is polled: the refusal comes from the constructor (or the Spark options' parse), one line."""
+    from client_epochs.confluent import Consumer
+    from client_epochs.kafka_python import KafkaConsumer
+    from client_epochs.mirror import MirrorOptions, Replicator
+    from client_epochs.spark_planning import SourceOptionError, parse_options
+
+    settings_ = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_PLAINTEXT", **refused}
+    named = next(f"{key}={value}" for key, value in refused.items() if value in ("GSSAPI", "AWS_MSK_IAM", "oidc"))
+    with pytest.raises(ValueError, match=named):
+        Consumer({**settings_, "group.id": "g"})
+    if refused["sasl.mechanism"] != "OAUTHBEARER":
+        with pytest.raises(ValueError, match=f"sasl_mechanism={refused['sasl.mechanism']}"):
+            KafkaConsumer(bootstrap_servers="127.0.0.1:1", security_protocol="SASL_PLAINTEXT",
+                          sasl_mechanism=refused["sasl.mechanism"])
+    consumer_config = {k: v for k, v in settings_.items() if k != "bootstrap.servers"}
+    with pytest.raises(ValueError, match=named):
+        Replicator("127.0.0.1:1", "127.0.0.1:2", ["t"], MirrorOptions(consumer_config=consumer_config))
+    with pytest.raises(SourceOptionError, match=f"option kafka.{named}"):
+        parse_options({"subscribe": "t", **{f"kafka.{k}": v for k, v in settings_.items()}})
