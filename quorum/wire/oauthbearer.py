@@ -203,8 +203,9 @@ def unsecured_token(principal: str, issued_at_s: float, life_s: float, scope: tu
                     principal_claim: str = "sub", scope_claim: str = "scope") -> str:
     """An unsecured JWS as librdkafka makes it from `sasl.oauthbearer.config` (`iat` and `exp` with 3
     decimals, the scope as a list when there is one)."""
-    claims: dict[str, Any] = {principal_claim: principal, "iat": round(issued_at_s, 3),
-                              "exp": round(issued_at_s + life_s, 3)}
+    issued_ms = int(issued_at_s * 1000)  # truncated to the ms as librdkafka does: never after the server's now
+    claims: dict[str, Any] = {principal_claim: principal, "iat": issued_ms / 1000,
+                              "exp": (issued_ms + round(life_s * 1000)) / 1000}
     if scope:
         claims[scope_claim] = list(dict.fromkeys(scope))
     header = _b64url_encode(json.dumps({"alg": "none"}, separators=(",", ":")).encode())

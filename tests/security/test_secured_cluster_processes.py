@@ -11,12 +11,14 @@ client certificate on the controller listener.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import ssl
 import struct
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -488,6 +490,195 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
             read(**{"kafka.sasl.password": "wrong"})
     finally:
         session.stop()
+
+
+# -- OAUTHBEARER (issue 33): Kafka's unsecured tokens -------------------------------------------------
+
+
+def _oauth(cluster: LocalCluster, **more: object) -> dict[str, object]:
+    """alice's librdkafka settings for OAUTHBEARER over SASL_SSL, as `quorum local-cluster` prints them."""
+    return {**cluster.client_settings("SASL_SSL", mechanism="OAUTHBEARER"), **QUIET, **more}
+
+
+def _token_cb(sub: str = "alice", life_s: float = 600, scope: tuple[str, ...] = ("kafka",), exp_shift_s: float = 0,
+              calls: list | None = None):
+    """A confluent-kafka `oauth_cb` giving unsecured tokens; `exp_shift_s` moves the token's own `exp`
+    (not the expiry the callback reports, which librdkafka requires in the future)."""
+    from quorum.wire.oauthbearer import unsecured_token
+
+    def oauth_cb(config: object) -> tuple[str, float, str, dict[str, str]]:
+        if calls is not None:
+            calls.append(config)
+        now = time.time()
+        token = unsecured_token(sub, now, life_s, scope)
+        if exp_shift_s:
+            token = unsecured_token(sub, now - 2 * abs(exp_shift_s), abs(exp_shift_s), scope)
+        return token, now + life_s, sub, {"traceId": "t1"}
+
+    return oauth_cb
+
+
+def test_wrapped_consumers_consume_and_commit_with_oauthbearer(cluster):
+    """The confluent-kafka wrapper with an `oauth_cb` and the kafka-python wrapper with a token provider read
+    a topic over SASL_SSL with OAUTHBEARER and commit the KIP-232 internal metadata: their own metadata,
+    offset and log-bounds connections took their tokens as the wrapped clients do (the listener serves
+    nothing before a login)."""
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    from client_epochs import TopicPartition as Key
+    from client_epochs.confluent import Consumer as WrappedConsumer
+    from client_epochs.kafka_python import KafkaConsumer as WrappedKafkaConsumer
+    from client_epochs.kafka_python import UnsecuredTokenProvider
+
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer(_oauth(cluster))  # librdkafka's own unsecured tokens, from sasl.oauthbearer.config
+    for n in range(10):
+        producer.produce(topic, f"o{n}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    calls: list = []
+    settings = {k: v for k, v in _oauth(cluster).items() if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    group = f"oauth-{uuid.uuid4().hex[:8]}"
+    consumer = WrappedConsumer({**settings, "oauth_cb": _token_cb(calls=calls), "sasl.oauthbearer.config": "cfg",
+                                "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        got: list = []
+
+        def read() -> bool:
+            for message in consumer.consume(10, 1.0):
+                assert message.error() is None, message.error()
+                got.append(message.value())
+            return len(got) >= 10
+
+        wait_until(f"10 records of {topic} through the wrapped confluent-kafka consumer on OAUTHBEARER", read,
+                   timeout_s=WAIT_S)
+        consumer.commit(asynchronous=False)
+        stored = consumer.committed_internal_metadata([Key(topic, 0)])
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"o{n}".encode() for n in range(10))
+    assert stored[Key(topic, 0)].topic_epoch >= 1 and set(calls) == {"cfg"}
+    kp = WrappedKafkaConsumer(bootstrap_servers=cluster.bootstrap("SASL_SSL"), group_id=group,
+                              enable_auto_commit=False, security_protocol="SASL_SSL",
+                              ssl_cafile=str(cluster.security.ca.cert_path), sasl_mechanism="OAUTHBEARER",
+                              sasl_oauth_token_provider=UnsecuredTokenProvider("principal=alice scope=kafka"))
+    try:
+        tp = KpTopicPartition(topic, 0)
+        kp.assign([tp])
+        kp.seek(tp, 4, stored[Key(topic, 0)].to_json())  # KIP-232's seek: waits on the SDK's own metadata
+        records: list = []
+        wait_until(f"{topic} from offset 4 through the wrapped kafka-python consumer on OAUTHBEARER",
+                   lambda: records.extend(r for rs in kp.poll(1000).values() for r in rs) or len(records) >= 6,
+                   timeout_s=WAIT_S)
+        assert records[0].offset == 4
+        kp.commit()
+        assert kp.committed_internal_metadata([Key(topic, 0)])[Key(topic, 0)].topic_epoch >= 1
+    finally:
+        kp.close()
+
+
+def _oauth_exchange(cluster: LocalCluster, message: bytes) -> tuple[list[tuple[int, str | None, bytes]], bytes]:
+    """OAUTHBEARER by hand over SASL_SSL: `message`, then \\x01 after a challenge. Each SaslAuthenticate
+    answer (error code, message, bytes), and what the broker sent after the last (b"": it closed)."""
+    from quorum.wire.framing import RequestHeader
+    from quorum.wire.protocol import decode_response, encode_request
+
+    host, port = _address(cluster, "SASL_SSL")
+    context = _sasl_ssl(cluster, None).ssl_context
+    assert context is not None
+    with socket.create_connection((host, port), timeout=WAIT_S) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as sock:
+        def exchange(api, version, body, correlation):
+            sock.sendall(encode_request(api, RequestHeader(api.key, version, correlation, "t"), body))
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            return decode_response(api, version, _read(sock, size))[1]
+
+        handshake, authenticate = APIS[17], APIS[36]
+        assert exchange(handshake, 1, handshake.request(mechanism="OAUTHBEARER"), 1).error_code == 0
+        answers = []
+        for correlation, token in enumerate([message, b"\x01"], start=2):
+            answer = exchange(authenticate, 1, authenticate.request(auth_bytes=token), correlation)
+            answers.append((answer.error_code, answer.error_message, bytes(answer.auth_bytes or b"")))
+            if answer.error_code or not answer.auth_bytes:
+                break
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        return answers, rest
+
+
+def _read(sock: ssl.SSLSocket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {size} bytes")
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize(("token_kind", "expected"), [
+    ("expired", '{"status":"invalid_token"}'),
+    ("without the scope", '{"status":"insufficient_scope", "scope":"[kafka]"}'),
+])
+def test_an_expired_or_unscoped_token_is_refused_with_kafkas_error_json(cluster, token_kind, expected):
+    """As Kafka's broker: the error JSON as a SaslAuthenticate challenge (no error yet), the client's \\x01,
+    then SASL_AUTHENTICATION_FAILED carrying the JSON, and the connection closed. librdkafka reports it
+    (error_cb), and the SDK's own connections fail with it, not retried."""
+    from client_epochs import MetadataClient, MetadataUnavailableError
+    from quorum.wire.oauthbearer import ClientFirst
+
+    oauth_cb = _token_cb(exp_shift_s=30) if token_kind == "expired" else _token_cb(scope=("other",))
+    token, *_ = oauth_cb(None)
+    answers, rest = _oauth_exchange(cluster, ClientFirst(token).to_bytes())
+    assert answers == [(0, None, expected.encode()), (ErrorCode.SASL_AUTHENTICATION_FAILED, expected, b"")]
+    assert rest == b""
+    errors: list = []
+    settings = {k: v for k, v in _oauth(cluster).items() if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    admin = AdminClient({**settings, "oauth_cb": oauth_cb, "error_cb": errors.append})
+
+    def refused() -> bool:
+        admin.poll(0.5)  # serves error_cb
+        return any(error.code() == KafkaError._AUTHENTICATION and expected in error.str() for error in errors)
+
+    wait_until(f"librdkafka's authentication error naming {expected}", refused, timeout_s=WAIT_S)
+    security = ClientSecurity.of_client_properties({**settings, "oauth_cb": oauth_cb})
+    with pytest.raises(MetadataUnavailableError, match=re.escape(f"SASL_AUTHENTICATION_FAILED: {expected}")), \
+            MetadataClient(cluster.bootstrap("SASL_SSL"), security=security) as client:
+        client.refresh_until_current(["any"], timeout=WAIT_S)
+
+
+def test_the_sdks_connection_reauthenticates_before_its_tokens_session_ends(cluster):
+    """The session of an OAUTHBEARER login ends at the token's exp (this listener has no
+    connections.max.reauth.ms): the broker gives its lifetime, the SDK's connection re-authenticates with
+    a new token before it ends and keeps being served on the same socket; a connection that does not
+    re-authenticate is closed by the broker at its first request past the token's expiry."""
+    from client_epochs.connection import BrokerConnection, BrokerError
+    from client_epochs.metadata_client import METADATA, _metadata_request
+
+    calls: list = []
+    settings = {k: v for k, v in _oauth(cluster).items() if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    security = ClientSecurity.of_client_properties({**settings, "oauth_cb": _token_cb(life_s=2, calls=calls)})
+    host, port = _address(cluster, "SASL_SSL")
+    metadata, body = METADATA, _metadata_request([], 12)
+    connection = BrokerConnection(host, port, "oauth-reauth", security=security)
+    try:
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # three token lifetimes
+            assert connection.request(metadata, 12, body, time.monotonic() + WAIT_S).brokers
+            time.sleep(0.25)
+        assert connection.reauthentications >= 2 and connection.is_open and len(calls) >= 3
+    finally:
+        connection.close()
+    lapsing = BrokerConnection(host, port, "oauth-no-reauth", security=security)
+    try:
+        assert lapsing.request(metadata, 12, body, time.monotonic() + WAIT_S).brokers
+        lapsing._reauthenticate_at = None  # as a client that ignores the session lifetime
+        time.sleep(2.5)
+        with pytest.raises(BrokerError, match="connection closed"):
+            lapsing.request(metadata, 12, body, time.monotonic() + WAIT_S)
+    finally:
+        lapsing.close()
 
 
 # -- SCRAM users in the metadata log ---------------------------------------------------------
