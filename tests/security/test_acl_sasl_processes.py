@@ -5,7 +5,9 @@ it. The user alice, without ACLs, is refused producing,
 consuming, committing, creating and deleting topics and creating ACLs, each with Kafka's error, and
 is allowed once the admin grants her ACLs. A certificate of the cluster's CA that is not a node's
 sends Vote on the controller listener: refused, never counted. On SASL_PLAINTEXT, whose sessions live
-2 s (KIP-368), a confluent-kafka producer keeps producing across re-authentications.
+2 s (KIP-368), a confluent-kafka producer keeps producing across re-authentications. OAUTHBEARER
+(issue 33): the token's subject is the principal the authorizer sees, and librdkafka re-authenticates
+with fresh tokens before a session bound to a short-lived token ends.
 """
 
 from __future__ import annotations
@@ -256,3 +258,82 @@ def test_no_principal_writes_the_metadata_log_on_the_secured_listeners(cluster) 
     assert asyncio.run(produce(sasl_ssl, admin)) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     after = describe(cluster)
     assert after.leader_id == before.leader_id, "the controller stopped serving"
+
+
+def _oauth_client(cluster: LocalCluster, oauth_cb, **more: object) -> dict[str, object]:
+    """librdkafka's OAUTHBEARER settings over SASL_SSL with `oauth_cb` giving the tokens."""
+    settings = {k: v for k, v in cluster.client_settings("SASL_SSL", mechanism="OAUTHBEARER").items()
+                if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    return {**settings, "oauth_cb": oauth_cb, **QUIET, **more}
+
+
+def _tokens(sub: str, life_s: float, calls: list | None = None):
+    """A confluent-kafka oauth_cb giving unsecured tokens naming `sub` with the cluster's required scope."""
+    import time
+
+    from quorum.security.local_cluster import OAUTH_SCOPE
+    from quorum.wire.oauthbearer import unsecured_token
+
+    def oauth_cb(config: object) -> tuple[str, float]:
+        if calls is not None:
+            calls.append(config)
+        now = time.time()
+        return unsecured_token(sub, now, life_s, (OAUTH_SCOPE,)), now + life_s
+
+    return oauth_cb
+
+
+def test_an_oauthbearer_tokens_subject_is_the_principal_the_authorizer_sees(cluster) -> None:
+    """OAUTHBEARER's principal is User:<sub>: a token naming alice (no ACLs) is refused producing
+    (TOPIC_AUTHORIZATION_FAILED); one naming admin (a super user) produces."""
+    topic = f"oauth-acl-{uuid.uuid4().hex[:6]}"
+    create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
+    outcomes = {}
+    for sub in ("alice", "admin"):
+        producer = Producer(_oauth_client(cluster, _tokens(sub, 600), **{"message.timeout.ms": "20000"}))
+        delivered: list = []
+        producer.produce(topic, sub.encode(), on_delivery=lambda error, _, got=delivered: got.append(error))
+        assert producer.flush(WAIT_S) == 0
+        outcomes[sub] = None if delivered[0] is None else delivered[0].code()
+    assert outcomes == {"alice": KafkaError.TOPIC_AUTHORIZATION_FAILED, "admin": None}
+
+
+def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster) -> None:
+    """KIP-368 bound to the token: on SASL_SSL (no connections.max.reauth.ms) a token living 5 s makes a
+    session of at most 5 s; librdkafka refreshes its token (oauth_cb, served by poll and flush, at 80% of
+    its life) and re-authenticates before the session ends, and a producer sending across several
+    re-authentications has every record delivered. (With 3 s tokens librdkafka sometimes re-authenticated
+    with its expired token before the poll that refreshes it: refused invalid_token, as Kafka refuses it.)"""
+    import logging
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    lines = Lines()
+    logger = logging.getLogger(f"oauth-reauth-{uuid.uuid4().hex[:6]}")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    topic = f"oauth-reauth-{uuid.uuid4().hex[:6]}"
+    create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
+    calls: list = []
+    producer = Producer(_oauth_client(cluster, _tokens("admin", 5, calls), debug="security", logger=logger,
+                                      **{"message.timeout.ms": "30000", "log_level": 7}))
+    errors: list = []
+    sent = 0
+
+    def produce_one() -> bool:
+        nonlocal sent
+        producer.produce(topic, f"t{sent}".encode(), on_delivery=lambda error, _: errors.append(error))
+        sent += 1
+        assert producer.flush(WAIT_S) == 0, f"record {sent} of {topic} undelivered"
+        return sum("Auth in state REAUTH" in line for line in lines.lines) >= 2
+
+    wait_until(f"2 re-authentications of a producer of {topic} whose OAUTHBEARER tokens live 5 s",
+               produce_one, timeout_s=WAIT_S)
+    assert errors == [None] * sent
+    assert len(calls) >= 2 and not any("SASL authentication error" in line for line in lines.lines)

@@ -5,7 +5,9 @@ confluent-kafka, kafka-python and kcat produce, consume in a group and commit ov
 with SCRAM-SHA-512 and SASL_PLAINTEXT with PLAIN; and the refusals: a wrong password or an unknown
 user (SASL_AUTHENTICATION_FAILED, then the connection is closed), a plaintext client on a TLS port
 and a TLS client on a plaintext port (closed; the node keeps serving), an expired or untrusted
-client certificate on the controller listener.
+client certificate on the controller listener. OAUTHBEARER (issue 33, Kafka's unsecured tokens): both
+wrappers and the replicator with their own connections, Kafka's refusals of an expired or unscoped
+token, a session bound to its token's expiry.
 """
 
 from __future__ import annotations
