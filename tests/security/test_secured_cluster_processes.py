@@ -412,10 +412,12 @@ def test_wrapped_consumers_commit_and_seek_with_kip_232_epochs_over_sasl_ssl(clu
         kp.close()
 
 
-def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
-    """`client-epochs-mirror` with the source consumer's SASL_SSL settings (--consumer-property): its own
-    metadata, offset and log-bounds connections to the source use them too; every record reaches a
-    (plaintext) target and the group's commits carry the KIP-232 internal metadata."""
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "OAUTHBEARER"])
+def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path, mechanism):
+    """`client-epochs-mirror` with the source consumer's SASL_SSL settings (--consumer-property; OAUTHBEARER:
+    librdkafka's unsecured sasl.oauthbearer.config): its own metadata, offset and log-bounds connections
+    to the source use them too; every record reaches a (plaintext) target and the group's commits carry
+    the KIP-232 internal metadata."""
     from client_epochs import TopicPartition as Key
     from client_epochs.confluent import Consumer as WrappedConsumer
 
@@ -429,7 +431,7 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
     target.format_storage()
     target.start(timeout=WAIT_S)
     try:
-        settings = cluster.client_settings("SASL_SSL")
+        settings = cluster.client_settings("SASL_SSL", mechanism=mechanism)
         group = f"mirror-{uuid.uuid4().hex[:8]}"
         source = settings.pop("bootstrap.servers")
         command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
@@ -453,7 +455,8 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
         finally:
             reader.close()
         assert sorted(copied) == sorted(f"r{n}".encode() for n in range(60))
-        checker = WrappedConsumer({**cluster.client_settings("SASL_SSL"), "group.id": group, **QUIET})
+        checker = WrappedConsumer({**cluster.client_settings("SASL_SSL", mechanism=mechanism), "group.id": group,
+                                   **QUIET})
         try:
             stored = checker.committed_internal_metadata([Key(topic, p) for p in range(3)])
         finally:
