@@ -19,6 +19,7 @@ from quorum.security.sasl import SaslSettings
 from quorum.security.tls import SslSettings
 from quorum.server.config import ConfigError, NodeConfig
 from quorum.wire.sasl_client import PLAIN, ClientSecurity, SaslLogin, SaslLoginError, sasl_steps
+from quorum.wire.scram import MECHANISMS
 
 __all__ = ["ClientSecurity", "SaslLogin", "SaslLoginError", "node_client_security", "sasl_login"]
 
@@ -31,6 +32,9 @@ def node_client_security(config: NodeConfig, listener: str, mechanism_key: str) 
     sasl = None
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         mechanism = config.extra.get(mechanism_key, PLAIN).strip().upper()
+        if mechanism not in (PLAIN, *MECHANISMS):
+            raise ConfigError(f"{mechanism_key}={mechanism}: a node logs in to its peers with PLAIN, SCRAM-SHA-256 or "
+                              f"SCRAM-SHA-512 (its own connections do not take OAUTHBEARER tokens)")
         login = SaslSettings.of(config.extra, listener).logins.get(mechanism)
         if login is None:
             raise ConfigError(f"listener {listener} is {protocol}: this node logs in with {mechanism} "

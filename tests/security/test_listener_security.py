@@ -181,6 +181,10 @@ def test_node_logs_in_with_its_jaas_username(pki):
                               'x.ScramLoginModule required username="alice" password="alice-pw";'})
     security = node_client_security(config, "SASL_SSL", "sasl.mechanism.inter.broker.protocol")
     assert security.sasl == SaslLogin("SCRAM-SHA-256", "alice", "alice-pw") and security.ssl_context is not None
+    oauth = node_config({**BASE, **props_of(pki), "listeners": "SASL_SSL://127.0.0.1:9092",
+                         "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"})
+    with pytest.raises(ConfigError, match="sasl.mechanism.inter.broker.protocol=OAUTHBEARER: a node logs in"):
+        node_client_security(oauth, "SASL_SSL", "sasl.mechanism.inter.broker.protocol")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
