@@ -466,11 +466,13 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path, mechani
         target.stop()
 
 
-def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster):
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "OAUTHBEARER"])
+def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster, mechanism):
     """The `kafka_epochs` Spark source given the user's SASL_SSL settings as `kafka.*` options (as Spark's
     Kafka source takes them) reads every record a producer wrote: the driver's own metadata and log-bounds
     connections and the executors' consumers log in with them (the listener serves nothing before a SCRAM
-    login). With a wrong password the read fails, naming the refused login."""
+    login). With a wrong password (OAUTHBEARER: a token without the required scope) the read fails, naming
+    the refused login."""
     pytest.importorskip("pyspark")
     from client_epochs.spark import local_session
 
@@ -479,7 +481,8 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
     for n in range(90):
         producer.produce(topic, f"s{n}".encode(), partition=n % 3)
     assert producer.flush(WAIT_S) == 0
-    options = {f"kafka.{key}": value for key, value in cluster.client_settings("SASL_SSL").items()}
+    settings = cluster.client_settings("SASL_SSL", mechanism=mechanism)
+    options = {f"kafka.{key}": value for key, value in settings.items()}
     session = local_session("kafka-epochs-secured")
     try:
         def read(**more: str) -> list:
@@ -491,8 +494,10 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
         rows = read()
         assert sorted(bytes(row.value) for row in rows) == sorted(f"s{n}".encode() for n in range(90))
         assert {row.partition for row in rows} == {0, 1, 2}
+        wrong = ({"kafka.sasl.password": "wrong"} if mechanism != "OAUTHBEARER" else
+                 {"kafka.sasl.oauthbearer.config": "principal=alice scope=other"})
         with pytest.raises(Exception, match="SASL login refused.*SASL_AUTHENTICATION_FAILED"):
-            read(**{"kafka.sasl.password": "wrong"})
+            read(**wrong)
     finally:
         session.stop()
 
