@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.properties import format_properties, parse_properties
+from quorum.wire.properties import format_properties, parse_properties
 
 LISTENING = re.compile(r"listening on (?P<host>[\d.]+):(?P<port>\d+)")
 

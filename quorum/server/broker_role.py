@@ -102,7 +102,7 @@ class BrokerRole:
         self._stop = asyncio.Event()
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
-        register_forwarding(dispatcher, node.controller_peer, refuse)
+        register_forwarding(dispatcher, node.controller_peer, refuse, node_id=config.node_id)
         register_acl_apis(dispatcher, lambda: node.image, refuse, authorizer_from_properties(config.extra) is not None)
         register_scram_apis(dispatcher, lambda: node.image)
         register_produce(dispatcher, self.replicas, replication=self.leadership)

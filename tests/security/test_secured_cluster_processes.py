@@ -434,7 +434,7 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path, mechani
         settings = cluster.client_settings("SASL_SSL", mechanism=mechanism)
         group = f"mirror-{uuid.uuid4().hex[:8]}"
         source = settings.pop("bootstrap.servers")
-        command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
+        command = [sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap", source,
                    "--target-bootstrap", target.bootstrap_servers, "--topics", topic, "--group", group,
                    "--stop-after-idle-s", "5", "--give-up-after-s", str(WAIT_S)]
         for key, value in settings.items():

@@ -11,7 +11,7 @@ values, timestamps and headers preserved.
 What it guarantees, and how:
 
 - A source offset is committed only after the target acknowledged it and every record before it
-  (delivery callbacks; `mirror_progress.PartitionProgress`): a crash never loses a record.
+  (delivery callbacks; `progress.PartitionProgress`): a crash never loses a record.
 - Every copy carries its provenance (`client_epochs.source` = "<topic>/<partition>/<offset>", and
   the epochs it was read under in `client_epochs.source_epochs`). On assignment the replicator reads
   the tail of each target partition; when the target already holds records beyond the committed
@@ -62,7 +62,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
-from client_epochs.mirror_progress import (
+from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
     PartitionProgress,
@@ -72,7 +72,7 @@ from client_epochs.mirror_progress import (
     last_copied,
     newest,
 )
-from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
+from client_epochs.mirror.topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
 from client_epochs.model import NO_EPOCH, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.waits import WaitTimer, diagnose
@@ -81,7 +81,7 @@ from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "Replicator", "ReplicatorError"]
+__all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "PeriodicTask", "Replicator", "ReplicatorError"]
 
 DEFAULT_GROUP = "client-epochs-mirror"
 _LOG_START_TIMEOUT_S = 30.0
@@ -137,6 +137,18 @@ RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", 
 """Settings the replicator's guarantees rest on: set from its own arguments, never overridden."""
 
 
+@dataclass
+class PeriodicTask:
+    """Work a flow adds to the copy loop every `interval_s` (topic discovery, config sync, heartbeats):
+    run on the loop's thread between batches, so it needs no lock; an exception stops the replicator
+    with it as the error, after the usual clean shutdown."""
+
+    name: str
+    interval_s: float
+    run: Callable[[Replicator], None]
+    due: float = 0.0
+
+
 def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
     return TopicPartition(partition.topic, partition.partition)
 
@@ -154,8 +166,15 @@ class Replicator:
     """
 
     def __init__(self, source: str, target: str, topics: Sequence[str], options: MirrorOptions | None = None,
-                 out: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        if not topics:
+                 out: TextIO | None = None, clock: Callable[[], float] = time.monotonic, *,
+                 target_topic: Callable[[str], str] = str, tasks: Sequence[PeriodicTask] = (),
+                 prepare_target: bool = True,
+                 before_assign: Callable[[list[TopicPartition]], None] | None = None) -> None:
+        """`target_topic` names the copy of a source topic on the target (a replication policy; the
+        same name by default); `tasks` run in the copy loop; without `prepare_target` the target topics
+        are the caller's to create (a flow's topic sync), and `topics` may be empty until it finds some;
+        `before_assign` sees each assignment first (a flow makes sure the target partitions exist)."""
+        if not topics and prepare_target:
             raise ValueError("no topic to replicate")
         (options or MirrorOptions()).check()
         self.source = source
@@ -163,6 +182,10 @@ class Replicator:
         self.topics = list(dict.fromkeys(topics))
         self.options = options or MirrorOptions()
         self.counts = MirrorCounts()
+        self._target_topic = target_topic
+        self._tasks = list(tasks)
+        self._prepare_target = prepare_target
+        self._before_assign = before_assign
         self._out = out if out is not None else sys.stdout
         self._clock = clock
         self._stopping: str | None = None
@@ -202,7 +225,7 @@ class Replicator:
     def run(self) -> MirrorCounts:
         """Copy until stopped; ReplicatorError (after the clean shutdown) when copying cannot go on."""
         try:
-            partitions = self.prepare_topics()
+            partitions = self.prepare_topics() if self._prepare_target else {}
         except BaseException:
             for client in (self._source_bounds, self._source_metadata, self._probe, self._offsets):
                 client.close()
@@ -226,8 +249,8 @@ class Replicator:
         self._consumer = Consumer(consumer_config, no_partitions_warning_s=None)
         reason = "stopped"
         try:
-            self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_lost)
+            if self.topics:
+                self._subscribe()
             self._loop()
             reason = f"error: {self._failure}" if self._failure is not None else self._stopping or reason
         except BaseException as exc:
@@ -241,8 +264,24 @@ class Replicator:
 
     # --- topics -----------------------------------------------------------------------------------------
 
+    def resubscribe(self, topics: Sequence[str]) -> None:
+        """Copy `topics` from now on (a flow found new ones): the group rebalances onto them."""
+        wanted = list(dict.fromkeys(topics))
+        if wanted != self.topics:
+            self.topics = wanted
+            if self._consumer is not None:
+                self._subscribe()
+
+    def _subscribe(self) -> None:
+        assert self._consumer is not None
+        if not self.topics:
+            self._consumer.unsubscribe()
+            return
+        self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+
     def prepare_topics(self) -> dict[str, int]:
-        """Each source topic's partition count, the target topics created or checked (mirror_topics)."""
+        """Each source topic's partition count, the target topics created or checked (client_epochs.mirror.topics)."""
         counts, self._source_cluster_id = source_partition_counts(self._source_metadata, self.topics,
                                                                   self.options.topic_wait_s)
         ensure_target_topics(self.target, counts, self._source_cluster_id, _quiet(self.options.producer_config))
@@ -256,6 +295,7 @@ class Replicator:
         next_commit = now + self.options.commit_interval_s
         next_status = now + self.options.status_interval_s
         while self._stopping is None and self._failure is None:
+            self._run_tasks()
             if self._held:
                 self._apply_seeks()
             for message in self._consumer.consume(500, 0.2):
@@ -273,6 +313,13 @@ class Replicator:
             idle = self.options.stop_after_idle_s
             if idle is not None and self._progress and now - self._last_activity >= idle:
                 self.stop(f"idle for {idle:g} s")
+
+    def _run_tasks(self) -> None:
+        now = self._clock()
+        for task in self._tasks:
+            if now >= task.due:
+                task.run(self)
+                task.due = self._clock() + task.interval_s
 
     def _handle(self, message: confluent_kafka.Message) -> None:
         error = message.error()
@@ -303,8 +350,8 @@ class Replicator:
         on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
         while True:
             try:
-                self._producer.produce(tp.topic, value=message.value(), key=message.key(), partition=tp.partition,
-                                       headers=headers, on_delivery=on_delivery, **extra)
+                self._producer.produce(self._target_topic(tp.topic), value=message.value(), key=message.key(),
+                                       partition=tp.partition, headers=headers, on_delivery=on_delivery, **extra)
                 return
             except BufferError:  # the producer's queue is full: wait for the target to take some
                 self._producer.poll(0.1)
@@ -349,6 +396,8 @@ class Replicator:
     def _on_assign(self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
         """Resume each partition where the target says the copy got to, then let the wrapper wait."""
         keys = [_key(p) for p in partitions]
+        if self._before_assign is not None and keys:
+            self._before_assign(keys)
         committed = {_key(p): (p.offset if p.offset >= 0 else None)
                      for p in consumer.committed([_ck(tp) for tp in keys], timeout=30)} if keys else {}
         committed_epochs = consumer.committed_internal_metadata(keys) if keys else {}
@@ -431,7 +480,8 @@ class Replicator:
         """The last copy of each source partition that its target partition holds (tail read)."""
         if not keys:
             return {}
-        tails = read_tails(self.target, keys, self.options.tail_records, _quiet(self.options.producer_config))
+        tails = read_tails(self.target, keys, self.options.tail_records, _quiet(self.options.producer_config),
+                           target_topic=self._target_topic)
         return {tp: last_copied(tails[tp], tp) for tp in keys}
 
     # --- commits, status, shutdown ----------------------------------------------------------------------
