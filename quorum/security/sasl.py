@@ -252,13 +252,16 @@ class SaslSession:
         return self.principal is not None
 
     def admits(self, api_key: int, now_ms: int) -> str | None:
-        """Why a request of `api_key` may not be served now (the connection is closed), or None."""
-        if api_key in UNAUTHENTICATED_APIS:
+        """Why a request of `api_key` may not be served now (the connection is closed), or None. ApiVersions
+        is served before authentication and during a re-authentication, but like any request other than
+        SaslHandshake it closes a session past its lifetime (Kafka's SocketServer closes an expired channel
+        unless the request is the SaslHandshake that begins a re-authentication)."""
+        if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return None
         if not self.authenticated:
-            return f"API key {api_key} before SASL authentication"
+            return None if api_key == API_VERSIONS else f"API key {api_key} before SASL authentication"
         if self._mechanism is not None:
-            return f"API key {api_key} during SASL re-authentication"
+            return None if api_key == API_VERSIONS else f"API key {api_key} during SASL re-authentication"
         if self._expires_ms is not None and now_ms >= self._expires_ms:
             why = "its token's expiry or connections.max.reauth.ms" if self._authenticated_mechanism == OAUTHBEARER \
                 else "connections.max.reauth.ms"

@@ -46,6 +46,8 @@ def props_of(pki, **more: str) -> dict[str, str]:
     return {"ssl.keystore.location": str(node.pem), "ssl.truststore.location": str(ca.cert_path),
             "listener.name.sasl_ssl.plain.sasl.jaas.config": f"x.PlainLoginModule required {USERS};",
             "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": "x.ScramLoginModule required;",
+            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
             **more}
 
 
@@ -188,8 +190,9 @@ def test_node_logs_in_with_its_jaas_username(pki):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from([17, 36, 3]), st.sampled_from(["PLAIN", "SCRAM-SHA-256", "X"]),
-                          st.binary(max_size=120)), min_size=1, max_size=5))
+@given(st.lists(st.tuples(st.sampled_from([17, 36, 3]), st.sampled_from(["PLAIN", "SCRAM-SHA-256", "OAUTHBEARER", "X"]),
+                          st.binary(max_size=120) | st.sampled_from([b"\x01", b"n,,\x01auth=Bearer a.b.\x01\x01"])),
+                min_size=1, max_size=5))
 def test_sasl_garbage_on_the_wire_never_authenticates_and_the_listener_keeps_serving(pki, steps):
     """Any sequence of SaslHandshake / SaslAuthenticate (garbage tokens) / Metadata on one connection: Metadata
     is never served to it, and a well-behaved client logs in on the same listener afterwards."""

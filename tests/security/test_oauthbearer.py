@@ -229,6 +229,8 @@ def test_a_valid_token_authenticates_user_sub_for_at_most_the_tokens_life():
     assert done.session_lifetime_ms == 30_000  # no connections.max.reauth.ms: the token's expiry
     assert session.admits(3, now_ms=29_999) is None
     assert "expired (its token's expiry" in session.admits(3, now_ms=30_000)
+    assert session.admits(18, now_ms=29_999) is None and "expired" in session.admits(18, now_ms=30_000)  # ApiVersions
+    assert SaslSession(oauth_settings()).admits(18, now_ms=0) is None  # before authenticating, as ever
     capped = SaslSession(oauth_settings(reauth_ms=10_000))
     assert login(capped, first(token(life_s=30)))[-1].session_lifetime_ms == 10_000
     shorter = SaslSession(oauth_settings(reauth_ms=60_000))
