@@ -587,6 +587,30 @@ def test_wrapped_consumers_consume_and_commit_with_oauthbearer(cluster):
         kp.close()
 
 
+def test_the_printed_oauthbearer_settings_work_for_librdkafka_and_kafka_python(cluster):
+    """What `quorum local-cluster --security sasl_ssl` prints for OAUTHBEARER (shell-quoted) is enough: the
+    librdkafka line lists the brokers, the kafka-python line's token provider gets kafka-python in."""
+    import importlib
+    import shlex
+
+    from kafka import KafkaConsumer
+
+    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in cluster.client_lines()}
+    librdkafka = dict(item.split("=", 1) for item in shlex.split(lines["client oauthbearer (SASL_SSL)"]))
+    assert librdkafka["sasl.oauthbearer.config"] == "principal=alice scope=kafka"
+    assert AdminClient({**librdkafka, **QUIET}).list_topics(timeout=WAIT_S).brokers.keys() == {101, 102, 103}
+    options = dict(item.split("=", 1) for item in shlex.split(lines["client oauthbearer kafka-python (SASL_SSL)"]))
+    provider = re.fullmatch(r"([\w.]+)\.(\w+)\('([^']*)'\)", options.pop("sasl_oauth_token_provider"))
+    assert provider is not None
+    options["sasl_oauth_token_provider"] = getattr(importlib.import_module(provider[1]), provider[2])(provider[3])
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    consumer = KafkaConsumer(**options)
+    try:
+        assert topic in consumer.topics()  # a Metadata answer: served only after the OAUTHBEARER login
+    finally:
+        consumer.close()
+
+
 def _oauth_exchange(cluster: LocalCluster, message: bytes) -> tuple[list[tuple[int, str | None, bytes]], bytes]:
     """OAUTHBEARER by hand over SASL_SSL: `message`, then \\x01 after a challenge. Each SaslAuthenticate
     answer (error code, message, bytes), and what the broker sent after the last (b"": it closed)."""
