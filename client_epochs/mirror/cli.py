@@ -175,7 +175,7 @@ def _run_flows(path: str, clusters: str | None, options: Any) -> int:
         runners = [FlowRunner(flow, options) for flow in config.flows]
         for runner in runners:
             runner.prepare()
-    except (MirrorConfigError, TopicSyncRefused) as exc:
+    except (MirrorConfigError, TopicSyncRefused, ValueError) as exc:
         print(f"client-epochs-mirror: error: {exc}", file=sys.stderr)
         return 2
 
