@@ -153,6 +153,10 @@ class SaslSettings:
         if OAUTHBEARER in jaas and jaas[OAUTHBEARER].module != OAUTHBEARER_MODULE:
             key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
             raise ConfigError(f"{key}: the login module must be {OAUTHBEARER_MODULE}, got {jaas[OAUTHBEARER].module}")
+        if OAUTHBEARER in mechanisms and OAUTHBEARER not in jaas:  # Kafka: no JAAS entry, no start
+            raise ConfigError(f"OAUTHBEARER is enabled on listener {listener} but "
+                              f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config (its validator's "
+                              f"options) is not set")
         if PLAIN in mechanisms and PLAIN not in jaas:
             raise ConfigError(f"PLAIN is enabled on listener {listener} but "
                               f"listener.name.{listener.lower()}.plain.sasl.jaas.config (its users) is not set")

@@ -286,6 +286,8 @@ def test_oauthbearer_is_enabled_only_with_its_jaas_config():
     assert session.handshake("OAUTHBEARER").error == ErrorCode.UNSUPPORTED_SASL_MECHANISM
     both = SaslSettings.of({**plain_only, JAAS_KEY: f"{MODULE} required;"}, "SASL_SSL")
     assert both.mechanisms == ("PLAIN", "OAUTHBEARER")
+    with pytest.raises(ConfigError, match=f"OAUTHBEARER is enabled on listener SASL_SSL but {JAAS_KEY}"):
+        SaslSettings.of({**plain_only, "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"}, "SASL_SSL")
 
 
 # -- the client's side ---------------------------------------------------------------------------------
