@@ -21,6 +21,7 @@ else of `quorum` (DESIGN.md's arrows; tests/test_import_direction.py checks them
 
 from __future__ import annotations
 
+import math
 import ssl
 import threading
 import time
@@ -100,9 +101,10 @@ class BearerTokens:
             value, expiry, *rest = answer
             principal = str(rest[0]) if rest and rest[0] is not None else ""
             extensions = dict(rest[1]) if len(rest) > 1 and rest[1] else {}
-            if not isinstance(value, str) or isinstance(expiry, bool) or not isinstance(expiry, int | float):
-                raise SaslLoginError("oauth_cb must return a str token and a numeric expiry, got "
-                                     f"({type(value).__name__}, {type(expiry).__name__})")
+            if (not isinstance(value, str) or isinstance(expiry, bool) or not isinstance(expiry, int | float)
+                    or not math.isfinite(expiry)):
+                raise SaslLoginError("oauth_cb must return a str token and a finite numeric expiry, got "
+                                     f"({type(value).__name__}, {expiry!r})")
             return BearerToken(value, float(expiry), principal, extensions)
 
         return cls(fetch, "oauth_cb", clock)

@@ -368,7 +368,8 @@ def BearerToken_(value: str):  # noqa: N802 - a token without expiry, as kafka-p
     return BearerToken(value)
 
 
-@pytest.mark.parametrize("answer", [None, "token-only", ("t",), (1, 2), ("t", "soon"), ("t", NOW_S - 1)])
+@pytest.mark.parametrize("answer", [None, "token-only", ("t",), (1, 2), ("t", "soon"), ("t", NOW_S - 1),
+                                    ("t", float("nan")), ("t", True)])
 def test_a_bad_oauth_cb_answer_is_a_login_error(answer):
     tokens = BearerTokens.of_oauth_cb(lambda config: answer, None, clock=lambda: NOW_S)
     with pytest.raises(SaslLoginError, match="oauth_cb"):
@@ -441,3 +442,31 @@ def test_wrappers_replicator_and_spark_source_refuse_at_construction_naming_the_
         Replicator("127.0.0.1:1", "127.0.0.1:2", ["t"], MirrorOptions(consumer_config=consumer_config))
     with pytest.raises(SourceOptionError, match=f"option kafka.{named}"):
         parse_options({"subscribe": "t", **{f"kafka.{k}": v for k, v in settings_.items()}})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80) | st.lists(st.sampled_from(["principal=a", "scope=", "scope=x,,y", "lifeSeconds=9",
+                                                         "lifeSeconds=-1", "extension_k=v", "extension_=v",
+                                                         "principalClaimName=c", "x", "=", 'principal="q"']),
+                                        max_size=5).map(" ".join))
+def test_garbage_sasl_oauthbearer_config_is_a_clean_refusal(text):
+    try:
+        config = UnsecuredConfig.parse(text)
+    except OAuthBearerError as exc:
+        assert "sasl.oauthbearer.config" in str(exc)
+    else:
+        assert UnsecuredValidator(config.principal_claim, config.scope_claim).validate(
+            config.token(NOW_S), NOW_MS).principal == config.principal
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.none() | st.integers() | st.text(max_size=5) | st.tuples(st.text(max_size=5) | st.integers(),
+                                                                    st.floats() | st.text(max_size=3) | st.none())
+       | st.lists(st.text(max_size=3), max_size=5))
+def test_any_oauth_cb_answer_is_a_token_or_a_login_error(answer):
+    tokens = BearerTokens.of_oauth_cb(lambda config: answer, None, clock=lambda: NOW_S)
+    try:
+        token_ = tokens.token()
+    except SaslLoginError:
+        return
+    assert isinstance(token_.value, str) and token_.expires_at_s > NOW_S
