@@ -105,6 +105,9 @@ def parser() -> argparse.ArgumentParser:
                    help="a librdkafka setting for the source consumer (repeatable)")
     p.add_argument("--producer-property", type=_property, action="append", default=[], metavar="KEY=VALUE",
                    help="a librdkafka setting for the target producer (repeatable)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="with --config: serve MM2's metrics (and the replicator's own) for Prometheus on "
+                        "127.0.0.1:PORT/metrics (0: any free port, printed at start)")
     p.add_argument("-v", "--verbose", action="store_true", help="log resume decisions and refusals")
     return p
 
@@ -139,7 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     if args.config is not None:
-        return _run_flows(args.config, args.clusters, options)
+        return _run_flows(args.config, args.clusters, options, args.metrics_port)
+    if args.metrics_port is not None:
+        p.error("--metrics-port goes with --config")
     try:
         replicator = Replicator(args.source_bootstrap, args.target_bootstrap, args.topics, options)
     except ValueError as exc:  # a source security setting its own connections cannot use, named
@@ -162,22 +167,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run_flows(path: str, clusters: str | None, options: Any) -> int:
+def _run_flows(path: str, clusters: str | None, options: Any, metrics_port: int | None) -> int:
     """Every enabled flow of the file at `path`, each in a thread; 2 for a file or a target refusal
     before anything was copied, 1 when a flow stopped with an error, 0 after a clean stop."""
     from client_epochs.mirror.config import MirrorConfigError, read_config
     from client_epochs.mirror.flow import FlowRunner
+    from client_epochs.mirror.metrics import MirrorMetrics, serve
     from client_epochs.mirror.topic_sync import TopicSyncRefused
 
     only = None if clusters is None else {c.strip() for c in clusters.split(",") if c.strip()}
     try:
         config = read_config(path, only)
-        runners = [FlowRunner(flow, options) for flow in config.flows]
+        metrics = None if metrics_port is None else MirrorMetrics()
+        runners = [FlowRunner(flow, options, metrics=metrics) for flow in config.flows]
         for runner in runners:
             runner.prepare()
     except (MirrorConfigError, TopicSyncRefused, ValueError) as exc:
         print(f"client-epochs-mirror: error: {exc}", file=sys.stderr)
         return 2
+    if metrics is not None and metrics_port is not None:
+        try:
+            port = serve(metrics, metrics_port)
+        except OSError as exc:
+            print(f"client-epochs-mirror: error: cannot serve metrics on 127.0.0.1:{metrics_port}: {exc.strerror}",
+                  file=sys.stderr)
+            return 2
+        print(f"client-epochs-mirror metrics: http://127.0.0.1:{port}/metrics", flush=True)
 
     def stop(signum: int, _: FrameType | None) -> None:
         for runner in runners:

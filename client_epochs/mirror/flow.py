@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs.mirror.config import Flow
+from client_epochs.mirror.metrics import MirrorMetrics
 from client_epochs.mirror.policy import HEARTBEATS_TOPIC
 from client_epochs.mirror.replicator import DEFAULT_GROUP, MirrorOptions, PeriodicTask, Replicator
 from client_epochs.mirror.topic_sync import ADMIN_TIMEOUT_S, TopicSync, TopicSyncRefused
@@ -42,7 +43,8 @@ def flow_group(flow: Flow) -> str:
 class FlowRunner:
     """Runs one flow until `stop()`; `run()` blocks like `Replicator.run()`."""
 
-    def __init__(self, flow: Flow, options: MirrorOptions | None = None, out: TextIO | None = None) -> None:
+    def __init__(self, flow: Flow, options: MirrorOptions | None = None, out: TextIO | None = None,
+                 metrics: MirrorMetrics | None = None) -> None:
         self.flow = flow
         base = options or MirrorOptions()
         self.options = replace(
@@ -69,7 +71,9 @@ class FlowRunner:
             tasks.append(PeriodicTask("heartbeats", flow.number("emit.heartbeats.interval.seconds"), self._heartbeat))
         self.replicator = Replicator(flow.source.bootstrap, flow.target.bootstrap, [], self.options, out=out,
                                      target_topic=flow.target_topic, tasks=tasks, prepare_target=False,
-                                     before_assign=self._before_assign)
+                                     before_assign=self._before_assign,
+                                     metrics=None if metrics is None else metrics.flow(flow.source.alias,
+                                                                                       flow.target.alias))
 
     def prepare(self) -> None:
         """The first topic sync and the heartbeats topic: TopicSyncRefused before anything is copied."""

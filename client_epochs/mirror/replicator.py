@@ -62,6 +62,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
+from client_epochs.mirror.metrics import FlowMetrics
 from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
@@ -84,6 +85,8 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "PeriodicTask", "Replicator", "ReplicatorError"]
 
 DEFAULT_GROUP = "client-epochs-mirror"
+TARGET_PARTITION_WAIT_S = 60.0
+"""How long a copy waits for the target producer's metadata to list a partition a flow just created."""
 _LOG_START_TIMEOUT_S = 30.0
 """How long a resume waits for a partition's current leader to give its log start (a leader being moved)."""
 
@@ -169,11 +172,13 @@ class Replicator:
                  out: TextIO | None = None, clock: Callable[[], float] = time.monotonic, *,
                  target_topic: Callable[[str], str] = str, tasks: Sequence[PeriodicTask] = (),
                  prepare_target: bool = True,
-                 before_assign: Callable[[list[TopicPartition]], None] | None = None) -> None:
+                 before_assign: Callable[[list[TopicPartition]], None] | None = None,
+                 metrics: FlowMetrics | None = None) -> None:
         """`target_topic` names the copy of a source topic on the target (a replication policy; the
         same name by default); `tasks` run in the copy loop; without `prepare_target` the target topics
         are the caller's to create (a flow's topic sync), and `topics` may be empty until it finds some;
-        `before_assign` sees each assignment first (a flow makes sure the target partitions exist)."""
+        `before_assign` sees each assignment first (a flow makes sure the target partitions exist);
+        `metrics` gets every acknowledged copy (MM2's per-partition metrics) and the counts."""
         if not topics and prepare_target:
             raise ValueError("no topic to replicate")
         (options or MirrorOptions()).check()
@@ -186,6 +191,9 @@ class Replicator:
         self._tasks = list(tasks)
         self._prepare_target = prepare_target
         self._before_assign = before_assign
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.counts = self.counts
         self._out = out if out is not None else sys.stdout
         self._clock = clock
         self._stopping: str | None = None
@@ -347,14 +355,39 @@ class Replicator:
         extra: dict[str, Any] = {} if ts_type == TIMESTAMP_NOT_AVAILABLE else {"timestamp": timestamp}
         headers = copy_headers(message.headers(), Provenance(tp.topic, tp.partition, offset),
                                self._epochs(tp, leader_epoch))
+        target = self._target_topic(tp.topic)
         on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
+        if self._metrics is not None:
+            size = len(message.value() or b"") + len(message.key() or b"")
+            measured = TopicPartition(target, tp.partition), size, extra.get("timestamp"), time.time()
+            on_delivery = partial(self._measured, on_delivery, measured)
         while True:
             try:
-                self._producer.produce(self._target_topic(tp.topic), value=message.value(), key=message.key(),
+                self._producer.produce(target, value=message.value(), key=message.key(),
                                        partition=tp.partition, headers=headers, on_delivery=on_delivery, **extra)
                 return
             except BufferError:  # the producer's queue is full: wait for the target to take some
                 self._producer.poll(0.1)
+            except KafkaException as exc:
+                if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+                    raise
+                self._await_target_partition(target, tp.partition)
+
+    def _await_target_partition(self, topic: str, partition: int) -> None:
+        """A target partition created a moment ago (a flow's topic sync) that the producer's metadata
+        does not list yet: librdkafka refuses to produce to it at once and refreshes a topic's metadata
+        only every few minutes, so ask for it until it is listed (ReplicatorError past the deadline)."""
+        assert self._producer is not None
+        deadline = self._clock() + TARGET_PARTITION_WAIT_S
+        while True:
+            listed = self._producer.list_topics(topic, timeout=5).topics.get(topic)
+            if listed is not None and listed.error is None and partition in listed.partitions:
+                return
+            if self._clock() >= deadline:
+                raise ReplicatorError(f"the target's metadata does not list partition {topic}-{partition} after "
+                                      f"{TARGET_PARTITION_WAIT_S:g} s")
+            log.info("waiting for the target's metadata to list partition %s-%d", topic, partition)
+            self._producer.poll(0.2)
 
     def _epochs(self, tp: TopicPartition, leader_epoch: int | None) -> InternalMetadata | None:
         """The epochs a record was read under: the topic epoch the consumer's metadata client accepted,
@@ -381,6 +414,12 @@ class Replicator:
         if self._failure is None:
             self._failure = (f"the target did not take the copy of {tp} offset {offset}: {error.str()}; nothing "
                              f"from there on is committed, a restart copies it again")
+
+    def _measured(self, delivered: Callable[[KafkaError | None, Any], None],
+                  copy: tuple[TopicPartition, int, int | None, float], error: KafkaError | None, message: Any) -> None:
+        if error is None and self._metrics is not None:
+            self._metrics.acknowledged(*copy)
+        delivered(error, message)
 
     def _producer_error(self, error: KafkaError) -> None:
         if error.fatal():

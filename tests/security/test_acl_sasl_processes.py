@@ -337,3 +337,26 @@ def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster
                produce_one, timeout_s=WAIT_S)
     assert errors == [None] * sent
     assert len(calls) >= 2 and not any("SASL authentication error" in line for line in lines.lines)
+
+
+def test_a_flow_whose_target_refuses_to_create_its_topics_stops_before_copying(cluster, tmp_path) -> None:
+    """Issue 32: an mm2.properties flow into a cluster where its user (alice, no ACLs) may not create
+    topics: one line naming the topic and Kafka's error, exit status 2, nothing created or copied."""
+    create(AdminClient(client(cluster, "admin")), NewTopic("mm2-permission", 1, 1))
+
+    def cluster_lines(alias: str, user: str) -> list[str]:
+        settings = cluster.client_settings("SASL_SSL", user=user, mechanism="SCRAM-SHA-512")
+        return [f"{alias}.{key} = {value}" for key, value in settings.items()]
+
+    config = tmp_path / "mm2.properties"
+    config.write_text("\n".join(["clusters = A, B", *cluster_lines("A", "admin"), *cluster_lines("B", "alice"),
+                                 "A->B.enabled = true", "A->B.topics = mm2-permission",
+                                 "emit.heartbeats.enabled = false", "emit.checkpoints.enabled = false"]) + "\n")
+    done = subprocess.run([sys.executable, "-m", "client_epochs.mirror.cli", "--config", str(config)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("client-epochs-mirror: error: the target refused creating target topic "
+                            "A.mm2-permission") and "TOPIC_AUTHORIZATION_FAILED" in error, done.stderr
+    listed = AdminClient(client(cluster, "admin")).list_topics(timeout=30).topics
+    assert "A.mm2-permission" not in listed
