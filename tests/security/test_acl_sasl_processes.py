@@ -339,6 +339,31 @@ def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster
     assert len(calls) >= 2 and not any("SASL authentication error" in line for line in lines.lines)
 
 
+def test_the_sdks_connections_reauthenticate_on_a_listener_with_connections_max_reauth_ms(cluster) -> None:
+    """KIP-368 for the SDK's own connections with SCRAM too: on SASL_PLAINTEXT (sessions of 2 s)
+    one connection keeps being served for 5 s, re-authenticating on the same socket before each session
+    ends (before this change it ignored the lifetime and the broker closed it at its first request past
+    2 s: "connection closed after 0 of 4 bytes")."""
+    import time
+
+    from client_epochs.connection import BrokerConnection
+    from client_epochs.metadata_client import METADATA, _metadata_request
+
+    for mechanism in ("SCRAM-SHA-512",):  # PLAIN goes the same way (sasl_steps returns any mechanism's lifetime)
+        settings = cluster.client_settings("SASL_PLAINTEXT", user="alice", mechanism=mechanism)
+        host, _, port = settings["bootstrap.servers"].split(",")[0].rpartition(":")
+        connection = BrokerConnection(host, int(port), f"reauth-{mechanism}",
+                                      security=ClientSecurity.of_client_properties(settings))
+        try:
+            deadline = time.monotonic() + 2.5 * REAUTH_MS / 1000
+            while time.monotonic() < deadline:
+                assert connection.request(METADATA, 12, _metadata_request([], 12), time.monotonic() + WAIT_S)
+                time.sleep(0.25)
+            assert connection.reauthentications >= 2 and connection.is_open, mechanism
+        finally:
+            connection.close()
+
+
 def test_a_flow_whose_target_refuses_to_create_its_topics_stops_before_copying(cluster, tmp_path) -> None:
     """Issue 32: an mm2.properties flow into a cluster where its user (alice, no ACLs) may not create
     topics: one line naming the topic and Kafka's error, exit status 2, nothing created or copied."""
