@@ -21,6 +21,7 @@ else of `quorum` (DESIGN.md's arrows; tests/test_import_direction.py checks them
 
 from __future__ import annotations
 
+import inspect
 import math
 import ssl
 import threading
@@ -126,6 +127,9 @@ class BearerTokens:
         if not callable(getattr(provider, "token", None)):
             raise ValueError("sasl_oauth_token_provider must have a token() method (kafka-python's "
                              "AbstractTokenProvider)")
+        if inspect.iscoroutinefunction(provider.token):
+            raise ValueError("sasl_oauth_token_provider.token() is a coroutine (aiokafka's): client_epochs' own "
+                             "connections are blocking and need a token() that returns the token")
 
         def fetch() -> BearerToken:
             value = provider.token()

@@ -400,9 +400,17 @@ def test_settings_the_sdk_cannot_use_are_refused_in_one_line(props, named):
     assert "\n" not in str(refused.value)
 
 
+class _AsyncProvider:
+    """aiokafka's token provider shape: `async def token()`."""
+
+    async def token(self) -> str:
+        return "t"
+
+
 @pytest.mark.parametrize(("configs", "named"), [
     ({"sasl_mechanism": "OAUTHBEARER"}, "sasl_mechanism=OAUTHBEARER needs sasl_oauth_token_provider"),
     ({"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": object()}, "must have a token"),
+    ({"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": _AsyncProvider()}, "is a coroutine"),
     ({"sasl_mechanism": "GSSAPI"}, "sasl_mechanism=GSSAPI is not supported"),
     ({"sasl_mechanism": "AWS_MSK_IAM"}, "sasl_mechanism=AWS_MSK_IAM is not supported"),
 ])
