@@ -339,6 +339,50 @@ def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster
     assert len(calls) >= 2 and not any("SASL authentication error" in line for line in lines.lines)
 
 
+def test_kafka_python_reauthenticates_with_its_token_providers_new_tokens(cluster) -> None:
+    """kafka-python (3.x does KIP-368) with `client_epochs.kafka_python.UnsecuredTokenProvider` making 5 s
+    tokens: it re-authenticates before each token-bound session ends, with the provider's new token, and
+    every record of a producer sending across two re-authentications is delivered."""
+    import logging
+
+    from kafka import KafkaProducer
+
+    from client_epochs.kafka_python import UnsecuredTokenProvider
+    from quorum.security.local_cluster import OAUTH_SCOPE
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    lines = Lines()
+    logger = logging.getLogger("kafka.net.connection")
+    logger.addHandler(lines)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    topic = f"oauth-kp-{uuid.uuid4().hex[:6]}"
+    create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+        ssl_cafile=str(cluster.security.ca.cert_path), sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=UnsecuredTokenProvider(f"principal=admin scope={OAUTH_SCOPE} lifeSeconds=5"))
+    try:
+        def produce_one() -> bool:
+            producer.send(topic, b"k").get(timeout=WAIT_S)  # raises what a failed delivery failed with
+            return sum("Beginning SASL re-authentication" in line for line in lines.lines) >= 2
+
+        wait_until(f"2 re-authentications of a kafka-python producer of {topic} (5 s OAUTHBEARER tokens)",
+                   produce_one, timeout_s=WAIT_S)
+        assert not any("re-authentication failed" in line for line in lines.lines), lines.lines
+    finally:
+        producer.close(timeout=10)
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+
+
 def test_the_sdks_connections_reauthenticate_on_a_listener_with_connections_max_reauth_ms(cluster) -> None:
     """KIP-368 for the SDK's own connections with SCRAM too: on SASL_PLAINTEXT (sessions of 2 s)
     one connection keeps being served for 5 s, re-authenticating on the same socket before each session
