@@ -95,7 +95,10 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
     def __init__(self, config: dict[str, Any], *args: Any, on_topic_recreated: RecreatedPolicy = "raise",
                  metadata_wait_timeout_s: float | None = None, metadata_check_interval_s: float = 5.0,
                  no_partitions_warning_s: float | None = 5.0, **kwargs: Any) -> None:
-        merged = {**config, **{k: v for k, v in kwargs.items() if isinstance(v, str | int | float | bool)}}
+        merged = {**config, **{k: v for k, v in kwargs.items()
+                               if isinstance(v, str | int | float | bool) or k == "oauth_cb"}}
+        # the SDK's own connections, secured as the user's; a setting they cannot use is refused here, first
+        security = ClientSecurity.of_client_properties(merged)
         nested = merged.get("default.topic.config")
         policy = merged.get(_RESET, nested.get(_RESET) if isinstance(nested, dict) else None)
         self._policy = str(policy) if policy is not None else "largest"  # librdkafka's default
@@ -109,7 +112,6 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._group = merged.get("group.id")
         self._incremental = "cooperative" in str(merged.get("partition.assignment.strategy", ""))
         isolation = str(merged.get("isolation.level", "read_committed"))  # librdkafka's default
-        security = ClientSecurity.of_client_properties(merged)  # the SDK's own connections, secured as the user's
         self._guard = EpochGuard(MetadataClient(bootstrap, security=security), on_topic_recreated=on_topic_recreated,
                                  wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s,
                                  isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED)

@@ -145,7 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_flows(args.config, args.clusters, options, args.metrics_port)
     if args.metrics_port is not None:
         p.error("--metrics-port goes with --config")
-    replicator = Replicator(args.source_bootstrap, args.target_bootstrap, args.topics, options)
+    try:
+        replicator = Replicator(args.source_bootstrap, args.target_bootstrap, args.topics, options)
+    except ValueError as exc:  # a source security setting its own connections cannot use, named
+        p.error(str(exc))
 
     def stop(signum: int, _: FrameType | None) -> None:
         replicator.stop(signal.Signals(signum).name)
@@ -179,7 +182,7 @@ def _run_flows(path: str, clusters: str | None, options: Any, metrics_port: int 
         runners = [FlowRunner(flow, options, metrics=metrics) for flow in config.flows]
         for runner in runners:
             runner.prepare()
-    except (MirrorConfigError, TopicSyncRefused) as exc:
+    except (MirrorConfigError, TopicSyncRefused, ValueError) as exc:
         print(f"client-epochs-mirror: error: {exc}", file=sys.stderr)
         return 2
     if metrics is not None and metrics_port is not None:

@@ -4,7 +4,8 @@ The same file an MM2 user has: `clusters = A, B`, `A.bootstrap.servers`, `A->B.e
 flow's settings at the top level (for every flow) or behind `A->B.` (that flow's), and each
 cluster's client settings (`A.security.protocol`, `A.ssl.*`, `A.sasl.*` for all its clients,
 `A.consumer.*`, `A.producer.*`, `A.admin.*` for one kind; a Java `sasl.jaas.config` with a PLAIN or
-SCRAM login module becomes librdkafka's `sasl.username` / `sasl.password`). Reading is all or
+SCRAM login module becomes librdkafka's `sasl.username` / `sasl.password`, Kafka's OAuthBearerLoginModule
+with its unsecured login options librdkafka's unsecured `sasl.oauthbearer.config`). Reading is all or
 nothing: every key is checked before any flow starts, and one that the replicator does not know is
 refused by name (`MirrorConfigError`, exit status 2), as is one that MM2 has and the replicator does
 not implement, saying so, rather than being silently ignored.
@@ -33,6 +34,7 @@ from client_epochs.mirror.filters import (
 )
 from client_epochs.mirror.policy import ReplicationPolicy, policy_for
 from quorum.wire.properties import PropertiesError, parse_properties
+from quorum.wire.sasl_client import sasl_login_of_client_properties
 
 FLOW_DEFAULTS: dict[str, str] = {
     "topics": TOPICS_DEFAULT,
@@ -96,6 +98,7 @@ _CLUSTER_COMMON = re.compile(r"^(security\.protocol|client\.id|(ssl|sasl)\..+)$"
 _FLOW = re.compile(r"^(?P<source>[^.>\s-][^>\s]*?)->(?P<target>[^.\s]+?)\.(?P<key>.+)$")
 _ALIAS = re.compile(r"^[A-Za-z0-9_-]+$")
 _JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_JAAS_OPTION = re.compile(r'\b([\w.$-]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 class MirrorConfigError(ValueError):
@@ -255,8 +258,13 @@ def _cluster(alias: str, props: dict[str, str]) -> ClusterClients:
         else:
             raise MirrorConfigError(f"{alias}.{key}: unknown cluster setting (bootstrap.servers, security.protocol, "
                                     f"ssl.*, sasl.*, client.id, or consumer.*, producer.*, admin.* for one kind)")
-    return ClusterClients(alias, bootstrap, _librdkafka(alias, common),
-                          {kind: _librdkafka(f"{alias}.{kind}", settings) for kind, settings in kinds.items()})
+    clients = ClusterClients(alias, bootstrap, _librdkafka(alias, common),
+                             {kind: _librdkafka(f"{alias}.{kind}", settings) for kind, settings in kinds.items()})
+    try:  # the replicator's own connections to a source take its consumer's settings: refused now, by name
+        sasl_login_of_client_properties(clients.client("consumer"))
+    except ValueError as exc:
+        raise MirrorConfigError(f"{alias}.{exc}") from None
+    return clients
 
 
 def _librdkafka(where: str, settings: dict[str, str]) -> dict[str, str]:
@@ -264,10 +272,16 @@ def _librdkafka(where: str, settings: dict[str, str]) -> dict[str, str]:
     `sasl.username` / `sasl.password`; JKS stores are refused (librdkafka reads PEM files)."""
     out = dict(settings)
     jaas = out.pop("sasl.jaas.config", None)
-    if jaas is not None:
+    if "sasl.login.callback.handler.class" in out:
+        raise MirrorConfigError(f"{where}.sasl.login.callback.handler.class: Java login callbacks (such as OIDC's "
+                                f"OAuthBearerLoginCallbackHandler) cannot run here; OAUTHBEARER takes Kafka's "
+                                f"unsecured login options in sasl.jaas.config")
+    if jaas is not None and "OAuthBearerLoginModule" in jaas:
+        out.update(_unsecured_oauthbearer(where, jaas))
+    elif jaas is not None:
         if "PlainLoginModule" not in jaas and "ScramLoginModule" not in jaas:
-            raise MirrorConfigError(f"{where}.sasl.jaas.config: only PlainLoginModule and ScramLoginModule "
-                                    f"credentials can be used (librdkafka has no JAAS)")
+            raise MirrorConfigError(f"{where}.sasl.jaas.config: only PlainLoginModule, ScramLoginModule and "
+                                    f"OAuthBearerLoginModule (unsecured) logins can be used (librdkafka has no JAAS)")
         found = dict(_JAAS_CREDENTIAL.findall(jaas))
         if set(found) != {"username", "password"}:
             raise MirrorConfigError(f"{where}.sasl.jaas.config: no username=\"...\" password=\"...\" in it")
@@ -278,6 +292,40 @@ def _librdkafka(where: str, settings: dict[str, str]) -> dict[str, str]:
             raise MirrorConfigError(f"{where}.{key}: Java key stores are not read; give PEM files with "
                                     f"ssl.ca.location, ssl.certificate.location and ssl.key.location")
     return out
+
+
+def _unsecured_oauthbearer(where: str, jaas: str) -> dict[str, str]:
+    """Kafka's OAuthBearerLoginModule with its unsecured login options (OAuthBearerUnsecuredLoginCallback-
+    Handler: `unsecuredLoginStringClaim_sub`, `unsecuredLoginListClaim_scope` whose first character is the
+    separator, `unsecuredLoginLifetimeSeconds`, `unsecuredLoginPrincipalClaimName`,
+    `unsecuredLoginScopeClaimName`, `unsecuredLoginExtension_<name>`) as librdkafka's unsecured tokens."""
+    key = f"{where}.sasl.jaas.config"
+    options = dict(_JAAS_OPTION.findall(jaas))
+    principal_claim = options.pop("unsecuredLoginPrincipalClaimName", "sub")
+    scope_claim = options.pop("unsecuredLoginScopeClaimName", "scope")
+    principal = options.pop(f"unsecuredLoginStringClaim_{principal_claim}", None)
+    if not principal:
+        raise MirrorConfigError(f"{key}: OAuthBearerLoginModule needs unsecuredLoginStringClaim_{principal_claim}")
+    config = [f"principal={principal}"]
+    listed = options.pop(f"unsecuredLoginListClaim_{scope_claim}", None)
+    scope = [part for part in listed[1:].split(listed[0]) if part] if listed else []
+    if scope:
+        config.append(f"scope={','.join(scope)}")
+    if "unsecuredLoginLifetimeSeconds" in options:
+        config.append(f"lifeSeconds={options.pop('unsecuredLoginLifetimeSeconds')}")
+    if principal_claim != "sub":
+        config.append(f"principalClaimName={principal_claim}")
+    if scope_claim != "scope":
+        config.append(f"scopeClaimName={scope_claim}")
+    for name in [name for name in options if name.startswith("unsecuredLoginExtension_")]:
+        config.append(f"extension_{name.removeprefix('unsecuredLoginExtension_')}={options.pop(name)}")
+    unusable = sorted(name for name in options if name.startswith("unsecuredLogin"))
+    if unusable:
+        raise MirrorConfigError(f"{key}: {unusable[0]} cannot be put in librdkafka's unsecured tokens (they carry "
+                                f"the principal, the scope, the lifetime and extensions)")
+    if any(char.isspace() or char == '"' for item in config for char in item.partition("=")[2]):
+        raise MirrorConfigError(f"{key}: a value with a space or a quote cannot go into sasl.oauthbearer.config")
+    return {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": " ".join(config)}
 
 
 def _flow(source: ClusterClients, target: ClusterClients, given: dict[str, str]) -> Flow:

@@ -138,6 +138,9 @@ class MirrorOptions:
             raise ValueError(f"tail_records must be 1 or more, not {self.tail_records!r}")
         if self.offsets is not None:
             self.offsets.check()
+        # the replicator's own source connections take the consumer's security settings: one they cannot
+        # use (sasl.mechanism=GSSAPI, sasl.oauthbearer.method=oidc, ...) is refused now, naming it
+        ClientSecurity.of_client_properties(self.consumer_config)
 
 
 RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", "group.instance.id"),

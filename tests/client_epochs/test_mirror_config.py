@@ -111,3 +111,31 @@ def test_replication_policies_name_copies_as_mm2() -> None:
     assert not identity.is_cycle("B.orders", "B"), "the identity policy cannot tell a copy (as MM2)"
     assert default.offset_syncs_topic("B") == "mm2-offset-syncs.B.internal"
     assert default.checkpoints_topic("A") == "A.checkpoints.internal"
+
+
+def test_an_unsecured_oauthbearer_login_becomes_librdkafkas_unsecured_tokens() -> None:
+    """Issue 33: Kafka's OAuthBearerLoginModule with its unsecured login options, as librdkafka's
+    sasl.oauthbearer.config (the scope list's first character is its separator, as Kafka reads it)."""
+    f = flow(**{"A.security.protocol": "SASL_SSL", "A.sasl.mechanism": "OAUTHBEARER",
+                "A.sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                                      'unsecuredLoginStringClaim_sub="alice" unsecuredLoginListClaim_scope=",kafka,x" '
+                                      'unsecuredLoginLifetimeSeconds="600" unsecuredLoginExtension_traceId="t1";'})
+    assert f.source.client("consumer") == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": "true",
+        "sasl.oauthbearer.config": "principal=alice scope=kafka,x lifeSeconds=600 extension_traceId=t1"}
+
+
+@pytest.mark.parametrize("more, message", [
+    ({"A.sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"},
+     "A.sasl.jaas.config: OAuthBearerLoginModule needs unsecuredLoginStringClaim_sub"),
+    ({"A.sasl.jaas.config": 'x.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="a" '
+                            'unsecuredLoginNumberClaim_n="1";'}, "unsecuredLoginNumberClaim_n cannot be put"),
+    ({"A.sasl.login.callback.handler.class": "org.example.OAuthBearerLoginCallbackHandler"},
+     "A.sasl.login.callback.handler.class: Java login callbacks"),
+    ({"A.sasl.mechanism": "GSSAPI"}, "A.sasl.mechanism=GSSAPI is not supported"),
+    ({"A.sasl.mechanism": "OAUTHBEARER", "A.sasl.oauthbearer.method": "oidc"}, "A.sasl.oauthbearer.method=oidc"),
+])
+def test_oauthbearer_and_mechanism_refusals_name_their_key(more, message) -> None:
+    with pytest.raises(MirrorConfigError, match=message):
+        parse_config({**BASE, "A.security.protocol": "SASL_SSL", **more})
