@@ -33,7 +33,7 @@ BENCH_CLIENT_EPOCHS_PARTS which parts run (default "replication,consume"; "consu
    of 500 and what was in flight. All three replicators use a 10 s group session timeout
    (kafka-python's default; librdkafka's is 45 s), so the restarted one waits as long for the dead
    member to leave the group.
-   The replicators: this project's `client_epochs.mirror_cli` (epoch-aware consumer, commits only
+   The replicators: this project's `client_epochs.mirror.cli` (epoch-aware consumer, commits only
    what the target acknowledged, skips on restart what the target already holds), and the raw loops
    of `benchmarks.mirror_loops` for confluent-kafka and kafka-python, written the way MirrorMaker-
    style loops are (subscribe, auto.offset.reset=earliest, idempotent producer, flush then commit
@@ -110,7 +110,7 @@ CONSUME_BATCH = 1000
 QUIET = {"log_level": 3}
 
 REPLICATORS = {
-    "client_epochs": ("client_epochs.mirror_cli (this project)", "client_epochs.mirror_cli"),
+    "client_epochs": ("client_epochs.mirror.cli (this project)", "client_epochs.mirror.cli"),
     "confluent": ("confluent-kafka loop", "confluent_kafka"),
     "kafka-python": ("kafka-python loop", "kafka"),
 }

@@ -94,10 +94,10 @@ from quorum.log.snapshot import (  # noqa: E402
     partial_snapshot_path,
     snapshot_path,
 )
-from quorum.properties import format_properties  # noqa: E402
 from quorum.raft.interface import OffsetAndEpoch  # noqa: E402
 from quorum.server.config import node_config  # noqa: E402
 from quorum.wire.metadata_records import decode_metadata_record  # noqa: E402
+from quorum.wire.properties import format_properties  # noqa: E402
 
 TOPICS = int(os.environ.get("BENCH_SNAPSHOT_TOPICS", "100000"))
 PARTITIONS = 10

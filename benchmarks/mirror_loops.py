@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 PROVENANCE_HEADER = "client_epochs.source"
-"""The provenance header of `client_epochs.mirror_progress`, spelled out: the raw loops use no SDK code."""
+"""The provenance header of `client_epochs.mirror.progress`, spelled out: the raw loops use no SDK code."""
 COMMIT_EVERY_RECORDS = 500
 COMMIT_EVERY_S = 1.0
 FLUSH_TIMEOUT_S = 60.0

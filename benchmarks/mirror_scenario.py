@@ -206,7 +206,7 @@ def replicator_command(kind: str, source: str, target: str, group: str, client: 
               "--status-interval-s", f"{STATUS_INTERVAL_S:g}"]
     if kind == "client_epochs":
         secured = [item for key, value in (client or {}).items() for item in ("--consumer-property", f"{key}={value}")]
-        return [sys.executable, "-m", "client_epochs.mirror_cli", *common,
+        return [sys.executable, "-m", "client_epochs.mirror.cli", *common,
                 "--consumer-property", f"session.timeout.ms={SESSION_TIMEOUT_MS}", *secured,
                 "--consumer-property", "log_level=4", "--producer-property", "log_level=4"]  # fmt: skip
     if client:

@@ -195,7 +195,7 @@ class Soak:
                 for m in range(self.args.members)]
         target = self.target.specs[101].address
         self.replicator = self.child("replicator", [
-            sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", self.bootstrap,
+            sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap", self.bootstrap,
             "--target-bootstrap", target, "--topics", TOPIC, "--group", MIRROR_GROUP, "--status-interval-s", "5",
             "--consumer-property", "log_level=4", "--producer-property", "log_level=4"])
 

@@ -46,6 +46,7 @@ Options beyond confluent-kafka's, as keyword arguments: `on_topic_recreated`, `m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -94,7 +95,10 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
     def __init__(self, config: dict[str, Any], *args: Any, on_topic_recreated: RecreatedPolicy = "raise",
                  metadata_wait_timeout_s: float | None = None, metadata_check_interval_s: float = 5.0,
                  no_partitions_warning_s: float | None = 5.0, **kwargs: Any) -> None:
-        merged = {**config, **{k: v for k, v in kwargs.items() if isinstance(v, str | int | float | bool)}}
+        merged = {**config, **{k: v for k, v in kwargs.items()
+                               if isinstance(v, str | int | float | bool) or k == "oauth_cb"}}
+        # the SDK's own connections, secured as the user's; a setting they cannot use is refused here, first
+        security = ClientSecurity.of_client_properties(merged)
         nested = merged.get("default.topic.config")
         policy = merged.get(_RESET, nested.get(_RESET) if isinstance(nested, dict) else None)
         self._policy = str(policy) if policy is not None else "largest"  # librdkafka's default
@@ -108,7 +112,6 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._group = merged.get("group.id")
         self._incremental = "cooperative" in str(merged.get("partition.assignment.strategy", ""))
         isolation = str(merged.get("isolation.level", "read_committed"))  # librdkafka's default
-        security = ClientSecurity.of_client_properties(merged)  # the SDK's own connections, secured as the user's
         self._guard = EpochGuard(MetadataClient(bootstrap, security=security), on_topic_recreated=on_topic_recreated,
                                  wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s,
                                  isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED)
@@ -577,3 +580,82 @@ def _deadline(timeout: float | None) -> float | None:
 
 def _passed(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
+
+
+class DeserializingConsumer(Consumer):
+    """confluent-kafka's `DeserializingConsumer` on the epoch-aware Consumer: the same configuration
+    (`key.deserializer` / `value.deserializer` callables taking (bytes, SerializationContext), or
+    their `.builder` forms, e.g. Schema Registry's AvroDeserializer or JSONDeserializer), `poll()`
+    returning messages whose key and value are deserialized, `ConsumeError` for an error event,
+    `KeyDeserializationError` / `ValueDeserializationError` naming the message, and `consume()` not
+    implemented, as there; plus everything the Consumer adds (KIP-232 commits and waits, recreated
+    topics, out-of-range only when the data is gone).
+
+    Deserialization happens after the wrapper decided to hand a message over, so a record of a
+    partition still waiting for current metadata is never deserialized (a Schema Registry lookup is
+    not made for a record that will be fetched again). The serde properties are read with
+    confluent-kafka's own helpers (`confluent_kafka._serde_builder`, pinned with the package), so
+    builders and the cluster-id resolver they may need behave exactly as in confluent-kafka's class.
+    """
+
+    def __init__(self, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        from confluent_kafka import _serde_builder as serde
+
+        specs, config = serde.pop_serde_props(config, "key.deserializer", "value.deserializer")
+        serdes, self._owned_serdes, config = serde.build_serdes(specs, config)
+        self._key_deserializer, self._value_deserializer = serdes
+        try:
+            super().__init__(config, *args, **kwargs)
+            serde.propagate_cluster_id_resolver(serde.SharedClusterIdResolver(self.cluster_id), serdes)
+        except BaseException:
+            owned, self._owned_serdes = self._owned_serdes, []
+            with contextlib.suppress(Exception):
+                serde.close_serdes(owned)
+            raise
+
+    def poll(self, timeout: float | None = None) -> confluent_kafka.Message | None:
+        """The next message, deserialized; None at the timeout. Raises ConsumeError for an error event."""
+        from confluent_kafka.error import ConsumeError
+
+        message = super().poll(timeout)
+        if message is None:
+            return None
+        if message.error() is not None:
+            raise ConsumeError(message.error(), kafka_message=message)
+        return self._deserialized(message)
+
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[confluent_kafka.Message]:
+        """Not implemented, as in confluent-kafka's DeserializingConsumer: use poll()."""
+        raise NotImplementedError("DeserializingConsumer.consume is not implemented, as in confluent-kafka: use poll()")
+
+    def _deserialized(self, message: confluent_kafka.Message) -> confluent_kafka.Message:
+        """The key first, then the value, as confluent-kafka does (a key deserializer may leave state
+        for the value's), each failure naming the message."""
+        from confluent_kafka.error import KeyDeserializationError, ValueDeserializationError
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        context = SerializationContext(message.topic(), MessageField.KEY, message.headers())
+        key, value = message.key(), message.value()
+        if self._key_deserializer is not None:
+            try:
+                key = self._key_deserializer(key, context)
+            except Exception as exc:
+                raise KeyDeserializationError(exception=exc, kafka_message=message) from exc
+        if self._value_deserializer is not None:
+            context.field = MessageField.VALUE
+            try:
+                value = self._value_deserializer(value, context)
+            except Exception as exc:
+                raise ValueDeserializationError(exception=exc, kafka_message=message) from exc
+        message.set_key(key)
+        message.set_value(value)
+        return message
+
+    def close(self, *args: Any, **kwargs: Any) -> None:
+        """Close the consumer, then the deserializers built from `.builder` properties (a ready-made
+        deserializer stays the application's), as confluent-kafka does."""
+        from confluent_kafka import _serde_builder as serde
+
+        super().close(*args, **kwargs)
+        owned, self._owned_serdes = self._owned_serdes, []
+        serde.close_serdes(owned)

@@ -7,12 +7,17 @@ can say which one failed and why.
 
 A secured cluster (issue 18): `security` (`quorum.wire.sasl_client.ClientSecurity`, made from the
 user's own client settings) wraps each new connection in TLS and logs in with SASL before the first
-request, so the SDK's connections are secured exactly as the user's consumer is.
+request, so the SDK's connections are secured exactly as the user's consumer is. When the broker
+gives the session a lifetime (KIP-368: connections.max.reauth.ms, or an OAUTHBEARER token's expiry),
+the connection re-authenticates on the same socket before its next request once 85 to 95% of that
+lifetime has passed (a random point, as Kafka's clients choose it), with a fresh token if the old one
+is near its end; a broker closes a connection that sends a request past its session instead.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import socket
 import time
 from typing import Any
@@ -68,6 +73,9 @@ class BrokerConnection:
         self._max_frame_bytes = max_frame_bytes
         self._correlation = itertools.count(1)
         self._sock: socket.socket | None = None
+        self._reauthenticate_at: float | None = None
+        """time.monotonic() after which the next request first re-authenticates (KIP-368), if ever."""
+        self.reauthentications = 0
         self.state: dict[str, Any] = {}
         """What the caller learned on this connection (the negotiated versions); cleared when it closes."""
 
@@ -85,7 +93,11 @@ class BrokerConnection:
         `deadline` is a time.monotonic() value; BrokerError on any failure, after closing the connection.
         """
         try:
-            return self._round_trip(self._connect(deadline), api, version, body, deadline)
+            sock = self._connect(deadline)
+            if self._reauthenticate_at is not None and time.monotonic() >= self._reauthenticate_at:
+                self._login(sock, deadline)
+                self.reauthentications += 1
+            return self._round_trip(sock, api, version, body, deadline)
         except SaslLoginError as exc:
             self.close()
             raise BrokerAuthenticationError(self.address, f"SASL login refused: {exc}") from None
@@ -116,6 +128,7 @@ class BrokerConnection:
                 self._sock.close()
             finally:
                 self._sock = None
+                self._reauthenticate_at = None
                 self.state.clear()
 
     def _connect(self, deadline: float) -> socket.socket:
@@ -127,14 +140,22 @@ class BrokerConnection:
                 sock.settimeout(self._remaining(deadline))
                 self._sock = sock = self._security.ssl_context.wrap_socket(sock, server_hostname=self.host)
             if self._security.sasl is not None:
-                steps = sasl_steps(self._security.sasl)
-                answer = None
-                try:
-                    while True:
-                        answer = self._round_trip(sock, *steps.send(answer), deadline)
-                except StopIteration:
-                    pass
+                self._login(sock, deadline)
         return self._sock
+
+    def _login(self, sock: socket.socket, deadline: float) -> None:
+        """The SASL login (or a KIP-368 re-authentication: the same exchange on an authenticated socket)."""
+        assert self._security.sasl is not None
+        steps = sasl_steps(self._security.sasl)
+        answer = None
+        started = time.monotonic()
+        try:
+            while True:
+                answer = self._round_trip(sock, *steps.send(answer), deadline)
+        except StopIteration as done:
+            lifetime_ms = int(done.value or 0)
+        self._reauthenticate_at = (started + lifetime_ms / 1000 * random.uniform(0.85, 0.95)  # noqa: S311
+                                   if lifetime_ms > 0 else None)
 
     def _read(self, sock: socket.socket, size: int, deadline: float) -> bytes:
         chunks, got = [], 0

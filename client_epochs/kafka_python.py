@@ -68,9 +68,18 @@ from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
 from client_epochs.out_of_range import normalize_policy
 from quorum.wire.internal_metadata import InternalMetadata
-from quorum.wire.sasl_client import ClientSecurity
+from quorum.wire.oauthbearer import UnsecuredConfig
+from quorum.wire.sasl_client import BearerTokens, ClientSecurity
 
-__all__ = ["KafkaConsumer"]
+try:  # kafka-python 3 (kafka.net), 2.x (kafka.sasl), older (kafka.oauth)
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+except ImportError:  # pragma: no cover - the pinned kafka-python has kafka.net
+    try:
+        from kafka.sasl.oauth import AbstractTokenProvider
+    except ImportError:
+        from kafka.oauth.abstract import AbstractTokenProvider
+
+__all__ = ["KafkaConsumer", "UnsecuredTokenProvider"]
 
 _LISTENERS = (ConsumerRebalanceListener, AsyncConsumerRebalanceListener)
 _WOULD_RESET = (Errors.OffsetOutOfRangeError, Errors.NoOffsetForPartitionError, Errors.LogTruncationError)
@@ -90,6 +99,22 @@ and kafka-python hands the same request to the next poll's call (it keeps them b
 
 def _key(partition: Any) -> TopicPartition:
     return TopicPartition(partition.topic, partition.partition)
+
+
+class UnsecuredTokenProvider(AbstractTokenProvider):
+    """kafka-python's `sasl_oauth_token_provider` for a development cluster's unsecured OAUTHBEARER tokens
+    (Kafka's unsecured validator), made from the text librdkafka's `sasl.oauthbearer.config` takes:
+    `UnsecuredTokenProvider("principal=alice scope=kafka")`. A new token once 80% of one's life passed."""
+
+    def __init__(self, config: str) -> None:
+        super().__init__()
+        self._tokens = BearerTokens.unsecured(UnsecuredConfig.parse(config))
+
+    def token(self) -> str:
+        return self._tokens.token().value
+
+    def extensions(self) -> dict[str, str]:
+        return dict(self._tokens.token().extensions)
 
 
 def _kafka(tp: TopicPartition) -> KafkaTopicPartition:

@@ -27,6 +27,7 @@ from client_epochs.consumer_guard import is_recreated
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.model import NO_EPOCH, ZERO_UUID, Epochs, TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, parse_topic_id, topic_id_text
+from quorum.wire.sasl_client import sasl_login_of_client_properties
 
 EARLIEST = -2
 """Kafka's "earliest" offset in a start: the partition is read from its log start (a new partition)."""
@@ -228,6 +229,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = True) -> Sour
     bootstrap = client.pop("bootstrap.servers", None)
     if not bootstrap:
         raise SourceOptionError("option kafka.bootstrap.servers is required (host:port,...)")
+    try:  # the driver's own connections take these: what they cannot use is refused now, not at the first batch
+        sasl_login_of_client_properties(client)
+    except ValueError as exc:
+        raise SourceOptionError(f"option kafka.{exc}") from None
     unknown = sorted(key for key, _ in by_lower.values()
                      if not key.lower().startswith("kafka.") and key.lower() not in {k.lower() for k in _KNOWN})
     if unknown:

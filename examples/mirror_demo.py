@@ -30,7 +30,7 @@ def mirror(source: str, target: str, topic: str, source_logs: list[Path]) -> Non
 
     DemoFailure when it exits non-zero (its status lines and error, just printed, say what it waited
     for) or has not finished within MIRROR_DEADLINE_S."""
-    command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
+    command = [sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap", source,
                "--target-bootstrap", target, "--topics", topic, "--status-interval-s", "2",
                "--stop-after-idle-s", "3", "--give-up-after-s", str(GIVE_UP_S)]
     print("$ client-epochs-mirror " + " ".join(command[3:]), flush=True)

@@ -310,7 +310,7 @@ def _command_security(args: argparse.Namespace):  # noqa: ANN202 - quorum.net is
     if not args.command_config:
         return None
     from quorum.net.client_security import ClientSecurity
-    from quorum.properties import parse_properties
+    from quorum.wire.properties import parse_properties
 
     with open(args.command_config, encoding="utf-8") as config:
         return ClientSecurity.of_client_properties(parse_properties(config.read()))

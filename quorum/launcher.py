@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.properties import format_properties, parse_properties
+from quorum.wire.properties import format_properties, parse_properties
 
 LISTENING = re.compile(r"listening on (?P<host>[\d.]+):(?P<port>\d+)")
 
@@ -400,7 +401,7 @@ class LocalCluster:
         kafka-python's names and the admin's `--command-config` file; then the CA, users and authorizer."""
         if self.security is None or not self.bootstrap_servers:
             return []
-        from quorum.security.local_cluster import PROTOCOLS
+        from quorum.security.local_cluster import OAUTH_SCOPE, PROTOCOLS
 
         def joined(settings: dict[str, str]) -> str:
             return " ".join(f"{key}={value}" for key, value in settings.items())
@@ -416,8 +417,16 @@ class LocalCluster:
                 python = {"bootstrap_servers": self.bootstrap(protocol),
                           **self.security.kafka_python_settings(protocol, user, mechanism)}
                 lines.append(f"{label} kafka-python ({protocol}): {joined(python)}")
+            if protocol.startswith("SASL"):  # librdkafka's unsecured tokens; kafka-python's token provider
+                oauth = self.client_settings(protocol, "alice", "OAUTHBEARER")
+                lines.append(f"client oauthbearer ({protocol}): "
+                             + " ".join(shlex.quote(f"{key}={value}") for key, value in oauth.items()))
+                lines.append(f"client oauthbearer kafka-python ({protocol}): bootstrap_servers="
+                             f"{self.bootstrap(protocol)} {self.security.kafka_python_oauth_line(protocol)}")
             lines.append(f"admin --command-config ({protocol}): {self.security.command_config(protocol)}")
-        lines.append(f"users: {', '.join(self.security.passwords)} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); CA "
+        lines.append(f"users: {', '.join(self.security.passwords)} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); "
+                     f"OAUTHBEARER: Kafka's unsecured tokens (alg none, scope {OAUTH_SCOPE} required), any principal "
+                     f"may be claimed, for development only; CA "
                      f"{self.security.ca.cert_path}; controllers on mutual TLS (tools' certificate "
                      f"{self.security.tool})")
         if self.authorizer:

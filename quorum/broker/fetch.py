@@ -253,6 +253,10 @@ class FetchHandler:
 
     async def _long_poll(self, partitions: list[tuple[PartitionKey, FetchPosition]], body: Any,
                          replica: ReplicaFetch | None = None) -> dict[PartitionKey, PartitionRead]:
+        if not partitions:
+            # Kafka's ReplicaManager.fetchMessages answers at once when nothing is left to read: a fetch
+            # whose partitions were all refused (ACLs) must not wait out MaxWaitMs for data it cannot get.
+            return {}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
         marks = self._marks(partitions)

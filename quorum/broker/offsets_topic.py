@@ -103,12 +103,18 @@ class GroupCoordination:
     """The coordinator, its shell and handlers, following the image's `__consumer_offsets` leaders."""
 
     def __init__(self, broker_id: int, replicas: ReplicaManager, topics: TopicCreator,
-                 config: GroupConfig, dispatcher: Dispatcher, image: Callable[[], MetadataImage]) -> None:
-        """`image` gives the broker's current metadata image (FindCoordinator answers from it)."""
+                 config: GroupConfig, dispatcher: Dispatcher, image: Callable[[], MetadataImage],
+                 served_image: Callable[[], MetadataImage] | None = None) -> None:
+        """`image` gives the broker's newest metadata image (what commits are checked against);
+        `served_image` the one it answers Metadata from, once applied (default: `image`), which
+        FindCoordinator answers from too, as Kafka answers both from its metadata cache: a broker names
+        a coordinator only once it has applied the image naming it, by which time the coordinator's
+        own broker has as a rule replayed it and counts the partition as loading (`metadata_replayed`)."""
         self.broker_id = broker_id
         self.replicas = replicas
         self.topics = topics
         self._image = image
+        self._served_image = served_image or image
         self.shell = GroupCoordinatorShell(GroupCoordinator(config), PartitionOffsetsLog(replicas),
                                            locate=self._locate, partition_exists=self._partition_exists,
                                            current_topic_id=self._topic_id)
@@ -117,6 +123,8 @@ class GroupCoordination:
         self._topic_ids: Mapping[uuid.UUID, object] | None = None
         """The topic ids of the image last applied (None before the first): deletions are ids that left it."""
         self._creating: asyncio.Task[int] | None = None
+        self._named_in: object = None
+        """The `__consumer_offsets` topic of the image `metadata_replayed` last looked at."""
 
     def start(self) -> None:
         self.shell.start()
@@ -125,11 +133,14 @@ class GroupCoordination:
         await self.shell.close()
 
     def _locate(self, partition: int) -> CoordinatorNode | None:
-        """FindCoordinator: the leader of the group's partition; the topic is created on first need."""
-        image = self._image()
-        if OFFSETS_TOPIC not in image.topics and (self._creating is None or self._creating.done()):
+        """FindCoordinator: the leader of the group's partition in the image Metadata is answered from;
+        the topic is created on first need. The newest image's elections are taken first (replay may
+        have moved on in a worker thread since `metadata_replayed` was last called)."""
+        newest = self._image()
+        self.metadata_replayed(newest)
+        if OFFSETS_TOPIC not in newest.topics and (self._creating is None or self._creating.done()):
             self._creating = asyncio.get_running_loop().create_task(self.topics.create_offsets_topic())
-        return coordinator_from_image(image, partition)
+        return coordinator_from_image(self._served_image(), partition)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         """Kafka's OffsetCommit check: a commit to a partition the broker's metadata lacks is refused."""
@@ -139,6 +150,18 @@ class GroupCoordination:
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         info = self._image().topics.get(topic)
         return None if info is None else info.topic_id
+
+    def metadata_replayed(self, image: MetadataImage) -> None:
+        """The broker replayed more metadata: the `__consumer_offsets` partitions `image` names this
+        broker the leader of are its coordinator's from now on (loading until the image is applied
+        and they are loaded; Kafka's onElection moment), so a client sent here by FindCoordinator is
+        told COORDINATOR_LOAD_IN_PROGRESS meanwhile, not NOT_COORDINATOR."""
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is self._named_in:
+            return
+        self._named_in = topic
+        led = () if topic is None else [p.partition for p in topic.partitions if p.leader == self.broker_id]
+        self.shell.elected(led)
 
     def image_changed(self, image: MetadataImage) -> None:
         """Tell the coordinator about deleted topics; load the partitions this broker now leads (their

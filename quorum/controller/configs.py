@@ -8,10 +8,13 @@ default of every broker.
 `alter` turns IncrementalAlterConfigs operations (SET, DELETE, APPEND, SUBTRACT) into the
 (key, new value or None) pairs to write as ConfigRecords, checked as Kafka's controller checks
 them: topic keys must be topic configs Kafka knows, values must parse as the key's type and
-satisfy its range or allowed values, APPEND and SUBTRACT only apply to LIST keys. A topic key is
+satisfy its range or allowed values (INVALID_CONFIG; INVALID_REQUEST for a broker's, as Kafka's broker
+answers, KAFKA-13609), APPEND and SUBTRACT only apply to LIST keys. A topic key is
 written only when its value changes; a broker key always (Kafka does so too, so that brokers
-reconfigure). `describe` lists a resource's configs with their source, for DescribeConfigs and
-for the configs of a CreateTopics response.
+reconfigure). `replace` is the legacy AlterConfigs (API 33): the named configs become the
+resource's whole set, every other one is deleted; it is said in `alter`'s operations, so that both
+APIs share one set of checks and records. `describe` lists a resource's configs with their
+source, for DescribeConfigs and for the configs of a CreateTopics response.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from quorum.wire.errors import ErrorCode
 TOPIC = 2
 BROKER = 4
 """Kafka's ConfigResource.Type ids (also ConfigRecord.ResourceType)."""
+BROKER_LOGGER, CLIENT_METRICS, GROUP = 8, 16, 32
+"""The other types Kafka's ConfigResource.Type knows (this controller keeps no configs for them)."""
 
 
 class ConfigSource(IntEnum):
@@ -213,6 +218,15 @@ def check_resource(resource_type: int, resource_name: str, topic_exists: bool) -
                        "serves TOPIC (2) and BROKER (4) configs")
 
 
+def check_legacy_resource_type(resource_type: int) -> None:
+    """AlterConfigs (legacy) takes no BROKER_LOGGER resource (KIP-412's log levels are set incrementally
+    only) and no type Kafka does not know: Kafka's broker refuses them, before forwarding, with this
+    error (ConfigAdminManager.preprocess of an AlterConfigsRequest). The types it lets through go on
+    to `check_resource`."""
+    if resource_type not in (TOPIC, BROKER, CLIENT_METRICS, GROUP):
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource_type}")
+
+
 def _schema(resource_type: int) -> dict[str, ConfigKey]:
     return TOPIC_CONFIGS if resource_type == TOPIC else BROKER_CONFIGS
 
@@ -227,16 +241,19 @@ def alter(resource_type: int, operations: Sequence[tuple[str, int, str | None]],
     names = [name for name, _, _ in operations]
     if len(set(names)) != len(names):
         raise ApiError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    nulls = [name for name, op, value in operations if value is None and op != OpType.DELETE]
+    if nulls:  # before any other check, naming them all, as Kafka's broker does (ConfigAdminManager.preprocess)
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
     schema = _schema(resource_type)
     changes: list[tuple[str, str | None]] = []
     for name, op, value in operations:
         key = schema.get(name)
-        if resource_type == TOPIC and key is None:
+        if resource_type == TOPIC and key is None and op != OpType.DELETE:
+            # Kafka validates the set that results: a deleted key is no longer in it, known or not
+            # (so a key no longer known can still be removed, and the legacy API's deletions never fail)
             raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
         old = current.get(name)
         if op == OpType.SET:
-            if value is None:
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
             new: str | None = value
         elif op == OpType.DELETE:
             new = None
@@ -244,8 +261,6 @@ def alter(resource_type: int, operations: Sequence[tuple[str, int, str | None]],
             if key is None or key.type is not ConfigType.LIST:
                 verb = OpType(op).name
                 raise ApiError(ErrorCode.INVALID_CONFIG, f"Can't {verb} to key {name} because its type is not LIST.")
-            if value is None:
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
             parts = _split(old if old is not None else key.default)
             given = _split(value)
             if op == OpType.APPEND:
@@ -256,10 +271,39 @@ def alter(resource_type: int, operations: Sequence[tuple[str, int, str | None]],
         else:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for key {name}")
         if new is not None and key is not None:
-            check_value(key, new)
+            _check_resource_value(resource_type, key, new)
         if new != old or resource_type == BROKER:
             changes.append((name, new))
     return changes
+
+
+def replace(resource_type: int, configs: Sequence[tuple[str, str | None]],
+            current: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """(key, new value or None) to write for a legacy AlterConfigs of one resource: `configs` (name,
+    value) become its whole set of dynamic configs.
+
+    Kafka's ConfigurationControlManager.legacyAlterConfigs: each named key is set (written when its
+    value changes, a broker key always), then every key the resource has and the request does not
+    name is deleted (a ConfigRecord with a null value), and the set that results is validated as a
+    whole. Said as a SET per named key and a DELETE per other current key, it is `alter`'s: the same
+    checks (a duplicate key, a null value, an unknown topic key, an invalid value refuse the whole
+    resource) and the same records as IncrementalAlterConfigs.
+    """
+    named = {name for name, _ in configs}
+    operations: list[tuple[str, int, str | None]] = [(name, OpType.SET, value) for name, value in configs]
+    operations += [(name, OpType.DELETE, None) for name in current if name not in named]
+    return alter(resource_type, operations, current)
+
+
+def _check_resource_value(resource_type: int, key: ConfigKey, value: str) -> None:
+    """`check_value`, with the code Kafka answers for the resource: INVALID_CONFIG for a topic, INVALID_REQUEST
+    for a broker (its broker validates dynamic broker configs and answers so, KAFKA-13609), same message."""
+    try:
+        check_value(key, value)
+    except ApiError as error:
+        if resource_type != BROKER:
+            raise
+        raise ApiError(ErrorCode.INVALID_REQUEST, error.message) from None
 
 
 def _split(value: str | None) -> list[str]:
@@ -330,6 +374,7 @@ def describe(resource_type: int, resource_name: str, keys: Iterable[str] | None,
 
 
 __all__ = [
-    "BROKER", "BROKER_CONFIGS", "TOPIC", "TOPIC_CONFIGS", "ConfigEntry", "ConfigKey", "ConfigSource", "ConfigType",
-    "OpType", "alter", "check_resource", "check_topic_configs", "check_value", "describe", "topic_config_value",
+    "BROKER", "BROKER_CONFIGS", "BROKER_LOGGER", "CLIENT_METRICS", "GROUP", "TOPIC", "TOPIC_CONFIGS", "ConfigEntry",
+    "ConfigKey", "ConfigSource", "ConfigType", "OpType", "alter", "check_legacy_resource_type", "check_resource",
+    "check_topic_configs", "check_value", "describe", "replace", "topic_config_value",
 ]

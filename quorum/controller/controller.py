@@ -92,7 +92,7 @@ from quorum.controller.view import ControllerView, PartitionView, RegistrationVi
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 
-CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 33, 37
 INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 44, 56, 62, 63
 
 _ZERO_UUID = uuid.UUID(int=0)
@@ -525,7 +525,30 @@ class QuorumController:
 
     def incremental_alter_configs(self, request: Any, view: ControllerView) -> ControllerResult:
         """IncrementalAlterConfigs for TOPIC and BROKER resources: a ConfigRecord per key that changes."""
-        schema = APIS[INCREMENTAL_ALTER_CONFIGS].response
+        def changes(resource: Any, current: Mapping[str, str]) -> list[tuple[str, str | None]]:
+            cfg.check_resource(resource.resource_type, resource.resource_name, resource.resource_name in view.topics)
+            return cfg.alter(resource.resource_type, [(c.name, c.config_operation, c.value) for c in resource.configs],
+                             current)
+
+        return self._alter_configs(APIS[INCREMENTAL_ALTER_CONFIGS].response, request, view, changes)
+
+    def legacy_alter_configs(self, request: Any, view: ControllerView) -> ControllerResult:
+        """AlterConfigs (API 33, deprecated in Kafka, still served): each TOPIC or BROKER resource's named
+        configs become its whole set of dynamic configs, the others are deleted (`configs.replace`)."""
+        def changes(resource: Any, current: Mapping[str, str]) -> list[tuple[str, str | None]]:
+            cfg.check_legacy_resource_type(resource.resource_type)
+            cfg.check_resource(resource.resource_type, resource.resource_name, resource.resource_name in view.topics)
+            return cfg.replace(resource.resource_type, [(c.name, c.value) for c in resource.configs], current)
+
+        return self._alter_configs(APIS[ALTER_CONFIGS].response, request, view, changes)
+
+    @staticmethod
+    def _alter_configs(schema: Any, request: Any, view: ControllerView,
+                       changes: Callable[[Any, Mapping[str, str]], list[tuple[str, str | None]]]) -> ControllerResult:
+        """What both AlterConfigs APIs do with the (key, value or None) changes they decide per resource
+        (`changes` raises ApiError to refuse one): a resource named twice is refused both times, a refused
+        resource writes nothing, the others write a ConfigRecord per change unless ValidateOnly; one answer
+        per resource (the two responses have the same shape)."""
         result = schema.AlterConfigsResourceResponse
         counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
         out: list[Any] = []
@@ -535,15 +558,13 @@ class QuorumController:
             try:
                 if counts[(kind, name)] > 1:
                     raise ApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-                cfg.check_resource(kind, name, name in view.topics)
-                changes = cfg.alter(kind, [(c.name, c.config_operation, c.value) for c in resource.configs],
-                                    view.configs.get((kind, name), {}))
+                decided = changes(resource, view.configs.get((kind, name), {}))
             except ApiError as error:
                 results.append(result(error_code=error.code, error_message=error.message, resource_type=kind,
                                       resource_name=name))
                 continue
             if not request.validate_only:
-                out += [rec.config(kind, name, key, value) for key, value in changes]
+                out += [rec.config(kind, name, key, value) for key, value in decided]
             results.append(result(error_code=0, error_message=None, resource_type=kind, resource_name=name))
         return _result(out, schema(throttle_time_ms=0, responses=results))
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from quorum.log.atomic import atomic_write, read_text_file
 from quorum.log.errors import CorruptFileError
-from quorum.properties import PropertiesError, format_properties, parse_properties
+from quorum.wire.properties import PropertiesError, format_properties, parse_properties
 
 META_PROPERTIES_NAME = "meta.properties"
 

@@ -19,6 +19,7 @@ from quorum.security.sasl import SaslSettings
 from quorum.security.tls import SslSettings
 from quorum.server.config import ConfigError, NodeConfig
 from quorum.wire.sasl_client import PLAIN, ClientSecurity, SaslLogin, SaslLoginError, sasl_steps
+from quorum.wire.scram import MECHANISMS
 
 __all__ = ["ClientSecurity", "SaslLogin", "SaslLoginError", "node_client_security", "sasl_login"]
 
@@ -31,6 +32,9 @@ def node_client_security(config: NodeConfig, listener: str, mechanism_key: str) 
     sasl = None
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         mechanism = config.extra.get(mechanism_key, PLAIN).strip().upper()
+        if mechanism not in (PLAIN, *MECHANISMS):
+            raise ConfigError(f"{mechanism_key}={mechanism}: a node logs in to its peers with PLAIN, SCRAM-SHA-256 or "
+                              f"SCRAM-SHA-512 (its own connections do not take OAUTHBEARER tokens)")
         login = SaslSettings.of(config.extra, listener).logins.get(mechanism)
         if login is None:
             raise ConfigError(f"listener {listener} is {protocol}: this node logs in with {mechanism} "
@@ -44,12 +48,13 @@ Exchange = Callable[[Any, int, Any], Awaitable[Any]]
 """Send one request (api, version, body) on the connection and wait for its response body."""
 
 
-async def sasl_login(exchange: Exchange, login: SaslLogin) -> None:
-    """Run `login` (`quorum.wire.sasl_client.sasl_steps`) over `exchange`; SaslLoginError when refused."""
+async def sasl_login(exchange: Exchange, login: SaslLogin) -> int:
+    """Run `login` (`quorum.wire.sasl_client.sasl_steps`) over `exchange`: the session lifetime in ms the
+    broker gave (0: none); SaslLoginError when refused."""
     steps = sasl_steps(login)
     answer = None
     try:
         while True:
             answer = await exchange(*steps.send(answer))
-    except StopIteration:
-        return
+    except StopIteration as done:
+        return int(done.value or 0)

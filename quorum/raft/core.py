@@ -687,10 +687,19 @@ class RaftCore:
             answer(False, ErrorCode.INCONSISTENT_CLUSTER_ID)  # a vote rejection, never fatal: we may be the odd one
             return
         candidate = request.candidate_id
-        if not self._is_voter or candidate not in self._voters or candidate == self._id:
-            answer(False)  # observers never vote, and only voters may lead
-            return
+        # Kafka's validateVoterOnlyRequest (3.x, voters from controller.quorum.voters), in its order: an
+        # older epoch is fenced, a negative id is no request, and an observer or a candidate outside the
+        # voter set is INCONSISTENT_VOTER_SET, so the sender learns why rather than only that it lost.
         if request.candidate_epoch < self.epoch:
+            answer(False, ErrorCode.FENCED_LEADER_EPOCH)
+            return
+        if candidate < 0:
+            answer(False, ErrorCode.INVALID_REQUEST)
+            return
+        if not self._is_voter or candidate not in self._voters:
+            answer(False, ErrorCode.INCONSISTENT_VOTER_SET)  # observers never vote, and only voters may lead
+            return
+        if candidate == self._id:
             answer(False)
             return
         up_to_date = self._log_up_to_date(request.last_epoch, request.last_offset)

@@ -32,6 +32,8 @@ CreateAcls (30), DeleteAcls    ALTER cluster                                    
 DescribeConfigs (32)           DESCRIBE_CONFIGS topic / cluster (brokers)       29 / 31 per resource
 CreatePartitions (37)          ALTER topic (each)                               29 per topic
 IncrementalAlterConfigs (44)   ALTER_CONFIGS topic / cluster (brokers)          29 / 31 per resource
+AlterConfigs (33)              ALTER_CONFIGS topic / cluster (brokers); other   29 / 31 per resource
+                               types unchecked (refused INVALID_REQUEST)
 Alter/ListPartitionReassign.   ALTER / DESCRIBE cluster                         31
 DescribeUserScramCredentials   DESCRIBE cluster                                 31
 AlterUserScramCredentials      ALTER cluster                                    31 per user
@@ -71,6 +73,7 @@ TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 FREE_APIS = frozenset({17, 18, 36})
 """SaslHandshake, ApiVersions, SaslAuthenticate: answered before and during authentication."""
 _BROKER_CONFIGS = (4, 8)  # ConfigResource types BROKER and BROKER_LOGGER: cluster-level
+_LEGACY_CHECKED = (2, 4)  # the ConfigResource types (TOPIC, BROKER) whose AlterConfigs asks for ALTER_CONFIGS
 
 Handler = Callable[[Any], Awaitable[Any]]
 Refuse = Callable[[Any, int], Any]
@@ -324,7 +327,7 @@ class RequestGuard:
             return Reply(whole_refusal(request, code, self._refuse), request.version)
         if key == 19 and auth.allowed(AclOperation.CREATE, CLUSTER, CLUSTER_NAME, log_denied=False):
             return await handler(request)
-        if key in (32, 44):
+        if key in (32, 33, 44):
             return await self._configs(request, handler)
         spec = _PER_TOPIC.get(key)
         if spec is None:
@@ -364,15 +367,19 @@ class RequestGuard:
         return Reply(_with_topics(request, request.api.response(), dropped, TOPIC_DENIED), request.version)
 
     async def _configs(self, request: Any, handler: Handler) -> Any:
-        """DescribeConfigs / IncrementalAlterConfigs: each resource checked on its own."""
+        """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: each resource checked on its own.
+        AlterConfigs resources of a type other than TOPIC and BROKER go on unchecked: Kafka's broker
+        refuses them (INVALID_REQUEST, BROKER_LOGGER included) before any ACL is asked, and so does the
+        controller here."""
         body, schema = request.body, request.api.response
         describe = request.api.key == 32
         operation = AclOperation.DESCRIBE_CONFIGS if describe else AclOperation.ALTER_CONFIGS
         kept, answers = [], []
         for resource in body.resources or ():
             cluster = resource.resource_type in _BROKER_CONFIGS
-            if auth_ok := self.authorizer.allowed(operation, CLUSTER if cluster else TOPIC,
-                                                  CLUSTER_NAME if cluster else resource.resource_name):
+            unchecked = request.api.key == 33 and resource.resource_type not in _LEGACY_CHECKED
+            if auth_ok := unchecked or self.authorizer.allowed(operation, CLUSTER if cluster else TOPIC,
+                                                               CLUSTER_NAME if cluster else resource.resource_name):
                 kept.append(resource)
             if not auth_ok:
                 code = CLUSTER_DENIED if cluster else TOPIC_DENIED

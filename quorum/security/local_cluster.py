@@ -5,7 +5,10 @@ Layout: controllers listen on `CONTROLLER` over mutual TLS (every node, and the 
 certificate of the cluster's CA). Each broker serves three client listeners: `SSL` (client
 certificates requested, not required), `SASL_SSL` (brokers replicate over it, logging in as `admin`
 with SCRAM-SHA-512) and `SASL_PLAINTEXT`, both SASL ones with PLAIN and SCRAM-SHA-256/512 for the
-same users. `alice` is the user a cluster's clients get. PLAIN users are the JAAS config's; SCRAM
+same users, and OAUTHBEARER with Kafka's unsecured validator (tokens with `alg` none, whose `sub` is
+the principal; every token must hold the scope `kafka`). `alice` is the user a cluster's clients get.
+Unsecured tokens prove nothing: any client may claim any principal, the admin too; like Kafka's
+validator, this is for development clusters only. PLAIN users are the JAAS config's; SCRAM
 users live in the metadata log, as in Kafka: `add_scram()` are the `storage format --add-scram`
 arguments that bootstrap them.
 With the authorizer on (`quorum local-cluster --security` turns it on, as a secured Kafka cluster
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 from pathlib import Path
 
 from quorum.net.client_security import ClientSecurity, SaslLogin
@@ -25,7 +29,10 @@ from quorum.security.certificates import ORGANIZATION, CertificateAuthority
 
 PROTOCOLS = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
 """A secured broker's client listeners, its first (inter-broker) one first."""
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTH_SCOPE = "kafka"
+"""The scope every OAUTHBEARER token must hold (`unsecuredValidatorRequiredScope`)."""
+KAFKA_PYTHON_PROVIDER = "client_epochs.kafka_python.UnsecuredTokenProvider"
 USERS = ("admin", "alice")
 KAFKA_PYTHON_NAMES = {"security.protocol": "security_protocol", "ssl.ca.location": "ssl_cafile",
                       "sasl.mechanism": "sasl_mechanism", "sasl.username": "sasl_plain_username",
@@ -35,7 +42,8 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 TOOLS = "quorum-tools"
 _MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
             "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-            "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+            "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+            "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"}
 
 
 class LocalSecurity:
@@ -79,15 +87,19 @@ class LocalSecurity:
             users = " ".join(f'user_{user}="{password}"' for user, password in self.passwords.items())
             for listener in ("sasl_ssl", "sasl_plaintext"):
                 for mechanism in SASL_MECHANISMS:
+                    key = f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"
+                    if mechanism == "OAUTHBEARER":  # Kafka's unsecured validator, the scope required
+                        props[key] = (f'{_MODULES[mechanism]} required unsecuredLoginStringClaim_sub="admin" '
+                                      f'unsecuredValidatorRequiredScope="{OAUTH_SCOPE}";')
+                        continue
                     plain_users = f" {users}" if mechanism == "PLAIN" else ""  # SCRAM users: the metadata log's
-                    props[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = (
-                        f'{_MODULES[mechanism]} required username="admin" password="{admin}"{plain_users};')
+                    props[key] = f'{_MODULES[mechanism]} required username="admin" password="{admin}"{plain_users};'
         return props
 
     def add_scram(self) -> list[str]:
         """`quorum storage format --add-scram` arguments: every user, for both SCRAM mechanisms."""
         return [f'{mechanism}=[name={user},password="{password}"]' for user, password in self.passwords.items()
-                for mechanism in SASL_MECHANISMS if mechanism != "PLAIN"]
+                for mechanism in SASL_MECHANISMS if mechanism.startswith("SCRAM")]
 
     def authorizer_properties(self, node_ids: list[int]) -> dict[str, str]:
         """Kafka's StandardAuthorizer with no ACL meaning no access; super users: `admin` (brokers
@@ -102,16 +114,31 @@ class LocalSecurity:
         settings = {"security.protocol": protocol}
         if protocol in ("SSL", "SASL_SSL"):
             settings["ssl.ca.location"] = str(self.ca.cert_path)
-        if protocol.startswith("SASL"):
+        if protocol.startswith("SASL") and mechanism == "OAUTHBEARER":  # librdkafka's own unsecured tokens
+            settings.update({"sasl.mechanism": mechanism, "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                             "sasl.oauthbearer.config": self.oauth_config(user)})
+        elif protocol.startswith("SASL"):
             settings.update({"sasl.mechanism": mechanism, "sasl.username": user,
                              "sasl.password": self.passwords[user]})
         return settings
+
+    @staticmethod
+    def oauth_config(user: str = "alice", scope: str = OAUTH_SCOPE) -> str:
+        """librdkafka's `sasl.oauthbearer.config` for an unsecured token naming `user` with `scope`."""
+        return f"principal={user} scope={scope}"
 
     def kafka_python_settings(self, protocol: str, user: str = "alice",
                               mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
         """The same client in kafka-python's names (KafkaProducer, KafkaConsumer, KafkaAdminClient)."""
         settings = self.client_settings(protocol, user, mechanism)
-        return {KAFKA_PYTHON_NAMES[key]: value for key, value in settings.items()}
+        return {KAFKA_PYTHON_NAMES[key]: value for key, value in settings.items() if key in KAFKA_PYTHON_NAMES}
+
+    def kafka_python_oauth_line(self, protocol: str, user: str = "alice") -> str:
+        """kafka-python's OAUTHBEARER settings as a line to read (its token provider is an object)."""
+        settings = self.kafka_python_settings(protocol, user, "OAUTHBEARER")
+        provider = f"{KAFKA_PYTHON_PROVIDER}({self.oauth_config(user)!r})"
+        return " ".join([*(f"{key}={value}" for key, value in settings.items()),
+                         shlex.quote(f"sasl_oauth_token_provider={provider}")])
 
     def command_config(self, protocol: str) -> Path:
         """A `--command-config` file for the admin on listener `protocol` (Kafka's tools' properties,

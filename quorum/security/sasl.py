@@ -1,11 +1,12 @@
-"""SASL on a listener as Kafka runs it: the settings, the mechanisms (PLAIN, SCRAM-SHA-256/512) and one
+"""SASL on a listener as Kafka runs it: the settings, the mechanisms (PLAIN, SCRAM-SHA-256/512,
+OAUTHBEARER with Kafka's unsecured validator, `quorum.security.oauthbearer`) and one
 connection's authentication state, sans-IO (the listener feeds it SaslHandshake and SaslAuthenticate
 requests and writes what it answers).
 
 Settings, Kafka's names (each may be set for one listener as `listener.name.<name>.<key>`, the
 mechanism's own in lower case, `listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`):
-  * `sasl.enabled.mechanisms`: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; by default every mechanism that
-    has a JAAS config on the listener.
+  * `sasl.enabled.mechanisms`: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; by default every
+    mechanism that has a JAAS config on the listener.
   * `listener.name.<l>.plain.sasl.jaas.config`: Kafka's PlainLoginModule, whose `user_<name>="<password>"`
     options are the users (`username`/`password` are what the node itself logs in with).
   * `listener.name.<l>.scram-sha-512.sasl.jaas.config` (or -256): Kafka's ScramLoginModule; its
@@ -15,9 +16,12 @@ mechanism's own in lower case, `listener.name.sasl_ssl.scram-sha-512.sasl.jaas.c
     read at every authentication, so a user deleted or given a new password is refused at its next
     login or KIP-368 re-authentication. `user_` options of a SCRAM JAAS config are not users (Kafka's
     ScramLoginModule has none); they are refused, so that nobody believes they still count.
+  * `listener.name.<l>.oauthbearer.sasl.jaas.config`: Kafka's OAuthBearerLoginModule; its
+    `unsecuredValidator*` options configure the unsecured JWS validator (`quorum.security.oauthbearer`).
   * `connections.max.reauth.ms` (KIP-368; default 0, off; per listener too, as Kafka allows): a session's
     lifetime, sent in every SaslAuthenticate v1+ answer; a connection that sends anything but a
-    re-authentication past it is closed.
+    re-authentication past it is closed. An OAUTHBEARER session ends at its token's `exp` at the latest
+    (Kafka's min(connections.max.reauth.ms, exp - now)), whether or not the setting is on.
 
 Before a connection has authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are
 served; anything else closes it, as Kafka does. A failed authentication is answered with
@@ -28,9 +32,12 @@ from __future__ import annotations
 
 import hmac
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from quorum.security.oauthbearer import MODULE as OAUTHBEARER_MODULE
+from quorum.security.oauthbearer import OAuthBearerServer, UnsecuredValidator
 from quorum.security.principal import KafkaPrincipal
 from quorum.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer
 from quorum.security.tls import listener_setting
@@ -38,7 +45,8 @@ from quorum.server.config import ConfigError
 from quorum.wire.errors import ErrorCode
 
 PLAIN = "PLAIN"
-SUPPORTED = (PLAIN, *MECHANISMS)
+OAUTHBEARER = "OAUTHBEARER"
+SUPPORTED = (PLAIN, *MECHANISMS, OAUTHBEARER)
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 UNAUTHENTICATED_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
@@ -48,7 +56,12 @@ _OPTION = re.compile(r'\s*(?P<key>[^\s=]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)
 
 
 class SaslFailure(Exception):
-    """Authentication failed; the text is for the log (the client gets Kafka's generic message)."""
+    """Authentication failed; the text is for the log. The client gets Kafka's generic message, or
+    `client_message` where Kafka tells it more (a SaslAuthenticationException: OAUTHBEARER's error JSON)."""
+
+    def __init__(self, log: str, client_message: str | None = None) -> None:
+        super().__init__(log)
+        self.client_message = client_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +121,10 @@ class SaslSettings:
     reauth_ms: int = 0
     logins: dict[str, tuple[str, str]] = field(default_factory=dict)
     """mechanism -> (user, password) the node itself uses on this listener (its JAAS username/password)."""
+    oauthbearer: UnsecuredValidator = field(default_factory=UnsecuredValidator)
+    """OAUTHBEARER's token validator (the JAAS config's unsecuredValidator* options)."""
+    wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    """Now, in ms since the epoch: what token times (`exp`, `iat`) are compared with."""
 
     @classmethod
     def of(cls, props: Mapping[str, str], listener: str, credentials: ScramCredentials | None = None) -> SaslSettings:
@@ -132,7 +149,14 @@ class SaslSettings:
         if not mechanisms:
             raise ConfigError(f"listener {listener} is SASL but no mechanism is enabled: set "
                               f"listener.name.{listener.lower()}.<mechanism>.sasl.jaas.config "
-                              f"(mechanism plain, scram-sha-256 or scram-sha-512)")
+                              f"(mechanism plain, scram-sha-256, scram-sha-512 or oauthbearer)")
+        if OAUTHBEARER in jaas and jaas[OAUTHBEARER].module != OAUTHBEARER_MODULE:
+            key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+            raise ConfigError(f"{key}: the login module must be {OAUTHBEARER_MODULE}, got {jaas[OAUTHBEARER].module}")
+        if OAUTHBEARER in mechanisms and OAUTHBEARER not in jaas:  # Kafka: no JAAS entry, no start
+            raise ConfigError(f"OAUTHBEARER is enabled on listener {listener} but "
+                              f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config (its validator's "
+                              f"options) is not set")
         if PLAIN in mechanisms and PLAIN not in jaas:
             raise ConfigError(f"PLAIN is enabled on listener {listener} but "
                               f"listener.name.{listener.lower()}.plain.sasl.jaas.config (its users) is not set")
@@ -140,9 +164,12 @@ class SaslSettings:
         reauth = reauth or "0"
         if not reauth.strip().isdigit():
             raise ConfigError(f"{reauth_key} must be 0 or more, got {reauth!r}")
+        oauth_key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+        validator = (UnsecuredValidator.of_options(jaas[OAUTHBEARER].options, oauth_key) if OAUTHBEARER in jaas
+                     else UnsecuredValidator())
+        logins = {m: login for m, config in jaas.items() if m != OAUTHBEARER and (login := config.login()) is not None}
         return cls(listener, mechanisms, jaas[PLAIN].users() if PLAIN in jaas else {},
-                   _lookup(credentials), int(reauth),
-                   {m: login for m, config in jaas.items() if (login := config.login()) is not None})
+                   _lookup(credentials), int(reauth), logins, validator)
 
 
 class PlainServer:
@@ -219,7 +246,7 @@ class SaslSession:
     def __init__(self, settings: SaslSettings) -> None:
         self._settings = settings
         self._mechanism_name: str | None = None
-        self._mechanism: PlainServer | ScramMechanism | None = None
+        self._mechanism: PlainServer | ScramMechanism | OAuthBearerServer | None = None
         self.principal: KafkaPrincipal | None = None
         self._authenticated_mechanism: str | None = None
         self._expires_ms: int | None = None
@@ -229,15 +256,20 @@ class SaslSession:
         return self.principal is not None
 
     def admits(self, api_key: int, now_ms: int) -> str | None:
-        """Why a request of `api_key` may not be served now (the connection is closed), or None."""
-        if api_key in UNAUTHENTICATED_APIS:
+        """Why a request of `api_key` may not be served now (the connection is closed), or None. ApiVersions
+        is served before authentication and during a re-authentication, but like any request other than
+        SaslHandshake it closes a session past its lifetime (Kafka's SocketServer closes an expired channel
+        unless the request is the SaslHandshake that begins a re-authentication)."""
+        if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return None
         if not self.authenticated:
-            return f"API key {api_key} before SASL authentication"
+            return None if api_key == API_VERSIONS else f"API key {api_key} before SASL authentication"
         if self._mechanism is not None:
-            return f"API key {api_key} during SASL re-authentication"
+            return None if api_key == API_VERSIONS else f"API key {api_key} during SASL re-authentication"
         if self._expires_ms is not None and now_ms >= self._expires_ms:
-            return f"the SASL session of {self.principal} expired (connections.max.reauth.ms) without re-authentication"
+            why = "its token's expiry or connections.max.reauth.ms" if self._authenticated_mechanism == OAUTHBEARER \
+                else "connections.max.reauth.ms"
+            return f"the SASL session of {self.principal} expired ({why}) without re-authentication"
         return None
 
     def handshake(self, mechanism: str) -> Step:
@@ -252,8 +284,12 @@ class SaslSession:
             return Step(ErrorCode.ILLEGAL_SASL_STATE, "re-authentication must use the same mechanism", close=True,
                         log=f"re-authentication with {mechanism} after {self._authenticated_mechanism}")
         self._mechanism_name = mechanism
-        self._mechanism = (PlainServer(self._settings.plain_users) if mechanism == PLAIN
-                           else ScramMechanism(mechanism, self._settings.scram_lookup))  # fmt: skip
+        if mechanism == PLAIN:
+            self._mechanism = PlainServer(self._settings.plain_users)
+        elif mechanism == OAUTHBEARER:
+            self._mechanism = OAuthBearerServer(self._settings.oauthbearer, SaslFailure, self._settings.wall_ms)
+        else:
+            self._mechanism = ScramMechanism(mechanism, self._settings.scram_lookup)
         return Step()
 
     def authenticate(self, token: bytes, now_ms: int) -> Step:
@@ -265,19 +301,28 @@ class SaslSession:
             answer, done = mechanism.respond(token)
         except SaslFailure as exc:
             self._mechanism = None
+            during = "re-authentication" if self.principal is not None else "authentication"
             return Step(ErrorCode.SASL_AUTHENTICATION_FAILED,
-                        f"Authentication failed during authentication due to invalid credentials with SASL "
-                        f"mechanism {self._mechanism_name}", close=True, log=str(exc))
+                        exc.client_message or f"Authentication failed during {during} due to invalid credentials "
+                                              f"with SASL mechanism {self._mechanism_name}", close=True, log=str(exc))
         if not done:
             return Step(auth_bytes=answer)
         assert mechanism.user is not None
         principal = KafkaPrincipal("User", mechanism.user)
         self._mechanism = None
         if self.principal is not None and principal != self.principal:
-            return Step(ErrorCode.SASL_AUTHENTICATION_FAILED, "re-authentication changed the principal", close=True,
+            return Step(ErrorCode.SASL_AUTHENTICATION_FAILED,  # Kafka's ReauthInfo.ensurePrincipalUnchanged text
+                        f"Cannot change principals during re-authentication from {self.principal.principal_type}."
+                        f"{self.principal.name}: {principal.principal_type}.{principal.name}", close=True,
                         log=f"re-authentication as {principal} on a connection of {self.principal}")
         self.principal = principal
         self._authenticated_mechanism = self._mechanism_name
         lifetime = self._settings.reauth_ms
-        self._expires_ms = now_ms + lifetime if lifetime > 0 else None
+        credential_expires_ms = getattr(mechanism, "credential_expires_ms", None)
+        if credential_expires_ms is not None:  # Kafka: min(connections.max.reauth.ms, credential expiry - now), >= 0
+            left = max(0, credential_expires_ms - self._settings.wall_ms())
+            lifetime = min(lifetime, left) if lifetime > 0 else left
+            self._expires_ms = now_ms + lifetime
+        else:
+            self._expires_ms = now_ms + lifetime if lifetime > 0 else None
         return Step(auth_bytes=answer, session_lifetime_ms=lifetime)

@@ -102,7 +102,7 @@ class BrokerRole:
         self._stop = asyncio.Event()
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
-        register_forwarding(dispatcher, node.controller_peer, refuse)
+        register_forwarding(dispatcher, node.controller_peer, refuse, node_id=config.node_id)
         register_acl_apis(dispatcher, lambda: node.image, refuse, authorizer_from_properties(config.extra) is not None)
         register_scram_apis(dispatcher, lambda: node.image)
         register_produce(dispatcher, self.replicas, replication=self.leadership)
@@ -120,7 +120,8 @@ class BrokerRole:
                                          int(config.extra.get("broker.heartbeat.interval.ms", "2000")),
                                          lambda: lengths.short(self.replicas.partitions(), node.now_ms()))
         self.groups = GroupCoordination(config.node_id, self.replicas, self.topics, group_config(config.extra),
-                                        dispatcher, lambda: self.views.of(node.image))
+                                        dispatcher, lambda: self.views.of(node.image),
+                                        lambda: self.views.of(self._answerable_image()))
 
     @property
     def image(self) -> MetadataImage:
@@ -138,6 +139,7 @@ class BrokerRole:
     def image_replayed(self) -> None:
         """The node replayed more of the metadata log (or installed a snapshot)."""
         self.served.replayed()
+        self.groups.metadata_replayed(self._node.image)
         self._apply_image()
 
     def _apply_image(self) -> None:

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.properties import PropertiesError, parse_properties
 from quorum.raft.interface import QuorumConfig
+from quorum.wire.properties import PropertiesError, parse_properties
 
 _VOTER = re.compile(r"^(?P<id>\d+)@(?P<host>[^:]+|\[[^\]]+\]):(?P<port>\d+)$")
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)://(?P<host>[^:]*|\[[^\]]+\]):(?P<port>\d+)$")

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 33, 37
 INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 44, 56, 62, 63
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 LIFECYCLE = frozenset({BROKER_REGISTRATION, BROKER_HEARTBEAT, ALTER_PARTITION, ALLOCATE_PRODUCER_IDS})
@@ -135,6 +135,7 @@ class ControllerService:
             CREATE_PARTITIONS: lambda c, body, now, view, offset, quota: c.create_partitions(body, view, quota),
             INCREMENTAL_ALTER_CONFIGS: lambda c, body, now, view, offset, quota: c.incremental_alter_configs(
                 body, view),
+            ALTER_CONFIGS: lambda c, body, now, view, offset, quota: c.legacy_alter_configs(body, view),
             DESCRIBE_CONFIGS: lambda c, body, now, view, offset, quota: c.describe_configs(body, view),
             ALTER_PARTITION_REASSIGNMENTS: lambda c, body, now, view, offset, quota: c.alter_partition_reassignments(
                 body, view),

@@ -50,12 +50,15 @@ def _create_partitions(body: Any, error: int, message: str) -> Any:
         for t in body.topics or ()])
 
 
-def _incremental_alter_configs(body: Any, error: int, message: str) -> Any:
-    schema = APIS[44].response
-    return schema(throttle_time_ms=0, responses=[
-        schema.AlterConfigsResourceResponse(error_code=error, error_message=message, resource_type=r.resource_type,
-                                            resource_name=r.resource_name)
-        for r in body.resources or ()])
+def _alter_configs(api_key: int) -> Callable[[Any, int, str], Any]:
+    """AlterConfigs (33) and IncrementalAlterConfigs (44): their responses have the same shape."""
+    def build(body: Any, error: int, message: str) -> Any:
+        schema = APIS[api_key].response
+        return schema(throttle_time_ms=0, responses=[
+            schema.AlterConfigsResourceResponse(error_code=error, error_message=message,
+                                                resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources or ()])
+    return build
 
 
 def _alter_partition_reassignments(body: Any, error: int, message: str) -> Any:
@@ -115,9 +118,9 @@ def _allocate_producer_ids(body: Any, error: int, message: str) -> Any:
 
 
 _BUILDERS: dict[int, Callable[[Any, int, str], Any]] = {
-    19: _create_topics, 20: _delete_topics, 32: _describe_configs, 37: _create_partitions,
+    19: _create_topics, 20: _delete_topics, 32: _describe_configs, 33: _alter_configs(33), 37: _create_partitions,
     30: _create_acls, 31: _delete_acls, 50: _describe_user_scram_credentials, 51: _alter_user_scram_credentials,
-    44: _incremental_alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
+    44: _alter_configs(44), 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
     56: _alter_partition, 62: _broker_registration, 63: _broker_heartbeat, 67: _allocate_producer_ids,
 }
 REFUSABLE = tuple(_BUILDERS)

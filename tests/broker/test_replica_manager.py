@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import uuid
 
@@ -12,12 +13,15 @@ from quorum.broker import replica_manager
 from quorum.broker.log_config import BROKER_RESOURCE, TOPIC_RESOURCE
 from quorum.broker.produce import ProduceHandlers, register_produce
 from quorum.broker.replica_manager import ReplicaManager
+from quorum.controller import ControllerConfig, QuorumController
+from quorum.image.delta import MetadataDelta
 from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from quorum.net.dispatch import Dispatcher
 from quorum.wire.errors import ErrorCode
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, Request, decode_body
 from tests.broker.test_partition import T0, client_batch
+from tests.controller.fakes import alter_configs_request, legacy_alter_configs_request
 
 ORDERS = uuid.UUID(int=1)
 AUDIT = uuid.UUID(int=2)
@@ -287,3 +291,32 @@ def test_the_log_cleaner_compacts_compacted_partitions_only_and_a_closed_one_qui
     with caplog.at_level("ERROR"):
         assert manager.clean_logs([orders], T0) == 0
     assert "cleaning failed" not in caplog.text and metrics.uncleanable._value.get() == 0
+
+
+def test_a_config_set_replaced_by_the_legacy_alter_configs_is_applied_as_an_incremental_change_is(tmp_path):
+    """The records of a legacy AlterConfigs (API 33) replayed into the image reconfigure the hosted partitions
+    exactly as the same change said incrementally: keys not named go back to the broker's defaults."""
+    start = image(topic("orders", ORDERS, [(1, [1])]), configs={(TOPIC_RESOURCE, "orders"): {
+        "cleanup.policy": "compact", "retention.ms": "1000", "max.message.bytes": "2000"}})
+    controller = QuorumController("c", ControllerConfig(), random.Random(1))
+    legacy = controller.legacy_alter_configs(
+        legacy_alter_configs_request((TOPIC_RESOURCE, "orders", [("retention.ms", "7200000")])), start)
+    incremental = controller.incremental_alter_configs(alter_configs_request((TOPIC_RESOURCE, "orders", [
+        ("retention.ms", 0, "7200000"), ("cleanup.policy", 1, None), ("max.message.bytes", 1, None)])), start)
+    applied = []
+    for result in (legacy, incremental):
+        delta = MetadataDelta(start)
+        for offset, value in enumerate(result.records):
+            delta.replay(value, offset)
+        manager = ReplicaManager(1, [tmp_path / str(len(applied))])
+        manager.apply_image(start)
+        before = manager.get("orders", 0).config
+        assert (before.compacted, before.deletes, before.retention_ms, before.max_message_bytes) == (
+            True, False, 1000, 2000)
+        manager.apply_image(delta.apply())
+        applied.append(manager.get("orders", 0).config)
+        manager.close()
+    after, incrementally = applied
+    assert (after.compacted, after.deletes, after.retention_ms, after.max_message_bytes) == (
+        False, True, 7200000, 1048588)
+    assert after == incrementally

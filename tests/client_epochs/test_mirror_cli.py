@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from client_epochs.mirror import MirrorOptions, Replicator
-from client_epochs.mirror_cli import main, parser
+from client_epochs.mirror.cli import main, parser
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ["--source-bootstrap", "127.0.0.1:9092,127.0.0.1:9093", "--target-bootstrap", "[::1]:19092",
@@ -40,7 +40,9 @@ def refused(capsys, *args: str) -> str:
     ([*GOOD, "--consumer-property", "enable.auto.commit=true"],
      "consumer setting(s) enable.auto.commit cannot be changed"),
     ([*GOOD, "--producer-property", "acks=1"], "producer setting(s) acks cannot be changed"),
-    (["--source-bootstrap", "a:1", "--topics", "t"], "the following arguments are required: --target-bootstrap"),
+    (["--source-bootstrap", "a:1", "--topics", "t"],
+     "the following arguments are required without --config: --target-bootstrap"),
+    (["--config", "mm2.properties", *GOOD[:2]], "--source-bootstrap, --target-bootstrap and --topics go without it"),
 ])
 def test_bad_arguments_are_refused_with_a_clear_message(capsys, args, message):
     err = refused(capsys, *args)
@@ -67,9 +69,30 @@ def test_the_replicator_refuses_options_that_break_its_guarantees():
 
 
 def test_the_module_runs_as_a_command():
-    done = subprocess.run([sys.executable, "-m", "client_epochs.mirror_cli", "--help"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "client_epochs.mirror.cli", "--help"], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0
     for option in ("--source-bootstrap", "--target-bootstrap", "--topics", "--group", "--status-interval-s",
                    "--stop-after-idle-s"):
         assert option in done.stdout
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\ntopic = x\n",
+     "topic: unknown setting"),
+    ("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\ntasks.max = 2\n",
+     "tasks.max: an MM2 setting client-epochs-mirror does not implement"),
+    ("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\n"
+     "A->B.topics = orders(\n", "A->B: topics: 'orders(' is not a valid regular expression"),
+    ("clusters = A\nA.bootstrap.servers = \\u12zz\n", "malformed unicode escape"),
+    ("", "clusters: name the clusters"),
+])
+def test_a_config_file_the_replicator_cannot_run_is_refused_before_anything_starts(tmp_path, capsys, text,
+                                                                                   message) -> None:
+    """Issue 32: one line naming the file and what is wrong, exit status 2; no client was made."""
+    path = tmp_path / "mm2.properties"
+    path.write_text(text)
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"client-epochs-mirror: error: {path}: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1, err

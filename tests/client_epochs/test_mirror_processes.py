@@ -25,8 +25,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client_epochs.mirror_progress import PROVENANCE_HEADER, Provenance
-from quorum.launcher import LocalCluster
+from client_epochs.mirror.progress import PROVENANCE_HEADER, Provenance
+from quorum.launcher import KAFKA_COMPATIBLE, LocalCluster
 from tests.test_broker_processes import QUIET
 from tests.test_broker_processes import SETTINGS as ONE_BROKER_SETTINGS
 from tests.test_controller_processes import create, metadata, wait_until
@@ -98,12 +98,12 @@ class NumberedProducer:
 
 
 class Mirror:
-    """`python -m client_epochs.mirror_cli` runs, one after the other, into one output file."""
+    """`python -m client_epochs.mirror.cli` runs, one after the other, into one output file."""
 
     def __init__(self, directory: Path, source: str, target: str) -> None:
         self.stdout = directory / "mirror.out"
         self.stderr = directory / "mirror.err"
-        self.args = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
+        self.args = [sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap", source,
                      "--target-bootstrap", target, "--topics", TOPIC, "--status-interval-s", "1",
                      "--commit-interval-s", "1", "--instance-id", "mirror-test", "-v",
                      "--consumer-property", "log_level=3", "--producer-property", "log_level=3"]
@@ -179,9 +179,13 @@ def full_isrs(address: str) -> bool:
     return topic is not None and all(len(p.isr) == 3 for p in topic.partitions.values())
 
 
-def test_the_replicator_copies_everything_exactly_once_through_leader_moves_and_its_own_kill_9(tmp_path):
+@pytest.mark.parametrize("mode", ["kip232", "kafka-compatible"])
+def test_the_replicator_copies_everything_exactly_once_through_leader_moves_and_its_own_kill_9(tmp_path, mode):
+    """In both modes of the source's brokers (issue 33): in the Apache-Kafka-compatible one no topic
+    epoch comes, and the stale broker's answers are refused by their older leader epochs alone."""
+    source_settings = {**SOURCE_SETTINGS, **(KAFKA_COMPATIBLE if mode == "kafka-compatible" else {})}
     with ExitStack() as stack:
-        source = stack.enter_context(cluster(tmp_path / "source", 3, SOURCE_SETTINGS, {STALE: 2000}))
+        source = stack.enter_context(cluster(tmp_path / "source", 3, source_settings, {STALE: 2000}))
         target = stack.enter_context(cluster(tmp_path / "target", 1, ONE_BROKER_SETTINGS))
         addresses = {b: source.specs[b].address for b in BROKERS}
         source_bootstrap = ",".join(addresses.values())
@@ -197,7 +201,7 @@ def test_the_replicator_copies_everything_exactly_once_through_leader_moves_and_
         wait_until("the stale broker knows the topic", lambda: full_isrs(addresses[STALE]))
 
         # A target topic with fewer partitions than its source is refused with a clear error.
-        refused = subprocess.run([sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap",
+        refused = subprocess.run([sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap",
                                   addresses[101], "--target-bootstrap", target_address, "--topics", "narrow"],
                                  capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert refused.returncode == 1, refused.stderr

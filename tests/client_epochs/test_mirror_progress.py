@@ -1,4 +1,4 @@
-"""The replicator's sans-IO bookkeeping (client_epochs.mirror_progress), fed by hand: provenance
+"""The replicator's sans-IO bookkeeping (client_epochs.mirror.progress), fed by hand: provenance
 headers, the offset it may commit as the target acknowledges copies in any order, and where a
 newly assigned partition resumes given its commit and the target's last copy."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client_epochs.mirror_progress import (
+from client_epochs.mirror.progress import (
     EPOCHS_HEADER,
     PROVENANCE_HEADER,
     CopiedRecord,

@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 import client_epochs.confluent
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.mirror import DEFAULT_GROUP, MirrorOptions, Replicator
-from client_epochs.mirror_progress import EPOCHS_HEADER, read_provenance
-from quorum.launcher import LocalCluster
+from client_epochs.mirror.progress import EPOCHS_HEADER, read_provenance
+from quorum.launcher import KAFKA_COMPATIBLE, LocalCluster
 from quorum.wire.internal_metadata import topic_id_text
 from tests.client_epochs.wrapper_cluster import OneBrokerCluster
 from tests.test_controller_processes import wait_until
@@ -84,8 +84,11 @@ def resume_without_commits_while_librdkafka_loses_the_broker(source: str, target
     assert high_watermark(target) == 20
 
 
-def test_a_restarted_replicator_refuses_a_source_topic_recreated_since_its_last_copy(tmp_path):
-    clusters = [LocalCluster(tmp_path / name, controllers=1, brokers=1, settings=SETTINGS)
+@pytest.mark.parametrize("mode", ["kip232", "kafka-compatible"])
+def test_a_restarted_replicator_refuses_a_source_topic_recreated_since_its_last_copy(tmp_path, mode):
+    """Both clusters in both broker modes (issue 33): the copy names the source topic's id either way."""
+    settings = {**SETTINGS, **(KAFKA_COMPATIBLE if mode == "kafka-compatible" else {})}
+    clusters = [LocalCluster(tmp_path / name, controllers=1, brokers=1, settings=settings)
                 for name in ("source", "target")]
     try:
         for cluster in clusters:

@@ -62,7 +62,7 @@ def test_the_status_line_names_the_missing_coordinator_and_the_replicator_gives_
         survivor = next(a for b, a in addresses.items() if b != victim)
         wait_until(f"broker {victim} fenced", lambda: victim not in metadata(survivor)[0])
 
-        command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", survivor,
+        command = [sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap", survivor,
                    "--target-bootstrap", target.bootstrap_servers, "--topics", "orders", "--group", GROUP,
                    "--status-interval-s", "1", "--give-up-after-s", str(GIVE_UP_S),
                    "--consumer-property", "log_level=0", "--producer-property", "log_level=0"]

@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from client_epochs import MetadataClient, TopicPartition
 from client_epochs.committed import split
 from client_epochs.offset_fetch import OffsetFetcher
-from quorum.launcher import LocalCluster
+from quorum.launcher import KAFKA_COMPATIBLE, LocalCluster
 from quorum.wire.internal_metadata import topic_id_text
 from tests.test_broker_processes import QUIET
 from tests.test_controller_processes import create, wait_until
@@ -54,6 +54,8 @@ class Cluster:
         others = [s.address for n, s in sorted(running.specs.items()) if s.role == "broker" and n != STALE_BROKER]
         self.bootstrap = ",".join([stale, *others])  # the stale broker first: the driver asks it in turn
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
+        self.mode = "kafka_compatible" if running.settings.get("quorum.kip232.enable") == "false" else "kip232"
+        """The brokers' mode; also in the names of the memory tables a scenario run in both makes."""
 
     def topic(self, name: str, partitions: int, replicas: int = 3, leaders: tuple[int, ...] = ()) -> None:
         """Create `name`; `leaders` pins each partition's first (preferred) replica, the others follow."""
@@ -140,10 +142,8 @@ class ClientLog:
         return "\n".join(shown[-count:])
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    running = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), controllers=1, brokers=3, settings=SETTINGS,
-                           stale_brokers={STALE_BROKER: 2000})
+def running_cluster(directory: Path, settings: dict[str, str]) -> Iterator[Cluster]:
+    running = LocalCluster(directory, controllers=1, brokers=3, settings=settings, stale_brokers={STALE_BROKER: 2000})
     running.format_storage()
     running.write_configs()
     running.start()
@@ -151,6 +151,24 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         yield Cluster(running)
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    yield from running_cluster(tmp_path_factory.mktemp("spark-cluster"), SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def kafka_compatible_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """The same cluster with brokers that answer as Apache Kafka's (issue 33): no topic epochs."""
+    yield from running_cluster(tmp_path_factory.mktemp("spark-kafka-compatible"), {**SETTINGS, **KAFKA_COMPATIBLE})
+
+
+@pytest.fixture(params=["kip232", "kafka-compatible"])
+def either_cluster(request) -> Cluster:
+    """The scenarios that must hold in both broker modes run against each (the second cluster starts
+    only when the first of them needs it)."""
+    return request.getfixturevalue("cluster" if request.param == "kip232" else "kafka_compatible_cluster")
 
 
 @pytest.fixture(scope="module")
@@ -294,15 +312,17 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
         assert internal.topic_id is not None and topic_id_text(internal.topic_id) == ends[str(tp.partition)]["topic_id"]
 
 
-def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, cluster, tmp_path):
+def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, either_cluster, tmp_path):
+    cluster = either_cluster
+    table = {mode: f"again_{mode}_{cluster.mode}" for mode in ("fail", "earliest")}
     cluster.topic("again", 1)
     cluster.produce("again", [f"old-{n}" for n in range(10)], 1)
     queries = {}
     for mode in ("fail", "earliest"):
         queries[mode] = (stream(spark, cluster, "again", onTopicRecreated=mode).writeStream.format("memory")
-                         .queryName(f"again_{mode}").trigger(processingTime="500 milliseconds").start())
+                         .queryName(table[mode]).trigger(processingTime="500 milliseconds").start())
         wait_until(f"{mode} query read the old topic",
-                   lambda m=mode: spark.sql(f"select count(*) c from again_{m}").collect()[0].c == 10, timeout_s=120)
+                   lambda m=mode: spark.sql(f"select count(*) c from {table[m]}").collect()[0].c == 10, timeout_s=120)
     for future in cluster.admin.delete_topics(["again"], request_timeout=30).values():
         future.result(timeout=30)
 
@@ -318,9 +338,9 @@ def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, cluste
     with pytest.raises(Exception, match="TopicRecreatedError|recreated"):
         queries["fail"].awaitTermination(120)
     wait_until("the earliest query reads the new topic",
-               lambda: spark.sql("select count(*) c from again_earliest").collect()[0].c == 14, timeout_s=120)
+               lambda: spark.sql(f"select count(*) c from {table['earliest']}").collect()[0].c == 14, timeout_s=120)
     queries["earliest"].stop()
-    values = sorted(bytes(r.value).decode() for r in spark.sql("select value from again_earliest").collect())
+    values = sorted(bytes(r.value).decode() for r in spark.sql(f"select value from {table['earliest']}").collect())
     assert values == sorted([f"old-{n}" for n in range(10)] + [f"new-{n}" for n in range(4)])
 
 
@@ -365,12 +385,14 @@ def planned_ends(checkpoint: Path) -> list[dict[str, dict[str, dict[str, int]]]]
     return [json.loads(f.read_text().splitlines()[2]) for f in files]
 
 
-def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, cluster, tmp_path):
+def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, either_cluster, tmp_path):
     """KAFKA-6262 on the driver: broker 102's Metadata answers are frozen (PAUSE_METADATA) while the
     partition's leader is killed and another takes over. The source asks every broker in turn, refuses
     102's old answers once it has seen a newer one, and its planned ends only move forward. A plain
     loop with the raw client (confluent-kafka's query_watermark_offsets, bootstrapped from 102, as a
-    Spark-style planner would ask for the latest offset) is recorded through the same script."""
+    Spark-style planner would ask for the latest offset) is recorded through the same script. In both
+    broker modes: without topic epochs, 102's answers are refused by their older leader epoch alone."""
+    cluster = either_cluster
     topic, paused = "paused", 102
     create(cluster.admin, NewTopic(topic, num_partitions=1, replication_factor=-1,
                                    replica_assignment=[[101, 102, 103]]))
@@ -378,7 +400,8 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
     cluster.produce(topic, [f"p-{n}" for n in range(100)], 1)
     pause_file = cluster.running.specs[paused].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
     checkpoint = tmp_path / "checkpoint"
-    query = (stream(spark, cluster, topic).writeStream.format("memory").queryName("paused")
+    table = f"paused_{cluster.mode}"
+    query = (stream(spark, cluster, topic).writeStream.format("memory").queryName(table)
              .option("checkpointLocation", str(checkpoint)).trigger(processingTime="500 milliseconds").start())
     raw_ends: list[int | str] = []
     stop = threading.Event()
@@ -396,7 +419,7 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
 
     try:
         wait_for_query(query, "the query read the first records",
-                       lambda: spark.sql("select count(*) c from paused").collect()[0].c == 100, timeout_s=120)
+                       lambda: spark.sql(f"select count(*) c from {table}").collect()[0].c == 100, timeout_s=120)
         pause_file.touch()
         time.sleep(1.0)  # the paused answers must be the ones from before the kill (checked each 100 ms)
         looper = threading.Thread(target=raw_loop, daemon=True)
@@ -418,7 +441,7 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
         pause_file.unlink(missing_ok=True)
         stop.set()
     wait_for_query(query, "the query read every record",
-                   lambda: spark.sql("select count(*) c from paused").collect()[0].c == 200, timeout_s=120)
+                   lambda: spark.sql(f"select count(*) c from {table}").collect()[0].c == 200, timeout_s=120)
     query.stop()
     assert query.exception() is None
     ends = [e[topic]["0"]["offset"] for e in planned_ends(checkpoint)]
@@ -429,5 +452,5 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, clu
           f"{len(raw_ends) - len(numbers)} errors: {raw_ends[:6]} ... {raw_ends[-6:]}")
     assert ends == sorted(ends), f"a batch was planned backwards: {ends}"
     assert refused_while_paused >= 1
-    values = sorted(bytes(r.value).decode() for r in spark.sql("select value from paused").collect())
+    values = sorted(bytes(r.value).decode() for r in spark.sql(f"select value from {table}").collect())
     assert values == sorted(f"p-{n}" for n in range(200))

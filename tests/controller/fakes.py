@@ -224,6 +224,15 @@ def alter_configs_request(*resources: tuple, validate_only: bool = False) -> Any
         validate_only=validate_only)
 
 
+def legacy_alter_configs_request(*resources: tuple, validate_only: bool = False) -> Any:
+    """AlterConfigs (API 33); each resource: (type, name, [(key, value), ...])."""
+    schema = APIS[33].request
+    res = schema.AlterConfigsResource
+    return schema(resources=[res(resource_type=t, resource_name=n, configs=[
+        res.AlterableConfig(name=k, value=v) for k, v in configs]) for t, n, configs in resources],
+        validate_only=validate_only)
+
+
 def describe_configs_request(*resources: tuple, include_synonyms: bool = False) -> Any:
     """Each resource: (type, name[, keys or None])."""
     schema = APIS[32].request

@@ -12,10 +12,12 @@ from quorum.controller.configs import (
     ConfigType,
     OpType,
     alter,
+    check_legacy_resource_type,
     check_resource,
     check_topic_configs,
     check_value,
     describe,
+    replace,
 )
 from quorum.controller.results import ApiError
 from quorum.wire.errors import ErrorCode
@@ -90,6 +92,15 @@ def test_broker_keys_are_always_written() -> None:
     assert changes == [("log.retention.hours", "10"), ("x.y", None)]
 
 
+def test_an_invalid_broker_value_is_an_invalid_request() -> None:
+    """Kafka's broker validates dynamic broker configs itself and answers a bad value INVALID_REQUEST
+    (KAFKA-13609), a topic's INVALID_CONFIG, with the same ConfigDef message."""
+    error = error_of(alter, BROKER, [("num.partitions", OpType.SET, "0")], {})
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Invalid value 0 for configuration "
+                                           "num.partitions: Value must be at least 1")
+    assert error_of(alter, TOPIC, [("min.insync.replicas", OpType.SET, "0")], {}).code == ErrorCode.INVALID_CONFIG
+
+
 def test_append_and_subtract_on_lists_start_from_the_default() -> None:
     assert alter(TOPIC, [("cleanup.policy", OpType.APPEND, "compact")], {}) == [("cleanup.policy", "delete,compact")]
     # The default made explicit is a change (Kafka compares with the value set, not the default).
@@ -112,6 +123,55 @@ def test_refused_operations() -> None:
     assert error_of(alter, TOPIC, [("retention.ms", 9, "1")], {}).code == ErrorCode.INVALID_REQUEST
     error = error_of(alter, TOPIC, [("retention.ms", OpType.SET, "1"), ("retention.ms", OpType.DELETE, None)], {})
     assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+
+
+def test_deleting_a_topic_key_nobody_knows_is_allowed() -> None:
+    """Kafka validates the set that results, where a deleted key no longer is: an unknown key can go."""
+    assert alter(TOPIC, [("no.longer.known", OpType.DELETE, None)], {"no.longer.known": "1"}) == [
+        ("no.longer.known", None)]
+    assert alter(TOPIC, [("never.known", OpType.DELETE, None)], {}) == []
+
+
+def test_replace_sets_the_named_keys_and_deletes_the_others() -> None:
+    """Kafka's legacyAlterConfigs: the named keys, changed ones only for a topic, then a deletion for
+    every key set and not named."""
+    current = {"retention.ms": "1000", "max.message.bytes": "2000", "segment.ms": "5000"}
+    assert replace(TOPIC, [("retention.ms", "1000"), ("cleanup.policy", "compact")], current) == [
+        ("cleanup.policy", "compact"), ("max.message.bytes", None), ("segment.ms", None)]
+    assert replace(TOPIC, [], current) == [("retention.ms", None), ("max.message.bytes", None), ("segment.ms", None)]
+    assert replace(TOPIC, [("retention.ms", "1000")], {"retention.ms": "1000"}) == []
+    assert replace(TOPIC, [("segment.ms", "5000")], {"stale.key": "1", "segment.ms": "5000"}) == [("stale.key", None)]
+    # broker keys are written even when unchanged (KAFKA-14136: brokers reconfigure), unknown ones too
+    assert replace(BROKER, [("log.retention.hours", "10"), ("custom.key", "x")],
+                   {"log.retention.hours": "10", "num.partitions": "3"}) == [
+        ("log.retention.hours", "10"), ("custom.key", "x"), ("num.partitions", None)]
+
+
+def test_replace_refuses_the_whole_resource_as_alter_does() -> None:
+    current = {"retention.ms": "1000"}
+    error = error_of(replace, TOPIC, [("retention.ms", "5"), ("no.such.config", "1")], current)
+    assert (error.code, error.message) == (ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such.config")
+    error = error_of(replace, TOPIC, [("retention.ms", "soon")], current)
+    assert (error.code, error.message) == (ErrorCode.INVALID_CONFIG, "Invalid value soon for configuration "
+                                           "retention.ms: Not a number of type LONG")
+    error = error_of(replace, TOPIC, [("no.such.config", "1"), ("retention.ms", None), ("segment.ms", None)], current)
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST,  # every null named, before other checks
+                                           "Null value not supported for : retention.ms, segment.ms")
+    error = error_of(replace, TOPIC, [("retention.ms", "5"), ("retention.ms", "6")], current)
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    error = error_of(replace, BROKER, [("message.max.bytes", "-1")], {})  # as alter: KAFKA-13609's code
+    assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, "Invalid value -1 for configuration "
+                                           "message.max.bytes: Value must be at least 0")
+
+
+def test_legacy_resource_types() -> None:
+    """Kafka's broker takes TOPIC, BROKER, CLIENT_METRICS and GROUP resources in AlterConfigs; not
+    BROKER_LOGGER (KIP-412 levels are incremental only) nor a type it does not know."""
+    for kind in (TOPIC, BROKER, 16, 32):
+        check_legacy_resource_type(kind)
+    for kind in (8, 0, 1, 99):
+        error = error_of(check_legacy_resource_type, kind)
+        assert (error.code, error.message) == (ErrorCode.INVALID_REQUEST, f"Unknown resource type {kind}")
 
 
 def test_describe_topic() -> None:

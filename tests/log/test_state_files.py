@@ -23,7 +23,7 @@ from quorum.log import (
     write_quorum_state,
 )
 from quorum.log.meta_properties import is_kafka_uuid
-from quorum.properties import format_properties, parse_properties
+from quorum.wire.properties import format_properties, parse_properties
 
 # -- atomic_write ------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import pytest
 
 from quorum.raft.interface import PersistState, Reply, VoteRequest, VoteResponse
 from quorum.raft.state import Role
+from quorum.wire.errors import ErrorCode
 from tests.raft.harness import Node, elect, log_with, of_type, replied
 
 
@@ -91,3 +92,20 @@ def test_votes_from_non_voters_are_refused() -> None:
     node.start()
     assert not vote(node, 7, 1, 0, 0).vote_granted
     assert node.core.epoch == 0
+
+
+def test_a_vote_from_a_node_that_is_not_a_voter_is_answered_inconsistent_voter_set() -> None:
+    """Issue 38, as Kafka's validateVoterOnlyRequest (3.x, static voters): the sender learns why."""
+    node = Node(1)
+    node.start()
+    response = vote(node, 9, 1, 0, 0)
+    assert not response.vote_granted and response.error == ErrorCode.INCONSISTENT_VOTER_SET
+    assert node.core.epoch == 0 and node.core.role is Role.UNATTACHED, "a non-voter changes nothing"
+
+
+def test_a_vote_from_an_older_epoch_is_fenced_and_a_negative_candidate_is_invalid() -> None:
+    node = Node(1, persisted=PersistState(5, -1, -1))
+    node.start()
+    assert vote(node, 2, 4, 3, 9).error == ErrorCode.FENCED_LEADER_EPOCH
+    assert vote(node, -1, 6, 3, 9).error == ErrorCode.INVALID_REQUEST
+    assert node.core.epoch == 5

@@ -119,6 +119,22 @@ def test_describe_configs_checks_each_resource() -> None:
         ("theirs", ErrorCode.TOPIC_AUTHORIZATION_FAILED), ("1", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
 
 
+def test_legacy_alter_configs_needs_alter_configs_on_each_topic_or_the_cluster() -> None:
+    """AlterConfigs (33) as IncrementalAlterConfigs: ALTER_CONFIGS on the topic, or on the cluster for a
+    broker; a BROKER_LOGGER (or unknown) resource goes on unchecked, to be refused INVALID_REQUEST as
+    Kafka's broker refuses it before asking any ACL."""
+    node = Node(allow(TOPIC, "mine", 11))  # ALTER_CONFIGS
+    node.dispatcher.register(33, node._handler)
+    schema = APIS[33].request
+    body = schema(version=2, validate_only=False, resources=[
+        schema.AlterConfigsResource(resource_type=t, resource_name=n, configs=[])
+        for t, n in ((2, "mine"), (2, "theirs"), (4, "1"), (8, "1"))])
+    answer = node.ask(33, 2, body)
+    assert [(r.resource_type, r.resource_name) for r in node.seen[0].resources] == [(2, "mine"), (8, "1")]
+    assert [(r.resource_name, r.error_code) for r in answer.responses] == [
+        ("theirs", ErrorCode.TOPIC_AUTHORIZATION_FAILED), ("1", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]
+
+
 def test_scram_credentials_need_describe_or_alter_on_the_cluster() -> None:
     """Kafka's rules: DescribeUserScramCredentials needs DESCRIBE on the cluster, AlterUserScramCredentials
     ALTER (which implies DESCRIBE); refused as a whole with CLUSTER_AUTHORIZATION_FAILED, each user named."""
@@ -251,7 +267,7 @@ def test_every_whole_refusal_encodes_at_the_clients_version(case, data) -> None:
             answer.encode(version=version)
 
 
-SPLIT_REFUSALS = [(key, version) for key in (0, 2, 8, 19, 20, 21, 23, 32, 37, 44)
+SPLIT_REFUSALS = [(key, version) for key in (0, 2, 8, 19, 20, 21, 23, 32, 33, 37, 44)
                   for version in range(APIS[key].min_version, APIS[key].max_version + 1)]
 
 

@@ -5,7 +5,9 @@ it. The user alice, without ACLs, is refused producing,
 consuming, committing, creating and deleting topics and creating ACLs, each with Kafka's error, and
 is allowed once the admin grants her ACLs. A certificate of the cluster's CA that is not a node's
 sends Vote on the controller listener: refused, never counted. On SASL_PLAINTEXT, whose sessions live
-2 s (KIP-368), a confluent-kafka producer keeps producing across re-authentications.
+2 s (KIP-368), a confluent-kafka producer keeps producing across re-authentications. OAUTHBEARER
+(issue 33): the token's subject is the principal the authorizer sees, and librdkafka re-authenticates
+with fresh tokens before a session bound to a short-lived token ends.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -256,3 +259,235 @@ def test_no_principal_writes_the_metadata_log_on_the_secured_listeners(cluster) 
     assert asyncio.run(produce(sasl_ssl, admin)) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     after = describe(cluster)
     assert after.leader_id == before.leader_id, "the controller stopped serving"
+
+
+def _oauth_client(cluster: LocalCluster, oauth_cb, **more: object) -> dict[str, object]:
+    """librdkafka's OAUTHBEARER settings over SASL_SSL with `oauth_cb` giving the tokens."""
+    settings = {k: v for k, v in cluster.client_settings("SASL_SSL", mechanism="OAUTHBEARER").items()
+                if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    return {**settings, "oauth_cb": oauth_cb, **QUIET, **more}
+
+
+def _tokens(sub: str, life_s: float, calls: list | None = None):
+    """A confluent-kafka oauth_cb giving unsecured tokens naming `sub` with the cluster's required scope."""
+    import time
+
+    from quorum.security.local_cluster import OAUTH_SCOPE
+    from quorum.wire.oauthbearer import unsecured_token
+
+    def oauth_cb(config: object) -> tuple[str, float]:
+        if calls is not None:
+            calls.append(config)
+        now = time.time()
+        return unsecured_token(sub, now, life_s, (OAUTH_SCOPE,)), now + life_s
+
+    return oauth_cb
+
+
+def test_an_oauthbearer_tokens_subject_is_the_principal_the_authorizer_sees(cluster) -> None:
+    """OAUTHBEARER's principal is User:<sub>: a token naming alice (no ACLs) is refused producing
+    (TOPIC_AUTHORIZATION_FAILED); one naming admin (a super user) produces."""
+    topic = f"oauth-acl-{uuid.uuid4().hex[:6]}"
+    create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
+    outcomes = {}
+    for sub in ("alice", "admin"):
+        producer = Producer(_oauth_client(cluster, _tokens(sub, 600), **{"message.timeout.ms": "20000"}))
+        delivered: list = []
+        producer.produce(topic, sub.encode(), on_delivery=lambda error, _, got=delivered: got.append(error))
+        assert producer.flush(WAIT_S) == 0
+        outcomes[sub] = None if delivered[0] is None else delivered[0].code()
+    assert outcomes == {"alice": KafkaError.TOPIC_AUTHORIZATION_FAILED, "admin": None}
+
+
+def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster) -> None:
+    """KIP-368 bound to the token: on SASL_SSL (no connections.max.reauth.ms) a token living 5 s makes a
+    session of at most 5 s; librdkafka refreshes its token (oauth_cb, served by poll and flush, at 80% of
+    its life) and re-authenticates before the session ends, and a producer sending across several
+    re-authentications has every record delivered. (With 3 s tokens librdkafka sometimes re-authenticated
+    with its expired token before the poll that refreshes it: refused invalid_token, as Kafka refuses it.)"""
+    import logging
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    lines = Lines()
+    logger = logging.getLogger(f"oauth-reauth-{uuid.uuid4().hex[:6]}")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    topic = f"oauth-reauth-{uuid.uuid4().hex[:6]}"
+    create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
+    calls: list = []
+    producer = Producer(_oauth_client(cluster, _tokens("admin", 5, calls), debug="security", logger=logger,
+                                      **{"message.timeout.ms": "30000", "log_level": 7}))
+    errors: list = []
+    sent = 0
+
+    def produce_one() -> bool:
+        nonlocal sent
+        producer.produce(topic, f"t{sent}".encode(), on_delivery=lambda error, _: errors.append(error))
+        sent += 1
+        assert producer.flush(WAIT_S) == 0, f"record {sent} of {topic} undelivered"
+        return sum("Auth in state REAUTH" in line for line in lines.lines) >= 2
+
+    wait_until(f"2 re-authentications of a producer of {topic} whose OAUTHBEARER tokens live 5 s",
+               produce_one, timeout_s=WAIT_S)
+    assert errors == [None] * sent
+    assert len(calls) >= 2 and not any("SASL authentication error" in line for line in lines.lines)
+
+
+def test_kafka_python_reauthenticates_with_its_token_providers_new_tokens(cluster) -> None:
+    """kafka-python (3.x does KIP-368) with `client_epochs.kafka_python.UnsecuredTokenProvider` making 5 s
+    tokens: it re-authenticates before each token-bound session ends, with the provider's new token, and
+    every record of a producer sending across two re-authentications is delivered."""
+    import logging
+
+    from kafka import KafkaProducer
+
+    from client_epochs.kafka_python import UnsecuredTokenProvider
+    from quorum.security.local_cluster import OAUTH_SCOPE
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    lines = Lines()
+    logger = logging.getLogger("kafka.net.connection")
+    logger.addHandler(lines)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    topic = f"oauth-kp-{uuid.uuid4().hex[:6]}"
+    create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+        ssl_cafile=str(cluster.security.ca.cert_path), sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=UnsecuredTokenProvider(f"principal=admin scope={OAUTH_SCOPE} lifeSeconds=5"))
+    try:
+        def produce_one() -> bool:
+            producer.send(topic, b"k").get(timeout=WAIT_S)  # raises what a failed delivery failed with
+            return sum("Beginning SASL re-authentication" in line for line in lines.lines) >= 2
+
+        wait_until(f"2 re-authentications of a kafka-python producer of {topic} (5 s OAUTHBEARER tokens)",
+                   produce_one, timeout_s=WAIT_S)
+        assert not any("re-authentication failed" in line for line in lines.lines), lines.lines
+    finally:
+        producer.close(timeout=10)
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+
+
+def test_the_sdks_connections_reauthenticate_on_a_listener_with_connections_max_reauth_ms(cluster) -> None:
+    """KIP-368 for the SDK's own connections with SCRAM too: on SASL_PLAINTEXT (sessions of 2 s)
+    one connection keeps being served for 5 s, re-authenticating on the same socket before each session
+    ends (before this change it ignored the lifetime and the broker closed it at its first request past
+    2 s: "connection closed after 0 of 4 bytes")."""
+    import time
+
+    from client_epochs.connection import BrokerConnection
+    from client_epochs.metadata_client import METADATA, _metadata_request
+
+    for mechanism in ("SCRAM-SHA-512",):  # PLAIN goes the same way (sasl_steps returns any mechanism's lifetime)
+        settings = cluster.client_settings("SASL_PLAINTEXT", user="alice", mechanism=mechanism)
+        host, _, port = settings["bootstrap.servers"].split(",")[0].rpartition(":")
+        connection = BrokerConnection(host, int(port), f"reauth-{mechanism}",
+                                      security=ClientSecurity.of_client_properties(settings))
+        try:
+            deadline = time.monotonic() + 2.5 * REAUTH_MS / 1000
+            while time.monotonic() < deadline:
+                assert connection.request(METADATA, 12, _metadata_request([], 12), time.monotonic() + WAIT_S)
+                time.sleep(0.25)
+            assert connection.reauthentications >= 2 and connection.is_open, mechanism
+        finally:
+            connection.close()
+
+
+def test_a_flow_whose_target_refuses_to_create_its_topics_stops_before_copying(cluster, tmp_path) -> None:
+    """Issue 32: an mm2.properties flow into a cluster where its user (alice, no ACLs) may not create
+    topics: one line naming the topic and Kafka's error, exit status 2, nothing created or copied."""
+    create(AdminClient(client(cluster, "admin")), NewTopic("mm2-permission", 1, 1))
+
+    def cluster_lines(alias: str, user: str) -> list[str]:
+        settings = cluster.client_settings("SASL_SSL", user=user, mechanism="SCRAM-SHA-512")
+        return [f"{alias}.{key} = {value}" for key, value in settings.items()]
+
+    config = tmp_path / "mm2.properties"
+    config.write_text("\n".join(["clusters = A, B", *cluster_lines("A", "admin"), *cluster_lines("B", "alice"),
+                                 "A->B.enabled = true", "A->B.topics = mm2-permission",
+                                 "emit.heartbeats.enabled = false", "emit.checkpoints.enabled = false"]) + "\n")
+    done = subprocess.run([sys.executable, "-m", "client_epochs.mirror.cli", "--config", str(config)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("client-epochs-mirror: error: the target refused creating target topic "
+                            "A.mm2-permission") and "TOPIC_AUTHORIZATION_FAILED" in error, done.stderr
+    listed = AdminClient(client(cluster, "admin")).list_topics(timeout=30).topics
+    assert "A.mm2-permission" not in listed
+
+
+def test_a_vote_from_a_node_outside_the_voter_set_is_answered_inconsistent_voter_set(cluster) -> None:
+    """Issue 38: a Vote that passes the authorizer (the tools' certificate, a super user) from node 99,
+    which is not in controller.quorum.voters, is answered as Kafka 3.x answers it
+    (validateVoterOnlyRequest: INCONSISTENT_VOTER_SET in the partition), and changes nothing."""
+    before = describe(cluster)
+    schema = APIS[52].request
+    vote = schema(version=2, cluster_id=None, voter_id=1, topics=[schema.TopicData(
+        topic_name="__cluster_metadata", partitions=[schema.TopicData.PartitionData(
+            partition_index=0, replica_epoch=before.leader_epoch + 5, replica_id=99, last_offset_epoch=1,
+            last_offset=10**9)])])
+    tools = ClientSecurity.of_client_properties({"security.protocol": "SSL",
+                                                 "ssl.ca.location": str(cluster.security.ca.cert_path),
+                                                 "ssl.certificate.location": str(cluster.security.tool)})
+
+    async def ask():
+        host, _, port = controller(cluster).rpartition(":")
+        peer = PeerClient(host, int(port), "non-voter", 30_000, security=tools)
+        try:
+            return await peer.request(APIS[52], 2, vote)
+        finally:
+            await peer.close()
+
+    answer = asyncio.run(ask())
+    (partition,) = answer.topics[0].partitions
+    assert answer.error_code == ErrorCode.NONE and partition.error_code == ErrorCode.INCONSISTENT_VOTER_SET
+    assert not partition.vote_granted
+    after = describe(cluster)
+    assert (after.leader_id, after.leader_epoch) == (before.leader_id, before.leader_epoch)
+
+
+def test_a_fetch_whose_partitions_are_all_refused_is_answered_at_once(cluster) -> None:
+    """Issue 38: alice (no READ ACL) fetches with MaxWaitMs 20 s: every partition is answered
+    TOPIC_AUTHORIZATION_FAILED at once, as Kafka's ReplicaManager answers a fetch left with nothing to
+    read, not after the 20 s a long poll of readable partitions may take. (A functional check of
+    waiting, with a margin of 10 s: the old handler answered after the full MaxWaitMs.)"""
+    create(AdminClient(client(cluster, "admin")), NewTopic("fetch-refused", 2, 1))
+    settings = client(cluster, "alice")
+    schema = APIS[1].request
+    topic = schema.FetchTopic(topic="fetch-refused", topic_id=None, partitions=[
+        schema.FetchTopic.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                         log_start_offset=-1, partition_max_bytes=1 << 20) for p in (0, 1)])
+    body = schema(replica_id=-1, max_wait_ms=20_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                  session_epoch=-1, topics=[topic], forgotten_topics_data=[], rack_id="")
+
+    async def fetch():
+        host, _, port = settings["bootstrap.servers"].split(",")[0].rpartition(":")
+        security = ClientSecurity.of_client_properties(settings)
+        peer = PeerClient(host, int(port), "alice-fetch", 60_000, security=security)
+        try:
+            started = time.monotonic()
+            answer = await peer.request(APIS[1], 12, body)
+            return answer, time.monotonic() - started
+        finally:
+            await peer.close()
+
+    answer, took_s = asyncio.run(fetch())
+    codes = {p.partition_index: p.error_code for t in answer.responses for p in t.partitions}
+    assert codes == {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED, 1: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    assert took_s < 10, f"answered after {took_s:.1f} s: the refused fetch waited out MaxWaitMs"

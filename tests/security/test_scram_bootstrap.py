@@ -12,7 +12,6 @@ from quorum.cli import main
 from quorum.controller.controller import ControllerConfig
 from quorum.controller.scram import ALTER_USER_SCRAM_CREDENTIALS
 from quorum.image.image import MetadataImage
-from quorum.properties import format_properties
 from quorum.security.scram import ScramClient, ScramServer, make_credential, salted_password
 from quorum.server.bootstrap_metadata import (
     BOOTSTRAP_FILE,
@@ -27,6 +26,7 @@ from quorum.server.controller_service import ControllerService
 from quorum.server.storage import format_storage
 from quorum.wire import metadata_records as mr
 from quorum.wire.framing import RequestHeader
+from quorum.wire.properties import format_properties
 from quorum.wire.protocol import APIS, Request
 from tests.controller.test_controller_batches import FakeNode
 

@@ -5,18 +5,22 @@ confluent-kafka, kafka-python and kcat produce, consume in a group and commit ov
 with SCRAM-SHA-512 and SASL_PLAINTEXT with PLAIN; and the refusals: a wrong password or an unknown
 user (SASL_AUTHENTICATION_FAILED, then the connection is closed), a plaintext client on a TLS port
 and a TLS client on a plaintext port (closed; the node keeps serving), an expired or untrusted
-client certificate on the controller listener.
+client certificate on the controller listener. OAUTHBEARER (issue 33, Kafka's unsecured tokens): both
+wrappers and the replicator with their own connections, Kafka's refusals of an expired or unscoped
+token, a session bound to its token's expiry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import ssl
 import struct
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -278,8 +282,16 @@ def test_controller_listener_refuses_clients_without_a_valid_certificate(cluster
         path = str(CertificateAuthority(tmp_path / "other-ca").issue("stranger").pem)
     else:
         path = None
+    log_path = next(s.log_path for s in cluster.specs.values() if s.address == _controller(cluster))
+    logged_before = len(log_path.read_text().splitlines())
     with pytest.raises((PeerUnavailable, OSError, QuorumToolError)):
         _describe(cluster, path)
+    # Issue 38: the refusal is logged at the handshake, naming why (OpenSSL's own reason).
+    reason = {"none": "peer did not return a certificate", "expired": "certificate has expired",
+              "untrusted": "certificate verify failed"}[certificate]
+    wait_until(f"the controller's log to name the refusal ({reason})", lambda: any(
+        "TLS handshake failed" in line and reason in line
+        for line in log_path.read_text().splitlines()[logged_before:]))
     status = _describe(cluster, str(cluster.security.tool))
     assert status.leader_id in {spec.node_id for spec in cluster.specs.values() if spec.role == "controller"}
 
@@ -408,10 +420,12 @@ def test_wrapped_consumers_commit_and_seek_with_kip_232_epochs_over_sasl_ssl(clu
         kp.close()
 
 
-def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
-    """`client-epochs-mirror` with the source consumer's SASL_SSL settings (--consumer-property): its own
-    metadata, offset and log-bounds connections to the source use them too; every record reaches a
-    (plaintext) target and the group's commits carry the KIP-232 internal metadata."""
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "OAUTHBEARER"])
+def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path, mechanism):
+    """`client-epochs-mirror` with the source consumer's SASL_SSL settings (--consumer-property; OAUTHBEARER:
+    librdkafka's unsecured sasl.oauthbearer.config): its own metadata, offset and log-bounds connections
+    to the source use them too; every record reaches a (plaintext) target and the group's commits carry
+    the KIP-232 internal metadata."""
     from client_epochs import TopicPartition as Key
     from client_epochs.confluent import Consumer as WrappedConsumer
 
@@ -425,10 +439,10 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
     target.format_storage()
     target.start(timeout=WAIT_S)
     try:
-        settings = cluster.client_settings("SASL_SSL")
+        settings = cluster.client_settings("SASL_SSL", mechanism=mechanism)
         group = f"mirror-{uuid.uuid4().hex[:8]}"
         source = settings.pop("bootstrap.servers")
-        command = [sys.executable, "-m", "client_epochs.mirror_cli", "--source-bootstrap", source,
+        command = [sys.executable, "-m", "client_epochs.mirror.cli", "--source-bootstrap", source,
                    "--target-bootstrap", target.bootstrap_servers, "--topics", topic, "--group", group,
                    "--stop-after-idle-s", "5", "--give-up-after-s", str(WAIT_S)]
         for key, value in settings.items():
@@ -449,7 +463,8 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
         finally:
             reader.close()
         assert sorted(copied) == sorted(f"r{n}".encode() for n in range(60))
-        checker = WrappedConsumer({**cluster.client_settings("SASL_SSL"), "group.id": group, **QUIET})
+        checker = WrappedConsumer({**cluster.client_settings("SASL_SSL", mechanism=mechanism), "group.id": group,
+                                   **QUIET})
         try:
             stored = checker.committed_internal_metadata([Key(topic, p) for p in range(3)])
         finally:
@@ -459,11 +474,13 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path):
         target.stop()
 
 
-def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster):
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "OAUTHBEARER"])
+def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster, mechanism):
     """The `kafka_epochs` Spark source given the user's SASL_SSL settings as `kafka.*` options (as Spark's
     Kafka source takes them) reads every record a producer wrote: the driver's own metadata and log-bounds
     connections and the executors' consumers log in with them (the listener serves nothing before a SCRAM
-    login). With a wrong password the read fails, naming the refused login."""
+    login). With a wrong password (OAUTHBEARER: a token without the required scope) the read fails, naming
+    the refused login."""
     pytest.importorskip("pyspark")
     from client_epochs.spark import local_session
 
@@ -472,7 +489,8 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
     for n in range(90):
         producer.produce(topic, f"s{n}".encode(), partition=n % 3)
     assert producer.flush(WAIT_S) == 0
-    options = {f"kafka.{key}": value for key, value in cluster.client_settings("SASL_SSL").items()}
+    settings = cluster.client_settings("SASL_SSL", mechanism=mechanism)
+    options = {f"kafka.{key}": value for key, value in settings.items()}
     session = local_session("kafka-epochs-secured")
     try:
         def read(**more: str) -> list:
@@ -484,10 +502,225 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
         rows = read()
         assert sorted(bytes(row.value) for row in rows) == sorted(f"s{n}".encode() for n in range(90))
         assert {row.partition for row in rows} == {0, 1, 2}
+        wrong = ({"kafka.sasl.password": "wrong"} if mechanism != "OAUTHBEARER" else
+                 {"kafka.sasl.oauthbearer.config": "principal=alice scope=other"})
         with pytest.raises(Exception, match="SASL login refused.*SASL_AUTHENTICATION_FAILED"):
-            read(**{"kafka.sasl.password": "wrong"})
+            read(**wrong)
     finally:
         session.stop()
+
+
+# -- OAUTHBEARER (issue 33): Kafka's unsecured tokens -------------------------------------------------
+
+
+def _oauth(cluster: LocalCluster, **more: object) -> dict[str, object]:
+    """alice's librdkafka settings for OAUTHBEARER over SASL_SSL, as `quorum local-cluster` prints them."""
+    return {**cluster.client_settings("SASL_SSL", mechanism="OAUTHBEARER"), **QUIET, **more}
+
+
+def _token_cb(sub: str = "alice", life_s: float = 600, scope: tuple[str, ...] = ("kafka",), exp_shift_s: float = 0,
+              calls: list | None = None):
+    """A confluent-kafka `oauth_cb` giving unsecured tokens; `exp_shift_s` moves the token's own `exp`
+    (not the expiry the callback reports, which librdkafka requires in the future)."""
+    from quorum.wire.oauthbearer import unsecured_token
+
+    def oauth_cb(config: object) -> tuple[str, float, str, dict[str, str]]:
+        if calls is not None:
+            calls.append(config)
+        now = time.time()
+        token = unsecured_token(sub, now, life_s, scope)
+        if exp_shift_s:
+            token = unsecured_token(sub, now - 2 * abs(exp_shift_s), abs(exp_shift_s), scope)
+        return token, now + life_s, sub, {"traceId": "t1"}
+
+    return oauth_cb
+
+
+def test_wrapped_consumers_consume_and_commit_with_oauthbearer(cluster):
+    """The confluent-kafka wrapper with an `oauth_cb` and the kafka-python wrapper with a token provider read
+    a topic over SASL_SSL with OAUTHBEARER and commit the KIP-232 internal metadata: their own metadata,
+    offset and log-bounds connections took their tokens as the wrapped clients do (the listener serves
+    nothing before a login)."""
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    from client_epochs import TopicPartition as Key
+    from client_epochs.confluent import Consumer as WrappedConsumer
+    from client_epochs.kafka_python import KafkaConsumer as WrappedKafkaConsumer
+    from client_epochs.kafka_python import UnsecuredTokenProvider
+
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    producer = Producer(_oauth(cluster))  # librdkafka's own unsecured tokens, from sasl.oauthbearer.config
+    for n in range(10):
+        producer.produce(topic, f"o{n}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    calls: list = []
+    settings = {k: v for k, v in _oauth(cluster).items() if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    group = f"oauth-{uuid.uuid4().hex[:8]}"
+    consumer = WrappedConsumer({**settings, "oauth_cb": _token_cb(calls=calls), "sasl.oauthbearer.config": "cfg",
+                                "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        got: list = []
+
+        def read() -> bool:
+            for message in consumer.consume(10, 1.0):
+                assert message.error() is None, message.error()
+                got.append(message.value())
+            return len(got) >= 10
+
+        wait_until(f"10 records of {topic} through the wrapped confluent-kafka consumer on OAUTHBEARER", read,
+                   timeout_s=WAIT_S)
+        consumer.commit(asynchronous=False)
+        stored = consumer.committed_internal_metadata([Key(topic, 0)])
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"o{n}".encode() for n in range(10))
+    assert stored[Key(topic, 0)].topic_epoch >= 1 and set(calls) == {"cfg"}
+    kp = WrappedKafkaConsumer(bootstrap_servers=cluster.bootstrap("SASL_SSL"), group_id=group,
+                              enable_auto_commit=False, security_protocol="SASL_SSL",
+                              ssl_cafile=str(cluster.security.ca.cert_path), sasl_mechanism="OAUTHBEARER",
+                              sasl_oauth_token_provider=UnsecuredTokenProvider("principal=alice scope=kafka"))
+    try:
+        tp = KpTopicPartition(topic, 0)
+        kp.assign([tp])
+        kp.seek(tp, 4, stored[Key(topic, 0)].to_json())  # KIP-232's seek: waits on the SDK's own metadata
+        records: list = []
+        wait_until(f"{topic} from offset 4 through the wrapped kafka-python consumer on OAUTHBEARER",
+                   lambda: records.extend(r for rs in kp.poll(1000).values() for r in rs) or len(records) >= 6,
+                   timeout_s=WAIT_S)
+        assert records[0].offset == 4
+        kp.commit()
+        assert kp.committed_internal_metadata([Key(topic, 0)])[Key(topic, 0)].topic_epoch >= 1
+    finally:
+        kp.close()
+
+
+def test_the_printed_oauthbearer_settings_work_for_librdkafka_and_kafka_python(cluster):
+    """What `quorum local-cluster --security sasl_ssl` prints for OAUTHBEARER (shell-quoted) is enough: the
+    librdkafka line lists the brokers, the kafka-python line's token provider gets kafka-python in."""
+    import importlib
+    import shlex
+
+    from kafka import KafkaConsumer
+
+    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in cluster.client_lines()}
+    librdkafka = dict(item.split("=", 1) for item in shlex.split(lines["client oauthbearer (SASL_SSL)"]))
+    assert librdkafka["sasl.oauthbearer.config"] == "principal=alice scope=kafka"
+    assert AdminClient({**librdkafka, **QUIET}).list_topics(timeout=WAIT_S).brokers.keys() == {101, 102, 103}
+    options = dict(item.split("=", 1) for item in shlex.split(lines["client oauthbearer kafka-python (SASL_SSL)"]))
+    provider = re.fullmatch(r"([\w.]+)\.(\w+)\('([^']*)'\)", options.pop("sasl_oauth_token_provider"))
+    assert provider is not None
+    options["sasl_oauth_token_provider"] = getattr(importlib.import_module(provider[1]), provider[2])(provider[3])
+    topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
+    consumer = KafkaConsumer(**options)
+    try:
+        assert topic in consumer.topics()  # a Metadata answer: served only after the OAUTHBEARER login
+    finally:
+        consumer.close()
+
+
+def _oauth_exchange(cluster: LocalCluster, message: bytes) -> tuple[list[tuple[int, str | None, bytes]], bytes]:
+    """OAUTHBEARER by hand over SASL_SSL: `message`, then \\x01 after a challenge. Each SaslAuthenticate
+    answer (error code, message, bytes), and what the broker sent after the last (b"": it closed)."""
+    from quorum.wire.framing import RequestHeader
+    from quorum.wire.protocol import decode_response, encode_request
+
+    host, port = _address(cluster, "SASL_SSL")
+    context = _sasl_ssl(cluster, None).ssl_context
+    assert context is not None
+    with socket.create_connection((host, port), timeout=WAIT_S) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as sock:
+        def exchange(api, version, body, correlation):
+            sock.sendall(encode_request(api, RequestHeader(api.key, version, correlation, "t"), body))
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            return decode_response(api, version, _read(sock, size))[1]
+
+        handshake, authenticate = APIS[17], APIS[36]
+        assert exchange(handshake, 1, handshake.request(mechanism="OAUTHBEARER"), 1).error_code == 0
+        answers = []
+        for correlation, token in enumerate([message, b"\x01"], start=2):
+            answer = exchange(authenticate, 1, authenticate.request(auth_bytes=token), correlation)
+            answers.append((answer.error_code, answer.error_message, bytes(answer.auth_bytes or b"")))
+            if answer.error_code or not answer.auth_bytes:
+                break
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        return answers, rest
+
+
+def _read(sock: ssl.SSLSocket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {size} bytes")
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize(("token_kind", "expected"), [
+    ("expired", '{"status":"invalid_token"}'),
+    ("without the scope", '{"status":"insufficient_scope", "scope":"[kafka]"}'),
+])
+def test_an_expired_or_unscoped_token_is_refused_with_kafkas_error_json(cluster, token_kind, expected):
+    """As Kafka's broker: the error JSON as a SaslAuthenticate challenge (no error yet), the client's \\x01,
+    then SASL_AUTHENTICATION_FAILED carrying the JSON, and the connection closed. librdkafka reports it
+    (error_cb), and the SDK's own connections fail with it, not retried."""
+    from client_epochs import MetadataClient, MetadataUnavailableError
+    from quorum.wire.oauthbearer import ClientFirst
+
+    oauth_cb = _token_cb(exp_shift_s=30) if token_kind == "expired" else _token_cb(scope=("other",))
+    token, *_ = oauth_cb(None)
+    answers, rest = _oauth_exchange(cluster, ClientFirst(token).to_bytes())
+    assert answers == [(0, None, expected.encode()), (ErrorCode.SASL_AUTHENTICATION_FAILED, expected, b"")]
+    assert rest == b""
+    errors: list = []
+    settings = {k: v for k, v in _oauth(cluster).items() if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    admin = AdminClient({**settings, "oauth_cb": oauth_cb, "error_cb": errors.append})
+
+    def refused() -> bool:
+        admin.poll(0.5)  # serves error_cb
+        return any(error.code() == KafkaError._AUTHENTICATION and expected in error.str() for error in errors)
+
+    wait_until(f"librdkafka's authentication error naming {expected}", refused, timeout_s=WAIT_S)
+    security = ClientSecurity.of_client_properties({**settings, "oauth_cb": oauth_cb})
+    with pytest.raises(MetadataUnavailableError, match=re.escape(f"SASL_AUTHENTICATION_FAILED: {expected}")), \
+            MetadataClient(cluster.bootstrap("SASL_SSL"), security=security) as client:
+        client.refresh_until_current(["any"], timeout=WAIT_S)
+
+
+def test_the_sdks_connection_reauthenticates_before_its_tokens_session_ends(cluster):
+    """The session of an OAUTHBEARER login ends at the token's exp (this listener has no
+    connections.max.reauth.ms): the broker gives its lifetime, the SDK's connection re-authenticates with
+    a new token before it ends and keeps being served on the same socket; a connection that does not
+    re-authenticate is closed by the broker at its first request past the token's expiry."""
+    from client_epochs.connection import BrokerConnection, BrokerError
+    from client_epochs.metadata_client import METADATA, _metadata_request
+
+    calls: list = []
+    settings = {k: v for k, v in _oauth(cluster).items() if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    security = ClientSecurity.of_client_properties({**settings, "oauth_cb": _token_cb(life_s=2, calls=calls)})
+    host, port = _address(cluster, "SASL_SSL")
+    metadata, body = METADATA, _metadata_request([], 12)
+    connection = BrokerConnection(host, port, "oauth-reauth", security=security)
+    try:
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # three token lifetimes
+            assert connection.request(metadata, 12, body, time.monotonic() + WAIT_S).brokers
+            time.sleep(0.25)
+        assert connection.reauthentications >= 2 and connection.is_open and len(calls) >= 3
+    finally:
+        connection.close()
+    lapsing = BrokerConnection(host, port, "oauth-no-reauth", security=security)
+    try:
+        assert lapsing.request(metadata, 12, body, time.monotonic() + WAIT_S).brokers
+        lapsing._reauthenticate_at = None  # as a client that ignores the session lifetime
+        time.sleep(2.5)
+        with pytest.raises(BrokerError, match="connection closed"):
+            lapsing.request(metadata, 12, body, time.monotonic() + WAIT_S)
+    finally:
+        lapsing.close()
 
 
 # -- SCRAM users in the metadata log ---------------------------------------------------------

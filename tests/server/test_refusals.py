@@ -28,7 +28,7 @@ def named(key: int, body) -> int:
         return len(getattr(body, "topics", None) or ()) + len(getattr(body, "topic_names", None) or ())
     if key in (19, 37):
         return len(body.topics or ())
-    if key in (32, 44):
+    if key in (32, 33, 44):
         return len(body.resources or ())
     if key == 45:
         return sum(len(topic.partitions or ()) for topic in body.topics or ())
@@ -66,4 +66,4 @@ def test_every_named_resource_gets_the_error(case, data):
     _, response = decode_response(api, version, framed[4:])
     codes = answered(key, response)
     assert set(codes) <= {ErrorCode.NOT_CONTROLLER}
-    assert len(codes) == (named(key, request.body) if key in (19, 20, 30, 31, 32, 37, 44, 45, 51) else 1)
+    assert len(codes) == (named(key, request.body) if key in (19, 20, 30, 31, 32, 33, 37, 44, 45, 51) else 1)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from quorum.cli import main
 from quorum.log.meta_properties import META_PROPERTIES_NAME, MetaProperties, write_meta_properties
-from quorum.properties import format_properties
 from quorum.server.config import node_config
 from quorum.server.storage import format_storage, read_cluster_id
+from quorum.wire.properties import format_properties
 
 
 def broker_properties(tmp_path) -> dict[str, str]:

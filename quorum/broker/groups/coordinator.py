@@ -9,9 +9,12 @@ The membership rules follow Kafka's classic GroupCoordinator (3.x): JoinGroup an
 the rebalance completes (every member rejoined, or the rebalance timeout passed, or for a group
 that was empty the `group.initial.rebalance.delay.ms` passed), SyncGroup answers wait until the
 leader's assignment is durable, and a member whose session expires is removed and the group
-rebalances. Static membership (group.instance.id) keeps Kafka's identity rules (one member per
-instance id, FENCED_INSTANCE_ID for the member it replaced) but not its rebalance avoidance: a
-restarted static member rejoins through an ordinary rebalance.
+rebalances. Static membership (KIP-345, group.instance.id) follows Kafka's GroupMetadataManager: a
+static member that restarts within its session replaces its old member id (fenced from then on,
+FENCED_INSTANCE_ID) and gets the current generation back without a rebalance when the group is
+Stable, and a static member that misses a rebalance stays in the group (`static_members`). Which
+member may do what (and the error otherwise) is `member_rules`. OffsetCommit and OffsetFetch are
+`coordinator_offsets`.
 
 Offsets live beside the groups per partition; a commit answers when its records are durable.
 KIP-232: a commit whose internal metadata is older than the partition's latest, or names a topic id
@@ -30,13 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.broker.groups.config import GroupConfig, partition_for
+from quorum.broker.groups.coordinator_offsets import OffsetCommands, PendingCommit
 from quorum.broker.groups.events import (
     Append,
-    CommitAnswer,
     DescribedGroup,
     DescribedMember,
-    FetchAnswer,
-    FetchedOffset,
     Heartbeat,
     HeartbeatAnswer,
     JoinAnswer,
@@ -46,22 +47,19 @@ from quorum.broker.groups.events import (
     LeaveGroup,
     ListAnswer,
     ListedGroup,
-    OffsetCommit,
-    OffsetFetch,
     Output,
     SyncAnswer,
     SyncGroup,
 )
 from quorum.broker.groups.group import Group, GroupState, Member
+from quorum.broker.groups.member_rules import membership_error, validate_member
 from quorum.broker.groups.offsets import (
-    check_entry,
-    is_stale,
     storage_error_for_commit,
     storage_error_for_group,
-    value_for,
 )
-from quorum.broker.groups.partition_state import PartitionState, TopicPartition, group_value
-from quorum.wire.consumer_offsets import GroupKey, OffsetKey, OffsetValue, encode_record
+from quorum.broker.groups.partition_state import PartitionState, group_value
+from quorum.broker.groups.static_members import PendingStaticRejoin, StaticMembers
+from quorum.wire.consumer_offsets import GroupKey, encode_record
 from quorum.wire.errors import ErrorCode
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -72,16 +70,6 @@ E = ErrorCode
 log = logging.getLogger(__name__)
 """A group's rebalance steps at INFO, as Kafka's GroupCoordinator logs them: a member left waiting
 (the soak's kafka-python member that never got its assignment) is traced from them."""
-
-
-@dataclass(slots=True)
-class _PendingCommit:
-    handle: Any
-    group_id: str
-    partition: int
-    errors: list[int]
-    values: dict[int, tuple[TopicPartition, OffsetValue]]
-    """Entry index -> the value being appended for it."""
 
 
 @dataclass(slots=True)
@@ -103,23 +91,38 @@ def random_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
 
-class GroupCoordinator:
+class GroupCoordinator(OffsetCommands, StaticMembers):
     def __init__(self, config: GroupConfig | None = None,
                  new_member_id: Callable[[str], str] = random_member_id) -> None:
         self.config = config or GroupConfig()
         self._new_member_id = new_member_id
         self._partitions: dict[int, PartitionState] = {}
-        self._pending: dict[int, _PendingCommit | _PendingSync | _PendingGroupStore] = {}
+        self._pending: dict[int, PendingCommit | _PendingSync | _PendingGroupStore | PendingStaticRejoin] = {}
         self._next_token = 0
         self._out = Output()
         self._deleted_topic_ids: set[uuid.UUID] = set()
         """Ids of topics deleted while this coordinator ran: a commit to one still in flight is dropped."""
+        self._elected: frozenset[int] = frozenset()
+        """Partitions the broker's newest metadata says it leads (`elected`), loaded or not."""
 
     # ----------------------------------------------------------------------------------------
     # Partition ownership and loading
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def elected(self, partitions: Collection[int]) -> None:
+        """The broker's newest metadata names it the leader of `partitions` (and of no other): call
+        on every metadata change, before the partitions' logs are open.
+
+        Kafka's coordinator takes a partition on as loading the moment its metadata names it the
+        leader (onElection): from then on its groups answer COORDINATOR_LOAD_IN_PROGRESS, which
+        clients retry, until loaded. Here the partition is loaded only once the broker has applied
+        that image (its logs opened, off the event loop), so a partition named here but not begun
+        yet answers as loading too, not NOT_COORDINATOR, which tells a client to look for the
+        coordinator again and which librdkafka's committed() gives up on. A broker whose metadata
+        does not name it yet answers NOT_COORDINATOR, as Kafka's does."""
+        self._elected = frozenset(partitions)
 
     def begin_loading(self, partition: int) -> None:
         """This broker now leads `partition`: its groups answer COORDINATOR_LOAD_IN_PROGRESS until loaded."""
@@ -139,7 +142,10 @@ class GroupCoordinator:
         self._partitions[partition].finish_loading(now_ms)
 
     def unload(self, partition: int) -> Output:
-        """This broker no longer leads `partition`: forget its groups and answer their waiting requests."""
+        """This broker no longer leads `partition` (or could not load it): forget its groups and answer
+        their waiting requests. It answers NOT_COORDINATOR from now on, as Kafka's coordinator does
+        once it resigned or failed to load, until the metadata names this broker its leader again."""
+        self._elected = self._elected - {partition}
         state = self._partitions.pop(partition, None)
         if state is not None:
             for group in state.groups.values():
@@ -150,45 +156,9 @@ class GroupCoordinator:
         for token, pending in list(self._pending.items()):
             if pending.partition == partition:
                 del self._pending[token]
-                if isinstance(pending, _PendingCommit):
-                    errors = [E.NOT_COORDINATOR if i in pending.values else e for i, e in enumerate(pending.errors)]
-                    self._answer(pending.handle, CommitAnswer(tuple(errors)))
+                if isinstance(pending, PendingCommit):
+                    self._commit_failed(pending, E.NOT_COORDINATOR)
         return self._flush()
-
-    # ----------------------------------------------------------------------------------------
-    # Offsets of deleted topics
-
-    def topics_deleted(self, topic_ids: Collection[uuid.UUID],
-                       current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
-        """Topics with these ids were deleted (the broker's metadata no longer has them): tombstone their
-        offsets in every loaded partition. `current_topic_id` names a topic's id now (None: no such topic).
-
-        A failed tombstone append needs no retry: the offsets are gone from memory, and the partition's
-        next load drops them again (`drop_stale_offsets`)."""
-        self._deleted_topic_ids.update(topic_ids)
-        for state in self._partitions.values():
-            if not state.loading:
-                self._drop_stale(state, current_topic_id)
-        return self._flush()
-
-    def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
-        """Tombstone the offsets of a loaded partition whose topics are gone (deleted while this broker
-        was down or did not lead the partition, or deleted and created again).
-
-        Safe against an image that lags: every offset in the log was committed by a leader whose
-        metadata held the topic, before the record that made this broker the leader (a deposed leader
-        refuses appends), and this broker's metadata holds that record when it loads the partition;
-        so a topic missing from it, or there under another id, really went away."""
-        state = self._partitions.get(partition)
-        if state is not None and not state.loading:
-            self._drop_stale(state, current_topic_id)
-        return self._flush()
-
-    def _drop_stale(self, state: PartitionState, current_topic_id: Callable[[str], uuid.UUID | None]) -> None:
-        busy = {p.group_id for p in self._pending.values() if isinstance(p, _PendingCommit)}
-        records = state.drop_stale_offsets(current_topic_id, busy)
-        if records:
-            self._append(state.partition, records)
 
     @property
     def partitions(self) -> dict[int, bool]:
@@ -201,9 +171,10 @@ class GroupCoordinator:
         COORDINATOR_LOAD_IN_PROGRESS."""
         if group_id is None:
             return E.INVALID_GROUP_ID, None
-        state = self._partitions.get(self.partition_for(group_id))
+        partition = self.partition_for(group_id)
+        state = self._partitions.get(partition)
         if state is None:
-            return E.NOT_COORDINATOR, None
+            return (E.COORDINATOR_LOAD_IN_PROGRESS if partition in self._elected else E.NOT_COORDINATOR), None
         if state.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, None
         return E.NONE, state
@@ -214,18 +185,10 @@ class GroupCoordinator:
     def append_done(self, token: int, now_ms: int) -> Output:
         """The records of the Append with this token are durable."""
         pending = self._pending.pop(token, None)
-        if isinstance(pending, _PendingCommit):
-            state = self._partitions[pending.partition]
-            offsets = state.offsets.setdefault(pending.group_id, {})
-            late = []
-            for tp, value in pending.values.values():
-                if value.topic_id in self._deleted_topic_ids:  # the topic was deleted while it was written
-                    late.append(encode_record(OffsetKey(pending.group_id, tp[0], tp[1]), None))
-                else:
-                    offsets[tp] = value
-            if late:
-                self._append(pending.partition, late)
-            self._answer(pending.handle, CommitAnswer(tuple(pending.errors)))
+        if isinstance(pending, PendingCommit):
+            self._commit_stored(pending)
+        elif isinstance(pending, PendingStaticRejoin):
+            self._static_rejoin_stored(pending, E.NONE)
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)
             if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
@@ -248,10 +211,10 @@ class GroupCoordinator:
     def append_failed(self, token: int, error: int, now_ms: int) -> Output:
         """The Append with this token failed with `error` (a Kafka error code from the partition log)."""
         pending = self._pending.pop(token, None)
-        if isinstance(pending, _PendingCommit):
-            code = storage_error_for_commit(error)
-            errors = [code if i in pending.values else e for i, e in enumerate(pending.errors)]
-            self._answer(pending.handle, CommitAnswer(tuple(errors)))
+        if isinstance(pending, PendingCommit):
+            self._commit_failed(pending, storage_error_for_commit(error))
+        elif isinstance(pending, PendingStaticRejoin):
+            self._static_rejoin_stored(pending, storage_error_for_group(error))
         elif isinstance(pending, _PendingSync):
             group = self._partitions[pending.partition].groups.get(pending.group_id)
             if group is not None and group.state is GroupState.COMPLETING_REBALANCE \
@@ -276,17 +239,35 @@ class GroupCoordinator:
     def tick(self, now_ms: int) -> Output:
         """Expire sessions and pending members, and complete rebalances whose time is up."""
         for state in list(self._partitions.values()):
-            if state.loading:
-                continue
-            for group in list(state.groups.values()):
-                for member_id, deadline in list(group.pending_members.items()):
-                    if deadline <= now_ms:
-                        del group.pending_members[member_id]
-                for member in list(group.members.values()):
-                    if not _kept_alive(member) and member.heartbeat_deadline_ms <= now_ms:
-                        self._remove_member(group, member, now_ms)
-                self._try_complete_join(group, now_ms)
+            if not state.loading:
+                for group in list(state.groups.values()):
+                    self._expire(group, now_ms)
         return self._flush()
+
+    def _expire(self, group: Group, now_ms: int) -> None:
+        """What is due in `group` by `now_ms`: pending members and sessions expire, a rebalance whose
+        time is up completes.
+
+        Every request applies this to its group first, so that it is judged against the group as it
+        is at its own time, not as the last `tick` left it: Kafka's timers fire at the deadline on a
+        thread of their own, while `tick` runs when the shell's timer gets its turn, which a request
+        arriving at the same moment may beat. That race let a commit from a member whose session had
+        just expired, or which had not rejoined by the rebalance deadline, be accepted in some runs
+        and refused (UNKNOWN_MEMBER_ID) in others."""
+        for member_id, deadline in list(group.pending_members.items()):
+            if deadline <= now_ms:
+                del group.pending_members[member_id]
+        for member in list(group.members.values()):
+            if not _kept_alive(member) and member.heartbeat_deadline_ms <= now_ms:
+                self._remove_member(group, member, now_ms)
+        self._try_complete_join(group, now_ms)
+
+    def _group_at(self, state: PartitionState, group_id: str, now_ms: int) -> Group | None:
+        """The group of a request at `now_ms`, its due expirations applied (`_expire`)."""
+        group = state.groups.get(group_id)
+        if group is not None:
+            self._expire(group, now_ms)
+        return group
 
     # ----------------------------------------------------------------------------------------
     # JoinGroup
@@ -301,7 +282,7 @@ class GroupCoordinator:
         if error != E.NONE or state is None:
             return self._reply(handle, JoinAnswer(error, request.member_id))
         unknown = request.member_id == ""
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         if group is None:
             if not unknown:
                 return self._reply(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, request.member_id))
@@ -337,13 +318,9 @@ class GroupCoordinator:
         if instance is not None:
             old_id = group.current_member_for_instance(instance)
             if old_id is not None:
-                # The instance restarted: the member it replaces is fenced (its requests answer
-                # FENCED_INSTANCE_ID from now on) and the group rebalances with the new member id.
-                old = group.members[old_id]
-                self._answer_join(old, JoinAnswer(E.FENCED_INSTANCE_ID, old_id))
-                self._answer_sync(old, SyncAnswer(E.FENCED_INSTANCE_ID))
-                self._remove_member(group, old, now_ms)
-            self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
+                self._rejoin_static_member(handle, group, old_id, member_id, request, now_ms)
+            else:
+                self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
         elif request.version >= 4:
             group.pending_members[member_id] = now_ms + request.session_timeout_ms
             self._answer(handle, JoinAnswer(E.MEMBER_ID_REQUIRED, member_id))
@@ -362,14 +339,11 @@ class GroupCoordinator:
             del group.pending_members[member_id]
             self._add_member_and_rebalance(handle, group, member_id, request, now_ms)
             return
-        instance = request.group_instance_id
-        if _fenced(group, instance, member_id):
-            self._answer(handle, JoinAnswer(E.FENCED_INSTANCE_ID, member_id))
+        error = validate_member(group, member_id, request.group_instance_id)
+        if error != E.NONE:
+            self._answer(handle, JoinAnswer(error, member_id))
             return
-        member = group.members.get(member_id)
-        if member is None or (instance is not None and instance not in group.static_members):
-            self._answer(handle, JoinAnswer(E.UNKNOWN_MEMBER_ID, member_id))
-            return
+        member = group.members[member_id]
         state = group.state
         unchanged = member.matches(request.protocols)
         if state is GroupState.PREPARING_REBALANCE:
@@ -448,13 +422,19 @@ class GroupCoordinator:
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: Group, now_ms: int) -> None:
-        """Kafka's onCompleteJoin: drop members that did not rejoin, start the next generation, answer joins."""
-        for member in [m for m in group.members.values() if not m.awaiting_join]:
+        """Kafka's completeClassicGroupJoin: drop the dynamic members that did not rejoin (a static
+        member stays: it may come back within its session with its instance id), elect a leader
+        among those that did, start the next generation and answer the joins. When no member at all
+        rejoined, the rebalance waits another rebalance timeout for the sessions to expire."""
+        for member in [m for m in group.members.values() if not m.awaiting_join and m.group_instance_id is None]:
             self._remove_member_quietly(group, member)
+        if group.members and not _elect_joined_leader(group):
+            log.info("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
+            group.in_initial_delay = False
+            group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+            return
         group.in_initial_delay = False
         group.rebalance_deadline_ms = None
-        if group.leader is not None and group.leader not in group.members:
-            group.leader = next(iter(group.members), None)
         group.generation += 1
         if not group.members:
             group.protocol = None
@@ -491,9 +471,9 @@ class GroupCoordinator:
             error = E.REBALANCE_IN_PROGRESS
         if error != E.NONE or state is None:
             return self._reply(handle, SyncAnswer(error))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         member = group.members.get(request.member_id) if group is not None else None
-        error = _membership_error(group, member, request)
+        error = membership_error(group, request.member_id, request.group_instance_id, request.generation)
         if error != E.NONE or group is None or member is None:
             return self._reply(handle, SyncAnswer(error))
         if (request.protocol_type is not None and request.protocol_type != group.protocol_type) or \
@@ -541,9 +521,9 @@ class GroupCoordinator:
             error = E.NONE  # Kafka answers blindly while loading: the member learns the truth after.
         if error != E.NONE or state is None:
             return self._reply(handle, HeartbeatAnswer(error))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         member = group.members.get(request.member_id) if group is not None else None
-        error = _membership_error(group, member, request)
+        error = membership_error(group, request.member_id, request.group_instance_id, request.generation)
         if error != E.NONE or group is None or member is None:
             return self._reply(handle, HeartbeatAnswer(error))
         if group.state is GroupState.EMPTY:
@@ -558,7 +538,7 @@ class GroupCoordinator:
             error = E.INVALID_GROUP_ID
         if error != E.NONE or state is None:
             return self._reply(handle, LeaveAnswer(error))
-        group = state.groups.get(request.group_id)
+        group = self._group_at(state, request.group_id, now_ms)
         if group is None:
             return self._reply(handle, LeaveAnswer(E.NONE, tuple((m, E.UNKNOWN_MEMBER_ID) for m in request.members)))
         if group.state is GroupState.DEAD:
@@ -577,12 +557,10 @@ class GroupCoordinator:
             elif leaving.member_id in group.pending_members:
                 del group.pending_members[leaving.member_id]
                 self._try_complete_join(group, now_ms)
-            elif _fenced(group, leaving.group_instance_id, leaving.member_id):
-                code = E.FENCED_INSTANCE_ID
-            elif leaving.member_id in group.members:
-                self._remove_member(group, group.members[leaving.member_id], now_ms)
             else:
-                code = E.UNKNOWN_MEMBER_ID
+                code = validate_member(group, leaving.member_id, leaving.group_instance_id)
+                if code == E.NONE:
+                    self._remove_member(group, group.members[leaving.member_id], now_ms)
             results.append((leaving, code))
         return self._reply(handle, LeaveAnswer(E.NONE, tuple(results)))
 
@@ -598,105 +576,6 @@ class GroupCoordinator:
         self._answer_join(member, JoinAnswer(E.UNKNOWN_MEMBER_ID, ""))
         self._answer_sync(member, SyncAnswer(E.REBALANCE_IN_PROGRESS))
         group.remove(member.member_id)
-
-    # ----------------------------------------------------------------------------------------
-    # Offsets
-
-    def offset_commit(self, handle: Any, request: OffsetCommit, now_ms: int) -> Output:
-        entries = request.entries
-        error, state = self._status(request.group_id)
-        if not request.group_id:
-            error = E.INVALID_GROUP_ID
-        if error != E.NONE or state is None:
-            return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
-        group = state.groups.get(request.group_id)
-        if group is None:
-            if request.generation >= 0:
-                return self._reply(handle, CommitAnswer(tuple(E.ILLEGAL_GENERATION for _ in entries)))
-            # A consumer that assigns partitions itself: the group exists only for its offsets.
-            group = state.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms)
-        error = self._validate_commit(group, request)
-        if error == E.NONE and group.state is GroupState.COMPLETING_REBALANCE:
-            error = E.REBALANCE_IN_PROGRESS
-        if error != E.NONE:
-            return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
-        member = group.members.get(request.member_id)
-        if member is not None:
-            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-        self._store_offsets(handle, state, request, now_ms)
-        return self._flush()
-
-    def _validate_commit(self, group: Group, request: OffsetCommit) -> int:
-        """Kafka's validateOffsetCommit: members commit in their generation; others only to an empty group."""
-        if group.state is GroupState.DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
-        if request.generation >= 0 or request.member_id or request.group_instance_id is not None:
-            instance = request.group_instance_id
-            if instance is not None:
-                current = group.current_member_for_instance(instance)
-                if current != request.member_id:
-                    return E.FENCED_INSTANCE_ID if current is not None else E.UNKNOWN_MEMBER_ID
-            elif request.member_id not in group.members:
-                return E.UNKNOWN_MEMBER_ID
-            if request.generation != group.generation:
-                return E.ILLEGAL_GENERATION
-            return E.NONE
-        return E.NONE if group.state is GroupState.EMPTY else E.UNKNOWN_MEMBER_ID
-
-    def _store_offsets(self, handle: Any, state: PartitionState, request: OffsetCommit, now_ms: int) -> None:
-        committed = state.offsets.get(request.group_id, {})
-        latest = dict(committed)
-        for pending in self._pending.values():
-            if isinstance(pending, _PendingCommit) and pending.group_id == request.group_id:
-                latest.update(pending.values.values())
-        errors: list[int] = []
-        values: dict[int, tuple[TopicPartition, OffsetValue]] = {}
-        for index, entry in enumerate(request.entries):
-            tp = (entry.topic, entry.partition)
-            error = check_entry(entry, latest.get(tp), self.config)
-            errors.append(error)
-            if error == E.NONE:
-                value = value_for(entry, now_ms, request.retention_time_ms, self.config.kip232)
-                values[index] = (tp, value)
-                latest[tp] = value
-        if not values:
-            self._answer(handle, CommitAnswer(tuple(errors)))
-            return
-        records = [encode_record(OffsetKey(request.group_id, tp[0], tp[1]), value) for tp, value in values.values()]
-        token = self._append(state.partition, records)
-        self._pending[token] = _PendingCommit(handle, request.group_id, state.partition, errors, values)
-
-    def offset_fetch(self, request: OffsetFetch,
-                     current_topic_id: Callable[[str], uuid.UUID | None] | None = None) -> FetchAnswer:
-        """Committed offsets (a query: answered at once, changes nothing).
-
-        `current_topic_id` (the broker's newest metadata) hides an offset of a topic that is gone or
-        was created again under its name (`offsets.is_stale`), as if already deleted: the tombstones
-        follow when the broker applies that image (`topics_deleted`), and a consumer asking in
-        between must not start the new topic at the old topic's position."""
-        error, state = self._status(request.group_id)
-        if error != E.NONE or state is None:
-            return FetchAnswer(error)
-        committed = state.offsets.get(request.group_id, {})
-        group = state.groups.get(request.group_id)
-        if group is None or group.state is GroupState.DEAD:
-            committed = {}
-        wanted = request.partitions if request.partitions is not None else tuple(committed)
-        in_flight: set[TopicPartition] = set()
-        if request.require_stable:
-            for pending in self._pending.values():
-                if isinstance(pending, _PendingCommit) and pending.group_id == request.group_id:
-                    in_flight.update(tp for tp, _ in pending.values.values())
-        offsets = []
-        for tp in wanted:
-            value = committed.get(tp)
-            if tp in in_flight:
-                offsets.append(FetchedOffset(tp[0], tp[1], error=E.UNSTABLE_OFFSET_COMMIT))
-            elif value is None or (current_topic_id is not None and is_stale(value, current_topic_id(tp[0]))):
-                offsets.append(FetchedOffset(tp[0], tp[1]))
-            else:
-                offsets.append(FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata))
-        return FetchAnswer(E.NONE, tuple(offsets))
 
     # ----------------------------------------------------------------------------------------
     # DescribeGroups and ListGroups
@@ -722,7 +601,7 @@ class GroupCoordinator:
         wanted_types = {t.lower() for t in types}
         if wanted_types and "classic" not in wanted_types:
             return ListAnswer(E.NONE)
-        loading = False
+        loading = bool(self._elected - self._partitions.keys())
         groups = []
         for state in self._partitions.values():
             loading = loading or state.loading
@@ -736,10 +615,6 @@ class GroupCoordinator:
         """The group's live state (for tests and tools)."""
         state = self._partitions.get(self.partition_for(group_id))
         return state.groups.get(group_id) if state is not None else None
-
-    def committed(self, group_id: str) -> dict[TopicPartition, OffsetValue]:
-        state = self._partitions.get(self.partition_for(group_id))
-        return dict(state.offsets.get(group_id, {})) if state is not None else {}
 
     # ----------------------------------------------------------------------------------------
     # Output plumbing
@@ -777,25 +652,14 @@ def _kept_alive(member: Member) -> bool:
     return member.awaiting_sync or (member.awaiting_join and not member.is_new)
 
 
-def _membership_error(group: Group | None, member: Any, request: Any) -> int:
-    """Kafka's checks of a member's request against its group, shared by SyncGroup and Heartbeat:
-    the group and member must exist, the instance id must not be fenced, the generation must match."""
-    if group is None:
-        return E.UNKNOWN_MEMBER_ID
-    if group.state is GroupState.DEAD:
-        return E.COORDINATOR_NOT_AVAILABLE
-    if _fenced(group, request.group_instance_id, request.member_id):
-        return E.FENCED_INSTANCE_ID
-    if member is None:
-        return E.UNKNOWN_MEMBER_ID
-    if request.generation != group.generation:
-        return E.ILLEGAL_GENERATION
-    return E.NONE
-
-
-def _fenced(group: Group, instance_id: str | None, member_id: str) -> bool:
-    """Kafka's isStaticMemberFenced: the instance id is held by another member id."""
-    if instance_id is None:
+def _elect_joined_leader(group: Group) -> bool:
+    """Kafka's maybeElectNewJoinedLeader: keep a leader that rejoined, else take the first member
+    that did; False when none did."""
+    leader = group.members.get(group.leader) if group.leader is not None else None
+    if leader is not None and leader.awaiting_join:
+        return True
+    joined = next((m.member_id for m in group.members.values() if m.awaiting_join), None)
+    if joined is None:
         return False
-    current = group.current_member_for_instance(instance_id)
-    return current is not None and current != member_id
+    group.leader = joined
+    return True

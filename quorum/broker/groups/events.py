@@ -123,6 +123,8 @@ class JoinAnswer:
     leader: str = ""
     members: tuple[JoinMember, ...] = ()
     """Filled for the leader only: every member's metadata for the selected protocol."""
+    skip_assignment: bool = False
+    """JoinGroup v9+: the leader is told not to assign (a static leader that restarted into a Stable group)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ group is. Nothing here knows about time except the deadlines the coordinator sto
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -158,3 +158,16 @@ class Group:
 
     def current_member_for_instance(self, instance_id: str) -> str | None:
         return self.static_members.get(instance_id)
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> tuple[Member, Member]:
+        """Kafka's replaceStaticMember: the member of `instance_id` goes on under `new_id`, with
+        everything else it had (protocols, timeouts, assignment; the leadership if it led), and
+        `old_id` is no longer a member. Returns (the old member, the new one); the caller answers
+        whatever the old one still waits for."""
+        old = self.members.pop(old_id)
+        new = replace(old, member_id=new_id, join_handle=None, sync_handle=None, is_new=False)
+        self.members[new_id] = new
+        self.static_members[instance_id] = new_id
+        if self.leader == old_id:
+            self.leader = new_id
+        return old, new

@@ -102,7 +102,8 @@ class _GroupHandlers:
         return Reply(response(throttle_time_ms=0, error_code=answer.error, generation_id=answer.generation,
                               protocol_type=answer.protocol_type,
                               protocol_name=_nullable(answer.protocol_name, version, 7), leader=answer.leader,
-                              skip_assignment=False, member_id=answer.member_id, members=members), version)
+                              skip_assignment=answer.skip_assignment, member_id=answer.member_id,
+                              members=members), version)
 
     async def sync_group(self, request: Request) -> Reply:
         body, version = request.body, request.version

@@ -59,6 +59,8 @@ class GroupCoordinatorShell:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
+        self._loads: dict[int, int] = {}
+        """Partition -> the number of its latest load (or resignation): an older load stops."""
 
     # ----------------------------------------------------------------------------------------
     # Lifecycle
@@ -88,25 +90,36 @@ class GroupCoordinatorShell:
         Raft fetches and requests meanwhile, or the controller fences it and the load starts over
         elsewhere, for ever. The group's requests are answered COORDINATOR_LOAD_IN_PROGRESS until done.
         """
+        load = self._loads[partition] = self._loads.get(partition, 0) + 1
         self.core.begin_loading(partition)
+
+        def superseded() -> bool:  # resigned (or resigned and elected again) while loading
+            return self._loads.get(partition) != load or self.core.partitions.get(partition) is not False
+
         try:
             async for chunk in self.offsets_log.replay(partition):
                 for start in range(0, len(chunk), LOAD_STEP_RECORDS):
-                    if self.core.partitions.get(partition) is not False:
-                        return False  # resigned while loading
+                    if superseded():
+                        return False
                     self.core.replay(partition, chunk[start:start + LOAD_STEP_RECORDS])
                     await asyncio.sleep(0)
         except ConsumerOffsetsRecordError as exc:
             log.error("__consumer_offsets-%d cannot be loaded: %s", partition, exc)
-            self.resign(partition)
+            if not superseded():
+                self.resign(partition)
             return False
-        if self.core.partitions.get(partition) is not False:
+        if superseded():
             return False
         self.core.finish_loading(partition, self.clock())
         if self.current_topic_id is not None:
             self._apply(self.core.drop_stale_offsets(partition, self.current_topic_id))
         self._wake.set()
         return True
+
+    def elected(self, partitions: Collection[int]) -> None:
+        """The broker's newest metadata names it the leader of `partitions`: their groups answer
+        COORDINATOR_LOAD_IN_PROGRESS until loaded (see `GroupCoordinator.elected`)."""
+        self.core.elected(partitions)
 
     def topics_deleted(self, topic_ids: Collection[uuid.UUID]) -> None:
         """The broker's metadata no longer has these topics: their committed offsets go too."""
@@ -115,6 +128,7 @@ class GroupCoordinatorShell:
 
     def resign(self, partition: int) -> None:
         """This broker no longer leads `partition`."""
+        self._loads[partition] = self._loads.get(partition, 0) + 1
         self._apply(self.core.unload(partition))
 
     def coordinator_node(self, group_id: str) -> CoordinatorNode | None:

@@ -185,21 +185,6 @@ def test_sync_waiting_members_are_told_to_rejoin_when_a_rebalance_starts() -> No
     assert h.answer(b).error == E.NONE
 
 
-def test_static_member_restart_fences_the_old_member_id() -> None:
-    h = Harness()
-    joined = h.answer(h.join(group_instance_id="instance-1"))
-    assert joined.error == E.NONE, "static members get their id at once, no MEMBER_ID_REQUIRED"
-    old = joined.member_id
-    h.sync(old, joined.generation, {old: b"a"})
-    h.flush()
-    restarted = h.answer(h.join(group_instance_id="instance-1"))
-    assert restarted.error == E.NONE and restarted.member_id != old
-    assert heartbeat(h, old, restarted.generation, group_instance_id="instance-1") == E.FENCED_INSTANCE_ID
-    left = h.answer(h.send("leave_group", LeaveGroup(GROUP, (LeavingMember("", "instance-1"),))))
-    assert left.members[0][1] == E.NONE
-    assert h.core.group(GROUP).members == {}
-
-
 def test_not_coordinator_and_loading_answers() -> None:
     h = Harness(GroupConfig(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=3))
     partition = h.core.partition_for(GROUP)

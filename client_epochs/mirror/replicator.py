@@ -11,7 +11,7 @@ values, timestamps and headers preserved.
 What it guarantees, and how:
 
 - A source offset is committed only after the target acknowledged it and every record before it
-  (delivery callbacks; `mirror_progress.PartitionProgress`): a crash never loses a record.
+  (delivery callbacks; `progress.PartitionProgress`): a crash never loses a record.
 - Every copy carries its provenance (`client_epochs.source` = "<topic>/<partition>/<offset>", and
   the epochs it was read under in `client_epochs.source_epochs`). On assignment the replicator reads
   the tail of each target partition; when the target already holds records beyond the committed
@@ -43,7 +43,9 @@ Where it is still at-least-once (a record may be present twice in the target):
   error; it commits only what came before it, so the restart copies from there.
 
 Not copied: topic configurations (the target topic is created with the source's partition count
-and the target's default replication factor), consumer offsets of other groups, ACLs.
+and the target's default replication factor), ACLs; other groups' offsets only as MM2 translates them,
+when `MirrorOptions.offsets` is set (offset syncs, checkpoints, group offset sync:
+`client_epochs.mirror.checkpoints`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TextIO
@@ -62,7 +64,10 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from client_epochs.confluent import Consumer
 from client_epochs.log_bounds import LogBoundsClient
 from client_epochs.metadata_client import MetadataClient
-from client_epochs.mirror_progress import (
+from client_epochs.mirror.checkpoints import OffsetTranslation
+from client_epochs.mirror.metrics import FlowMetrics
+from client_epochs.mirror.offsets import OffsetTranslationOptions
+from client_epochs.mirror.progress import (
     CopiedRecord,
     MirrorCounts,
     PartitionProgress,
@@ -72,7 +77,7 @@ from client_epochs.mirror_progress import (
     last_copied,
     newest,
 )
-from client_epochs.mirror_topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
+from client_epochs.mirror.topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
 from client_epochs.model import NO_EPOCH, TopicPartition
 from client_epochs.offset_fetch import OffsetFetcher
 from client_epochs.waits import WaitTimer, diagnose
@@ -81,9 +86,11 @@ from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "Replicator", "ReplicatorError"]
+__all__ = ["DEFAULT_GROUP", "RESERVED", "MirrorOptions", "PeriodicTask", "Replicator", "ReplicatorError"]
 
 DEFAULT_GROUP = "client-epochs-mirror"
+TARGET_PARTITION_WAIT_S = 60.0
+"""How long a copy waits for the target producer's metadata to list a partition a flow just created."""
 _LOG_START_TIMEOUT_S = 30.0
 """How long a resume waits for a partition's current leader to give its log start (a leader being moved)."""
 
@@ -112,6 +119,8 @@ class MirrorOptions:
     """More librdkafka settings for the source consumer (not those in RESERVED)."""
     producer_config: dict[str, Any] = field(default_factory=dict)
     """More librdkafka settings for the target producer (not those in RESERVED)."""
+    offsets: OffsetTranslationOptions | None = None
+    """Offset syncs, checkpoints and group offset sync (client_epochs.mirror.checkpoints); None: none."""
 
     def check(self) -> None:
         """ValueError for settings the replicator's guarantees rest on, or intervals that are not positive."""
@@ -127,11 +136,28 @@ class MirrorOptions:
             raise ValueError(f"stop_after_idle_s must be positive or None, not {self.stop_after_idle_s!r}")
         if self.tail_records < 1:
             raise ValueError(f"tail_records must be 1 or more, not {self.tail_records!r}")
+        if self.offsets is not None:
+            self.offsets.check()
+        # the replicator's own source connections take the consumer's security settings: one they cannot
+        # use (sasl.mechanism=GSSAPI, sasl.oauthbearer.method=oidc, ...) is refused now, naming it
+        ClientSecurity.of_client_properties(self.consumer_config)
 
 
 RESERVED = {"consumer": ("bootstrap.servers", "group.id", "enable.auto.commit", "group.instance.id"),
             "producer": ("bootstrap.servers", "acks", "enable.idempotence")}
 """Settings the replicator's guarantees rest on: set from its own arguments, never overridden."""
+
+
+@dataclass
+class PeriodicTask:
+    """Work a flow adds to the copy loop every `interval_s` (topic discovery, config sync, heartbeats):
+    run on the loop's thread between batches, so it needs no lock; an exception stops the replicator
+    with it as the error, after the usual clean shutdown."""
+
+    name: str
+    interval_s: float
+    run: Callable[[Replicator], None]
+    due: float = 0.0
 
 
 def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
@@ -151,8 +177,17 @@ class Replicator:
     """
 
     def __init__(self, source: str, target: str, topics: Sequence[str], options: MirrorOptions | None = None,
-                 out: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        if not topics:
+                 out: TextIO | None = None, clock: Callable[[], float] = time.monotonic, *,
+                 target_topic: Callable[[str], str] = str, tasks: Sequence[PeriodicTask] = (),
+                 prepare_target: bool = True,
+                 before_assign: Callable[[list[TopicPartition]], None] | None = None,
+                 metrics: FlowMetrics | None = None) -> None:
+        """`target_topic` names the copy of a source topic on the target (a replication policy; the
+        same name by default); `tasks` run in the copy loop; without `prepare_target` the target topics
+        are the caller's to create (a flow's topic sync), and `topics` may be empty until it finds some;
+        `before_assign` sees each assignment first (a flow makes sure the target partitions exist);
+        `metrics` gets every acknowledged copy (MM2's per-partition metrics) and the counts."""
+        if not topics and prepare_target:
             raise ValueError("no topic to replicate")
         (options or MirrorOptions()).check()
         self.source = source
@@ -160,6 +195,14 @@ class Replicator:
         self.topics = list(dict.fromkeys(topics))
         self.options = options or MirrorOptions()
         self.counts = MirrorCounts()
+        self._target_topic = target_topic
+        self._tasks = list(tasks)
+        self._prepare_target = prepare_target
+        self._source_partitions: dict[str, int] = {}
+        self._before_assign = before_assign
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.counts = self.counts
         self._out = out if out is not None else sys.stdout
         self._clock = clock
         self._stopping: str | None = None
@@ -188,6 +231,8 @@ class Replicator:
         self._floors: dict[TopicPartition, InternalMetadata] = {}
         """The epochs each assigned partition waits for before it is fetched (commits, resume seeks)."""
         self._copied_since_status = False
+        self._translation: OffsetTranslation | None = None
+        """Offset syncs and checkpoints, when options.offsets is set (created in run())."""
 
     # --- control ----------------------------------------------------------------------------------------
 
@@ -199,7 +244,7 @@ class Replicator:
     def run(self) -> MirrorCounts:
         """Copy until stopped; ReplicatorError (after the clean shutdown) when copying cannot go on."""
         try:
-            partitions = self.prepare_topics()
+            partitions = self.prepare_topics() if self._prepare_target else {}
         except BaseException:
             for client in (self._source_bounds, self._source_metadata, self._probe, self._offsets):
                 client.close()
@@ -223,8 +268,14 @@ class Replicator:
         self._consumer = Consumer(consumer_config, no_partitions_warning_s=None)
         reason = "stopped"
         try:
-            self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_lost)
+            if self.options.offsets is not None:
+                self._translation = OffsetTranslation(self.source, self.target, self.options.offsets,
+                                                      self.options.group, partitions or self._source_partitions,
+                                                      self.options.consumer_config,
+                                                      self.options.producer_config, self._clock)
+                self._translation.start()
+            if self.topics:
+                self._subscribe()
             self._loop()
             reason = f"error: {self._failure}" if self._failure is not None else self._stopping or reason
         except BaseException as exc:
@@ -238,8 +289,31 @@ class Replicator:
 
     # --- topics -----------------------------------------------------------------------------------------
 
+    def set_source_partitions(self, partitions: Mapping[str, int]) -> None:
+        """Each copied source topic's partition count, as a flow's topic sync last found them: the
+        partitions whose group commits the offset translation checkpoints."""
+        self._source_partitions = dict(partitions)
+        if self._translation is not None:
+            self._translation.set_partitions(self._source_partitions)
+
+    def resubscribe(self, topics: Sequence[str]) -> None:
+        """Copy `topics` from now on (a flow found new ones): the group rebalances onto them."""
+        wanted = list(dict.fromkeys(topics))
+        if wanted != self.topics:
+            self.topics = wanted
+            if self._consumer is not None:
+                self._subscribe()
+
+    def _subscribe(self) -> None:
+        assert self._consumer is not None
+        if not self.topics:
+            self._consumer.unsubscribe()
+            return
+        self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+
     def prepare_topics(self) -> dict[str, int]:
-        """Each source topic's partition count, the target topics created or checked (mirror_topics)."""
+        """Each source topic's partition count, the target topics created or checked (client_epochs.mirror.topics)."""
         counts, self._source_cluster_id = source_partition_counts(self._source_metadata, self.topics,
                                                                   self.options.topic_wait_s)
         ensure_target_topics(self.target, counts, self._source_cluster_id, _quiet(self.options.producer_config))
@@ -253,6 +327,7 @@ class Replicator:
         next_commit = now + self.options.commit_interval_s
         next_status = now + self.options.status_interval_s
         while self._stopping is None and self._failure is None:
+            self._run_tasks()
             if self._held:
                 self._apply_seeks()
             for message in self._consumer.consume(500, 0.2):
@@ -267,9 +342,18 @@ class Replicator:
             if now >= next_status:
                 self._status()
                 next_status = now + self.options.status_interval_s
+            if self._translation is not None:
+                self._translation.tick(now)
             idle = self.options.stop_after_idle_s
             if idle is not None and self._progress and now - self._last_activity >= idle:
                 self.stop(f"idle for {idle:g} s")
+
+    def _run_tasks(self) -> None:
+        now = self._clock()
+        for task in self._tasks:
+            if now >= task.due:
+                task.run(self)
+                task.due = self._clock() + task.interval_s
 
     def _handle(self, message: confluent_kafka.Message) -> None:
         error = message.error()
@@ -297,14 +381,39 @@ class Replicator:
         extra: dict[str, Any] = {} if ts_type == TIMESTAMP_NOT_AVAILABLE else {"timestamp": timestamp}
         headers = copy_headers(message.headers(), Provenance(tp.topic, tp.partition, offset),
                                self._epochs(tp, leader_epoch))
+        target = self._target_topic(tp.topic)
         on_delivery = partial(self._delivered, tp, progress, offset, leader_epoch)
+        if self._metrics is not None:
+            size = len(message.value() or b"") + len(message.key() or b"")
+            measured = TopicPartition(target, tp.partition), size, extra.get("timestamp"), time.time()
+            on_delivery = partial(self._measured, on_delivery, measured)
         while True:
             try:
-                self._producer.produce(tp.topic, value=message.value(), key=message.key(), partition=tp.partition,
-                                       headers=headers, on_delivery=on_delivery, **extra)
+                self._producer.produce(target, value=message.value(), key=message.key(),
+                                       partition=tp.partition, headers=headers, on_delivery=on_delivery, **extra)
                 return
             except BufferError:  # the producer's queue is full: wait for the target to take some
                 self._producer.poll(0.1)
+            except KafkaException as exc:
+                if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+                    raise
+                self._await_target_partition(target, tp.partition)
+
+    def _await_target_partition(self, topic: str, partition: int) -> None:
+        """A target partition created a moment ago (a flow's topic sync) that the producer's metadata
+        does not list yet: librdkafka refuses to produce to it at once and refreshes a topic's metadata
+        only every few minutes, so ask for it until it is listed (ReplicatorError past the deadline)."""
+        assert self._producer is not None
+        deadline = self._clock() + TARGET_PARTITION_WAIT_S
+        while True:
+            listed = self._producer.list_topics(topic, timeout=5).topics.get(topic)
+            if listed is not None and listed.error is None and partition in listed.partitions:
+                return
+            if self._clock() >= deadline:
+                raise ReplicatorError(f"the target's metadata does not list partition {topic}-{partition} after "
+                                      f"{TARGET_PARTITION_WAIT_S:g} s")
+            log.info("waiting for the target's metadata to list partition %s-%d", topic, partition)
+            self._producer.poll(0.2)
 
     def _epochs(self, tp: TopicPartition, leader_epoch: int | None) -> InternalMetadata | None:
         """The epochs a record was read under: the topic epoch the consumer's metadata client accepted,
@@ -322,15 +431,23 @@ class Replicator:
         return None if metadata.is_unknown else metadata
 
     def _delivered(self, tp: TopicPartition, progress: PartitionProgress, offset: int, leader_epoch: int | None,
-                   error: KafkaError | None, _: confluent_kafka.Message) -> None:
+                   error: KafkaError | None, message: confluent_kafka.Message) -> None:
         if error is None:
             progress.acknowledged(offset, leader_epoch)
             self.counts.of(tp).replicated += 1
+            if self._translation is not None and self._progress.get(tp) is progress:  # still ours
+                self._translation.copied(tp, offset, message.offset())
             return
         progress.failed(offset, error.str())
         if self._failure is None:
             self._failure = (f"the target did not take the copy of {tp} offset {offset}: {error.str()}; nothing "
                              f"from there on is committed, a restart copies it again")
+
+    def _measured(self, delivered: Callable[[KafkaError | None, Any], None],
+                  copy: tuple[TopicPartition, int, int | None, float], error: KafkaError | None, message: Any) -> None:
+        if error is None and self._metrics is not None:
+            self._metrics.acknowledged(*copy)
+        delivered(error, message)
 
     def _producer_error(self, error: KafkaError) -> None:
         if error.fatal():
@@ -346,6 +463,8 @@ class Replicator:
     def _on_assign(self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
         """Resume each partition where the target says the copy got to, then let the wrapper wait."""
         keys = [_key(p) for p in partitions]
+        if self._before_assign is not None and keys:
+            self._before_assign(keys)
         committed = {_key(p): (p.offset if p.offset >= 0 else None)
                      for p in consumer.committed([_ck(tp) for tp in keys], timeout=30)} if keys else {}
         committed_epochs = consumer.committed_internal_metadata(keys) if keys else {}
@@ -382,6 +501,8 @@ class Replicator:
             self._held.update(_key(p) for p in held)
         self.counts.assigned = len(self._progress)
         self._last_activity = self._clock()
+        if self._translation is not None:
+            self._translation.assigned(keys)
 
     def _apply_seeks(self) -> None:
         """The resume seeks with their internal metadata: the wrapper then holds each partition until
@@ -409,6 +530,8 @@ class Replicator:
         keys = [_key(p) for p in partitions]
         self._flush()
         self._commit(keys)
+        if self._translation is not None:
+            self._translation.revoked(keys)
         self._drop(keys)
 
     def _on_lost(self, _: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -417,6 +540,9 @@ class Replicator:
         self._drop(_key(p) for p in partitions)
 
     def _drop(self, keys: Iterable[TopicPartition]) -> None:
+        keys = list(keys)
+        if self._translation is not None:
+            self._translation.dropped(keys)
         for tp in keys:
             self._progress.pop(tp, None)
             self._pending_seeks.pop(tp, None)
@@ -428,7 +554,8 @@ class Replicator:
         """The last copy of each source partition that its target partition holds (tail read)."""
         if not keys:
             return {}
-        tails = read_tails(self.target, keys, self.options.tail_records, _quiet(self.options.producer_config))
+        tails = read_tails(self.target, keys, self.options.tail_records, _quiet(self.options.producer_config),
+                           target_topic=self._target_topic)
         return {tp: last_copied(tails[tp], tp) for tp in keys}
 
     # --- commits, status, shutdown ----------------------------------------------------------------------
@@ -519,6 +646,8 @@ class Replicator:
                 if self._consumer is not None:
                     self._consumer.close()
             finally:
+                if self._translation is not None:
+                    self._translation.close()
                 self._source_bounds.close()
                 self._source_metadata.close()
                 self._offsets.close()

@@ -9,14 +9,14 @@ their own failure modes, each of which must end in a clear error rather than a w
   partition p); one with fewer partitions is refused, since some source partition would have nowhere
   to go; the target being the source itself is refused too;
 - the tail read: the last records of each target partition, whose provenance headers say how far an
-  earlier run got (`mirror_progress.last_copied`).
+  earlier run got (`progress.last_copied`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import confluent_kafka
@@ -118,13 +118,17 @@ def _too_few(topic: str, have: int, need: int) -> str:
             f"partition p, so add partitions to the target topic (kafka-topics --alter --partitions {need})")
 
 
-def read_tails(target: str, keys: Sequence[TopicPartition], records: int, config: dict[str, Any] | None = None,
-               timeout_s: float = 30.0) -> dict[TopicPartition, list[Headers]]:
-    """The headers of the last `records` records of each target partition (same topic and number).
+def read_tails(target: str, sources: Sequence[TopicPartition], records: int, config: dict[str, Any] | None = None,
+               timeout_s: float = 30.0, target_topic: Callable[[str], str] = str
+               ) -> dict[TopicPartition, list[Headers]]:
+    """The headers of the last `records` records of the target partition of each source partition
+    (the same number, in topic `target_topic(source topic)`), by source partition.
 
     A plain assign-based consumer, read up to the high watermark: only what the target made visible
     (acknowledged to acks=all producers) counts as copied.
     """
+    names = {TopicPartition(target_topic(tp.topic), tp.partition): tp for tp in sources}
+    keys = list(names)
     reader = confluent_kafka.Consumer({"bootstrap.servers": target, "group.id": "client-epochs-mirror-tail",
                                        "enable.auto.commit": False, "enable.partition.eof": False,
                                        **(config or {})})
@@ -139,7 +143,7 @@ def read_tails(target: str, keys: Sequence[TopicPartition], records: int, config
                 ends[tp] = high
                 starts.append(confluent_kafka.TopicPartition(tp.topic, tp.partition, max(low, high - records)))
         if not starts:
-            return tails
+            return {names[tp]: headers for tp, headers in tails.items()}
         reader.assign(starts)
         deadline = time.monotonic() + timeout_s
         reached = {tp: False for tp in ends}
@@ -159,6 +163,6 @@ def read_tails(target: str, keys: Sequence[TopicPartition], records: int, config
                 tp = TopicPartition(position.topic, position.partition)
                 if position.offset >= ends[tp]:
                     reached[tp] = True
-        return tails
+        return {names[tp]: headers for tp, headers in tails.items()}
     finally:
         reader.close()

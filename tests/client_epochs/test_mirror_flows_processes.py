@@ -1,0 +1,310 @@
+"""`client-epochs-mirror --config mm2.properties` between two real clusters, as an MM2 user runs it (issue 32).
+
+Two one-broker clusters, A and B, for the module. One flow A->B from a file with topic patterns and
+an exclusion, DefaultReplicationPolicy (copies named `A.<topic>`), 2 s topic refreshes and config
+syncs, 1 s heartbeats: the matching topics are created on B with the source's partition counts and
+configs, a topic created on A mid-run is found and copied from its beginning, partitions added on A
+are added on B and copied, a config changed on A is changed on B, the excluded topic stays behind,
+heartbeats come in MM2's format, and every copied partition holds its source's records exactly once
+in order. Then both flows A<->B at once: nothing is copied back (MM2's cycle check), heartbeats are.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
+
+from client_epochs.mirror import translate_offsets
+from client_epochs.model import TopicPartition as Key
+from quorum.launcher import LocalCluster
+from quorum.wire.mm2_heartbeat import Heartbeat
+from tests.test_broker_processes import QUIET, SETTINGS, read_partitions
+from tests.test_controller_processes import create, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """Bootstrap servers of clusters A and B (auto-creation off: only the flows make copies)."""
+    running = [LocalCluster(tmp_path_factory.mktemp(f"mm2-{alias}"), controllers=1, brokers=1,
+                            settings={**SETTINGS, "auto.create.topics.enable": "false"}) for alias in "AB"]
+    try:
+        for cluster in running:
+            cluster.format_storage()
+            cluster.start()
+        yield {alias: cluster.bootstrap_servers for alias, cluster in zip("AB", running, strict=True)}
+    finally:
+        for cluster in running:
+            cluster.stop()
+
+
+class MirrorProcess:
+    """The command on a config file, its output collected by a thread; stopped by SIGTERM, by pid."""
+
+    def __init__(self, config: Path, *more: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "client_epochs.mirror.cli", "--config", str(config),
+                                         "--status-interval-s", "1", "--commit-interval-s", "0.5", *more],
+                                        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def metrics(self) -> dict[str, float]:
+        """The samples its --metrics-port endpoint serves, by name{labels}."""
+        url = next(line.split()[-1] for line in self.lines if line.startswith("client-epochs-mirror metrics: "))
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
+    def wait_until(self, what: str, condition, timeout_s: float = 90.0) -> None:
+        """wait_until, naming at the deadline what the command printed last (its status and flow lines)."""
+        try:
+            wait_until(what, condition, timeout_s=timeout_s)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the replicator's last lines:\n" + "\n".join(self.lines[-25:])) from None
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(timeout=30)
+        self._reader.join(timeout=10)
+        return code
+
+
+def write_config(path: Path, clusters: dict[str, str], **settings: str) -> Path:
+    lines = ["clusters = A, B", f"A.bootstrap.servers = {clusters['A']}", f"B.bootstrap.servers = {clusters['B']}",
+             *(f"{key} = {value}" for key, value in settings.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def produce(address: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": address, "acks": "all", **QUIET})
+    values = [f"{topic}-{partition}-{n}".encode() for n in range(start, start + count)]
+    for n, value in enumerate(values):
+        producer.produce(topic, value, key=f"k{(start + n) % 7}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    return values
+
+
+def partitions_of(address: str, topic: str) -> int:
+    listed = AdminClient({"bootstrap.servers": address, **QUIET}).list_topics(topic, timeout=15).topics.get(topic)
+    return 0 if listed is None or listed.error is not None else len(listed.partitions)
+
+
+def topic_configs(address: str, topic: str) -> dict[str, str]:
+    """The configs set on the topic itself."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})  # kept alive until the answer came
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: e.value for name, e in entries.items() if int(getattr(e.source, "value", e.source)) == 1}
+
+
+def copied(address: str, topic: str, expected: dict[int, list[bytes]]) -> bool:
+    """Whether each partition of `topic` holds exactly `expected`'s values, in order."""
+    if partitions_of(address, topic) < len(expected):
+        return False
+    got = read_partitions(address, topic, len(expected))
+    return all(got[p] == values for p, values in expected.items())
+
+
+def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, tmp_path) -> None:
+    a, b = clusters["A"], clusters["B"]
+    admin = AdminClient({"bootstrap.servers": a, **QUIET})
+    create(admin, NewTopic("orders", 2, 1, config={"cleanup.policy": "compact", "max.message.bytes": "200000"}),
+           NewTopic("payments", 1, 1, config={"retention.ms": "86400000", "min.insync.replicas": "1"}),
+           NewTopic("skip-me", 1, 1))
+    orders = {p: produce(a, "orders", 20, p) for p in (0, 1)}
+    payments = {0: produce(a, "payments", 10)}
+    produce(a, "skip-me", 5)
+    config = write_config(tmp_path / "mm2.properties", clusters, **{
+        "A->B.enabled": "true", "A->B.topics": "orders, payments, brand-new.*, skip-.*", "topics.exclude": "skip-.*",
+        "refresh.topics.interval.seconds": "2", "sync.topic.configs.interval.seconds": "2",
+        "emit.heartbeats.interval.seconds": "1", "emit.checkpoints.interval.seconds": "1",
+        "sync.group.offsets.enabled": "true", "sync.group.offsets.interval.seconds": "1", "groups": "billing"})
+    mirror = MirrorProcess(config, "--metrics-port", "0")
+    try:
+        mirror.wait_until("A.orders and A.payments copied", lambda: copied(b, "A.orders", orders)
+                          and copied(b, "A.payments", payments))
+        assert topic_configs(b, "A.orders") == {"cleanup.policy": "compact", "max.message.bytes": "200000"}
+        assert topic_configs(b, "A.payments") == {"retention.ms": "86400000"}, "min.insync.replicas is MM2-excluded"
+
+        create(admin, NewTopic("brand-new-1", 1, 1))
+        fresh = {0: produce(a, "brand-new-1", 15)}
+        for future in admin.create_partitions([NewPartitions("orders", 3)]).values():
+            future.result(timeout=30)
+        wait_until("A's orders-2 served", lambda: partitions_of(a, "orders") == 3)
+        orders[2] = produce(a, "orders", 12, 2)
+        orders[0] += produce(a, "orders", 5, 0, start=20)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "payments", incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        mirror.wait_until("the new topic on B", lambda: copied(b, "A.brand-new-1", fresh))
+        mirror.wait_until("the new partition on B", lambda: copied(b, "A.orders", orders))
+        mirror.wait_until("the changed config on B", lambda: topic_configs(b, "A.payments") == {
+            "retention.ms": "3600000"})
+        assert partitions_of(b, "A.skip-me") == 0 and partitions_of(b, "skip-me") == 0, "excluded"
+        beats = heartbeats(b)
+        assert beats and {(h.source_alias, h.target_alias) for h in beats} == {("A", "B")}
+        commit_on_source(a, "billing", {("orders", 0): 7, ("orders", 1): 20, ("payments", 0): 4})
+        translated = {Key("A.orders", 0): 7, Key("A.orders", 1): 20, Key("A.payments", 0): 4}
+        mirror.wait_until("the group's offsets translated onto B", lambda: translate_offsets(b, "A", "billing")
+                          == translated)
+        mirror.wait_until("the group's translated offsets committed on B", lambda: committed_on(
+            b, "billing", translated) == translated)
+        mirror.wait_until("the lag metric at 0", lambda: mirror.metrics().get(
+            'client_epochs_mirror_lag{source="A",target="B"}') == 0)
+        samples = mirror.metrics()
+        record = "kafka_connect_mirror_MirrorSourceConnector_record_count_total"
+        for partition, values in orders.items():
+            labels = f'{{partition="{partition}",source="A",target="B",topic="A.orders"}}'  # sorted, as served
+            assert samples.get(record + labels) == len(values), [k for k in samples if "record_count" in k]
+            assert samples["kafka_connect_mirror_MirrorSourceConnector_replication_latency_ms_max" + labels] >= 0
+        assert 'client_epochs_mirror_stale_metadata_refused_total{source="A",target="B"}' in samples
+    finally:
+        code = mirror.stop()
+    out = mirror.output()
+    assert code == 0, out
+    assert "client-epochs-mirror flow A->B: topics 2" in out, out
+    assert "new brand-new-1 -> A.brand-new-1" in out and "grown A.orders to 3" in out, out
+    assert "configs synced A.payments" in out, out
+
+
+def commit_on_source(address: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A consumer group that read some of the source and committed, then left."""
+    consumer = Consumer({"bootstrap.servers": address, "group.id": group, "enable.auto.commit": False, **QUIET})
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def committed_on(address: str, group: str, wanted: dict[Key, int]) -> dict[Key, int]:
+    consumer = Consumer({"bootstrap.servers": address, "group.id": group, "enable.auto.commit": False, **QUIET})
+    try:
+        found = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in wanted], timeout=10)
+        return {Key(p.topic, p.partition): p.offset for p in found if p.offset >= 0}
+    finally:
+        consumer.close()
+
+
+def heartbeats(address: str) -> list[Heartbeat]:
+    reader = Consumer({"bootstrap.servers": address, "group.id": "heartbeat-reader", "enable.auto.commit": False,
+                       **QUIET})
+    try:
+        _, high = reader.get_watermark_offsets(TopicPartition("heartbeats", 0), timeout=15)
+        reader.assign([TopicPartition("heartbeats", 0, 0)])
+        found: list[Heartbeat] = []
+        deadline = time.monotonic() + 30
+        while len(found) < high and time.monotonic() < deadline:
+            for message in reader.consume(100, 0.5):
+                if message.error() is None:
+                    found.append(Heartbeat.decode(message.key(), message.value()))
+        return found
+    finally:
+        reader.close()
+
+
+def test_two_way_flows_copy_nothing_back(clusters, tmp_path) -> None:
+    a, b = clusters["A"], clusters["B"]
+    create(AdminClient({"bootstrap.servers": a, **QUIET}), NewTopic("alpha", 1, 1))
+    create(AdminClient({"bootstrap.servers": b, **QUIET}), NewTopic("beta", 1, 1))
+    alpha, beta = {0: produce(a, "alpha", 8)}, {0: produce(b, "beta", 6)}
+    config = write_config(tmp_path / "two-way.properties", clusters, **{
+        "A->B.enabled": "true", "B->A.enabled": "true", "topics": "alpha, beta, A\\..*, B\\..*, heartbeats",
+        "refresh.topics.interval.seconds": "1", "emit.heartbeats.interval.seconds": "1",
+        "emit.checkpoints.enabled": "false", "sync.topic.configs.enabled": "false"})
+    mirror = MirrorProcess(config)
+    try:
+        mirror.wait_until("alpha on B and beta on A", lambda: copied(b, "A.alpha", alpha)
+                          and copied(a, "B.beta", beta))
+        mirror.wait_until("each side's heartbeats copied to the other", lambda: partitions_of(b, "A.heartbeats") == 1
+                          and partitions_of(a, "B.heartbeats") == 1)
+        time.sleep(3)  # three more refreshes: a copy back would be created by now
+        for address, back in ((a, "A.B.beta"), (b, "B.A.alpha"), (a, "A.B.heartbeats"), (b, "B.A.heartbeats")):
+            assert partitions_of(address, back) == 0, f"{back} was copied back"
+    finally:
+        code = mirror.stop()
+    assert code == 0, mirror.output()
+
+
+def test_two_processes_share_a_flow_and_one_killed_with_sigkill_loses_and_repeats_nothing(clusters, tmp_path) -> None:
+    """Scale as MM2 users run it: two processes with the same file share the flow's partitions (one
+    consumer group) and both run the idempotent topic sync; one is killed -9 mid-stream and started
+    again, a new matching topic appears meanwhile, and a producer keeps writing throughout. Every
+    target partition ends up with its source's records exactly once, in order."""
+    a, b = clusters["A"], clusters["B"]
+    admin = AdminClient({"bootstrap.servers": a, **QUIET})
+    create(admin, NewTopic("scale-1", 4, 1))
+    expected = {("scale-1", p): produce(a, "scale-1", 100, p) for p in range(4)}
+    config = write_config(tmp_path / "scale.properties", clusters, **{
+        "A->B.enabled": "true", "A->B.topics": "scale-.*", "refresh.topics.interval.seconds": "2",
+        "emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false"})
+    stop = threading.Event()
+    written: dict[tuple[str, int], list[bytes]] = {key: [] for key in expected}
+
+    def keep_producing() -> None:
+        round_ = 0
+        while not stop.is_set():
+            for p in range(4):
+                written[("scale-1", p)] += produce(a, "scale-1", 20, p, start=100 + 20 * round_)
+            round_ += 1
+            stop.wait(0.3)
+
+    first, second = MirrorProcess(config), MirrorProcess(config)
+    producer = threading.Thread(target=keep_producing, daemon=True)
+    producer.start()
+    restarted = None
+    try:
+        first.wait_until("both processes copying", lambda: partitions_of(b, "A.scale-1") == 4
+                         and sum(len(v) for v in read_partitions(b, "A.scale-1", 4).values()) > 200)
+        first.process.kill()  # SIGKILL: no flush, no commit, no leaving the group
+        first.process.wait(timeout=30)
+        create(admin, NewTopic("scale-2", 2, 1))
+        expected.update({("scale-2", p): produce(a, "scale-2", 50, p) for p in range(2)})
+        restarted = MirrorProcess(config)
+        time.sleep(3)
+    finally:
+        stop.set()
+        producer.join(timeout=60)
+    try:
+        for key, values in written.items():
+            expected[key] = expected[key] + values
+        for topic, count in (("scale-1", 4), ("scale-2", 2)):
+            wanted = {p: expected[(topic, p)] for p in range(count)}
+            second.wait_until(f"A.{topic} copied exactly once", lambda t=topic, w=wanted: copied(b, f"A.{t}", w),
+                              timeout_s=120)
+    finally:
+        codes = [process.stop() for process in (second, restarted) if process is not None]
+        first.stop()
+    assert codes == [0, 0], second.output()
