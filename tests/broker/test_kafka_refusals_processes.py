@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import errors as kafka_errors
 
@@ -111,6 +111,29 @@ def test_compacted_topic_refuses_keyless_records_with_record_errors(bootstrap):
     reports = produce_reports(bootstrap, topic, every_tenth_keyless(), **ONE_BATCH)
     assert codes(reports) == {"INVALID_RECORD": 10, "_INVALID_DIFFERENT_RECORD": 90}
     assert {n for n, error in enumerate(reports) if error.name() == "INVALID_RECORD"} == set(range(0, 100, 10))
+
+
+def test_compact_appended_to_a_topics_policy_refuses_keyless_records_with_record_errors(bootstrap):
+    """librdkafka 0011's own flow: a topic the producer created, `compact` APPENDed to its
+    cleanup.policy by IncrementalAlterConfigs, then one batch of 100 with ten keyless. The leader
+    applies the policy from its metadata image a moment after the controller answers: a keyless probe
+    is produced until it is refused, before the batch."""
+    topic = unique("appended-compact")
+    assert produce_reports(bootstrap, topic, [(b"k", b"first", None)]) == [None]
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    policy = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    for future in admin.incremental_alter_configs([policy]).values():
+        future.result(timeout=30)
+
+    def keyless_refused() -> bool:
+        (error,) = produce_reports(bootstrap, topic, [(None, b"probe", None)])
+        return error is not None and error.name() == "INVALID_RECORD"
+
+    wait_until(f"the leader of {topic}-0 to refuse a keyless record (cleanup.policy=delete,compact applied)",
+               keyless_refused, 30)
+    reports = produce_reports(bootstrap, topic, every_tenth_keyless(), **ONE_BATCH)
+    assert codes(reports) == {"INVALID_RECORD": 10, "_INVALID_DIFFERENT_RECORD": 90}
 
 
 def test_compacted_topic_refuses_only_keyless_records_sent_one_per_batch(bootstrap):
