@@ -55,6 +55,13 @@ class LogConfig:
     deletes: bool = True
     """`cleanup.policy` contains `delete`: only then do `retention.ms` and `retention.bytes` delete
     segments, as in Kafka (a `compact`-only topic keeps every key's latest record however old)."""
+    timestamp_before_max_ms: int | None = None
+    """`message.timestamp.before.max.ms` (KIP-937): how far in the past a CreateTime record's
+    timestamp may lie; None for no limit (Kafka's default, Long.MAX_VALUE)."""
+    timestamp_after_max_ms: int | None = _HOUR_MS
+    """`message.timestamp.after.max.ms` (KIP-937): how far in the future it may lie; Kafka 4.0's
+    default is one hour. Both fall back to the deprecated `message.timestamp.difference.max.ms`
+    where they are not set, as Kafka 3.6 to 3.9 resolve them."""
 
 
 # (topic config, broker config, Kafka's default as text)
@@ -76,7 +83,14 @@ _KEYS = {
     "delete_retention_ms": ("delete.retention.ms", "log.cleaner.delete.retention.ms", str(24 * _HOUR_MS)),
     "min_compaction_lag_ms": ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "0"),
     "max_compaction_lag_ms": ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", str(_LONG_MAX)),
+    "timestamp_before_max_ms": ("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
+                                str(_LONG_MAX)),
+    "timestamp_after_max_ms": ("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
+                               str(_HOUR_MS)),
+    "timestamp_difference_max_ms": ("message.timestamp.difference.max.ms",
+                                    "log.message.timestamp.difference.max.ms", str(_LONG_MAX)),
 }
+_TIMESTAMP_BOUNDS = ("timestamp_before_max_ms", "timestamp_after_max_ms")
 FOLLOW_RETENTION = -2
 """`local.retention.*`'s default: the same as `retention.*` (KIP-405)."""
 
@@ -122,7 +136,10 @@ def resolve_log_config(
     dynamic broker configs of the image (this broker's, then the cluster default)."""
     broker = tuple(layer for layer in (dynamic_broker, dynamic_default, static) if layer)
     values: dict[str, str] = {}
+    unset: set[str] = set()  # settings at Kafka's default: set on neither the topic nor the broker
     for name, (topic_key, broker_key, default) in _KEYS.items():
+        if topic_key not in topic_configs and (not broker_key or _broker_value(broker, broker_key) is None):
+            unset.add(name)
         if topic_key in topic_configs:
             values[name] = topic_configs[topic_key]
         elif name == "retention_ms":
@@ -159,6 +176,7 @@ def resolve_log_config(
     if not 0 <= dirty_ratio <= 1:
         raise LogConfigError(f"min.cleanable.dirty.ratio must be 0..1, got {dirty_ratio}")
     max_lag = _int("max.compaction.lag.ms", values["max_compaction_lag_ms"])
+    before, after = _timestamp_bounds(values, unset)
     config = LogConfig(
         segment_bytes=_int("segment.bytes", values["segment_bytes"]),
         segment_ms=segment_ms if 0 < segment_ms < _LONG_MAX else None,
@@ -180,10 +198,32 @@ def resolve_log_config(
         delete_retention_ms=max(_int("delete.retention.ms", values["delete_retention_ms"]), 0),
         min_compaction_lag_ms=max(_int("min.compaction.lag.ms", values["min_compaction_lag_ms"]), 0),
         max_compaction_lag_ms=max_lag if 0 < max_lag < _LONG_MAX else None,
+        timestamp_before_max_ms=before,
+        timestamp_after_max_ms=after,
     )
     if not 14 <= config.segment_bytes <= 2**31 - 1:
         raise LogConfigError(f"segment.bytes must be 14..{2**31 - 1}, got {config.segment_bytes}")
     return config
+
+
+def _timestamp_bounds(values: Mapping[str, str], unset: set[str]) -> tuple[int | None, int | None]:
+    """`message.timestamp.before.max.ms` and `.after.max.ms` (None for Long.MAX_VALUE: no limit).
+    The deprecated `message.timestamp.difference.max.ms`, when set, stands in for either bound left
+    at its default or at Long.MAX_VALUE, as Kafka 3.6 to 3.9 did (KIP-937; Kafka 4.0 removed it),
+    so that a topic made for an older broker keeps refusing what it refused there."""
+    difference = _int("message.timestamp.difference.max.ms", values["timestamp_difference_max_ms"])
+    if difference < 0:
+        raise LogConfigError(f"message.timestamp.difference.max.ms must be at least 0, got {difference}")
+    bounds: list[int | None] = []
+    for name in _TIMESTAMP_BOUNDS:
+        key = _KEYS[name][0]
+        value = _int(key, values[name])
+        if value < 0:
+            raise LogConfigError(f"{key} must be at least 0, got {value}")
+        if "timestamp_difference_max_ms" not in unset and (name in unset or value == _LONG_MAX):
+            value = difference
+        bounds.append(value if 0 <= value < _LONG_MAX else None)
+    return bounds[0], bounds[1]
 
 
 FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE = "follower.fetch.last.tiered.offset.enable"

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from quorum.broker.auto_create import INTERNAL_TOPICS, missing_topic_error
 from quorum.image.image import NO_LEADER, MetadataImage, TopicInfo
 from quorum.wire.errors import ErrorCode
 from quorum.wire.metadata_response import encode_topics, splice_topics
@@ -86,8 +87,12 @@ def _unknown_topic_entry(name: str | None, topic_id: Any) -> Any:
     if topic_id is _REFUSED:
         return _Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=_ZERO_UUID,
                       is_internal=False, partitions=[])
-    code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    return _Topic(error_code=code, name=name, topic_id=topic_id or _ZERO_UUID, is_internal=False, partitions=[])
+    if name is None:
+        return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or _ZERO_UUID,
+                      is_internal=False, partitions=[])
+    # INVALID_TOPIC_EXCEPTION for a name Kafka's Topic.validate refuses, else UNKNOWN_TOPIC_OR_PARTITION
+    return _Topic(error_code=missing_topic_error(name), name=name, topic_id=topic_id or _ZERO_UUID,
+                  is_internal=name in INTERNAL_TOPICS, partitions=[])
 
 
 def encoded_metadata_response(image: MetadataImage, request: Any, version: int,

@@ -5,7 +5,8 @@ A `Partition` implements `quorum.broker.partition_view.ServedPartition` for the 
 `<log dir>/<topic>-<partition>`, as Kafka names it, with a `partition.metadata` naming the topic id.
 
 The leader append keeps the producer's bytes: the batch is validated
-(`quorum.wire.records.validate_produced_batch`), checked against the producer's sequence
+(`quorum.wire.records.validate_produced_records`), its records held to the topic's rules (keys on
+compacted topics, timestamps in range: `quorum.broker.record_rules`), checked against the producer's sequence
 (`quorum.broker.producer_state`), and stamped in place with its offset and the leader epoch,
 which lie outside the CRC, so nothing is re-encoded.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from quorum.broker.log_config import LogConfig
 from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, TimestampOffset
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
+from quorum.broker.record_rules import record_errors
 from quorum.broker.remote_tier import RemoteLogState
 from quorum.log.atomic import fsync_directory
 from quorum.log.cleaner import CleanerPolicy, CleanResult, clean, read_first_dirty, write_first_dirty
@@ -62,7 +64,7 @@ from quorum.wire.records import (
     patch_base_offset,
     patch_log_append_time,
     patch_partition_leader_epoch,
-    validate_produced_batch,
+    validate_produced_records,
 )
 from quorum.wire.spliced import FileRecords
 
@@ -84,13 +86,14 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 class AppendError(Exception):
     """A Produce to this partition refused; `code` is the Kafka error for the response,
-    `record_index` the record at fault when one is (RecordErrors in Produce v8+)."""
+    `record_errors` the records at fault, as (index in the batch, why), when the refusal is about
+    records (KIP-467's RecordErrors in Produce v8+)."""
 
-    def __init__(self, code: ErrorCode, message: str, record_index: int | None = None) -> None:
+    def __init__(self, code: ErrorCode, message: str, record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.record_index = record_index
+        self.record_errors = record_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,13 +285,17 @@ class Partition:
         # batch is checked, patched and written where it lies; a read-only one is copied to be patched.
         buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
         try:
-            batch = validate_produced_batch(buf, self.config.max_message_bytes)
+            batch, walk = validate_produced_records(buf, self.config.max_message_bytes)
         except RecordTooLargeError as exc:
             raise AppendError(ErrorCode.MESSAGE_TOO_LARGE, str(exc)) from None
         except InvalidRecordError as exc:
-            raise AppendError(ErrorCode.INVALID_RECORD, str(exc), exc.record_index) from None
+            at = () if exc.record_index is None else ((exc.record_index, str(exc)),)
+            raise AppendError(ErrorCode.INVALID_RECORD, str(exc), at) from None
         except CorruptRecordError as exc:
             raise AppendError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+        refused = record_errors(batch, walk, self.config, self.name, now_ms)
+        if refused is not None:
+            raise AppendError(refused.code, refused.message, refused.records)
         if batch.is_transactional:
             raise AppendError(ErrorCode.INVALID_RECORD, "transactional batches are not supported by this cluster")
         producer_id = batch.producer_id

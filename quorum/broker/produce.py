@@ -129,7 +129,7 @@ class ProduceHandlers:
                 try:
                     result = partition.append_as_leader(data.records, now)
                 except AppendError as exc:
-                    self._fail(response, exc.code, exc.message, exc.record_index)
+                    self._fail(response, exc.code, exc.message, exc.record_errors)
                     self._log_refusal(partition.name, exc.code, exc.message, now)
                     if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
                         self._point_at_leader(response, image, partition.topic, data.index, leaders)
@@ -199,14 +199,17 @@ class ProduceHandlers:
         return partition, ErrorCode.NONE
 
     @staticmethod
-    def _fail(response: Any, code: ErrorCode, message: str | None, record_index: int | None = None) -> None:
+    def _fail(response: Any, code: ErrorCode, message: str | None,
+              record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        """The partition's answer for a refused batch; `record_errors` are KIP-467's (index, why),
+        which a client uses to fail exactly those records (Produce v8+; older versions drop them)."""
         response.error_code = code
         response.base_offset = -1
         response.log_append_time_ms = -1
         response.log_start_offset = -1
         response.error_message = message
-        if record_index is not None:
-            response.record_errors = [_RecordError(batch_index=record_index, batch_index_error_message=message)]
+        response.record_errors = [_RecordError(batch_index=index, batch_index_error_message=why)
+                                  for index, why in record_errors]
 
     @staticmethod
     def _succeed(response: Any, result: AppendResult) -> None:

@@ -110,6 +110,9 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _keys(
     ConfigKey("max.message.bytes", ConfigType.INT, "1048588", at_least=0),
     ConfigKey("message.timestamp.after.max.ms", ConfigType.LONG, "3600000", at_least=0),
     ConfigKey("message.timestamp.before.max.ms", ConfigType.LONG, _LONG_MAX, at_least=0),
+    # Deprecated by KIP-937 and gone from Kafka 4.0, kept with Kafka 3.x's meaning (the bound for
+    # whichever of before/after is not set) so that topics made for 3.x brokers keep their limit.
+    ConfigKey("message.timestamp.difference.max.ms", ConfigType.LONG, _LONG_MAX, at_least=0),
     ConfigKey("message.timestamp.type", ConfigType.STRING, "CreateTime", one_of=("CreateTime", "LogAppendTime")),
     ConfigKey("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", at_least=0, at_most=1),
     ConfigKey("min.compaction.lag.ms", ConfigType.LONG, "0", at_least=0),
@@ -126,7 +129,8 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _keys(
     ConfigKey("segment.ms", ConfigType.LONG, "604800000", at_least=1),
     ConfigKey("unclean.leader.election.enable", ConfigType.BOOLEAN, "false"),
 )
-"""Kafka 4.0's topic configs (TopicConfig / LogConfig) with their defaults."""
+"""Kafka 4.0's topic configs (TopicConfig / LogConfig) with their defaults, and 3.x's
+`message.timestamp.difference.max.ms`."""
 
 BROKER_CONFIGS: dict[str, ConfigKey] = _keys(
     ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, "true"),

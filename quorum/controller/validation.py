@@ -30,18 +30,28 @@ METADATA_TOPIC = "__cluster_metadata"
 _LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def validate_topic_name(name: str | None) -> None:
-    """Kafka's Topic.validate: non-empty, not "." or "..", at most 249 characters of [a-zA-Z0-9._-]."""
+def topic_name_fault(name: str | None) -> str | None:
+    """Why Kafka's Topic.validate refuses `name` (empty, "." or "..", over 249 characters, a
+    character other than [a-zA-Z0-9._-]), in its words; None for a legal name. Brokers use it too:
+    Metadata answers INVALID_TOPIC_EXCEPTION for such a name and never asks to create it."""
     if not name:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+        return "Topic name is illegal, it can't be empty"
     if name in (".", ".."):
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
+        return 'Topic name cannot be "." or ".."'
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is illegal, it can't be longer than "
-                       f"{MAX_TOPIC_NAME_LENGTH} characters, Topic name: {name}")
+        return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+                f"Topic name: {name}")
     if not _LEGAL.issuperset(name):
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f'Topic name "{name}" is illegal, it contains a character '
-                       "other than ASCII alphanumerics, '.', '_' and '-'")
+        return (f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
+                "'.', '_' and '-'")
+    return None
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's Topic.validate: raises INVALID_TOPIC_EXCEPTION with `topic_name_fault`'s reason."""
+    fault = topic_name_fault(name)
+    if fault is not None:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, fault)
 
 
 def has_collision_chars(name: str) -> bool:

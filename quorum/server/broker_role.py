@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from quorum.broker.acl_apis import register_acl_apis
 from quorum.broker.allocate_producer_ids_rpc import ControllerBlocks
+from quorum.broker.auto_create import creation_allowed, topics_to_create
 from quorum.broker.fetch import register_read_path
 from quorum.broker.fetch_sessions import FetchSessionCache
 from quorum.broker.forwarding import register_forwarding
@@ -45,7 +46,7 @@ from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.scram_apis import register_scram_apis
 from quorum.broker.served_image import ServedImage
-from quorum.broker.topic_creation import TopicCreator, TopicDefaults
+from quorum.broker.topic_creation import OFFSETS_TOPIC, TopicCreator, TopicDefaults
 from quorum.image.image import MetadataImage
 from quorum.net.client_security import node_client_security
 from quorum.net.dispatch import Reply
@@ -54,7 +55,7 @@ from quorum.security.authorizer import authorizer_from_properties
 from quorum.server.broker_lifecycle import BrokerLifecycle, ListenerInfo
 from quorum.server.config import SECURITY_PROTOCOLS
 from quorum.server.refusals import refuse
-from quorum.wire.errors import MalformedRequestError
+from quorum.wire.errors import ErrorCode, MalformedRequestError
 from quorum.wire.protocol import Request
 
 if TYPE_CHECKING:
@@ -224,28 +225,42 @@ class BrokerRole:
         missing = self._to_auto_create(request)
         refused = metadata_refusals(self._node.image, request.body.topics is not None, bool(missing))  # issue 18
         missing = [name for name in missing if refused is None or not refused(name)]
+        created: list[str] = []
         if missing:
-            await asyncio.gather(*(self.topics.auto_create(name) for name in missing))
-            await self._wait_for(lambda image: all(name in image.topics for name in missing))
+            codes = await asyncio.gather(*(self._create(name) for name in missing))
+            created = [name for name, code in zip(missing, codes, strict=True) if code == ErrorCode.NONE]
+        # Metadata is answered from the image whose partition logs are open, a moment behind the
+        # replayed one: a topic this broker created, or has replayed, is waited for there. Waiting for
+        # the replayed image only (and not at all for a topic another broker created) told a client
+        # UNKNOWN_TOPIC_OR_PARTITION for a topic the broker knew, once in a while: a consumer
+        # subscribed to it reported "Subscribed topic not available".
+        replayed = self._node.image.topics
+        named = [name for entry in request.body.topics or () if (name := getattr(entry, "name", None))]
+        awaited = [name for name in named if name in created or name in replayed]
+        if any(name not in self._answerable_image().topics for name in awaited):
+            await self._wait_for(lambda image: all(name in image.topics for name in awaited))
         image = self.views.of(self.image)
         return Reply(encoded_metadata_response(image, request.body, request.version, refused,
                                                topic_epochs=self._node.config.kip232_enabled), request.version)
 
+    def _create(self, name: str) -> Awaitable[int]:
+        """CreateTopics for a topic a client named; `__consumer_offsets` with its own settings, as Kafka's."""
+        return self.topics.create_offsets_topic() if name == OFFSETS_TOPIC else self.topics.auto_create(name)
+
     def _to_auto_create(self, request: Request) -> list[str]:
-        """The topics a Metadata request names that do not exist and that it allows creating."""
+        """The topics a Metadata request names that do not exist and that it allows creating
+        (`quorum.broker.auto_create`: Kafka's rules)."""
         body = request.body
-        if not self.topics.defaults.auto_create or body.topics is None:
-            return []
-        if request.version >= 4 and not getattr(body, "allow_auto_topic_creation", False):
-            return []
-        image = self._node.image
-        names = [getattr(entry, "name", None) for entry in body.topics]
-        return [name for name in names if name and name not in image.topics and not name.startswith("__")]
+        allowed = creation_allowed(request.version, bool(getattr(body, "allow_auto_topic_creation", True)),
+                                   self.topics.defaults.auto_create, body.topics is None)
+        names = [getattr(entry, "name", None) for entry in body.topics or ()]
+        return topics_to_create(names, self._node.image.topics, allowed)
 
     async def _wait_for(self, condition: Callable[[MetadataImage], bool]) -> None:
-        """Until the replayed image satisfies `condition`, for at most AUTO_CREATE_WAIT_S: the
-        client retries on its own after that (LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION)."""
+        """Until the image Metadata is answered from (`_answerable_image`) satisfies `condition`, for
+        at most AUTO_CREATE_WAIT_S: a client retries on its own after that (UNKNOWN_TOPIC_OR_PARTITION,
+        which is what Kafka answers at once while it creates the topic)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + AUTO_CREATE_WAIT_S
-        while not condition(self._node.image) and loop.time() < deadline:
+        while not condition(self._answerable_image()) and loop.time() < deadline:
             await asyncio.sleep(AUTO_CREATE_POLL_S)

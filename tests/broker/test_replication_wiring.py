@@ -19,7 +19,7 @@ from quorum.wire.errors import ErrorCode
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, decode_request, encode_request
 from quorum.wire.records import Record, build_batch
-from tests.broker.test_partition import TOPIC_ID, client_batch, open_partition
+from tests.broker.test_partition import T0, TOPIC_ID, client_batch, open_partition
 
 
 def leader_batch(offset: int, epoch: int, count: int = 2, pid: int = -1, seq: int = -1) -> bytes:
@@ -46,7 +46,7 @@ def test_follower_appends_the_leaders_batches_and_their_producer_state(tmp_path)
     # The producer state followed: once leader, a retry of the last batch is a duplicate.
     partition.update_state(2, 6, (1, 2))
     duplicate = client_batch(2, pid=42, epoch=0, seq=2)
-    assert partition.append_as_leader(duplicate, 0).duplicate
+    assert partition.append_as_leader(duplicate, T0).duplicate  # at the records' time: Kafka refuses them an hour early
 
 
 def test_a_follower_append_checked_by_the_fetcher_core_computes_no_crc_again(tmp_path, monkeypatch):

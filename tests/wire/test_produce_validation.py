@@ -27,6 +27,7 @@ from quorum.wire.records import (
     InvalidRecordError,
     Record,
     RecordBatch,
+    RecordsWalk,
     build_batch,
     iter_batches,
     validate_produced_batch,
@@ -42,14 +43,23 @@ header_lists = st.lists(st.tuples(st.text(max_size=6), payloads), max_size=3)
 codecs = st.sampled_from(list(Compression))
 
 
-def decode_based_walk(batch: RecordBatch) -> tuple[int, int]:
+def decode_based_walk(batch: RecordBatch) -> RecordsWalk:
     """The check `validate_produced_batch` made before the walk: decode everything, then compare
-    each record's offset delta with its index."""
-    for index, record in enumerate(batch.records()):
+    each record's offset delta with its index; and the walk's summary for the record rules (timestamp
+    deltas as the producer wrote them: a LogAppendTime batch is decoded as a CreateTime one, since
+    decoding stamps the batch's maxTimestamp on its records; decoding does not check the CRC)."""
+    raw = bytearray(batch.raw)
+    struct.pack_into(">h", raw, 21, struct.unpack_from(">h", raw, 21)[0] & ~0x08)
+    records = RecordBatch(bytes(raw), batch.position).records()
+    first_bad, bad_delta = -1, 0
+    for index, record in enumerate(records):
         delta = record.offset - batch.base_offset
         if delta != index:
-            return index, delta
-    return -1, 0
+            first_bad, bad_delta = index, delta
+            break
+    deltas = [record.timestamp - batch.base_timestamp for record in records] or [0]
+    keyless = [index for index, record in enumerate(records) if record.key is None]
+    return RecordsWalk(first_bad, bad_delta, min(deltas), max(deltas), keyless[0] if keyless else -1)
 
 
 def validate_by_decoding(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> RecordBatch:
