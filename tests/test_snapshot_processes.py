@@ -14,6 +14,7 @@ import urllib.request
 
 import pytest
 
+from quorum.admin import METADATA_WRITES_FOR_TESTS
 from quorum.image.image_state import ImageState
 from quorum.image.replay import MetadataReplayer
 from quorum.image.snapshot_policy import SnapshotPolicy
@@ -29,6 +30,7 @@ from tests.test_quorum_processes import commit, wait_for_leader
 pytestmark = pytest.mark.timeout(300)
 
 SETTINGS = {
+    **METADATA_WRITES_FOR_TESTS,  # the test commits raw records through the quorum (QuorumWriter)
     "metadata.log.max.record.bytes.between.snapshots": "2000",
     "metadata.snapshot.min.changed_records.ratio": "0.5",
     "metadata.log.segment.bytes": "4096",
