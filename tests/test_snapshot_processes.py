@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import signal
 import time
-import urllib.request
 
 import pytest
 
@@ -24,6 +23,7 @@ from quorum.log.snapshot import SnapshotDirectory
 from quorum.log.start_offset import START_OFFSET_NAME, read_start_offset
 from quorum.server.config import node_config
 from quorum.wire.metadata_records import ConfigRecord, encode_metadata_record
+from tests.support.prometheus import samples
 from tests.test_controller_processes import metadata
 from tests.test_quorum_processes import commit, wait_for_leader
 
@@ -74,14 +74,7 @@ def scrape(cluster: LocalCluster, node_id: int) -> dict[str, float]:
     """The node's Prometheus metrics, from the endpoint its log names."""
     found = re.findall(r"metrics on (http://\S+)", cluster.specs[node_id].log_path.read_text())
     assert found, f"node {node_id} serves no metrics"
-    with urllib.request.urlopen(found[-1], timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
+    return samples(found[-1])
 
 
 def listed_brokers(cluster: LocalCluster) -> set[int]:

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from client_epochs.mirror import translate_offsets
 from client_epochs.model import TopicPartition as Key
 from quorum.launcher import LocalCluster
 from quorum.wire.mm2_heartbeat import Heartbeat
+from tests.support.prometheus import samples
 from tests.test_broker_processes import QUIET, SETTINGS, read_partitions
 from tests.test_controller_processes import create, wait_until
 
@@ -73,14 +73,7 @@ class MirrorProcess:
     def metrics(self) -> dict[str, float]:
         """The samples its --metrics-port endpoint serves, by name{labels}."""
         url = next(line.split()[-1] for line in self.lines if line.startswith("client-epochs-mirror metrics: "))
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        samples = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                samples[name] = float(value)
-        return samples
+        return samples(url)
 
     def wait_until(self, what: str, condition, timeout_s: float = 90.0) -> None:
         """wait_until, naming at the deadline what the command printed last (its status and flow lines)."""

@@ -13,6 +13,7 @@ with fresh tokens before a session bound to a short-lived token ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -61,6 +62,26 @@ def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+class LogLines(logging.Handler):
+    """A librdkafka `logger`'s messages, kept in order (its debug lines say when it re-authenticated)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def log_lines(prefix: str) -> tuple[LogLines, logging.Logger]:
+    """A fresh logger for a librdkafka client and the handler that keeps what it logs."""
+    lines = LogLines()
+    logger = logging.getLogger(f"{prefix}-{uuid.uuid4().hex[:6]}")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    return lines, logger
 
 
 def client(cluster: LocalCluster, user: str, **more: str) -> dict[str, str]:
@@ -149,20 +170,7 @@ def test_a_producer_keeps_producing_across_reauthentications(cluster) -> None:
     """KIP-368 with a real client: on a listener whose SASL sessions live REAUTH_MS, librdkafka (>= 2.2)
     re-authenticates before each session ends; a producer sending one record at a time across several
     re-authentications has every record delivered (a session past its lifetime would be closed instead)."""
-    import logging
-
-    class Lines(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lines: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.lines.append(record.getMessage())
-
-    lines = Lines()
-    logger = logging.getLogger(f"reauth-{uuid.uuid4().hex[:6]}")
-    logger.addHandler(lines)
-    logger.setLevel(logging.DEBUG)
+    lines, logger = log_lines("reauth")
     topic = f"reauth-{uuid.uuid4().hex[:6]}"
     create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
     settings = {**cluster.client_settings("SASL_PLAINTEXT", user="admin", mechanism="PLAIN"),
@@ -305,20 +313,7 @@ def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster
     its life) and re-authenticates before the session ends, and a producer sending across several
     re-authentications has every record delivered. (With 3 s tokens librdkafka sometimes re-authenticated
     with its expired token before the poll that refreshes it: refused invalid_token, as Kafka refuses it.)"""
-    import logging
-
-    class Lines(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lines: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.lines.append(record.getMessage())
-
-    lines = Lines()
-    logger = logging.getLogger(f"oauth-reauth-{uuid.uuid4().hex[:6]}")
-    logger.addHandler(lines)
-    logger.setLevel(logging.DEBUG)
+    lines, logger = log_lines("oauth-reauth")
     topic = f"oauth-reauth-{uuid.uuid4().hex[:6]}"
     create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
     calls: list = []
