@@ -38,9 +38,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory) -> Iterator[dict[str, str]]:
-    """Bootstrap servers of clusters A and B (auto-creation off: only the flows make copies)."""
-    running = [LocalCluster(tmp_path_factory.mktemp(f"mm2-{alias}"), controllers=1, brokers=1,
-                            settings={**SETTINGS, "auto.create.topics.enable": "false"}) for alias in "AB"]
+    """Bootstrap servers of clusters A (3 brokers) and B (1 broker), auto-creation off: only the flows
+    make copies."""
+    running = [LocalCluster(tmp_path_factory.mktemp(f"mm2-{alias}"), controllers=1, brokers=brokers,
+                            settings={**SETTINGS, "auto.create.topics.enable": "false"})
+               for alias, brokers in (("A", 3), ("B", 1))]
     try:
         for cluster in running:
             cluster.format_storage()
@@ -301,3 +303,74 @@ def test_two_processes_share_a_flow_and_one_killed_with_sigkill_loses_and_repeat
         codes = [process.stop() for process in (second, restarted) if process is not None]
         first.stop()
     assert codes == [0, 0], second.output()
+
+
+def test_mm2_users_day_two_processes_discovery_config_sync_a_kill_and_a_group_failing_over(clusters, tmp_path) -> None:
+    """Issue 32's whole run: a 3-broker source and a 1-broker target, a pattern, two processes of the
+    replicator. On the source meanwhile: a new matching topic, partitions added to a copied topic, a
+    config changed, a consumer group committing; one process killed -9 and started again. Afterwards
+    the target holds every source record exactly once in each partition's order, its topics have the
+    source's partition counts and configs, the group's translated offsets on the target let a consumer
+    there start right after its source commit, and the status lines and metrics showed the work."""
+    a, b = clusters["A"], clusters["B"]
+    admin = AdminClient({"bootstrap.servers": a, **QUIET})
+    create(admin, NewTopic("fleet-1", 3, 3, config={"min.insync.replicas": "2", "retention.ms": "7200000"}))
+    expected = {("fleet-1", p): produce(a, "fleet-1", 40, p) for p in range(3)}
+    config = write_config(tmp_path / "fleet.properties", clusters, **{
+        "A->B.enabled": "true", "A->B.topics": "fleet-.*", "refresh.topics.interval.seconds": "2",
+        "sync.topic.configs.interval.seconds": "2", "emit.heartbeats.enabled": "false",
+        "emit.checkpoints.interval.seconds": "1", "sync.group.offsets.enabled": "true",
+        "sync.group.offsets.interval.seconds": "1", "groups": "fleet-readers"})
+    first, second = MirrorProcess(config, "--metrics-port", "0"), MirrorProcess(config)
+    restarted = None
+    try:
+        first.wait_until("fleet-1 copied", lambda: copied(b, "A.fleet-1", {p: expected[("fleet-1", p)]
+                                                                           for p in range(3)}))
+        commit_on_source(a, "fleet-readers", {("fleet-1", p): 20 for p in range(3)})
+        create(admin, NewTopic("fleet-2", 2, 3))
+        expected.update({("fleet-2", p): produce(a, "fleet-2", 30, p) for p in range(2)})
+        for future in admin.create_partitions([NewPartitions("fleet-1", 4)]).values():
+            future.result(timeout=30)
+        wait_until("A's fleet-1-3 served", lambda: partitions_of(a, "fleet-1") == 4)
+        expected[("fleet-1", 3)] = produce(a, "fleet-1", 25, 3)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "fleet-1", incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        second.process.kill()  # SIGKILL mid-stream
+        second.process.wait(timeout=30)
+        for p in range(3):
+            expected[("fleet-1", p)] += produce(a, "fleet-1", 15, p, start=40)
+        restarted = MirrorProcess(config)
+        for topic, count in (("fleet-1", 4), ("fleet-2", 2)):
+            wanted = {p: expected[(topic, p)] for p in range(count)}
+            first.wait_until(f"A.{topic} copied exactly once, in order",
+                             lambda t=topic, w=wanted: copied(b, f"A.{t}", w), timeout_s=120)
+        first.wait_until("fleet-1's config synced", lambda: topic_configs(b, "A.fleet-1") == {
+            "retention.ms": "3600000"})  # min.insync.replicas describes the source cluster: MM2 leaves it
+        translated = {Key("A.fleet-1", p): 20 for p in range(3)}
+        first.wait_until("fleet-readers' offsets translated and committed on B", lambda: translate_offsets(
+            b, "A", "fleet-readers") == translated and committed_on(b, "fleet-readers", translated) == translated)
+        reader = Consumer({"bootstrap.servers": b, "group.id": "fleet-readers", "enable.auto.commit": False,
+                           **QUIET})
+        try:
+            reader.subscribe(["A.fleet-1"])
+            got: dict[int, list[bytes]] = {}
+            deadline = time.monotonic() + 60
+            while sum(len(v) for v in got.values()) < 3 and time.monotonic() < deadline:
+                for message in reader.consume(10, 0.5):
+                    if message.error() is None and message.partition() < 3:
+                        got.setdefault(message.partition(), []).append(message.value())
+        finally:
+            reader.close()
+        for p, values in got.items():  # failed over: the first record read is the one after the source commit
+            assert values[0] == expected[("fleet-1", p)][20], (p, values[0])
+        records = sum(value for name, value in first.metrics().items()
+                      if name.startswith("kafka_connect_mirror_MirrorSourceConnector_record_count_total"))
+        assert records > 0
+    finally:
+        codes = [process.stop() for process in (first, restarted) if process is not None]
+        second.stop()
+    assert codes == [0, 0], first.output()
+    flow_lines = [line for line in first.lines if line.startswith("client-epochs-mirror flow A->B: ")]
+    assert any("new fleet-2 -> A.fleet-2" in line for line in flow_lines), flow_lines
+    assert any(line.startswith("client-epochs-mirror status: replicated=") for line in first.lines)
