@@ -24,7 +24,7 @@ LONGEST_MODULES_FIRST = (
     "tests/image/test_image_histories.py",
     "tests/test_replication_chaos.py",
     "tests/client_epochs/test_mirror_processes.py",
-    "tests/client_epochs/test_mirror_flows_processes.py",  # about 2.5 minutes: four MM2-style runs
+    "tests/client_epochs/test_mirror_flows_processes.py",  # about 1.5 minutes: three MM2-style runs
 )
 """`./run test` hands modules to its workers in collection order (xdist's loadscope): the demo,
 collected near the end, kept one worker busy alone for the suite's last two minutes. The longest
