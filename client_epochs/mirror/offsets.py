@@ -81,6 +81,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from client_epochs.mirror import filters
+from client_epochs.mirror.filters import PatternList
 from client_epochs.mirror.progress import ProvenanceError, read_provenance
 from client_epochs.model import TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, decode, encode
@@ -88,9 +90,9 @@ from quorum.wire.mm2_records import Checkpoint, OffsetSync
 
 OFFSET_LAG_MAX_DEFAULT = 100
 """MM2's offset.lag.max."""
-GROUPS_DEFAULT = (".*",)
+GROUPS_DEFAULT = tuple(item.strip() for item in filters.GROUPS_DEFAULT.split(","))
 """MM2's groups."""
-GROUPS_EXCLUDE_DEFAULT = ("console-consumer-.*", "connect-.*", "__.*")
+GROUPS_EXCLUDE_DEFAULT = tuple(item.strip() for item in filters.GROUPS_EXCLUDE_DEFAULT.split(","))
 """MM2's groups.exclude."""
 MAX_SYNCS = 4096
 """Syncs kept per source partition in memory before older ones are thinned out."""
@@ -319,13 +321,8 @@ class GroupFilter:
 
 
 def _compile(patterns: Sequence[str] | str, name: str) -> re.Pattern[str] | None:
-    items = parse_list(patterns) if isinstance(patterns, str) else [p.strip() for p in patterns if p.strip()]
-    if not items:
-        return None
-    try:
-        return re.compile("|".join(items))
-    except re.error as exc:
-        raise ValueError(f"{name}: {', '.join(items)!r} is not a regex list: {exc}") from None
+    text = patterns if isinstance(patterns, str) else ", ".join(patterns)
+    return PatternList.of(name, text).pattern
 
 
 def user_metadata(metadata: str | None) -> str:

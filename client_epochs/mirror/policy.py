@@ -6,7 +6,7 @@ read from its name and a two-way A<->B setup never copies a copy back (`is_cycle
 `IdentityReplicationPolicy` keeps the name, as the replicator always did, and cannot tell a copy
 from an original (MM2 says so too: no cycle detection). Heartbeats are renamed by both, so that
 heartbeats from several sources stay apart. Names of MM2's internal topics follow the same rules,
-so tools written for MM2 find them.
+so tools written for MM2 find them (`client_epochs.mirror.offsets.offset_syncs_topic`, `checkpoints_topic`).
 """
 
 from __future__ import annotations
@@ -50,12 +50,6 @@ class ReplicationPolicy:
     def is_heartbeats_topic(self, topic: str) -> bool:
         """`heartbeats`, or a copy of one (`A.heartbeats`, `B.A.heartbeats`)."""
         return topic == HEARTBEATS_TOPIC or topic.endswith(f"{self.separator}{HEARTBEATS_TOPIC}")
-
-    def offset_syncs_topic(self, target_alias: str) -> str:
-        return f"mm2-offset-syncs.{target_alias}.internal"
-
-    def checkpoints_topic(self, source_alias: str) -> str:
-        return f"{source_alias}.checkpoints.internal"
 
     def is_internal_topic(self, topic: str) -> bool:
         """MM2's `isInternalTopic`: its own `.internal` topics, Kafka's (`__consumer_offsets`,

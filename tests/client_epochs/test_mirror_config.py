@@ -109,8 +109,6 @@ def test_replication_policies_name_copies_as_mm2() -> None:
     assert identity.format_remote_topic("A", "orders") == "orders" and identity.topic_source("orders") is None
     assert identity.format_remote_topic("A", "heartbeats") == "A.heartbeats", "heartbeats stay apart by source"
     assert not identity.is_cycle("B.orders", "B"), "the identity policy cannot tell a copy (as MM2)"
-    assert default.offset_syncs_topic("B") == "mm2-offset-syncs.B.internal"
-    assert default.checkpoints_topic("A") == "A.checkpoints.internal"
 
 
 def test_an_unsecured_oauthbearer_login_becomes_librdkafkas_unsecured_tokens() -> None:
