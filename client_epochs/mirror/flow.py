@@ -31,7 +31,7 @@ from client_epochs.mirror.policy import HEARTBEATS_TOPIC
 from client_epochs.mirror.replicator import DEFAULT_GROUP, MirrorOptions, PeriodicTask, Replicator
 from client_epochs.mirror.topic_sync import ADMIN_TIMEOUT_S, TopicSync, TopicSyncRefused
 from client_epochs.model import TopicPartition
-from quorum.wire.mm2_heartbeat import Heartbeat
+from quorum.wire.mm2_records import Heartbeat
 
 log = logging.getLogger(__name__)
 

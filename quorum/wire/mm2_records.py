@@ -9,6 +9,8 @@ protocol `Schema` types, without tags or compact encodings:
 * Checkpoint, in `<source-alias>.checkpoints.internal` (on the target cluster):
   key = group STRING, topic STRING, partition INT32 (the topic is the *target* topic's name);
   value = version INT16 (0), upstreamOffset INT64, offset INT64, metadata STRING.
+* Heartbeat, in `heartbeats` (on the target cluster):
+  key = sourceClusterAlias STRING, targetClusterAlias STRING; value = version INT16 (0), timestamp INT64.
 
 STRING is an int16 length then that many UTF-8 bytes (never null). The project's other replicator
 code reads and writes these only through this module, so that MM2's own tools (its
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 
 CHECKPOINT_VERSION = 0
 """The only Checkpoint value version MM2 has written so far."""
+HEARTBEAT_VERSION = 0
+"""The only Heartbeat value version MM2 has written so far."""
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -32,7 +36,7 @@ _INT32_RANGE = range(-(2**31), 2**31)
 
 
 class MM2RecordError(ValueError):
-    """An offset-sync or checkpoint record key or value that does not decode (or a field that cannot be encoded)."""
+    """An MM2 record key or value that does not decode (or a field that cannot be encoded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,34 @@ class Checkpoint:
         # MM2 reads the struct of its version and ignores what follows (a newer version's added fields)
         return cls(group, topic, partition, upstream, downstream, metadata)
 
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """MM2's Heartbeat: the flow `source_alias`->`target_alias` was alive at `timestamp_ms`."""
+
+    source_alias: str
+    target_alias: str
+    timestamp_ms: int
+
+    def key(self) -> bytes:
+        return _string(self.source_alias, "sourceClusterAlias") + _string(self.target_alias, "targetClusterAlias")
+
+    def value(self) -> bytes:
+        return _INT16.pack(HEARTBEAT_VERSION) + _int(_INT64, self.timestamp_ms, _INT64_RANGE, "timestamp")
+
+    @classmethod
+    def decode(cls, key: bytes | None, value: bytes | None) -> Heartbeat:
+        reader = _Reader(key, "heartbeat key")
+        source, target = reader.string("sourceClusterAlias"), reader.string("targetClusterAlias")
+        reader.end()
+        reader = _Reader(value, "heartbeat value")
+        version = reader.int16("version")
+        if version != HEARTBEAT_VERSION:
+            raise MM2RecordError(f"heartbeat value version {version} is not known (only {HEARTBEAT_VERSION})")
+        timestamp = reader.int64("timestamp")
+        reader.end()
+        return cls(source, target, timestamp)
 
 def _string(text: str, name: str) -> bytes:
     data = text.encode("utf-8")

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from client_epochs.mirror import translate_offsets
 from client_epochs.model import TopicPartition as Key
 from quorum.launcher import LocalCluster
-from quorum.wire.mm2_heartbeat import Heartbeat
+from quorum.wire.mm2_records import Heartbeat
 from tests.support.prometheus import samples
 from tests.test_broker_processes import QUIET, SETTINGS, read_partitions
 from tests.test_controller_processes import create, wait_until

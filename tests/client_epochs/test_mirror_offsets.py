@@ -358,3 +358,16 @@ def test_no_sync_for_a_partition_no_longer_owned():
     translation.copied(TopicPartition("t", 0), 6, 1)
     translation.tick(translation._next_high_marks)
     assert sent == [OffsetSync("t", 0, 5, 0)]
+
+
+def test_mm2_heartbeats_are_laid_out_as_mm2s_and_garbage_is_refused() -> None:
+    """MM2's Heartbeat: key = two STRINGs (aliases), value = version INT16 0 and timestamp INT64."""
+    from quorum.wire.mm2_records import Heartbeat, MM2RecordError
+
+    beat = Heartbeat("A", "B", 123)
+    assert beat.key() == b"\x00\x01A\x00\x01B" and beat.value() == b"\x00\x00" + (123).to_bytes(8, "big")
+    assert Heartbeat.decode(beat.key(), beat.value()) == beat
+    for key, value in ((b"\x00", beat.value()), (beat.key(), b"\x00\x01" + bytes(8)), (beat.key() + b"x", beat.value()),
+                       (beat.key(), None)):
+        with pytest.raises(MM2RecordError):
+            Heartbeat.decode(key, value)
