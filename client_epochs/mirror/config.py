@@ -17,7 +17,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from client_epochs.mirror.filters import (
     CONFIG_PROPERTIES_EXCLUDE_DEFAULT,
@@ -29,7 +28,6 @@ from client_epochs.mirror.filters import (
     PatternError,
     PatternList,
     config_property_filter,
-    group_filter,
     topic_filter,
 )
 from client_epochs.mirror.policy import ReplicationPolicy, policy_for
@@ -126,7 +124,6 @@ class Flow:
     source: ClusterClients
     target: ClusterClients
     topics: NameFilter
-    groups: NameFilter
     config_properties_exclude: PatternList
     policy: ReplicationPolicy
     settings: dict[str, str]
@@ -338,12 +335,11 @@ def _flow(source: ClusterClients, target: ClusterClients, given: dict[str, str])
             _positive(prefix + key, value)
     try:
         topics = topic_filter(settings["topics"], settings["topics.exclude"])
-        groups = group_filter(settings["groups"], settings["groups.exclude"])
         excluded_configs = config_property_filter(settings["config.properties.exclude"])
         policy = policy_for(settings["replication.policy.class"], settings["replication.policy.separator"])
     except (PatternError, ValueError) as exc:
         raise MirrorConfigError(f"{source.alias}->{target.alias}: {exc}") from None
-    return Flow(source, target, topics, groups, excluded_configs, policy, settings)
+    return Flow(source, target, topics, excluded_configs, policy, settings)
 
 
 def _bool(key: str, value: str) -> bool:
@@ -362,8 +358,3 @@ def _positive(key: str, value: str) -> int:
         raise MirrorConfigError(f"{key} = {value}: must be 1 or more")
     return number
 
-
-def describe(flow: Flow) -> list[tuple[str, Any]]:
-    """The flow's settings as a table's rows, for the start-up banner."""
-    return [("flow", flow.name), ("source", flow.source.bootstrap), ("target", flow.target.bootstrap),
-            ("replication.policy", flow.policy.name), *sorted(flow.settings.items())]

@@ -1,4 +1,5 @@
-"""MM2's filters: which topics, which consumer groups and which topic configs a flow copies.
+"""MM2's filters: which topics and which topic configs a flow copies, and the pattern lists behind them
+(the consumer groups a flow checkpoints are `client_epochs.mirror.offsets.GroupFilter`'s, on the same lists).
 
 Each is a list of Java regular expressions separated by commas (`topics`, `topics.exclude`,
 `groups`, `groups.exclude`, `config.properties.exclude`), matched against the whole name as Java's
@@ -62,10 +63,6 @@ class NameFilter:
 
 def topic_filter(include: str = TOPICS_DEFAULT, exclude: str = TOPICS_EXCLUDE_DEFAULT) -> NameFilter:
     return NameFilter(PatternList.of("topics", include), PatternList.of("topics.exclude", exclude))
-
-
-def group_filter(include: str = GROUPS_DEFAULT, exclude: str = GROUPS_EXCLUDE_DEFAULT) -> NameFilter:
-    return NameFilter(PatternList.of("groups", include), PatternList.of("groups.exclude", exclude))
 
 
 def config_property_filter(exclude: str = CONFIG_PROPERTIES_EXCLUDE_DEFAULT) -> PatternList:

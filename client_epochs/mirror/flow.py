@@ -67,12 +67,12 @@ class FlowRunner:
         self._heartbeats: Producer | None = None
         now = time.monotonic()
         tasks = []
-        if flow.flag("refresh.topics.enabled"):
-            tasks.append(PeriodicTask("refresh topics", flow.number("refresh.topics.interval.seconds"),
-                                      self._refresh, due=now + flow.number("refresh.topics.interval.seconds")))
-        if flow.flag("sync.topic.configs.enabled"):
-            tasks.append(PeriodicTask("sync topic configs", flow.number("sync.topic.configs.interval.seconds"),
-                                      self._refresh, due=now + flow.number("sync.topic.configs.interval.seconds")))
+        # One topic sync finds topics and partitions and syncs configs alike: it runs at the shorter of
+        # the two intervals enabled, rather than twice whenever both fall due.
+        intervals = [flow.number(f"{name}.interval.seconds") for name in ("refresh.topics", "sync.topic.configs")
+                     if flow.flag(f"{name}.enabled")]
+        if intervals:
+            tasks.append(PeriodicTask("topic sync", min(intervals), self._refresh, due=now + min(intervals)))
         if flow.flag("emit.heartbeats.enabled"):
             tasks.append(PeriodicTask("heartbeats", flow.number("emit.heartbeats.interval.seconds"), self._heartbeat))
         self.replicator = Replicator(flow.source.bootstrap, flow.target.bootstrap, [], self.options, out=out,

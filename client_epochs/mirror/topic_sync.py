@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -42,13 +41,6 @@ class TopicSyncRefused(ReplicatorError):
     """The target refused a change the flow needs (permission, replication factor, a config)."""
 
 
-@dataclass
-class SyncCounts:
-    topics_created: int = 0
-    partitions_added: int = 0
-    configs_synced: int = 0
-
-
 class TopicSync:
     """Reads both clusters' topics and applies `plan_topics`' changes to the target."""
 
@@ -60,21 +52,19 @@ class TopicSync:
         self._rules = {"should_replicate": should_replicate, "target_topic": target_topic,
                        "replication_factor": replication_factor, "excluded_configs": excluded_configs,
                        "sync_configs": sync_configs}
-        self.counts = SyncCounts()
         self.copied: dict[str, str] = {}
         """The source topics copied at the last sync, with their names on the target."""
         self.source_partitions: dict[str, int] = {}
 
     def sync(self) -> TopicPlan:
         """One round: read both sides, apply what differs; the plan that was applied."""
-        source_topics = _topics(self._source, "source")
+        source_topics, _ = _topics(self._source, "source")
         wanted = [t for t in source_topics if self._rules["should_replicate"](t)]
         source = _states(self._source, {t: source_topics[t] for t in wanted}, self._rules["sync_configs"], "source")
-        target_topics = _topics(self._target, "target")
+        target_topics, brokers = _topics(self._target, "target")
         names = {self._rules["target_topic"](t) for t in wanted}
         target = _states(self._target, {t: n for t, n in target_topics.items() if t in names},
                          self._rules["sync_configs"], "target")
-        brokers = len(self._target.list_topics(timeout=ADMIN_TIMEOUT_S).brokers)
         plan = plan_topics(source, target, target_brokers=brokers, **self._rules)
         for warning in plan.warnings:
             log.warning("%s", warning)
@@ -93,7 +83,6 @@ class TopicSync:
             request_timeout=ADMIN_TIMEOUT_S)
         for copy in plan.create:
             if _done(futures[copy.topic], f"creating target topic {copy.topic} (copy of {copy.source_topic})"):
-                self.counts.topics_created += 1
                 log.info("created target topic %s: %d partitions, replication factor %d, configs %s", copy.topic,
                          copy.partitions, copy.replication_factor, copy.configs or "{}")
 
@@ -104,7 +93,6 @@ class TopicSync:
                                                  request_timeout=ADMIN_TIMEOUT_S)
         for topic, count in grow.items():
             if _done(futures[topic], f"adding partitions to target topic {topic} (to {count})"):
-                self.counts.partitions_added += 1
                 log.info("target topic %s grown to %d partitions", topic, count)
 
     def _alter(self, plan: TopicPlan) -> None:
@@ -118,18 +106,18 @@ class TopicSync:
         futures = self._target.incremental_alter_configs(resources, request_timeout=ADMIN_TIMEOUT_S)
         for resource, change in zip(resources, plan.configs, strict=True):
             if _done(futures[resource], f"syncing the configs of target topic {change.topic}"):
-                self.counts.configs_synced += 1
                 log.info("target topic %s configs synced: set %s, removed %s", change.topic, change.set,
                          list(change.delete))
 
 
-def _topics(admin: AdminClient, side: str) -> dict[str, int]:
-    """Each topic's partition count as the cluster lists it."""
+def _topics(admin: AdminClient, side: str) -> tuple[dict[str, int], int]:
+    """Each topic's partition count as the cluster lists it, and how many brokers it lists."""
     try:
         listed = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
         raise ReplicatorError(f"could not list the {side}'s topics: {exc.args[0].str()}") from None
-    return {name: len(meta.partitions) for name, meta in listed.topics.items() if meta.error is None}
+    counts = {name: len(meta.partitions) for name, meta in listed.topics.items() if meta.error is None}
+    return counts, len(listed.brokers)
 
 
 def _states(admin: AdminClient, partitions: dict[str, int], with_configs: bool, side: str) -> dict[str, TopicState]:
