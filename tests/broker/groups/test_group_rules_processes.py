@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -229,6 +230,21 @@ def coordinator_of(cluster: GroupCluster, group: str) -> int:
     return metadata(address)[1]["__consumer_offsets"].partitions[partition_for(group)].leader
 
 
+@contextmanager
+def coordinator_paused(cluster: GroupCluster, group: str, seconds: float = 8.0) -> Iterator[None]:
+    """The group's coordinator stopped (SIGSTOP: a long GC pause) and continued `seconds` later, or at the
+    latest when the block ends, whatever happened in it: the process never stays stopped."""
+    coordinator = cluster.cluster.processes[coordinator_of(cluster, group)]
+    resume = threading.Timer(seconds, coordinator.send_signal, (signal.SIGCONT,))
+    coordinator.send_signal(signal.SIGSTOP)
+    resume.start()
+    try:
+        yield
+    finally:
+        resume.cancel()
+        coordinator.send_signal(signal.SIGCONT)
+
+
 def test_a_commit_from_a_member_whose_session_expired_during_a_coordinator_pause_is_refused(
         cluster: GroupCluster) -> None:
     """The coordinator is paused (SIGSTOP: a long GC pause) past one member's session; that member's
@@ -242,25 +258,17 @@ def test_a_commit_from_a_member_whose_session_expired_during_a_coordinator_pause
     short = Member("short", Consumer(consumer_config(cluster, group, **{"session.timeout.ms": 6000})))
     long = Member("long", Consumer(consumer_config(cluster, group, **{"session.timeout.ms": 60000,
                                                                       "max.poll.interval.ms": 60000})))
-    coordinator = None
-    resume = None
     try:
         short.subscribe([topic])
         long.subscribe([topic])
         poll_until("the two members to split the partitions", lambda: len(short.owned) == len(long.owned) == 1,
                    [short, long])
         [(_, partition)] = short.owned
-        coordinator = cluster.cluster.processes[coordinator_of(cluster, group)]
-        resume = threading.Timer(8.0, coordinator.send_signal, (signal.SIGCONT,))
-        coordinator.send_signal(signal.SIGSTOP)
-        resume.start()
-        with pytest.raises(KafkaException) as refused:  # answered once the coordinator runs again
+        with coordinator_paused(cluster, group), pytest.raises(KafkaException) as refused:
+            # answered once the coordinator runs again
             short.consumer.commit(offsets=[TopicPartition(topic, partition, 5)], asynchronous=False)
         assert refused.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
     finally:
-        if resume is not None and coordinator is not None:
-            resume.cancel()
-            coordinator.send_signal(signal.SIGCONT)
         short.close()
         long.close()
 
@@ -284,24 +292,15 @@ def test_a_kafka_python_commit_after_its_session_expired_during_a_coordinator_pa
                           session_timeout_ms=6000, heartbeat_interval_ms=500, metadata_max_age_ms=5000)
     long = Member("long", Consumer(consumer_config(cluster, group, **{"session.timeout.ms": 60000,
                                                                       "max.poll.interval.ms": 60000})))
-    coordinator = None
-    resume = None
     try:
         short.subscribe([topic], listener=Listener())
         long.subscribe([topic])
         poll_until("the two members to split the partitions", lambda: len(owned[0]) == len(long.owned) == 1,
                    [long], extra=lambda: short.poll(timeout_ms=50))
         [(_, partition)] = owned[0]
-        coordinator = cluster.cluster.processes[coordinator_of(cluster, group)]
-        resume = threading.Timer(8.0, coordinator.send_signal, (signal.SIGCONT,))
-        coordinator.send_signal(signal.SIGSTOP)
-        resume.start()
-        with pytest.raises(CommitFailedError):
+        with coordinator_paused(cluster, group), pytest.raises(CommitFailedError):
             short.commit({KafkaTopicPartition(topic, partition): OffsetAndMetadata(5, "", -1)})
     finally:
-        if resume is not None and coordinator is not None:
-            resume.cancel()
-            coordinator.send_signal(signal.SIGCONT)
         short.close()
         long.close()
 
