@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client_epochs import TopicPartition, TopicRecreatedError
-from client_epochs.spark_planning import (
+from client_epochs.spark.planning import (
     EARLIEST,
     Backwards,
     DataLossError,

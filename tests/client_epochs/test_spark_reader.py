@@ -13,7 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 
 from client_epochs import TopicPartition  # noqa: E402
 from client_epochs.spark import KafkaEpochsStreamReader  # noqa: E402
-from client_epochs.spark_planning import Observed, OffsetsWentBackwardsError, parse_options  # noqa: E402
+from client_epochs.spark.planning import Observed, OffsetsWentBackwardsError, parse_options  # noqa: E402
 from quorum.wire.internal_metadata import topic_id_text  # noqa: E402
 
 T0 = TopicPartition("t", 0)

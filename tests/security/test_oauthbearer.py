@@ -435,7 +435,7 @@ def test_wrappers_replicator_and_spark_source_refuse_at_construction_naming_the_
     from client_epochs.confluent import Consumer
     from client_epochs.kafka_python import KafkaConsumer
     from client_epochs.mirror import MirrorOptions, Replicator
-    from client_epochs.spark_planning import SourceOptionError, parse_options
+    from client_epochs.spark.planning import SourceOptionError, parse_options
 
     settings_ = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_PLAINTEXT", **refused}
     named = next(f"{key}={value}" for key, value in refused.items() if value in ("GSSAPI", "AWS_MSK_IAM", "oidc"))

@@ -5,14 +5,14 @@
     stream = (spark.readStream.format("kafka_epochs")
               .option("kafka.bootstrap.servers", "127.0.0.1:9092").option("subscribe", "events").load())
 
-It is Spark's Kafka source with KIP-232 on the driver (`client_epochs.spark_planning` decides, this
+It is Spark's Kafka source with KIP-232 on the driver (`client_epochs.spark.planning` decides, this
 module asks): each batch's end comes from the current leaders (ListOffsets with CurrentLeaderEpoch,
 `client_epochs.log_bounds`) under metadata the epoch cache accepted, never older than the epochs the
 previous end was planned under; a stale broker's answer is refused, counted and asked again. An end
 below one already planned is asked again `fetchOffset.numRetries` times with a doubling backoff,
 then fails the query (OffsetsWentBackwardsError), and a recreated topic fails it with
 TopicRecreatedError unless `onTopicRecreated=earliest`. Executors read the ranges with
-`client_epochs.spark_read` and hand Spark Arrow batches.
+`client_epochs.spark.read` and hand Spark Arrow batches.
 
 The driver's counters (stale answers refused, backwards answers asked again, batches planned) are in
 each progress report: `query.lastProgress["sources"][0]["latestOffset"]["counters"]`.
@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from client_epochs.log_bounds import LogBounds, LogBoundsClient, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
-from client_epochs.spark_planning import (
+from client_epochs.spark.planning import (
     LATEST,
     Backwards,
     Observed,
@@ -55,7 +55,7 @@ from client_epochs.spark_planning import (
     partitions_of,
     ranges,
 )
-from client_epochs.spark_read import read_range, spark_schema
+from client_epochs.spark.read import read_range, spark_schema
 from quorum.wire.internal_metadata import encode
 from quorum.wire.sasl_client import ClientSecurity
 

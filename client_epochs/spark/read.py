@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
-from client_epochs.spark_planning import EARLIEST, Range
+from client_epochs.spark.planning import EARLIEST, Range
 from quorum.wire.internal_metadata import InternalMetadata
 from quorum.wire.sasl_client import ClientSecurity
 
