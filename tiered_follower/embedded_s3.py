@@ -58,6 +58,7 @@ def s3_properties(endpoint_url: str, bucket: str, key_prefix: str = "",
         "rsm.config.storage.s3.endpoint.url": endpoint_url,
         "rsm.config.storage.s3.region": REGION,
         "rsm.config.key.prefix": key_prefix,
+        "rsm.config.storage.s3.path.style.access.enabled": "true",  # a bucket name is no host name on 127.0.0.1
     }
     if embedded_credentials:
         properties["rsm.config.storage.aws.access.key.id"] = ACCESS_KEY

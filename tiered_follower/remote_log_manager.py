@@ -156,15 +156,18 @@ class RemoteLogManager:
 
     @classmethod
     def from_properties(cls, broker_id: int, properties: Mapping[str, str]) -> RemoteLogManager:
-        """S3 storage and metadata from the `rsm.config.` settings (see `tiered_follower.s3_client`)."""
-        from tiered_follower.s3_client import S3Client, S3Config
+        """S3 storage and metadata from the `rsm.config.` settings (`tiered_follower.rsm_config`:
+        S3ConfigError naming a key that is unknown or bad, so the broker does not start)."""
+        from tiered_follower.rsm_config import RsmConfig
+        from tiered_follower.s3_client import S3Client
         from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
         from tiered_follower.s3_storage import S3RemoteStorage
 
-        client = S3Client(S3Config.from_properties(properties))
+        config = RsmConfig.from_properties(properties)
+        client = S3Client(config.s3)
         crash = CrashPoint(properties)
-        return cls(broker_id, S3RemoteStorage(client, crash), S3RemoteLogMetadataStore(client), properties,
-                   crash=crash)
+        return cls(broker_id, S3RemoteStorage(client, crash, config.transform), S3RemoteLogMetadataStore(client),
+                   properties, crash=crash)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))

@@ -16,7 +16,15 @@ and, under it, the names of Aiven's tiered-storage-for-apache-kafka S3 plug-in:
 `rsm.config.storage.s3.api.call.timeout.ms` socket timeout of one call (default 30000)
 `rsm.config.storage.retries`                attempts per call before giving up (default 8)
 `rsm.config.storage.s3.upload.concurrency`  parts of one multipart upload sent at a time (default 4)
+`rsm.config.storage.s3.path.style.access.enabled` true: `endpoint/bucket/key`; false: virtual-hosted
+                                            `bucket.endpoint/key`; unset: boto3 chooses (Aiven
+                                            leaves it to the AWS SDK the same way)
+`rsm.config.storage.s3.storage.class`       the storage class of every object written (default
+                                            STANDARD; S3's names, checked at start)
 =========================================== ======================================================
+
+Any other key under the prefix is refused at start (`rsm_config`, with the chunking, compression
+and encryption settings).
 
 Every call goes through `S3Client.call`, which retries transient faults (HTTP 5xx, SlowDown and
 the other throttling codes, connection resets and timeouts, bodies cut short) with exponential
@@ -51,6 +59,15 @@ T = TypeVar("T")
 DEFAULT_PREFIX = "rsm.config."
 MIN_PART_SIZE = 5 * 1024 * 1024
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
+STORAGE_CLASSES = frozenset({"STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
+                             "GLACIER", "DEEP_ARCHIVE", "OUTPOSTS", "GLACIER_IR", "SNOW", "EXPRESS_ONEZONE"})
+"""S3's StorageClass values (the PutObject API's enum)."""
+S3_KEYS = frozenset({"storage.s3.bucket.name", "key.prefix", "storage.s3.region", "storage.s3.endpoint.url",
+                     "storage.aws.access.key.id", "storage.aws.secret.access.key",
+                     "storage.s3.multipart.upload.part.size", "storage.s3.api.call.timeout.ms", "storage.retries",
+                     "storage.s3.upload.concurrency", "storage.s3.path.style.access.enabled",
+                     "storage.s3.storage.class"})
+"""The `rsm.config.` keys `S3Config` reads (`rsm_config` refuses the ones nobody reads)."""
 TRANSIENT_CODES = frozenset({
     "500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown", "Throttling",
     "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed", "RequestLimitExceeded",
@@ -86,6 +103,9 @@ class S3Config:
     upload_concurrency: int = 4
     backoff_base_ms: int = 50
     backoff_max_ms: int = 5_000
+    path_style: bool | None = None
+    """`storage.s3.path.style.access.enabled`; None lets boto3 choose."""
+    storage_class: str = "STANDARD"
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> S3Config:
@@ -108,6 +128,14 @@ class S3Config:
                 raise S3ConfigError(f"{prefix}{name} must be at least {minimum}, got {value}")
             return value
 
+        path_style = get("storage.s3.path.style.access.enabled")
+        if path_style is not None and path_style.lower() not in ("true", "false"):
+            raise S3ConfigError(f"{prefix}storage.s3.path.style.access.enabled must be true or false, "
+                                f"got {path_style!r}")
+        storage_class = get("storage.s3.storage.class") or "STANDARD"
+        if storage_class not in STORAGE_CLASSES:
+            raise S3ConfigError(f"{prefix}storage.s3.storage.class={storage_class} is not one of S3's storage "
+                                f"classes ({', '.join(sorted(STORAGE_CLASSES))})")
         bucket = get("storage.s3.bucket.name")
         if bucket is None:
             raise S3ConfigError(f"{prefix}storage.s3.bucket.name is required when remote.log.storage.system.enable "
@@ -119,7 +147,9 @@ class S3Config:
                    part_size=number("storage.s3.multipart.upload.part.size", DEFAULT_PART_SIZE, MIN_PART_SIZE),
                    call_timeout_ms=number("storage.s3.api.call.timeout.ms", 30_000, 1),
                    attempts=number("storage.retries", 8, 1),
-                   upload_concurrency=number("storage.s3.upload.concurrency", 4, 1))  # fmt: skip
+                   upload_concurrency=number("storage.s3.upload.concurrency", 4, 1),
+                   path_style=None if path_style is None else path_style.lower() == "true",
+                   storage_class=storage_class)  # fmt: skip
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -146,14 +176,17 @@ class S3Client:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self.stats: Counter[str] = Counter()
-        """Calls by operation ("get_object", ...), and "retries" / "retries.<code>" for transient faults."""
+        """Requests by operation ("get_object", ...); "retries" / "retries.<code>" for transient faults
+        retried; "errors" / "errors.<operation>" for calls that failed for good; "bytes_sent" (object
+        bodies put) and "bytes_received" (object bodies got). The broker exports them (`remote_metrics`)."""
         timeout = config.call_timeout_ms / 1000
+        addressing = {None: "auto", True: "path", False: "virtual"}[config.path_style]
         self.s3 = boto3.client(
             "s3", region_name=config.region, endpoint_url=config.endpoint_url,
             aws_access_key_id=config.access_key_id, aws_secret_access_key=config.secret_access_key,
             config=botocore.config.Config(retries={"total_max_attempts": 1, "mode": "standard"},
                                           connect_timeout=timeout, read_timeout=timeout, max_pool_connections=32,
-                                          s3={"addressing_style": "path"},
+                                          s3={"addressing_style": addressing},
                                           request_checksum_calculation="when_required",
                                           response_checksum_validation="when_required"),
         )  # fmt: skip
@@ -164,20 +197,19 @@ class S3Client:
         bucket and key for a permanent fault or when the attempts run out (then retriable)."""
         where = f"s3://{self.config.bucket}/{key}"
         for number in range(1, self.config.attempts + 1):
-            with self._lock:
-                self.stats[operation] += 1
+            self._count(operation)
             try:
                 return attempt()
             except Exception as exc:
                 code = error_code(exc)
+                if not is_transient(exc) or number == self.config.attempts:
+                    self._count("errors", f"errors.{operation}")
                 if not is_transient(exc):
                     raise RemoteStorageError(f"{operation} {where} failed: {code}: {exc}") from exc
                 if number == self.config.attempts:
                     raise RemoteStorageError(f"{operation} {where} failed {number} times, last with {code}: {exc}",
                                              retriable=True) from exc
-                with self._lock:
-                    self.stats["retries"] += 1
-                    self.stats[f"retries.{code}"] += 1
+                self._count("retries", f"retries.{code}")
                 cap = min(self.config.backoff_max_ms, self.config.backoff_base_ms * 2 ** (number - 1))
                 delay = self._rng.uniform(0, cap) / 1000
                 logger.info("%s %s: %s (attempt %d of %d), retrying in %.0f ms", operation, where, code, number,
@@ -185,10 +217,17 @@ class S3Client:
                 self._sleep(delay)
         raise AssertionError("unreachable")
 
+    def _count(self, *names: str, amount: int = 1) -> None:
+        with self._lock:
+            for name in names:
+                self.stats[name] += amount
+
     # -- the operations tiered storage uses ----------------------------------------------------------
 
     def put(self, key: str, body: bytes) -> None:
-        self.call("put_object", key, lambda: self.s3.put_object(Bucket=self.config.bucket, Key=key, Body=body))
+        self.call("put_object", key, lambda: self.s3.put_object(Bucket=self.config.bucket, Key=key, Body=body,
+                                                                 StorageClass=self.config.storage_class))
+        self._count("bytes_sent", amount=len(body))
 
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         """The object, or bytes [start, end) of it; the answer's length is checked against what
@@ -205,7 +244,9 @@ class S3Client:
                                                               expected_bytes=answer["ContentLength"])
             return data
 
-        return self.call("get_object", key, attempt)
+        data = self.call("get_object", key, attempt)
+        self._count("bytes_received", amount=len(data))
+        return data
 
     def upload_file(self, key: str, path: str, size: int) -> None:
         """A file as one PUT, or in `part_size` parts above that, `upload_concurrency` at a time
@@ -220,7 +261,8 @@ class S3Client:
             return
         bucket = self.config.bucket
         upload = self.call("create_multipart_upload", key,
-                           lambda: self.s3.create_multipart_upload(Bucket=bucket, Key=key))["UploadId"]
+                           lambda: self.s3.create_multipart_upload(
+                               Bucket=bucket, Key=key, StorageClass=self.config.storage_class))["UploadId"]
         positions = list(range(0, size, part_size))
 
         def send(number: int) -> dict[str, Any]:
@@ -232,6 +274,7 @@ class S3Client:
                 raise RemoteStorageError(f"{path} ended at byte {position + len(body)}, not {size}")
             answer = self.call("upload_part", key, lambda: self.s3.upload_part(
                 Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=body))
+            self._count("bytes_sent", amount=len(body))
             return {"PartNumber": number, "ETag": answer["ETag"]}
 
         try:

@@ -15,12 +15,20 @@ Kafka's RemoteLogSegmentId do:
 
 Reads check sizes: a range GET must return what was asked (clipped to the object's size in the
 manifest). Deletion removes the manifest first, so a half-deleted segment is not readable either.
+
+With `compression.enabled` or `encryption.enabled` (`rsm_config`) the `.log` goes up in chunks of
+`chunk.size`, each transformed on its own, and each `.indexes` part transformed whole
+(`segment_transform`); the manifest (version 2) then holds the chunk index, the original sizes and
+the wrapped data key. A read fetches the stored span of the chunks it needs with one range GET and
+transforms them back. A segment the configured key pairs cannot open is refused naming its key
+pair, never served. Version-1 manifests (untransformed) stay readable whatever the settings.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,11 +41,22 @@ from quorum.broker.remote_tier import (
     SegmentUpload,
     TopicIdPartition,
 )
+from tiered_follower.rsm_config import TransformConfig
 from tiered_follower.s3_client import S3Client
+from tiered_follower.segment_transform import (
+    ChunkIndex,
+    SegmentCipher,
+    Transform,
+    TransformError,
+    read_range,
+    stored_parts,
+    transform_chunks,
+)
 
 logger = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
+TRANSFORMED_VERSION = 2
 LOG_SUFFIX = ".log"
 INDEXES_SUFFIX = ".indexes"
 MANIFEST_SUFFIX = ".rsm-manifest"
@@ -49,6 +68,10 @@ def partition_prefix(key_prefix: str, partition: TopicIdPartition) -> str:
     return f"{key_prefix}{partition.topic}-{partition.topic_id}/{partition.partition}/"
 
 
+def segment_file_name(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
+
+
 def segment_key(key_prefix: str, segment: RemoteSegmentMetadata, suffix: str) -> str:
     return f"{partition_prefix(key_prefix, segment.partition)}{segment.object_name}{suffix}"
 
@@ -56,13 +79,16 @@ def segment_key(key_prefix: str, segment: RemoteSegmentMetadata, suffix: str) ->
 class S3RemoteStorage:
     """See the module docstring. Blocking and thread-safe: the remote tier calls it from a thread pool."""
 
-    def __init__(self, client: S3Client, before_object: Callable[[str], None] | None = None) -> None:
+    def __init__(self, client: S3Client, before_object: Callable[[str], None] | None = None,
+                 transform: TransformConfig | None = None) -> None:
         """`before_object` is told "log", "indexes" and "manifest" before each object of a copy
-        goes up (the test knob that kills a broker at each step of an upload)."""
+        goes up (the test knob that kills a broker at each step of an upload); `transform`: the
+        compression and encryption settings (none by default)."""
         self.client = client
         self._before_object = before_object or (lambda _step: None)
+        self.transform = transform or TransformConfig()
         self.prefix = client.config.key_prefix
-        self._manifests: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
+        self._manifests: OrderedDict[tuple[str, Any], tuple[dict[str, Any], Transform | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def key(self, segment: RemoteSegmentMetadata, suffix: str) -> str:
@@ -75,29 +101,71 @@ class S3RemoteStorage:
         if data.log_size != segment.size_in_bytes:
             raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: the upload has "
                                      f"{data.log_size} bytes, its metadata says {segment.size_in_bytes}")
-        log_key = self.key(segment, LOG_SUFFIX)
+        config = self.transform
+        cipher = SegmentCipher.new(config.active_key) if config.active_key is not None else None
+        transform = Transform(config.compression, cipher) if config.transforms else None
+        parts = [(kind.value, data.indexes.get(kind, b"")) for kind in INDEX_ORDER]
         ranges: dict[str, list[int]] = {}
         blob = bytearray()
-        for kind in INDEX_ORDER:
-            part = data.indexes.get(kind, b"")
-            ranges[kind.value] = [len(blob), len(part)]
+        for kind, part in stored_parts(parts, transform):
+            ranges[kind] = [len(blob), len(part)]
             blob += part
+        log_key = self.key(segment, LOG_SUFFIX)
         indexes_key = self.key(segment, INDEXES_SUFFIX)
-        self._before_object("log")
-        self.client.upload_file(log_key, data.log_path, data.log_size)
-        self._before_object("indexes")
-        self.client.put(indexes_key, bytes(blob))
-        manifest = {
+        manifest: dict[str, Any] = {
             "version": MANIFEST_VERSION,
             "segment_id": str(segment.segment_id),
             "start_offset": segment.start_offset,
             "end_offset": segment.end_offset,
-            "log": {"key": log_key, "size": data.log_size,
-                    "multipart": data.log_size > self.client.config.part_size},
+            "log": {"key": log_key, "size": data.log_size},
             "indexes": {"key": indexes_key, "size": len(blob), "ranges": ranges},
         }
+        self._before_object("log")
+        if transform is None:
+            self.client.upload_file(log_key, data.log_path, data.log_size)
+            stored_size = data.log_size
+        else:
+            chunks = self._upload_transformed(log_key, data, transform)
+            stored_size = chunks.stored_size
+            manifest["version"] = TRANSFORMED_VERSION
+            manifest["indexes"]["lengths"] = {kind: len(part) for kind, part in parts}
+            manifest["transform"] = {
+                "compression": config.compression, "chunk_size": config.chunk_size,
+                "chunks": list(chunks.stored_sizes),
+                "encryption": None if cipher is None or config.active_key is None
+                else cipher.manifest_entry(config.active_key),
+            }  # fmt: skip
+        manifest["log"]["stored_size"] = stored_size
+        manifest["log"]["multipart"] = stored_size > self.client.config.part_size
+        self._before_object("indexes")
+        self.client.put(indexes_key, bytes(blob))
         self._before_object("manifest")
         self.client.put(self.key(segment, MANIFEST_SUFFIX), json.dumps(manifest, sort_keys=True).encode())
+
+    def _upload_transformed(self, key: str, data: SegmentUpload, transform: Transform) -> ChunkIndex:
+        """The `.log` chunk by chunk through `transform` into a temporary file, then up as usual
+        (a segment can be 1 GiB: it is never held in memory whole)."""
+        chunk_size = self.transform.chunk_size
+        sizes: list[int] = []
+        with tempfile.TemporaryDirectory(prefix="rsm-upload-") as scratch:
+            stored_path = f"{scratch}/{segment_file_name(key)}"
+            read = 0
+            with open(data.log_path, "rb") as source, open(stored_path, "wb") as out:
+                def chunks():  # noqa: ANN202 - a generator over the file's chunks
+                    nonlocal read
+                    while read < data.log_size:
+                        chunk = source.read(min(chunk_size, data.log_size - read))
+                        if not chunk:
+                            raise RemoteStorageError(f"{data.log_path} ended at byte {read}, not {data.log_size}")
+                        read += len(chunk)
+                        yield chunk
+
+                for stored in transform_chunks(chunks(), transform):
+                    out.write(stored)
+                    sizes.append(len(stored))
+            index = ChunkIndex(data.log_size, chunk_size, tuple(sizes))
+            self.client.upload_file(key, stored_path, index.stored_size)
+        return index
 
     def delete_segment(self, segment: RemoteSegmentMetadata) -> None:
         with self._lock:
@@ -115,23 +183,48 @@ class S3RemoteStorage:
     def manifest(self, segment: RemoteSegmentMetadata) -> dict[str, Any]:
         """The segment's manifest (cached), checked against its metadata; RemoteStorageError when
         it is missing (the copy never finished, or the segment was deleted) or disagrees."""
-        found = self._cached_manifest(segment)
-        if found is not None:
-            return found
+        return self._opened(segment)[0]
+
+    def _opened(self, segment: RemoteSegmentMetadata) -> tuple[dict[str, Any], Transform | None]:
+        """The manifest and how to transform the segment's bytes back (its data key unwrapped);
+        RemoteStorageError naming the key pair when the configured ones cannot open it."""
         cache_key = (str(segment.partition), segment.segment_id)
+        with self._lock:
+            found = self._manifests.get(cache_key)
+            if found is not None:
+                self._manifests.move_to_end(cache_key)
+                return found
         key = self.key(segment, MANIFEST_SUFFIX)
         manifest = json.loads(self.client.get(key))
-        if (manifest.get("version") != MANIFEST_VERSION or manifest.get("segment_id") != str(segment.segment_id)
+        if (manifest.get("version") not in (MANIFEST_VERSION, TRANSFORMED_VERSION)
+                or manifest.get("segment_id") != str(segment.segment_id)
                 or manifest["log"]["size"] != segment.size_in_bytes
                 or manifest.get("end_offset") != segment.end_offset):
             raise RemoteStorageError(f"s3://{self.client.config.bucket}/{key} does not describe segment "
                                      f"{segment.object_name} ({segment.size_in_bytes} bytes, offsets "
                                      f"{segment.start_offset}..{segment.end_offset}): {manifest}")
+        transform = self._transform_of(segment, manifest)
         with self._lock:
-            self._manifests[cache_key] = manifest
+            self._manifests[cache_key] = (manifest, transform)
             while len(self._manifests) > _MANIFEST_CACHE:
                 self._manifests.popitem(last=False)
-        return manifest
+        return manifest, transform
+
+    def _transform_of(self, segment: RemoteSegmentMetadata, manifest: dict[str, Any]) -> Transform | None:
+        entry = manifest.get("transform")
+        if manifest["version"] == MANIFEST_VERSION or entry is None:
+            return None
+        cipher = None
+        if entry.get("encryption") is not None:
+            try:
+                cipher = SegmentCipher.from_manifest(entry["encryption"], self.transform.key_pairs,
+                                                     self._where(segment))
+            except TransformError as exc:
+                raise RemoteStorageError(str(exc)) from None
+        return Transform(bool(entry.get("compression")), cipher)
+
+    def _where(self, segment: RemoteSegmentMetadata) -> str:
+        return f"remote segment {segment.object_name} of {segment.partition}"
 
     def _cached_manifest(self, segment: RemoteSegmentMetadata) -> dict[str, Any] | None:
         cache_key = (str(segment.partition), segment.segment_id)
@@ -139,10 +232,18 @@ class S3RemoteStorage:
             found = self._manifests.get(cache_key)
             if found is not None:
                 self._manifests.move_to_end(cache_key)
-            return found
+            return None if found is None else found[0]
+
+    def _get_exactly(self, key: str, start: int, end: int, what: str) -> bytes:
+        data = self.client.get(key, start, end)
+        if len(data) != end - start:
+            raise RemoteStorageError(f"s3://{self.client.config.bucket}/{key}: asked for {what}bytes "
+                                     f"[{start}, {end}), got {len(data)}", retriable=True)
+        return data
 
     def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes:
-        size = self.manifest(segment)["log"]["size"]
+        manifest, transform = self._opened(segment)
+        size = manifest["log"]["size"]
         end_position = min(end_position, size)
         if not 0 <= start_position <= end_position:
             raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: bytes "
@@ -150,11 +251,16 @@ class S3RemoteStorage:
         if start_position == end_position:
             return b""
         key = self.key(segment, LOG_SUFFIX)
-        data = self.client.get(key, start_position, end_position)
-        if len(data) != end_position - start_position:
-            raise RemoteStorageError(f"s3://{self.client.config.bucket}/{key}: asked for bytes "
-                                     f"[{start_position}, {end_position}), got {len(data)}", retriable=True)
-        return data
+        if transform is None:
+            return self._get_exactly(key, start_position, end_position, "")
+        entry = manifest["transform"]
+        try:
+            index = ChunkIndex(size, int(entry["chunk_size"]), tuple(entry["chunks"]))
+            _, _, stored_start, stored_end = index.span(start_position, end_position)
+            stored = self._get_exactly(key, stored_start, stored_end, "the chunks' ")
+            return read_range(index, transform, start_position, end_position, stored, self._where(segment))
+        except TransformError as exc:
+            raise RemoteStorageError(str(exc)) from None
 
     def fetch_indexes(self, segment: RemoteSegmentMetadata,
                       kinds: Sequence[IndexType]) -> tuple[dict[IndexType, bytes], int]:
@@ -162,28 +268,35 @@ class S3RemoteStorage:
         one after the other), and how many GETs it took with the manifest's (1 or 2): a
         follower's auxiliary state (leader-epoch checkpoint and producer snapshot) in two."""
         cached = self._cached_manifest(segment) is not None
-        manifest = self.manifest(segment)["indexes"]
-        ranges = {kind: manifest["ranges"][kind.value] for kind in kinds}
+        manifest, transform = self._opened(segment)
+        indexes = manifest["indexes"]
+        ranges = {kind: indexes["ranges"][kind.value] for kind in kinds}
         first = min(position for position, _ in ranges.values())
         end = max(position + length for position, length in ranges.values())
         gets = 0 if cached else 1
         span = b""
         if end > first:
-            span = self.client.get(manifest["key"], first, end)
+            span = self._get_exactly(indexes["key"], first, end, "")
             gets += 1
-            if len(span) != end - first:
-                raise RemoteStorageError(f"s3://{self.client.config.bucket}/{manifest['key']}: asked for bytes "
-                                         f"[{first}, {end}), got {len(span)}", retriable=True)
-        return {kind: span[position - first:position - first + length]
+        return {kind: self._index_part(segment, manifest, transform, kind, span[position - first:
+                                                                              position - first + length])
                 for kind, (position, length) in ranges.items()}, gets
 
     def fetch_index(self, segment: RemoteSegmentMetadata, index: IndexType) -> bytes:
-        manifest = self.manifest(segment)["indexes"]
-        position, length = manifest["ranges"][index.value]
+        manifest, transform = self._opened(segment)
+        indexes = manifest["indexes"]
+        position, length = indexes["ranges"][index.value]
         if length == 0:
             return b""
-        data = self.client.get(manifest["key"], position, position + length)
-        if len(data) != length:
-            raise RemoteStorageError(f"s3://{self.client.config.bucket}/{manifest['key']}: the {index.value} index "
-                                     f"is {length} bytes, got {len(data)}", retriable=True)
-        return data
+        stored = self._get_exactly(indexes["key"], position, position + length, f"the {index.value} index's ")
+        return self._index_part(segment, manifest, transform, index, stored)
+
+    def _index_part(self, segment: RemoteSegmentMetadata, manifest: dict[str, Any], transform: Transform | None,
+                    kind: IndexType, stored: bytes) -> bytes:
+        if transform is None or not stored:
+            return stored
+        try:
+            return transform.backward(stored, f"index:{kind.value}", manifest["indexes"]["lengths"][kind.value],
+                                      self._where(segment))
+        except TransformError as exc:
+            raise RemoteStorageError(str(exc)) from None
