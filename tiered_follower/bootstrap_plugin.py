@@ -128,10 +128,12 @@ class FollowerBootstrapPlugin:
         if not isinstance(work, AuxStateWork):
             return Fail(f"the follower bootstrap cannot carry out {work!r}")
         self.reports.asked(topic_partition, work.describe(), self._clock_ms())
+        self.manager.metrics.mark("BuildRemoteLogAuxStateRequestsPerSec", topic_partition[0])
         step = await self._aux_state(topic_partition, work)
         if isinstance(step, Retry):
             self.reports.waits(topic_partition, step.reason)
         elif isinstance(step, Fail):
+            self.manager.metrics.mark("BuildRemoteLogAuxStateErrorsPerSec", topic_partition[0])
             logger.error("follower bootstrap failed: %s", step.reason)
         return step
 

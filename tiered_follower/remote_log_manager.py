@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from prometheus_client.registry import Collector
+
 from quorum.broker.partition import Partition
 from quorum.broker.partition_view import TimestampOffset
 from quorum.broker.producer_state import ProducerStateManager
@@ -53,6 +55,7 @@ from quorum.log.epoch_cache import EpochEntry, encode_checkpoint
 from quorum.log.log import SegmentFiles
 from quorum.wire.producer_snapshot import decode_producer_snapshot, encode_producer_snapshot
 from tiered_follower import remote_reads
+from tiered_follower.remote_metrics import RemoteStorageMetrics
 from tiered_follower.upload_plan import CleanUp, Expire, LocalSegment, PartitionNow, Upload, plan
 
 logger = logging.getLogger(__name__)
@@ -134,8 +137,11 @@ class RemoteLogManager:
 
     def __init__(self, broker_id: int, storage: RemoteStorage, metadata: RemoteLogMetadataStore,
                  properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
-                 crash: Callable[[str], None] | None = None) -> None:
+                 crash: Callable[[str], None] | None = None,
+                 s3_stats: Callable[[], Mapping[str, int]] | None = None) -> None:
+        """`s3_stats`: the S3 client's counters, exported beside Kafka's remote storage metrics."""
         properties = properties or {}
+        self.metrics = RemoteStorageMetrics(s3_stats)
         self._crash = crash or (lambda _step: None)
         self.broker_id = broker_id
         self.storage = storage
@@ -167,7 +173,12 @@ class RemoteLogManager:
         client = S3Client(config.s3)
         crash = CrashPoint(properties)
         return cls(broker_id, S3RemoteStorage(client, crash, config.transform), S3RemoteLogMetadataStore(client),
-                   properties, crash=crash)
+                   properties, crash=crash, s3_stats=client.snapshot)
+
+    @property
+    def collectors(self) -> tuple[Collector, ...]:
+        """Kafka's remote storage metrics and the S3 client's, for the node's metrics endpoint."""
+        return (self.metrics,)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
@@ -199,6 +210,7 @@ class RemoteLogManager:
         upload finishing late leaves objects behind)."""
         self._deleted.add(partition)
         self._snapshots.pop(partition, None)
+        self.metrics.forget(partition.topic, partition.partition)
         task = asyncio.ensure_future(self._delete_partition(partition))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -222,11 +234,15 @@ class RemoteLogManager:
         segment = None if remote is None else remote.segment_for(offset) or remote.segment_after(offset)
         if segment is None:
             raise RemoteReadError(f"{partition.name}: no remote segment holds offset {offset}")
+        self.metrics.mark("RemoteFetchRequestsPerSec", partition.topic)
         try:
-            return await self._run(remote_reads.read_batches, self.storage, self._indexes, segment, offset,
+            data = await self._run(remote_reads.read_batches, self.storage, self._indexes, segment, offset,
                                    max(max_bytes, 1))
         except RemoteStorageError as exc:
+            self.metrics.mark("RemoteFetchErrorsPerSec", partition.topic)
             raise RemoteReadError(str(exc)) from exc
+        self.metrics.mark("RemoteFetchBytesPerSec", partition.topic, len(data))
+        return data
 
     async def offset_for_timestamp(self, partition: Partition, timestamp: int) -> TimestampOffset | None:
         remote = partition.remote
@@ -272,7 +288,11 @@ class RemoteLogManager:
             return
         async with self._lock(state.partition):
             if state.partition not in self._deleted:
-                await self._run_steps(partition, state)
+                try:
+                    await self._run_steps(partition, state)
+                finally:  # a failed copy leaves its lag to see
+                    if state.partition not in self._deleted and state.loaded:
+                        self._record_gauges(partition, state)
 
     async def refresh(self, partition: Partition) -> None:
         """Read a follower's remote metadata now, outside the task's round over every partition
@@ -322,6 +342,19 @@ class RemoteLogManager:
             logger.info("%s: local retention deleted %d uploaded segment(s); local log start %d, log start %d",
                         partition.name, deleted, partition.local_log_start_offset, partition.log_start_offset)
 
+    def _record_gauges(self, partition: Partition, state: RemoteLogState) -> None:
+        """A leader's RemoteCopyLag*, RemoteLogSizeBytes and RemoteLogMetadataCount (`remote_metrics`)."""
+        if not partition.is_leader:
+            self.metrics.forget(partition.topic, partition.partition)
+            return
+        uploaded = state.highest_uploaded_offset
+        uploaded = -1 if uploaded is None else uploaded
+        pending = [s for s in partition.log.rolled_segments() if s.base_offset > uploaded]
+        live = [s for s in state.segments() if s.state != RemoteSegmentState.DELETE_SEGMENT_FINISHED]
+        self.metrics.record(partition.topic, partition.partition, copy_lag_bytes=sum(s.size for s in pending),
+                            copy_lag_segments=len(pending), log_size_bytes=state.size_in_bytes,
+                            metadata_count=len(live))  # fmt: skip
+
     async def _publish(self, state: RemoteLogState, segment: RemoteSegmentMetadata) -> None:
         await self._run(self.metadata.publish, segment)
         state.apply(segment)
@@ -333,6 +366,7 @@ class RemoteLogManager:
         started = RemoteSegmentMetadata(state.partition, uuid.uuid4(), files.base_offset, files.next_offset - 1,
                                         epochs, files.size, files.max_timestamp, self.broker_id, self._clock_ms())
         self._copying.add(started.segment_id)
+        self.metrics.mark("RemoteCopyRequestsPerSec", partition.topic)
         try:
             await self._publish(state, started)
             history = merged_history(state.epoch_entries_upto(files.base_offset), partition.log.epoch_entries,
@@ -343,8 +377,12 @@ class RemoteLogManager:
             finished = started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, self._clock_ms())
             await self._run(self._crash, "finished")
             await self._publish(state, finished)
+        except BaseException:
+            self.metrics.mark("RemoteCopyErrorsPerSec", partition.topic)
+            raise
         finally:
             self._copying.discard(started.segment_id)
+        self.metrics.mark("RemoteCopyBytesPerSec", partition.topic, started.size_in_bytes)
         logger.info("%s: uploaded segment %s (offsets %d..%d, %d bytes, epochs %s)", partition.name,
                     started.object_name, started.start_offset, started.end_offset, started.size_in_bytes,
                     [(e.epoch, e.start_offset) for e in epochs])  # fmt: skip
@@ -382,12 +420,17 @@ class RemoteLogManager:
 
     async def _delete(self, state: RemoteLogState, segment: RemoteSegmentMetadata, reason: str) -> None:
         """DELETE_SEGMENT_STARTED (the segment stops being readable), its objects, DELETE_SEGMENT_FINISHED."""
-        if segment.state != RemoteSegmentState.DELETE_SEGMENT_STARTED:
-            segment = segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_STARTED, self.broker_id, self._clock_ms())
-            await self._publish(state, segment)
-        await self._run(self.storage.delete_segment, segment)
-        await self._publish(state, segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id,
-                                                    self._clock_ms()))
+        self.metrics.mark("RemoteDeleteRequestsPerSec", state.partition.topic)
+        try:
+            if segment.state != RemoteSegmentState.DELETE_SEGMENT_STARTED:
+                segment = segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_STARTED, self.broker_id, self._clock_ms())
+                await self._publish(state, segment)
+            await self._run(self.storage.delete_segment, segment)
+            await self._publish(state, segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id,
+                                                        self._clock_ms()))
+        except BaseException:
+            self.metrics.mark("RemoteDeleteErrorsPerSec", state.partition.topic)
+            raise
         logger.info("%s: remote segment %s (offsets %d..%d) deleted: %s", state.partition, segment.object_name,
                     segment.start_offset, segment.end_offset, reason)  # fmt: skip
 

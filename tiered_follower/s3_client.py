@@ -217,6 +217,11 @@ class S3Client:
                 self._sleep(delay)
         raise AssertionError("unreachable")
 
+    def snapshot(self) -> dict[str, int]:
+        """A copy of `stats` (safe to read from another thread, as the metrics server does)."""
+        with self._lock:
+            return dict(self.stats)
+
     def _count(self, *names: str, amount: int = 1) -> None:
         with self._lock:
             for name in names:

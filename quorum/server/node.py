@@ -188,6 +188,7 @@ class RaftNode:
                        if config.is_broker and not config.is_controller else None)
         if self.broker is not None:  # a plug-in may bring metrics (the follower bootstrap's report)
             self.metrics.register(getattr(out_of_range, "collectors", ()))
+            self.metrics.register(getattr(remote, "collectors", ()))  # Kafka's remote storage metrics
             self.metrics.register(self.broker.replicas.cleaner_metrics.collectors)
         # issue 18: with `authorizer.class.name`, every request is authorized (quorum.security.authorization)
         install_authorization(self.dispatcher, config.extra, lambda: self.image, refuse, config.is_controller)

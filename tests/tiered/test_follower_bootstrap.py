@@ -52,6 +52,7 @@ from tiered_follower.follower_bootstrap import (
     bytes_in_remote_below,
     current_lineage_segment,
 )
+from tiered_follower.remote_metrics import RemoteStorageMetrics
 
 TP = ("orders", 0)
 TIP = TopicIdPartition("orders", uuid.UUID("00000000-0000-0000-0000-0000000000bb"), 0)
@@ -274,6 +275,7 @@ class FakeManager:
         self.partition = partition
         self.storage = storage
         self.wake = asyncio.Event()
+        self.metrics = RemoteStorageMetrics()
         self.crashes: list[str] = []
         self.on_refresh: list[RemoteSegmentMetadata] | None = None
         """What the remote metadata holds when `refresh` reads it (None: reading changes nothing)."""
@@ -333,6 +335,8 @@ def test_perform_starts_at_the_pending_upload_offset_with_the_segments_epochs_an
     assert manager.storage.gets == 2 and manager.crashes == ["bootstrap-aux-state", "bootstrap-start-at"]
     (bootstrap,) = reports.active
     assert (bootstrap.start_offset, bootstrap.bytes_not_fetched, bootstrap.s3_requests) == (800, 9000, 2)
+    assert manager.metrics.meter("BuildRemoteLogAuxStateRequestsPerSec", TP[0]) == 1
+    assert manager.metrics.meter("BuildRemoteLogAuxStateErrorsPerSec") == 0
 
 
 def test_the_epoch_entries_are_cut_below_the_start_offset() -> None:
@@ -375,6 +379,7 @@ def test_s3_errors_while_reading_the_aux_state_retry_when_transient_and_fail_nam
     manager.storage.error = RemoteStorageError("get_object s3://b/k failed: AccessDenied: no")
     step, _ = perform(manager, WORK)
     assert isinstance(step, Fail) and "s3://b/k" in step.reason and "AccessDenied" in step.reason
+    assert manager.metrics.meter("BuildRemoteLogAuxStateErrorsPerSec", TP[0]) == 1  # the Fail, not the Retries
 
 
 def test_damaged_aux_state_objects_fail_naming_the_segment() -> None:

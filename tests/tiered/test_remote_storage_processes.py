@@ -1,0 +1,160 @@
+"""The remote tier as an operator runs it, on real processes: Kafka's remote storage metrics on the
+broker's Prometheus endpoint, segments compressed and encrypted at rest read back by a real consumer.
+
+One cluster for the module (1 controller, 1 broker) against moto's S3 server through a fault proxy
+that fails the `.log` PUTs while a test asks it to; the broker compresses and encrypts its segments
+(a key pair made here), uploads every 200 ms, and keeps one byte of each tiered partition locally.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteSegmentState, TopicIdPartition
+from quorum.launcher import LocalCluster
+from tests.support.prometheus import samples
+from tests.test_controller_processes import create, wait_until
+from tests.tiered.fault_proxy import FaultProxy
+from tests.tiered.test_segment_transform import encrypted
+from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
+from tiered_follower.rsm_config import RsmConfig
+from tiered_follower.s3_client import S3Client
+from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
+
+QUIET = {"log_level": 0}
+BUCKET = "remote-storage-cluster"
+BROKER = 101
+SECRET = b"iban-DE89-3704-0044-0532-0130-00"
+"""What every record carries: the bucket must never hold it."""
+M = "kafka_server_BrokerTopicMetrics_"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
+    s3_server.create_bucket(BUCKET)
+    keys = tmp_path_factory.mktemp("keys")
+    faults = FaultProxy(s3_server.endpoint_url, kinds=("500",), rate=0.0, methods=("PUT",), path_filter=".log")
+    settings = {
+        **s3_properties(faults.endpoint_url, BUCKET, key_prefix="cluster/"), **encrypted(keys, "k1", "k1"),
+        "rsm.config.storage.retries": "2",
+        "offsets.topic.replication.factor": "1", "group.initial.rebalance.delay.ms": "0",
+        "log.segment.bytes": str(16 * 1024), "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "500", "quorum.metrics.port": "0",
+    }  # fmt: skip
+    running = LocalCluster(tmp_path_factory.mktemp("remote"), controllers=1, brokers=1, settings=settings)
+    running.format_storage()
+    running.write_configs()
+    running.start()
+    running.faults = faults  # type: ignore[attr-defined]
+    running.settings = settings  # type: ignore[attr-defined]
+    try:
+        yield running
+    finally:
+        running.stop()
+        faults.stop()
+
+
+def metrics(cluster: LocalCluster) -> dict[str, float]:
+    log = Path(cluster.specs[BROKER].log_path).read_text()
+    url = re.findall(rf"node {BROKER} metrics on (http://127.0.0.1:\d+/metrics)", log)[-1]
+    return samples(url)
+
+
+def produce(cluster: LocalCluster, topic: str, count: int) -> list[bytes]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
+    create(admin, NewTopic(topic, 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"}))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5,
+                         "batch.num.messages": 20, **QUIET})  # fmt: skip
+    values = [SECRET + f" payment {n:06d} ".encode() * 8 for n in range(count)]
+    for value in values:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+    return values
+
+
+def finished_segments(cluster: LocalCluster, topic: str) -> list[RemoteSegmentMetadata]:
+    """Partition 0's segments whose copy finished, from the remote log metadata in the bucket."""
+    store = S3RemoteLogMetadataStore(S3Client(RsmConfig.from_properties(cluster.settings).s3))  # type: ignore[attr-defined]
+    prefix = f"cluster/{topic}-"
+    topic_ids = {key[len(prefix) :].split("/", 1)[0] for key in store.client.list_keys(prefix)}
+    return [
+        s
+        for topic_id in topic_ids
+        for s in store.list_segments(TopicIdPartition(topic, uuid.UUID(topic_id), 0))
+        if s.state == RemoteSegmentState.COPY_SEGMENT_FINISHED
+    ]
+
+
+def read_all(cluster: LocalCluster, topic: str, end: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"{topic}-reader",
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": 32 * 1024, **QUIET})  # fmt: skip
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+
+        def done() -> bool:
+            for message in consumer.consume(500, 0.5):
+                assert message.error() is None, message.error()
+                assert message.offset() == len(values), (message.offset(), len(values))
+                values.append(message.value())
+            return len(values) >= end
+
+        wait_until(f"a consumer reading {topic} from offset 0 to {end}", done)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_copy_metrics_count_the_uploaded_segments_and_the_lag_goes_to_zero(cluster, s3_server: EmbeddedS3):
+    topic = "payments"
+    labels = f'{{topic="{topic}"}}'
+    cluster.faults.rate = 1.0  # every .log PUT fails: nothing is copied, the lag builds up
+    try:
+        values = produce(cluster, topic, 400)
+        stuck = wait_until("failed copies counted and a copy lag of rolled segments",
+                           lambda: (m := metrics(cluster)).get(f"{M}RemoteCopyErrorsPerSec_total{labels}", 0) >= 1
+                           and m.get(f"{M}RemoteCopyLagSegments{labels}", 0) >= 3 and m)  # fmt: skip
+    finally:
+        cluster.faults.rate = 0.0
+    assert stuck[f"{M}RemoteCopyLagBytes{labels}"] >= 3 * 16 * 1024 * 0.9
+    assert stuck[f"{M}RemoteCopyBytesPerSec_total{labels}"] == 0
+    assert stuck['tiered_storage_s3_errors_total{operation="put_object"}'] >= 1
+    assert stuck['tiered_storage_s3_retries_total{code="InternalError"}'] >= 1
+    # the faults stop: every rolled segment goes up and the lag goes to 0
+    done = wait_until("the copy lag back to 0 with every rolled segment uploaded",
+                      lambda: (m := metrics(cluster)).get(f"{M}RemoteCopyLagSegments{labels}") == 0
+                      and m.get(f"{M}RemoteCopyLagBytes{labels}") == 0
+                      and m.get(f"{M}RemoteLogMetadataCount{labels}", 0) >= 3 and m)  # fmt: skip
+    uploaded = finished_segments(cluster, topic)
+    copied = sum(s.size_in_bytes for s in uploaded)
+    print(
+        f"{len(uploaded)} segments, {copied} bytes uploaded; metrics: "
+        f"{ {k: v for k, v in done.items() if topic in k or k.startswith('tiered_storage_s3')} }"
+    )
+    assert done[f"{M}RemoteCopyBytesPerSec_total{labels}"] == copied
+    assert done[f"{M}RemoteLogSizeBytes{labels}"] == copied
+    assert done[f"{M}RemoteLogMetadataCount{labels}"] == len(uploaded)
+    assert (
+        done[f"{M}RemoteCopyRequestsPerSec_total{labels}"]
+        >= len(uploaded) + stuck[f"{M}RemoteCopyErrorsPerSec_total{labels}"]
+    )
+    assert done[f"{M}RemoteCopyBytesPerSec_total"] >= copied  # the all-topics series
+    assert done["tiered_storage_s3_bytes_sent_total"] > 0
+    # a consumer from offset 0 reads the first segments out of S3, decrypted
+    assert read_all(cluster, topic, len(values)) == values
+    after = metrics(cluster)
+    assert after[f"{M}RemoteFetchRequestsPerSec_total{labels}"] >= 1
+    assert after[f"{M}RemoteFetchBytesPerSec_total{labels}"] > 0
+    assert after[f"{M}RemoteFetchErrorsPerSec_total{labels}"] == 0
+    assert after["tiered_storage_s3_bytes_received_total"] > done["tiered_storage_s3_bytes_received_total"]
+    # and the bucket never held the records' text
+    client = s3_server.client()
+    keys = [e["Key"] for e in client.list_objects_v2(Bucket=BUCKET, Prefix=f"cluster/{topic}-")["Contents"]]  # type: ignore[attr-defined]
+    assert [k for k in keys if SECRET in client.get_object(Bucket=BUCKET, Key=k)["Body"].read()] == []  # type: ignore[attr-defined]
