@@ -282,6 +282,9 @@ class RemoteLogManager:
                 logger.exception("%s: remote log task failed (retried in %d ms)", partition.name, self.interval_ms)
 
     async def _run_partition(self, partition: Partition) -> None:
+        if partition.remote is not None and not partition.config.remote_storage_enable:
+            await self._remote_storage_disabled(partition, partition.remote)
+            return
         self.partition_opened(partition)
         state = partition.remote
         if state is None or state.partition in self._deleted:
@@ -293,6 +296,35 @@ class RemoteLogManager:
                 finally:  # a failed copy leaves its lag to see
                     if state.partition not in self._deleted and state.loaded:
                         self._record_gauges(partition, state)
+
+    async def _remote_storage_disabled(self, partition: Partition, state: RemoteLogState) -> None:
+        """KIP-950: the topic's `remote.storage.enable` went false. With `remote.log.delete.on.disable`
+        the leader deletes the partition's remote data, as Kafka's `deleteRemoteLogPartition`: its
+        segments go DELETE_SEGMENT_STARTED (no replica reads them any more), then every object under
+        the partition's prefix, the metadata included (had the offsets stayed "uploaded", turning
+        remote storage on again would let local retention delete segments that are not in S3).
+        Every replica then stops tiering it; the log starts at the local log start."""
+        async with self._lock(state.partition):
+            if partition.remote is not state or partition.config.remote_storage_enable:
+                return
+            if not partition.config.remote_log_delete_on_disable:
+                logger.warning("%s: remote.storage.enable is off without remote.log.delete.on.disable (the "
+                               "controller refuses that change; a static default?): its remote data stays in S3, "
+                               "unread", partition.name)  # fmt: skip
+            elif partition.is_leader:
+                state.load(await self._run(self.metadata.list_segments, state.partition))
+                for segment in state.segments(RemoteSegmentState.COPY_SEGMENT_STARTED,
+                                              RemoteSegmentState.COPY_SEGMENT_FINISHED):  # fmt: skip
+                    self.metrics.mark("RemoteDeleteRequestsPerSec", partition.topic)
+                    await self._publish(state, segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_STARTED,
+                                                                self.broker_id, self._clock_ms()))  # fmt: skip
+                removed = await self._run(self.storage.delete_partition, state.partition)
+                logger.info("%s: remote.storage.enable turned off with remote.log.delete.on.disable: deleted its %d "
+                            "remote objects; the log starts at the local log start %d", partition.name, removed,
+                            partition.local_log_start_offset)  # fmt: skip
+            partition.remote = None
+            self._snapshots.pop(state.partition, None)
+            self.metrics.forget(partition.topic, partition.partition)
 
     async def refresh(self, partition: Partition) -> None:
         """Read a follower's remote metadata now, outside the task's round over every partition
@@ -322,7 +354,8 @@ class RemoteLogManager:
         local = [LocalSegment(s.base_offset, s.next_offset, s.size, s.max_timestamp) for s in rolled.values()]
         config = partition.config
         now = PartitionNow(self.broker_id, leader, partition.high_watermark, local, config.retention_ms,
-                           config.retention_bytes, self._clock_ms(), frozenset(self._copying))
+                           config.retention_bytes, self._clock_ms(), frozenset(self._copying),
+                           config.remote_log_copy_disable)
         for step in plan(now, state):
             if key in self._deleted:
                 return
@@ -349,7 +382,9 @@ class RemoteLogManager:
             return
         uploaded = state.highest_uploaded_offset
         uploaded = -1 if uploaded is None else uploaded
-        pending = [s for s in partition.log.rolled_segments() if s.base_offset > uploaded]
+        # KIP-950: with copies disabled Kafka resets the copy lag to 0 (stopLeaderCopyRLMTasks)
+        copying = not partition.config.remote_log_copy_disable
+        pending = [s for s in partition.log.rolled_segments() if s.base_offset > uploaded and copying]
         live = [s for s in state.segments() if s.state != RemoteSegmentState.DELETE_SEGMENT_FINISHED]
         self.metrics.record(partition.topic, partition.partition, copy_lag_bytes=sum(s.size for s in pending),
                             copy_lag_segments=len(pending), log_size_bytes=state.size_in_bytes,

@@ -12,7 +12,8 @@ a pure function of what the partition and its remote metadata look like now; the
   DELETE_SEGMENT_STARTED to DELETE_SEGMENT_FINISHED. A DELETE_SEGMENT_STARTED left behind is
   finished the same way.
 * Uploads: rolled segments (never the active one) that lie wholly below the high watermark and
-  hold offsets above the highest uploaded offset, in offset order.
+  hold offsets above the highest uploaded offset, in offset order; none with KIP-950's
+  `remote.log.copy.disable` (what is uploaded stays readable and expires as before).
 * Retention over the whole log, local plus remote (KIP-405): remote segments, oldest first, while
   their largest timestamp is older than `retention.ms`, or while the log without them still holds
   `retention.bytes` (remote bytes plus the local bytes not yet uploaded). Deleting them moves the
@@ -50,6 +51,8 @@ class PartitionNow:
     now_ms: int
     copying: frozenset[object] = frozenset()
     """Segment ids this broker is copying right now (not to be cleaned up under its feet)."""
+    copy_disabled: bool = False
+    """KIP-950's `remote.log.copy.disable`: no uploads; cleanup and expiration go on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,8 @@ def plan(now: PartitionNow, remote: RemoteLogState) -> list[Step]:
 def uploads(now: PartitionNow, remote: RemoteLogState) -> list[Upload]:
     uploaded = remote.highest_uploaded_offset
     assert uploaded is not None
+    if now.copy_disabled:
+        return []
     return [Upload(segment) for segment in now.rolled
             if segment.next_offset > uploaded + 1 and segment.next_offset <= now.high_watermark
             and segment.next_offset > segment.base_offset]

@@ -35,6 +35,12 @@ class LogConfig:
     remote_storage_enable: bool = False
     """KIP-405's topic `remote.storage.enable`; takes effect only on brokers with
     `remote.log.storage.system.enable` (those composed with a remote tier)."""
+    remote_log_copy_disable: bool = False
+    """KIP-950's `remote.log.copy.disable`: no more uploads; what is in the remote tier is still
+    served and expires by `retention.*`."""
+    remote_log_delete_on_disable: bool = False
+    """KIP-950's `remote.log.delete.on.disable`: turning `remote.storage.enable` off deletes the
+    partition's remote data (the controller refuses turning it off without this)."""
     local_retention_ms: int | None = 7 * 24 * _HOUR_MS
     """`local.retention.ms` resolved: -2 (the default) follows `retention.ms`."""
     local_retention_bytes: int | None = None
@@ -76,6 +82,8 @@ _KEYS = {
     "min_insync_replicas": ("min.insync.replicas", "min.insync.replicas", "1"),
     "flush_messages": ("flush.messages", "log.flush.interval.messages", str(_LONG_MAX)),
     "remote_storage_enable": ("remote.storage.enable", "", "false"),
+    "remote_log_copy_disable": ("remote.log.copy.disable", "", "false"),
+    "remote_log_delete_on_disable": ("remote.log.delete.on.disable", "", "false"),
     "local_retention_ms": ("local.retention.ms", "log.local.retention.ms", "-2"),
     "local_retention_bytes": ("local.retention.bytes", "log.local.retention.bytes", "-2"),
     "cleanup_policy": ("cleanup.policy", "log.cleanup.policy", "delete"),
@@ -111,6 +119,13 @@ def _int(key: str, text: str) -> int:
         return int(text.strip())
     except ValueError:
         raise LogConfigError(f"{key} must be an integer, got {text!r}") from None
+
+
+def _bool(values: Mapping[str, str], name: str) -> bool:
+    text = values[name].strip().lower()
+    if text not in ("true", "false"):
+        raise LogConfigError(f"{_KEYS[name][0]} must be true or false, got {values[name]!r}")
+    return text == "true"
 
 
 def _broker_time_ms(broker: tuple[Mapping[str, str], ...], ms_key: str, minutes_key: str | None,
@@ -158,9 +173,8 @@ def resolve_log_config(
     flush = _int("flush.messages", values["flush_messages"])
     local_ms = _int("local.retention.ms", values["local_retention_ms"])
     local_bytes = _int("local.retention.bytes", values["local_retention_bytes"])
-    remote = values["remote_storage_enable"].strip().lower()
-    if remote not in ("true", "false"):
-        raise LogConfigError(f"remote.storage.enable must be true or false, got {values['remote_storage_enable']!r}")
+    remote, copy_disable, delete_on_disable = (_bool(values, name) for name in (
+        "remote_storage_enable", "remote_log_copy_disable", "remote_log_delete_on_disable"))
     for key, value in (("local.retention.ms", local_ms), ("local.retention.bytes", local_bytes)):
         if value < FOLLOW_RETENTION:
             raise LogConfigError(f"{key} must be -2 (follow retention), -1 (unlimited) or more, got {value}")
@@ -187,7 +201,9 @@ def resolve_log_config(
         log_append_time=timestamp_type == "LogAppendTime",
         min_insync_replicas=_int("min.insync.replicas", values["min_insync_replicas"]),
         flush_messages=flush if 0 < flush < _LONG_MAX else None,
-        remote_storage_enable=remote == "true",
+        remote_storage_enable=remote,
+        remote_log_copy_disable=copy_disable,
+        remote_log_delete_on_disable=delete_on_disable,
         local_retention_ms=(retention_ms if 0 <= retention_ms < _LONG_MAX else None) if local_ms == FOLLOW_RETENTION
         else (local_ms if 0 <= local_ms < _LONG_MAX else None),
         local_retention_bytes=(retention_bytes if retention_bytes >= 0 else None) if local_bytes == FOLLOW_RETENTION

@@ -432,14 +432,16 @@ class Partition:
         """`retention.ms` and `retention.bytes`, never past the high watermark. A tiered partition
         keeps `local.retention.*` on its disk instead and deletes only segments already uploaded
         (KIP-405): none before its remote metadata is loaded; the remote tier applies `retention.*`
-        to the whole log. A topic whose `cleanup.policy` lacks `delete` keeps its segments (Kafka's
-        `config.delete`): compaction alone bounds it."""
+        to the whole log. With `remote.log.copy.disable` (KIP-950) nothing more is uploaded, so, as
+        Kafka's UnifiedLog, local segments go by `retention.*` again, uploaded or not. A topic
+        whose `cleanup.policy` lacks `delete` keeps its segments (Kafka's `config.delete`):
+        compaction alone bounds it."""
         upto = self._high_watermark
         if not self.config.deletes:
             self._maybe_follow_log_end()
             return 0
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-        if self.remote is not None:
+        if self.remote is not None and not self.config.remote_log_copy_disable:  # KIP-950: copying, see above
             uploaded = self.remote.highest_uploaded_offset
             if uploaded is None or uploaded < 0:
                 return 0

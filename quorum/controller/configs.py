@@ -203,7 +203,39 @@ def check_topic_configs(configs: Iterable[tuple[str, str | None]]) -> dict[str, 
             raise ApiError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
         check_value(key, value)
         result[name] = value
+    check_remote_storage({}, result)
     return result
+
+
+REMOTE_OFF_WITHOUT_DELETE = (
+    "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data and "
+    "turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable "
+    "remote storage and delete all remote data, please set `remote.storage.enable=false,"
+    "remote.log.delete.on.disable=true`.")  # fmt: skip
+"""Kafka's message (LogConfig.validateTurningOffRemoteStorageWithDelete), with INVALID_CONFIG."""
+
+
+def check_remote_storage(existing: Mapping[str, str], resulting: Mapping[str, str]) -> None:
+    """KIP-950's rules, as Kafka's LogConfig.validate applies them to a topic's configs (`existing`
+    before the change, `resulting` after it; Kafka's defaults for keys not set): with remote storage
+    on and `remote.log.copy.disable=true`, `local.retention.*` must be -2 or equal `retention.*`
+    (nothing more goes to the remote tier); turning remote storage off needs
+    `remote.log.delete.on.disable=true`. INVALID_CONFIG (InvalidConfigurationException) otherwise."""
+    def value(name: str) -> str:
+        found = resulting.get(name)
+        return (TOPIC_CONFIGS[name].default if found is None else found).strip().lower()
+
+    if value("remote.storage.enable") == "true":
+        if value("remote.log.copy.disable") != "true":
+            return
+        for local, total in (("local.retention.bytes", "retention.bytes"), ("local.retention.ms", "retention.ms")):
+            if int(value(local)) not in (-2, int(value(total))):
+                raise ApiError(ErrorCode.INVALID_CONFIG, f"When `remote.log.copy.disable` is set to true, the "
+                               f"`{local}` and `{total}` must be set to the identical value because there will be "
+                               f"no more logs copied to the remote storage.")  # fmt: skip
+    elif existing.get("remote.storage.enable", "false").strip().lower() == "true" and (
+            value("remote.log.delete.on.disable") != "true"):  # fmt: skip
+        raise ApiError(ErrorCode.INVALID_CONFIG, REMOTE_OFF_WITHOUT_DELETE)
 
 
 def check_resource(resource_type: int, resource_name: str, topic_exists: bool) -> None:
@@ -278,6 +310,14 @@ def alter(resource_type: int, operations: Sequence[tuple[str, int, str | None]],
             _check_resource_value(resource_type, key, new)
         if new != old or resource_type == BROKER:
             changes.append((name, new))
+    if resource_type == TOPIC:
+        resulting = dict(current)
+        for name, new in changes:
+            if new is None:
+                resulting.pop(name, None)
+            else:
+                resulting[name] = new
+        check_remote_storage(current, resulting)
     return changes
 
 

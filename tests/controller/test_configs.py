@@ -215,3 +215,35 @@ def test_topic_config_value_layers() -> None:
     assert topic_config_value({**cluster, (TOPIC, "t"): {key: "false"}}, "t", key) == "false"  # the topic first
     assert topic_config_value({(BROKER, "1"): {key: "true"}}, "t", key) == "false"  # one broker is no default
     assert topic_config_value({}, "t", "no.such.key") is None
+
+
+def test_kip_950_turning_remote_storage_off_needs_delete_on_disable() -> None:
+    """Kafka's LogConfig.validateTurningOffRemoteStorageWithDelete: INVALID_CONFIG with its message."""
+    tiered = {"remote.storage.enable": "true"}
+    for op, value in ((OpType.SET, "false"), (OpType.DELETE, None)):
+        error = error_of(alter, TOPIC, [("remote.storage.enable", op, value)], tiered)
+        assert error.code == ErrorCode.INVALID_CONFIG
+        assert error.message.startswith("It is invalid to disable remote storage without deleting remote data.")
+    with_delete = [("remote.storage.enable", OpType.SET, "false"), ("remote.log.delete.on.disable", OpType.SET, "true")]
+    assert alter(TOPIC, with_delete, tiered) == [("remote.storage.enable", "false"),
+                                                 ("remote.log.delete.on.disable", "true")]
+    # set earlier is as good; a topic never tiered is not concerned
+    assert alter(TOPIC, [("remote.storage.enable", OpType.SET, "false")],
+                 {**tiered, "remote.log.delete.on.disable": "true"}) == [("remote.storage.enable", "false")]
+    assert alter(TOPIC, [("retention.ms", OpType.SET, "5")], {}) == [("retention.ms", "5")]
+    # the legacy AlterConfigs drops what it does not name: remote storage off, refused the same way
+    assert error_of(replace, TOPIC, [("retention.ms", "5")], tiered).code == ErrorCode.INVALID_CONFIG
+
+
+def test_kip_950_copy_disable_needs_local_retention_to_follow_retention() -> None:
+    tiered = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
+    error = error_of(alter, TOPIC, [("remote.log.copy.disable", OpType.SET, "true")], tiered)
+    assert (error.code, error.message) == (ErrorCode.INVALID_CONFIG, "When `remote.log.copy.disable` is set to "
+                                           "true, the `local.retention.bytes` and `retention.bytes` must be set to the "
+                                           "identical value because there will be no more logs copied to the remote "
+                                           "storage.")  # fmt: skip
+    ok = [("remote.log.copy.disable", OpType.SET, "true"), ("local.retention.bytes", OpType.DELETE, None)]
+    assert alter(TOPIC, ok, tiered) == [("remote.log.copy.disable", "true"), ("local.retention.bytes", None)]
+    with pytest.raises(ApiError, match="local.retention.ms` and `retention.ms"):
+        check_topic_configs([("remote.storage.enable", "true"), ("remote.log.copy.disable", "true"),
+                             ("local.retention.ms", "10"), ("retention.ms", "20")])

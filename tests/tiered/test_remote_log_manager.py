@@ -216,3 +216,57 @@ def test_refresh_reads_a_followers_remote_metadata_at_once_and_leaves_a_leaders_
     partition.remote.invalidate()
     asyncio.run(manager.refresh(partition))  # a leader: the task reads it, once it leads
     assert not partition.remote.loaded
+
+
+def test_kip_950_copy_disable_stops_uploads_and_local_retention_follows_retention(tmp_path):
+    from dataclasses import replace
+
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+    asyncio.run(manager.run_once([partition]))
+    uploaded = partition.remote.highest_uploaded_offset if partition.remote else None
+    partition.apply_config(replace(partition.config, remote_log_copy_disable=True, local_retention_bytes=None))
+    for number in range(30, 60):  # more rolled segments, never uploaded, kept on disk (retention.* is unlimited)
+        batch = bytearray(build_batch([Record(0, 1_700_000_000_000 + number, b"", b"w" * 900)],
+                                      partition_leader_epoch=1))  # fmt: skip
+        patch_base_offset(batch, 0, number)
+        partition.append_as_follower(bytes(batch))
+    partition.advance_high_watermark(partition.log_end_offset)
+    calls = list(tier.calls)
+    asyncio.run(manager.run_once([partition]))
+    assert tier.calls == calls and partition.remote is not None
+    assert partition.remote.highest_uploaded_offset == uploaded and len(partition.log.rolled_segments()) > 5
+    assert manager.metrics.gauge("RemoteCopyLagSegments") == 0  # reset, as Kafka does when copies stop
+    assert manager.metrics.gauge("RemoteLogMetadataCount") == len(partition.remote.finished) > 0
+    # what is in the tier is still read
+    data = asyncio.run(manager.read(partition, 0, 1000))
+    assert data == tier.fetch_log(partition.remote.finished[0], 0, len(data)) and data
+
+
+def test_kip_950_remote_storage_off_with_delete_on_disable_deletes_the_remote_data(tmp_path):
+    from dataclasses import replace
+
+    tier = MemoryTier()
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+    asyncio.run(manager.run_once([partition]))
+    finished = [s.start_offset for s in partition.remote.finished] if partition.remote else []
+    assert finished and partition.log_start_offset == 0
+    tier.calls.clear()
+    # without delete.on.disable (the controller refuses it; a broker default could say so): kept, no longer read
+    kept = leader_partition(tmp_path / "kept")
+    asyncio.run(manager.run_once([kept]))
+    kept.apply_config(replace(kept.config, remote_storage_enable=False))
+    asyncio.run(manager.run_once([kept]))
+    assert kept.remote is None and "delete partition" not in tier.calls
+    tier.calls.clear()
+    partition.apply_config(replace(partition.config, remote_storage_enable=False, remote_log_delete_on_disable=True))
+    asyncio.run(manager.run_once([partition]))
+    started = [c for c in tier.calls if c.startswith("DELETE_SEGMENT_STARTED")]
+    assert started == [f"DELETE_SEGMENT_STARTED {base}" for base in finished]
+    assert tier.calls[-1] == "delete partition" and tier.objects == {}
+    assert partition.remote is None and partition.log_start_offset == partition.local_log_start_offset > 0
+    assert manager.metrics.gauge("RemoteLogSizeBytes") == 0
+    asyncio.run(manager.run_once([partition]))  # stays off: nothing more happens
+    assert partition.remote is None and tier.calls[-1] == "delete partition"

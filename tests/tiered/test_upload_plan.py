@@ -78,3 +78,12 @@ def test_size_retention_counts_a_segment_uploaded_up_to_offset_0_once():
     assert [s for s in plan(at_limit, remote(first)) if isinstance(s, Expire)] == []
     over = PartitionNow(101, True, 1000, rolled, None, 1000, 100_000)  # 1000 bytes over: the whole segment
     assert [s.segment for s in plan(over, remote(first)) if isinstance(s, Expire)] == [first]
+
+
+def test_kip_950_copy_disabled_uploads_nothing_but_cleans_up_and_expires():
+    old = meta(0, 99, RemoteSegmentState.COPY_SEGMENT_FINISHED, max_ts=1)
+    orphan = meta(100, 199, RemoteSegmentState.COPY_SEGMENT_STARTED)
+    disabled = PartitionNow(101, True, 1000, ROLLED, 50_000, None, 100_000, frozenset(), copy_disabled=True)
+    steps = plan(disabled, remote(old, orphan))
+    assert steps == [CleanUp(orphan), Expire(old, steps[1].reason)]  # type: ignore[union-attr]
+    assert [s for s in plan(now(), remote(old)) if isinstance(s, Upload)] != []  # and uploads without it
