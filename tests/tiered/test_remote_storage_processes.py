@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteSegmentState, TopicIdPartition
 from quorum.launcher import LocalCluster
@@ -67,16 +67,48 @@ def metrics(cluster: LocalCluster) -> dict[str, float]:
     return samples(url)
 
 
-def produce(cluster: LocalCluster, topic: str, count: int) -> list[bytes]:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
-    create(admin, NewTopic(topic, 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"}))
+def create_tiered(cluster: LocalCluster, topic: str) -> None:
+    create(
+        admin(cluster), NewTopic(topic, 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"})
+    )
+
+
+def admin(cluster: LocalCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
+
+
+def produce(cluster: LocalCluster, topic: str, count: int, start: int = 0) -> list[bytes]:
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5,
                          "batch.num.messages": 20, **QUIET})  # fmt: skip
-    values = [SECRET + f" payment {n:06d} ".encode() * 8 for n in range(count)]
+    values = [SECRET + f" payment {n:06d} ".encode() * 8 for n in range(start, start + count)]
     for value in values:
         producer.produce(topic, value, partition=0)
     assert producer.flush(30) == 0
     return values
+
+
+def alter_topic(cluster: LocalCluster, topic: str, **changes: str | None) -> None:
+    """IncrementalAlterConfigs with confluent-kafka: SET each key (`_` for `.`), DELETE those given None."""
+    entries = [
+        ConfigEntry(
+            name.replace("_", "."),
+            value,
+            incremental_operation=AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET,
+        )
+        for name, value in changes.items()
+    ]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    client = admin(cluster)  # kept until the answer: a client destroyed sooner fails its futures
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+def uploaded_all(cluster: LocalCluster, topic: str, at_least: int) -> dict[str, float]:
+    """Wait until the broker reports at least `at_least` remote segments of `topic` and no copy lag."""
+    labels = f'{{topic="{topic}"}}'
+    return wait_until(f"{topic}: {at_least} segments uploaded and no copy lag",
+                      lambda: (m := metrics(cluster)).get(f"{M}RemoteLogMetadataCount{labels}", 0) >= at_least
+                      and m.get(f"{M}RemoteCopyLagSegments{labels}") == 0 and m)  # fmt: skip
 
 
 def finished_segments(cluster: LocalCluster, topic: str) -> list[RemoteSegmentMetadata]:
@@ -84,6 +116,7 @@ def finished_segments(cluster: LocalCluster, topic: str) -> list[RemoteSegmentMe
     store = S3RemoteLogMetadataStore(S3Client(RsmConfig.from_properties(cluster.settings).s3))  # type: ignore[attr-defined]
     prefix = f"cluster/{topic}-"
     topic_ids = {key[len(prefix) :].split("/", 1)[0] for key in store.client.list_keys(prefix)}
+    topic_ids = {t for t in topic_ids if len(t) == 36}  # not another topic named `{topic}-...`
     return [
         s
         for topic_id in topic_ids
@@ -117,6 +150,7 @@ def test_copy_metrics_count_the_uploaded_segments_and_the_lag_goes_to_zero(clust
     labels = f'{{topic="{topic}"}}'
     cluster.faults.rate = 1.0  # every .log PUT fails: nothing is copied, the lag builds up
     try:
+        create_tiered(cluster, topic)
         values = produce(cluster, topic, 400)
         stuck = wait_until("failed copies counted and a copy lag of rolled segments",
                            lambda: (m := metrics(cluster)).get(f"{M}RemoteCopyErrorsPerSec_total{labels}", 0) >= 1
@@ -158,3 +192,49 @@ def test_copy_metrics_count_the_uploaded_segments_and_the_lag_goes_to_zero(clust
     client = s3_server.client()
     keys = [e["Key"] for e in client.list_objects_v2(Bucket=BUCKET, Prefix=f"cluster/{topic}-")["Contents"]]  # type: ignore[attr-defined]
     assert [k for k in keys if SECRET in client.get_object(Bucket=BUCKET, Key=k)["Body"].read()] == []  # type: ignore[attr-defined]
+
+
+def test_kip_950_copy_disable_stops_uploads_and_keeps_serving_what_is_in_s3(cluster):
+    topic, witness = "ledger", "ledger-witness"
+    for name in (topic, witness):
+        create_tiered(cluster, name)
+    values = produce(cluster, topic, 300)
+    uploaded_all(cluster, topic, 2)
+    before = {s.segment_id for s in finished_segments(cluster, topic)}
+    # Kafka's rule: with copies off, local.retention.* must follow retention.* (here local.retention.bytes=1)
+    with pytest.raises(KafkaException, match="INVALID_CONFIG.*`local.retention.bytes` and `retention.bytes`"):
+        alter_topic(cluster, topic, remote_log_copy_disable="true")
+    alter_topic(cluster, topic, remote_log_copy_disable="true", local_retention_bytes=None)
+    values += produce(cluster, topic, 300, start=300)
+    # two uploads of another topic, the second produced after the first is seen: the remote log task
+    # has gone over `ledger` at least once since its new segments rolled
+    produce(cluster, witness, 200)
+    first = uploaded_all(cluster, witness, 1)[f'{M}RemoteLogMetadataCount{{topic="{witness}"}}']
+    produce(cluster, witness, 200, start=200)
+    after = uploaded_all(cluster, witness, int(first) + 1)
+    assert {s.segment_id for s in finished_segments(cluster, topic)} == before
+    assert after[f'{M}RemoteLogMetadataCount{{topic="{topic}"}}'] == len(before)
+    assert after[f'{M}RemoteCopyLagSegments{{topic="{topic}"}}'] == 0  # reset, as Kafka does
+    assert read_all(cluster, topic, len(values)) == values  # its head still read from S3
+
+
+def test_kip_950_turning_remote_storage_off_needs_delete_on_disable_and_deletes_the_remote_data(
+        cluster, s3_server: EmbeddedS3):  # fmt: skip
+    from quorum.get_offsets import list_offsets
+
+    topic = "archive"
+    create_tiered(cluster, topic)
+    produce(cluster, topic, 300)
+    uploaded_all(cluster, topic, 2)
+    with pytest.raises(KafkaException, match="INVALID_CONFIG.*It is invalid to disable remote storage without "
+                                             "deleting remote data"):  # fmt: skip
+        alter_topic(cluster, topic, remote_storage_enable="false")
+    assert finished_segments(cluster, topic)  # refused: nothing was deleted
+    alter_topic(cluster, topic, remote_storage_enable="false", remote_log_delete_on_disable="true")
+    client = s3_server.client()
+    wait_until(
+        f"every object of {topic} deleted from the bucket",
+        lambda: client.list_objects_v2(Bucket=BUCKET, Prefix=f"cluster/{topic}-").get("KeyCount") == 0,
+    )  # type: ignore[attr-defined]
+    earliest, local = (list_offsets(cluster.bootstrap_servers, topic, [0], spec)[0][0] for spec in (-2, -4))
+    assert earliest == local > 0  # the log now starts at the local log start
