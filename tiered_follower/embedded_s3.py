@@ -20,24 +20,32 @@ REGION = "us-east-1"
 
 @dataclass
 class EmbeddedS3:
-    """A running moto server; `endpoint_url` is what brokers get as `rsm.config.storage.s3.endpoint.url`."""
+    """A running S3 server on 127.0.0.1 (moto's here; the tests start s3rver the same way);
+    `endpoint_url` is what brokers get as `rsm.config.storage.s3.endpoint.url`."""
 
     endpoint_url: str
     server: object
+    """What `stop` stops (its `stop()`)."""
+    access_key: str = ACCESS_KEY
+    secret_key: str = SECRET_KEY
+    name: str = "moto"
 
     def stop(self) -> None:
         self.server.stop()  # type: ignore[attr-defined]
 
     def client(self) -> object:
         return boto3.client("s3", region_name=REGION, endpoint_url=self.endpoint_url,
-                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
 
     def properties(self, bucket: str, key_prefix: str = "") -> dict[str, str]:
-        """The broker settings that point tiered storage at this endpoint and bucket."""
-        return s3_properties(self.endpoint_url, bucket, key_prefix)
+        """The broker settings that point tiered storage at this endpoint and bucket, with its credentials."""
+        properties = s3_properties(self.endpoint_url, bucket, key_prefix)
+        properties["rsm.config.storage.aws.access.key.id"] = self.access_key
+        properties["rsm.config.storage.aws.secret.access.key"] = self.secret_key
+        return properties
 
 
 TIERED_DEV_DEFAULTS = {

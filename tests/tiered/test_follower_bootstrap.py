@@ -412,21 +412,23 @@ def test_the_report_counts_bytes_fetched_until_the_follower_sees_itself_in_the_i
     assert f"kafka_server_tiered_follower_bootstrap_time_to_isr_ms{labels} 1500.0" in exposed
 
 
-# -- over moto: the S3 GETs ----------------------------------------------------------------------------------------
+# -- over S3: the GETs ---------------------------------------------------------------------------------------------
 
 
-def test_the_aux_state_takes_at_most_two_s3_gets(s3_server, bucket: str, tmp_path: Path) -> None:
-    from tiered_follower.embedded_s3 import s3_properties
+def test_the_aux_state_takes_at_most_two_s3_gets(each_s3, tmp_path: Path) -> None:
+    """On moto and on s3rver (`conftest.each_s3`)."""
     from tiered_follower.s3_client import S3Client, S3Config
     from tiered_follower.s3_storage import S3RemoteStorage
 
-    storage = S3RemoteStorage(S3Client(S3Config.from_properties(s3_properties(s3_server.endpoint_url, bucket))))
+    bucket = f"aux-state-{uuid.uuid4().hex[:12]}"
+    each_s3.create_bucket(bucket)
+    storage = S3RemoteStorage(S3Client(S3Config.from_properties(each_s3.properties(bucket))))
     seg = segment(400, 799, [(1, 400), (3, 600)], size=100)
     (tmp_path / "s.log").write_bytes(b"x" * 100)
     storage.copy_segment(seg, SegmentUpload(str(tmp_path / "s.log"), 100, {
         IndexType.OFFSET: b"O" * 16, IndexType.TIMESTAMP: b"T" * 24,
         IndexType.LEADER_EPOCH: encode_checkpoint(HISTORY), IndexType.PRODUCER_SNAPSHOT: SNAPSHOT}))  # fmt: skip
-    reader = S3RemoteStorage(S3Client(S3Config.from_properties(s3_properties(s3_server.endpoint_url, bucket))))
+    reader = S3RemoteStorage(S3Client(S3Config.from_properties(each_s3.properties(bucket))))
     aux = read_aux_state(reader, seg)
     assert aux.s3_requests == 2 and reader.client.stats["get_object"] == 2
     assert aux.producer_snapshot == SNAPSHOT and aux.leader_epochs[-1] == EpochStart(3, 600)

@@ -14,7 +14,7 @@ from quorum.broker.log_config import LogConfig
 from quorum.broker.partition import Partition
 from quorum.wire.records import Record, build_batch, iter_batches, patch_base_offset
 from tiered_follower import remote_reads
-from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
+from tiered_follower.embedded_s3 import EmbeddedS3
 from tiered_follower.remote_log_manager import RemoteLogManager
 
 BROKER = 101
@@ -53,8 +53,14 @@ def uploaded(s3_server: EmbeddedS3, bucket: str, tmp_path: Path):
     partition.close()
 
 
+@pytest.fixture(scope="module")
+def s3_server(each_s3: EmbeddedS3) -> EmbeddedS3:
+    """Upload, read, retention and deletion against moto and against s3rver (`conftest.each_s3`)."""
+    return each_s3
+
+
 def _storage(s3_server: EmbeddedS3, bucket: str):
-    manager = RemoteLogManager.from_properties(BROKER, s3_properties(s3_server.endpoint_url, bucket))
+    manager = RemoteLogManager.from_properties(BROKER, s3_server.properties(bucket))
     return manager.storage, manager.metadata
 
 
@@ -134,3 +140,28 @@ def test_a_new_leader_continues_the_producer_snapshots_from_the_last_uploaded_on
                         batch.base_offset, batch.max_timestamp)
     snapshot = decode_producer_snapshot(fresh.storage.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT))
     assert snapshot == replayed.snapshot() and {e.producer_id for e in snapshot} == {7, 9, 11}
+
+
+def test_retention_then_topic_deletion_remove_the_objects(uploaded):
+    """Remote retention (`retention.ms`) deletes expired segments' objects, keeping only their last
+    metadata event; the topic's deletion removes everything under the partition's prefix."""
+    from dataclasses import replace
+
+    from quorum.broker.remote_tier import RemoteSegmentState
+
+    partition, manager = uploaded
+    assert partition.remote is not None
+    expired = partition.remote.finished
+    client = manager.storage.client
+    assert len([k for k in client.list_keys("") if k.endswith(".rsm-manifest")]) == len(expired)
+    partition.apply_config(replace(partition.config, retention_ms=1))  # every record is older than 1 ms
+    asyncio.run(manager.run_once([partition]))
+    assert partition.remote.finished == ()
+    keys = client.list_keys("")
+    assert not [k for k in keys if k.endswith((".log", ".indexes", ".rsm-manifest"))]
+    events = [k for k in keys if "/remote_log_metadata/" in k]
+    assert len(events) == len(expired) and all(k.endswith("DELETE_SEGMENT_FINISHED") for k in events)
+    listed = manager.metadata.list_segments(partition.remote.partition)
+    assert {s.state for s in listed} == {RemoteSegmentState.DELETE_SEGMENT_FINISHED}
+    assert manager.storage.delete_partition(partition.remote.partition) == len(events)
+    assert client.list_keys("") == []

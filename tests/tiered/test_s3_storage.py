@@ -18,7 +18,7 @@ from quorum.broker.remote_tier import (
 )
 from quorum.log.epoch_cache import EpochEntry
 from tests.tiered.fault_proxy import FaultProxy
-from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
+from tiered_follower.embedded_s3 import EmbeddedS3
 from tiered_follower.s3_client import MIN_PART_SIZE, S3Client, S3Config, S3ConfigError
 from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
 from tiered_follower.s3_storage import S3RemoteStorage
@@ -26,8 +26,17 @@ from tiered_follower.s3_storage import S3RemoteStorage
 PARTITION = TopicIdPartition("orders", uuid.UUID("00000000-0000-0000-0000-0000000000aa"), 3)
 
 
-def client_for(endpoint: str, bucket: str, **extra: str) -> S3Client:
-    properties = s3_properties(endpoint, bucket, key_prefix="tiered/")
+@pytest.fixture(scope="module")
+def s3_server(each_s3: EmbeddedS3) -> EmbeddedS3:
+    """Every test here runs against moto and against s3rver (`conftest.each_s3`)."""
+    return each_s3
+
+
+def client_for(server: EmbeddedS3, bucket: str, endpoint: str | None = None, **extra: str) -> S3Client:
+    """A client of `bucket` on `server` (through `endpoint` when given: a fault proxy in front of it)."""
+    properties = server.properties(bucket, key_prefix="tiered/")
+    if endpoint is not None:
+        properties["rsm.config.storage.s3.endpoint.url"] = endpoint
     properties.update({f"rsm.config.{k}": v for k, v in extra.items()})
     config = S3Config.from_properties(properties)
     return S3Client(config, sleep=lambda _s: None)
@@ -48,7 +57,7 @@ def upload(tmp_path: Path, segment: RemoteSegmentMetadata, data: bytes) -> Segme
 
 
 def test_segment_objects_follow_the_layout_and_read_back(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
-    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    storage = S3RemoteStorage(client_for(s3_server, bucket))
     data = os.urandom(10_000)
     segment = metadata(100, 199, len(data))
     storage.copy_segment(segment, upload(tmp_path, segment, data))
@@ -66,19 +75,19 @@ def test_segment_objects_follow_the_layout_and_read_back(s3_server: EmbeddedS3, 
 
 
 def test_a_segment_without_its_manifest_is_not_readable(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
-    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    storage = S3RemoteStorage(client_for(s3_server, bucket))
     data = b"x" * 500
     segment = metadata(0, 9, len(data))
     storage.copy_segment(segment, upload(tmp_path, segment, data))
     storage.client.delete([storage.key(segment, ".rsm-manifest")])
-    fresh = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    fresh = S3RemoteStorage(client_for(s3_server, bucket))
     with pytest.raises(RemoteStorageError, match=r"s3://tiered-test-\d+/tiered/orders-.*rsm-manifest.*NoSuchKey"):
         fresh.fetch_log(segment, 0, 100)
 
 
 def test_a_manifest_that_disagrees_with_the_metadata_is_refused(s3_server: EmbeddedS3, bucket: str,
                                                                 tmp_path: Path) -> None:
-    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, bucket))
+    storage = S3RemoteStorage(client_for(s3_server, bucket))
     segment = metadata(0, 9, 500)
     storage.copy_segment(segment, upload(tmp_path, segment, b"y" * 500))
     other = RemoteSegmentMetadata(PARTITION, segment.segment_id, 0, 19, segment.leader_epochs, 500, 0, 101, 0)
@@ -87,7 +96,7 @@ def test_a_manifest_that_disagrees_with_the_metadata_is_refused(s3_server: Embed
 
 
 def test_large_logs_go_up_in_parts(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
-    client = client_for(s3_server.endpoint_url, bucket, **{"storage.s3.multipart.upload.part.size": str(MIN_PART_SIZE)})
+    client = client_for(s3_server, bucket, **{"storage.s3.multipart.upload.part.size": str(MIN_PART_SIZE)})
     storage = S3RemoteStorage(client)
     data = os.urandom(2 * MIN_PART_SIZE + 12345)
     segment = metadata(0, 999, len(data))
@@ -98,7 +107,7 @@ def test_large_logs_go_up_in_parts(s3_server: EmbeddedS3, bucket: str, tmp_path:
 
 
 def test_permanent_errors_name_bucket_and_key(s3_server: EmbeddedS3, tmp_path: Path) -> None:
-    storage = S3RemoteStorage(client_for(s3_server.endpoint_url, "no-such-bucket-here"))
+    storage = S3RemoteStorage(client_for(s3_server, "no-such-bucket-here"))
     segment = metadata(0, 9, 100)
     with pytest.raises(RemoteStorageError) as caught:
         storage.copy_segment(segment, upload(tmp_path, segment, b"z" * 100))
@@ -120,12 +129,12 @@ def test_missing_and_bad_settings_are_named() -> None:
 
 
 def test_metadata_events_survive_a_new_store_and_keep_the_latest_state(s3_server: EmbeddedS3, bucket: str) -> None:
-    store = S3RemoteLogMetadataStore(client_for(s3_server.endpoint_url, bucket))
+    store = S3RemoteLogMetadataStore(client_for(s3_server, bucket))
     first = metadata(0, 99, 1000, epochs=(EpochEntry(0, 0), EpochEntry(2, 50)))
     second = metadata(100, 199, 1000, epochs=(EpochEntry(2, 100),))
     for event in (first, second, first.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, 101, 5)):
         store.publish(event)
-    loaded = S3RemoteLogMetadataStore(client_for(s3_server.endpoint_url, bucket)).list_segments(PARTITION)
+    loaded = S3RemoteLogMetadataStore(client_for(s3_server, bucket)).list_segments(PARTITION)
     assert [(s.segment_id, s.state) for s in loaded] == [
         (first.segment_id, RemoteSegmentState.COPY_SEGMENT_FINISHED),
         (second.segment_id, RemoteSegmentState.COPY_SEGMENT_STARTED)]
@@ -146,7 +155,7 @@ def test_transient_faults_are_retried_until_the_data_is_right(s3_server: Embedde
     proxy = FaultProxy(s3_server.endpoint_url, rate=0.4, seed=7, slow_s=0.05,
                        kinds=("500", "slowdown", "throttle", "reset", "truncate", "slow"))
     try:
-        client = client_for(proxy.endpoint_url, bucket, **{"storage.retries": "30"})
+        client = client_for(s3_server, bucket, endpoint=proxy.endpoint_url, **{"storage.retries": "30"})
         storage = S3RemoteStorage(client)
         store = S3RemoteLogMetadataStore(client)
         segments = []
@@ -176,7 +185,7 @@ def test_transient_faults_are_retried_until_the_data_is_right(s3_server: Embedde
 def test_faults_that_outlast_the_retries_fail_retriably(s3_server: EmbeddedS3, bucket: str) -> None:
     proxy = FaultProxy(s3_server.endpoint_url, rate=1.0, kinds=("slowdown",))
     try:
-        client = client_for(proxy.endpoint_url, bucket, **{"storage.retries": "3"})
+        client = client_for(s3_server, bucket, endpoint=proxy.endpoint_url, **{"storage.retries": "3"})
         failed = r"put_object s3://tiered-test-\d+/k failed 3 times.*SlowDown"
         with pytest.raises(RemoteStorageError, match=failed) as e:
             client.put("k", b"v")

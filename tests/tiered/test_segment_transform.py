@@ -100,11 +100,12 @@ def test_chunks_come_back_whole_or_not_at_all() -> None:
 # -- settings ---------------------------------------------------------------------------------------
 
 
-def base(s3_server: EmbeddedS3, bucket: str = "b") -> dict[str, str]:
-    return s3_properties(s3_server.endpoint_url, bucket)
+def base() -> dict[str, str]:
+    """Settings of a bucket at an endpoint no test reaches: parsing them needs no server."""
+    return s3_properties("http://127.0.0.1:9", "b")
 
 
-def test_unknown_and_bad_settings_stop_the_broker_naming_them(s3_server: EmbeddedS3, tmp_path: Path) -> None:
+def test_unknown_and_bad_settings_stop_the_broker_naming_them(tmp_path: Path) -> None:
     refusals = {
         "rsm.config.encryption.enabeld": "rsm.config.encryption.enabeld: not a setting this remote storage implements",
         "rsm.config.storage.s3.sse.algorithm": "rsm.config.storage.s3.sse.algorithm: not a setting",
@@ -119,22 +120,20 @@ def test_unknown_and_bad_settings_stop_the_broker_naming_them(s3_server: Embedde
               "rsm.config.chunk.size": "0"}  # fmt: skip
     for key, message in refusals.items():
         with pytest.raises(S3ConfigError, match=message):
-            RsmConfig.from_properties({**base(s3_server), key: values.get(key, "true")})
+            RsmConfig.from_properties({**base(), key: values.get(key, "true")})
     with pytest.raises(S3ConfigError, match="encryption.key.pair.id is required"):
-        RsmConfig.from_properties({**base(s3_server), "rsm.config.encryption.enabled": "true"})
+        RsmConfig.from_properties({**base(), "rsm.config.encryption.enabled": "true"})
     pair = encrypted(tmp_path, "k1", "k1")
     with pytest.raises(S3ConfigError, match=r"encryption.key.pair.id=k9 is not one of rsm.config.encryption.key.pairs"):
-        RsmConfig.from_properties({**base(s3_server), **pair, "rsm.config.encryption.key.pair.id": "k9"})
-    missing = {**base(s3_server), **pair, "rsm.config.encryption.key.pairs.k1.private.key.file": str(tmp_path / "no")}
+        RsmConfig.from_properties({**base(), **pair, "rsm.config.encryption.key.pair.id": "k9"})
+    missing = {**base(), **pair, "rsm.config.encryption.key.pairs.k1.private.key.file": str(tmp_path / "no")}
     with pytest.raises(S3ConfigError, match=r"k1.private.key.file=.*/no: No such file"):
         RsmConfig.from_properties(missing)
-    swapped = {**base(s3_server), **pair, **{k.replace("k2", "k1"): v for k, v in rsa_pair(tmp_path, "k2").items()
+    swapped = {**base(), **pair, **{k.replace("k2", "k1"): v for k, v in rsa_pair(tmp_path, "k2").items()
                                              if k.endswith("public.key.file")}}  # fmt: skip
     with pytest.raises(S3ConfigError, match="k1: the public key is not the private key's"):
         RsmConfig.from_properties(swapped)
-    config = RsmConfig.from_properties(
-        {**base(s3_server), **pair, "rsm.config.storage.s3.storage.class": "STANDARD_IA"}
-    )
+    config = RsmConfig.from_properties({**base(), **pair, "rsm.config.storage.s3.storage.class": "STANDARD_IA"})
     assert config.transform.active_key is not None and config.transform.compression
     assert config.s3.storage_class == "STANDARD_IA" and config.s3.path_style is True
 
@@ -155,6 +154,12 @@ def test_the_broker_start_refuses_an_unknown_key() -> None:
 
 
 # -- against S3 -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_server(each_s3: EmbeddedS3) -> EmbeddedS3:
+    """Against moto and against s3rver (`conftest.each_s3`)."""
+    return each_s3
 
 
 def tiered_partition(directory: Path) -> Partition:
@@ -178,7 +183,7 @@ def tiered_partition(directory: Path) -> Partition:
 @pytest.fixture
 def uploaded(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> Iterator[tuple[Partition, dict[str, str]]]:
     """The partition's rolled segments uploaded compressed and encrypted under key pair k1 (k0 listed too)."""
-    settings = {**s3_properties(s3_server.endpoint_url, bucket), **encrypted(tmp_path, "k1", "k0", "k1")}
+    settings = {**s3_server.properties(bucket), **encrypted(tmp_path, "k1", "k0", "k1")}
     partition = tiered_partition(tmp_path / "secret-0")
     manager = RemoteLogManager.from_properties(BROKER, settings)
     manager.partition_opened(partition)
@@ -250,7 +255,7 @@ def test_a_segment_of_another_key_is_refused_by_name(uploaded, tmp_path: Path) -
 
 
 def test_compression_alone_and_the_storage_class(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
-    settings = {**s3_properties(s3_server.endpoint_url, bucket), "rsm.config.compression.enabled": "true",
+    settings = {**s3_server.properties(bucket), "rsm.config.compression.enabled": "true",
                 "rsm.config.storage.s3.storage.class": "STANDARD_IA"}  # fmt: skip
     partition = tiered_partition(tmp_path / "secret-0")
     try:
