@@ -1,8 +1,9 @@
 """s3rver, a second and independent S3 implementation beside moto, as a process on 127.0.0.1.
 
 moto and s3rver are written apart (Python and Node), so a behaviour of the tier that passes on
-both leans on S3's API, not on one fake's quirks. s3rver checks SigV4 signatures against its one
-account (S3RVER / S3RVER), keeps objects in a directory, and speaks path-style requests. It is
+both leans on S3's API, not on one fake's quirks. s3rver knows one account (access key S3RVER;
+it refuses another key id, but leaves SigV4 signatures unchecked: its source says so), keeps
+objects in a directory, and is addressed path-style here. It is
 pinned in `tests/support/s3rver/package.json` and installed by `./run test` (`npm ci`).
 """
 
