@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteSegmentState, TopicIdPartition
@@ -23,6 +23,7 @@ from tests.support.prometheus import samples
 from tests.test_controller_processes import create, wait_until
 from tests.tiered.fault_proxy import FaultProxy
 from tests.tiered.test_segment_transform import encrypted
+from tests.tiered.test_tiered_processes import read_confluent
 from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
 from tiered_follower.rsm_config import RsmConfig
 from tiered_follower.s3_client import S3Client
@@ -125,26 +126,6 @@ def finished_segments(cluster: LocalCluster, topic: str) -> list[RemoteSegmentMe
     ]
 
 
-def read_all(cluster: LocalCluster, topic: str, end: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"{topic}-reader",
-                         "enable.auto.commit": False, "max.partition.fetch.bytes": 32 * 1024, **QUIET})  # fmt: skip
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-
-        def done() -> bool:
-            for message in consumer.consume(500, 0.5):
-                assert message.error() is None, message.error()
-                assert message.offset() == len(values), (message.offset(), len(values))
-                values.append(message.value())
-            return len(values) >= end
-
-        wait_until(f"a consumer reading {topic} from offset 0 to {end}", done)
-    finally:
-        consumer.close()
-    return values
-
-
 def test_copy_metrics_count_the_uploaded_segments_and_the_lag_goes_to_zero(cluster, s3_server: EmbeddedS3):
     topic = "payments"
     labels = f'{{topic="{topic}"}}'
@@ -182,7 +163,7 @@ def test_copy_metrics_count_the_uploaded_segments_and_the_lag_goes_to_zero(clust
     assert done[f"{M}RemoteCopyBytesPerSec_total"] >= copied  # the all-topics series
     assert done["tiered_storage_s3_bytes_sent_total"] > 0
     # a consumer from offset 0 reads the first segments out of S3, decrypted
-    assert read_all(cluster, topic, len(values)) == values
+    assert read_confluent(cluster, topic, len(values)) == values
     after = metrics(cluster)
     assert after[f"{M}RemoteFetchRequestsPerSec_total{labels}"] >= 1
     assert after[f"{M}RemoteFetchBytesPerSec_total{labels}"] > 0
@@ -215,7 +196,7 @@ def test_kip_950_copy_disable_stops_uploads_and_keeps_serving_what_is_in_s3(clus
     assert {s.segment_id for s in finished_segments(cluster, topic)} == before
     assert after[f'{M}RemoteLogMetadataCount{{topic="{topic}"}}'] == len(before)
     assert after[f'{M}RemoteCopyLagSegments{{topic="{topic}"}}'] == 0  # reset, as Kafka does
-    assert read_all(cluster, topic, len(values)) == values  # its head still read from S3
+    assert read_confluent(cluster, topic, len(values)) == values  # its head still read from S3
 
 
 def test_kip_950_turning_remote_storage_off_needs_delete_on_disable_and_deletes_the_remote_data(
