@@ -87,6 +87,10 @@ class RsmConfig:
     def from_properties(cls, properties: Mapping[str, str]) -> RsmConfig:
         """Both halves from a node's properties; S3ConfigError naming the first unknown or bad key."""
         prefix = properties.get("remote.log.storage.manager.impl.prefix", DEFAULT_PREFIX)
+        if not prefix.strip():
+            raise S3ConfigError(
+                "remote.log.storage.manager.impl.prefix must not be empty (Kafka's default: rsm.config.)"
+            )
         refuse_unknown(properties, prefix)
         return cls(S3Config.from_properties(properties), transform_config(properties, prefix))
 

@@ -31,7 +31,7 @@ import logging
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from quorum.broker.remote_tier import (
@@ -66,6 +66,18 @@ _MANIFEST_CACHE = 1024
 
 def partition_prefix(key_prefix: str, partition: TopicIdPartition) -> str:
     return f"{key_prefix}{partition.topic}-{partition.topic_id}/{partition.partition}/"
+
+
+def file_chunks(path: str, size: int, chunk_size: int) -> Iterator[bytes]:
+    """The first `size` bytes of the file in `chunk_size` pieces; RemoteStorageError if it is shorter."""
+    read = 0
+    with open(path, "rb") as source:
+        while read < size:
+            chunk = source.read(min(chunk_size, size - read))
+            if not chunk:
+                raise RemoteStorageError(f"{path} ended at byte {read}, not {size}")
+            read += len(chunk)
+            yield chunk
 
 
 def segment_file_name(key: str) -> str:
@@ -149,18 +161,8 @@ class S3RemoteStorage:
         sizes: list[int] = []
         with tempfile.TemporaryDirectory(prefix="rsm-upload-") as scratch:
             stored_path = f"{scratch}/{segment_file_name(key)}"
-            read = 0
-            with open(data.log_path, "rb") as source, open(stored_path, "wb") as out:
-                def chunks():  # noqa: ANN202 - a generator over the file's chunks
-                    nonlocal read
-                    while read < data.log_size:
-                        chunk = source.read(min(chunk_size, data.log_size - read))
-                        if not chunk:
-                            raise RemoteStorageError(f"{data.log_path} ended at byte {read}, not {data.log_size}")
-                        read += len(chunk)
-                        yield chunk
-
-                for stored in transform_chunks(chunks(), transform):
+            with open(stored_path, "wb") as out:
+                for stored in transform_chunks(file_chunks(data.log_path, data.log_size, chunk_size), transform):
                     out.write(stored)
                     sizes.append(len(stored))
             index = ChunkIndex(data.log_size, chunk_size, tuple(sizes))

@@ -121,6 +121,13 @@ def test_unknown_and_bad_settings_stop_the_broker_naming_them(tmp_path: Path) ->
     for key, message in refusals.items():
         with pytest.raises(S3ConfigError, match=message):
             RsmConfig.from_properties({**base(), key: values.get(key, "true")})
+    with pytest.raises(S3ConfigError, match="remote.log.storage.manager.impl.prefix must not be empty"):
+        RsmConfig.from_properties({**base(), "remote.log.storage.manager.impl.prefix": ""})
+    moved = {k.replace("rsm.config.", "s3."): v for k, v in base().items()}
+    with pytest.raises(S3ConfigError, match="s3.compression.enable: not a setting"):  # under another prefix too
+        RsmConfig.from_properties(
+            {**moved, "remote.log.storage.manager.impl.prefix": "s3.", "s3.compression.enable": "1"}
+        )
     with pytest.raises(S3ConfigError, match="encryption.key.pair.id is required"):
         RsmConfig.from_properties({**base(), "rsm.config.encryption.enabled": "true"})
     pair = encrypted(tmp_path, "k1", "k1")
