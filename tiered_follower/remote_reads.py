@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from typing import Protocol
 
 from quorum.broker.partition_view import TimestampOffset
 from quorum.broker.remote_tier import IndexType, RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
@@ -60,13 +61,27 @@ class RemoteIndexCache:
         return entries[number][1] if number >= 0 else 0
 
 
-def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
+class LogReader(Protocol):
+    """Where `.log` bytes come from: the storage itself, or `chunk_cache.ChunkCache` in front of it."""
+
+    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes: ...
+
+
+def read_batches(storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
                  max_bytes: int) -> bytes:
     """Whole batches from the one holding `offset` (or the first after it) to at most
     `max_bytes`, the first whole however large; b"" past the segment's end."""
+    return read_batches_at(storage, indexes, segment, offset, max_bytes)[0]
+
+
+def read_batches_at(storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
+                    max_bytes: int) -> tuple[bytes, int]:
+    """`read_batches`, and the byte position in the segment where what it returned ends (where a
+    consumer's next read starts: what to fetch ahead from)."""
     position = indexes.position_for(segment, offset)
     size = segment.size_in_bytes
     out = bytearray()
+    end = position
     while position < size:
         want = max(READ_CHUNK, max_bytes - len(out)) if not out else max_bytes - len(out)
         if want <= 0:
@@ -81,8 +96,9 @@ def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: Rem
                     continue
                 whole = bytes(data[batch.position:walker.position])
                 if out and len(out) + len(whole) > max_bytes:
-                    return _checked(bytes(out), segment)
+                    return _checked(bytes(out), segment), end
                 out += whole
+                end = position + walker.position
         except CorruptRecordError as exc:
             raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: bad batch "
                                      f"at byte {position + (exc.position or 0)}: {exc.reason}", retriable=True) from exc
@@ -97,6 +113,7 @@ def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: Rem
             whole = storage.fetch_log(segment, position, position + header.size_in_bytes)
             if header.last_offset >= offset:
                 out += whole
+                end = position + len(whole)
                 if len(out) >= max_bytes:
                     break
             consumed = len(whole)
@@ -105,7 +122,7 @@ def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: Rem
         position += consumed
         if len(out) >= max_bytes:
             break
-    return _checked(bytes(out), segment)
+    return _checked(bytes(out), segment), end
 
 
 def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
