@@ -35,7 +35,7 @@ from tiered_follower import fetch_ahead
 logger = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "rsm.config."
-DEFAULT_CHUNK_SIZE = 4 << 20
+DEFAULT_CHUNK_SIZE = 8 << 20
 DEFAULT_CACHE_SIZE = 256 << 20
 DEFAULT_PREFETCH_SIZE = 16 << 20
 MAX_AHEAD_THREADS = 8
@@ -124,6 +124,8 @@ class ChunkCache:
         return b"".join(parts)
 
     def _chunk(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
+        """Chunk `index` from the cache, else from the GET already on its way, else with a GET of
+        our own (registered, so that a concurrent read of the same chunk waits for it)."""
         key = (segment.segment_id, index)
         with self._lock:
             found = self._chunks.get(key)
@@ -132,6 +134,10 @@ class ChunkCache:
                 self.stats["hits"] += 1
                 return found
             pending = self._inflight.get(key)
+            if pending is None:
+                mine: Future[bytes] = Future()
+                self._inflight[key] = mine
+                self.stats["misses"] += 1
         if pending is not None:
             try:
                 data = pending.result()
@@ -140,11 +146,23 @@ class ChunkCache:
                 return data
             except (RemoteStorageError, CancelledError) as exc:
                 logger.info(
-                    "fetch-ahead of chunk %d of %s failed (%s): reading it again", index, segment.object_name, exc
+                    "the GET of chunk %d of %s by another read failed (%s): reading it again",
+                    index,
+                    segment.object_name,
+                    exc,
                 )
-        with self._lock:
-            self.stats["misses"] += 1
-        return self._get(segment, index)
+                return self._get(segment, index)
+        try:
+            data = self._get(segment, index)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            mine.exception()  # retrieved: a waiter may never come
+            raise
+        else:
+            mine.set_result(data)
+        finally:
+            self._done(key)
+        return data
 
     def _get(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
         start, end = fetch_ahead.chunk_bounds(index, self.config.chunk_size, segment.size_in_bytes)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from quorum.wire.records import iter_batches
 from tests.tiered.test_remote_log_manager import BROKER, MemoryTier, leader_partition
 from tiered_follower import remote_reads
-from tiered_follower.chunk_cache import ChunkCacheConfig, ChunkCacheConfigError
+from tiered_follower.chunk_cache import ChunkCache, ChunkCacheConfig, ChunkCacheConfigError
 from tiered_follower.remote_log_manager import RemoteLogManager
 
 SMALL_CHUNKS = {"rsm.config.chunk.size": "5000", "rsm.config.fetch.chunk.cache.size": "40000",
@@ -24,7 +25,7 @@ def uploaded(tmp_path: Path, batches: int = 80):
     partition = leader_partition(tmp_path, batches=batches)
     tier = MemoryTier()
     asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
-    assert partition.remote is not None and len(partition.remote.finished) >= 5
+    assert partition.remote is not None and len(partition.remote.finished) >= 3
     return partition, tier
 
 
@@ -101,3 +102,35 @@ def test_a_cache_too_small_for_what_it_fetches_ahead_is_refused_by_name():
         ChunkCacheConfig.from_properties({"rsm.config.chunk.size": "4000", "rsm.config.fetch.chunk.cache.size": "5000"})
     with pytest.raises(ChunkCacheConfigError, match="rsm.config.chunk.size must be at least 1"):
         ChunkCacheConfig.from_properties({"rsm.config.chunk.size": "0"})
+
+
+def test_reads_of_a_chunk_on_its_way_wait_for_that_get_instead_of_sending_another(tmp_path):
+    partition, tier = uploaded(tmp_path, batches=20)
+    segment = partition.remote.finished[0]
+    started, gate, gets = threading.Event(), threading.Event(), []
+    inner = tier.fetch_log
+
+    def counted(segment, start, end):  # noqa: ANN001, ANN202
+        gets.append((start, end))
+        started.set()
+        if not gate.wait(timeout=30):
+            raise AssertionError("the test never opened the gate")
+        return inner(segment, start, end)
+
+    tier.fetch_log = counted  # type: ignore[method-assign]
+    cache = ChunkCache(tier, ChunkCacheConfig(chunk_size=5000, cache_size=40_000, prefetch_max_size=0))
+    results: list[bytes] = []
+    readers = [threading.Thread(target=lambda: results.append(cache.fetch_log(segment, 10, 200))) for _ in range(3)]
+    readers[0].start()
+    assert started.wait(timeout=30), "the first read never sent its GET"
+    for reader in readers[1:]:
+        reader.start()
+    time.sleep(0.3)  # the two others reach the chunk while its GET is held (a second GET would be counted)
+    gate.set()
+    for reader in readers:
+        reader.join(timeout=30)
+    assert results == [inner(segment, 10, 200)] * 3
+    assert len(gets) == 1
+    assert cache.stats["waited_ahead"] + cache.stats["hits"] == 2
+    cache.close()
+    partition.close()
