@@ -407,7 +407,7 @@ def main() -> None:
     print_table(f"acks=all producer (200 records/s of 1 KB, {P99_SECONDS:g} s each) beside a backfill of the tiered "
                 "topic from S3", ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal"],
                 p99s, left=(6,))
-    print("(figures taken on a shared machine are indicative; moto runs in this process, the broker in its own)")
+    print("(figures taken on a shared machine are indicative; moto, the broker and the clients each in a process)")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
 from tiered_follower import fetch_ahead
+from tiered_follower.int_settings import int_setting
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +65,7 @@ class ChunkCacheConfig:
         prefix = properties.get("remote.log.storage.manager.impl.prefix", DEFAULT_PREFIX)
 
         def number(name: str, default: int, minimum: int) -> int:
-            text = properties.get(prefix + name)
-            if text is None or not text.strip():
-                return default
-            try:
-                value = int(text.strip())
-            except ValueError:
-                raise ChunkCacheConfigError(f"{prefix}{name} must be an integer, got {text!r}") from None
-            if value < minimum:
-                raise ChunkCacheConfigError(f"{prefix}{name} must be at least {minimum}, got {value}")
-            return value
+            return int_setting(properties, prefix + name, default, minimum, ChunkCacheConfigError)
 
         return cls(
             chunk_size=number("chunk.size", DEFAULT_CHUNK_SIZE, 1),

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tiered_follower.int_settings import int_setting
 from tiered_follower.rlm_quota import QuotaConfig, QuotaConfigError
 
 DEFAULT_TASK_INTERVAL_MS = 30_000
@@ -40,18 +41,12 @@ class RemoteLogManagerConfigError(QuotaConfigError):
 
 
 def _int(properties: Mapping[str, str], key: str, default: int, minimum: int, allow_unset: bool = False) -> int:
-    text = properties.get(key)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise RemoteLogManagerConfigError(f"{key} must be an integer, got {text!r}") from None
-    if allow_unset and value == -1:
-        return value
-    if value < minimum:
-        extra = " (or -1: the value of remote.log.manager.thread.pool.size)" if allow_unset else ""
-        raise RemoteLogManagerConfigError(f"{key} must be at least {minimum}{extra}, got {value}")
+    """`int_setting`; with `allow_unset` also -1 (Kafka's "the value of remote.log.manager.thread.pool.size")."""
+    value = int_setting(properties, key, default, -1 if allow_unset else minimum, RemoteLogManagerConfigError)
+    if allow_unset and value != -1 and value < minimum:
+        raise RemoteLogManagerConfigError(
+            f"{key} must be at least {minimum} (or -1: the value of remote.log.manager.thread.pool.size), got {value}"
+        )
     return value
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tiered_follower.int_settings import int_setting
+
 UNLIMITED = 2**63 - 1
 """Kafka's default quota (Long.MAX_VALUE): no limit."""
 DEFAULT_WINDOW_NUM = 11
@@ -43,27 +45,17 @@ class QuotaConfig:
         `.{kind}.quota.window.num` and `.{kind}.quota.window.size.seconds`, Kafka's names and defaults."""
         base = f"remote.log.manager.{kind}"
         return cls(
-            _number(properties, f"{base}.max.bytes.per.second", UNLIMITED, 1),
-            _number(properties, f"{base}.quota.window.num", DEFAULT_WINDOW_NUM, 1),
-            1000 * _number(properties, f"{base}.quota.window.size.seconds", DEFAULT_WINDOW_SIZE_SECONDS, 1),
+            int_setting(properties, f"{base}.max.bytes.per.second", UNLIMITED, 1, QuotaConfigError),
+            int_setting(properties, f"{base}.quota.window.num", DEFAULT_WINDOW_NUM, 1, QuotaConfigError),
+            1000
+            * int_setting(
+                properties, f"{base}.quota.window.size.seconds", DEFAULT_WINDOW_SIZE_SECONDS, 1, QuotaConfigError
+            ),
         )
 
     @property
     def limited(self) -> bool:
         return self.bytes_per_second < UNLIMITED
-
-
-def _number(properties: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    text = properties.get(key)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise QuotaConfigError(f"{key} must be an integer, got {text!r}") from None
-    if value < minimum:
-        raise QuotaConfigError(f"{key} must be at least {minimum}, got {value}")
-    return value
 
 
 @dataclass(slots=True)

@@ -97,6 +97,10 @@ class VirtualTime:
         self.now_ms += round(seconds * 1000)
         await asyncio.sleep(0)
 
+    def manager(self, tier: MemoryTier, properties: dict[str, str]) -> RemoteLogManager:
+        """A remote log manager over `tier` living in this virtual time."""
+        return RemoteLogManager(BROKER, tier, tier, properties, clock_ms=self.clock_ms, sleep=self.sleep)
+
 
 def test_the_remote_log_task_holds_its_copy_quota_over_a_minute(tmp_path: Path):
     partition = leader_partition(tmp_path, batches=260)
@@ -105,14 +109,7 @@ def test_the_remote_log_task_holds_its_copy_quota_over_a_minute(tmp_path: Path):
     time, tier = VirtualTime(), MemoryTier()
     copied_at: list[tuple[int, int]] = []
     tier.on_copy = lambda segment: copied_at.append((time.now_ms, segment.size_in_bytes))
-    manager = RemoteLogManager(
-        BROKER,
-        tier,
-        tier,
-        {"remote.log.manager.copy.max.bytes.per.second": str(quota)},
-        clock_ms=time.clock_ms,
-        sleep=time.sleep,
-    )
+    manager = time.manager(tier, {"remote.log.manager.copy.max.bytes.per.second": str(quota)})
     asyncio.run(manager.run_once([partition]))
     assert len(copied_at) == len(segment_sizes)  # everything was copied, at last
     start = copied_at[0][0]
@@ -130,14 +127,7 @@ def test_remote_reads_hold_the_fetch_quota_over_a_minute_and_are_answered_empty_
     last = partition.remote.finished[-1].end_offset
     quota = 20_000
     time = VirtualTime()
-    manager = RemoteLogManager(
-        BROKER,
-        tier,
-        tier,
-        {"remote.log.manager.fetch.max.bytes.per.second": str(quota)},
-        clock_ms=time.clock_ms,
-        sleep=time.sleep,
-    )
+    manager = time.manager(tier, {"remote.log.manager.fetch.max.bytes.per.second": str(quota)})
 
     async def consume_for_a_minute() -> tuple[int, int]:
         served = empty = 0
