@@ -87,7 +87,8 @@ class ChunkCache:
         self._bytes = 0
         self._inflight: dict[ChunkKey, Future[bytes]] = {}
         self._lock = threading.RLock()  # a done-callback may run inside submit, under the lock
-        threads = min(MAX_AHEAD_THREADS, max(1, config.prefetch_max_size // config.chunk_size))
+        # the rest of the chunk a read ends in, and the whole chunks after it, all at once
+        threads = min(MAX_AHEAD_THREADS, 1 + config.prefetch_max_size // config.chunk_size)
         self._ahead = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-ahead")
         self.stats = {"hits": 0, "misses": 0, "ahead": 0, "waited_ahead": 0, "evicted": 0}
         """Chunk reads served from the cache, GET on demand, fetched ahead, and waited for in flight."""

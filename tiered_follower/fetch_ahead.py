@@ -49,19 +49,19 @@ def plan_read(
     size: int, chunk_size: int, start: int, end: int, prefetch_bytes: int, present: Callable[[int], bool]
 ) -> ChunkPlan:
     """The chunks to read bytes [start, end) of a `size`-byte object, and those after them to
-    fetch ahead (up to `prefetch_bytes`); `present(i)` is whether chunk i is cached or in flight."""
+    fetch ahead: up to `prefetch_bytes` counted from `end` (the rest of the chunk holding `end`
+    counts for what it holds past it); `present(i)` is whether chunk i is cached or in flight."""
     end = min(end, size)
     covering = chunks_covering(start, end, chunk_size)
     needed = tuple(i for i in covering if not present(i))
-    first_ahead = covering.stop if covering else start // chunk_size
     ahead: list[int] = []
     budget = max(prefetch_bytes, 0)
-    index = first_ahead
+    index = end // chunk_size  # the chunk holding the first byte after the read
     while budget > 0 and index * chunk_size < size:
         chunk_start, chunk_end = chunk_bounds(index, chunk_size, size)
-        if not present(index):
+        if index not in covering and not present(index):
             ahead.append(index)
-        budget -= chunk_end - chunk_start
+        budget -= chunk_end - max(chunk_start, end)
         index += 1
     return ChunkPlan(needed, tuple(ahead), max(budget, 0))
 

@@ -53,3 +53,11 @@ def test_near_the_end_of_a_segment_the_rest_of_the_budget_goes_to_the_next():
 def test_no_prefetch_plans_only_what_the_read_needs():
     plan = plan_read(40 * MB, 4 * MB, 0, 1, 0, nothing)
     assert (plan.needed, plan.ahead, plan.ahead_left) == ((0,), (), 0)
+
+
+def test_fetch_ahead_from_inside_a_cached_chunk_counts_only_what_lies_past_the_read():
+    """A read ending 1 MiB into chunk 1 (cached): 3 MiB of the budget go to the rest of chunk 1,
+    the other 13 MiB to chunks 2 to 5; counting the whole of chunk 1 would fetch one chunk less."""
+    plan = plan_read(40 * MB, 4 * MB, 5 * MB, 5 * MB, 16 * MB, {1}.__contains__)
+    assert plan.needed == ()
+    assert plan.ahead == (2, 3, 4, 5)
