@@ -69,14 +69,18 @@ _buckets = itertools.count()
 
 def filled_partition(directory: Path) -> Partition:
     """A leader partition whose log holds TOTAL_BYTES in SEGMENT_BYTES segments of 64 KiB batches."""
-    partition = Partition("bench", 0, uuid.uuid4(), directory,
-                          LogConfig(segment_bytes=SEGMENT_BYTES, remote_storage_enable=True, local_retention_ms=None,
-                                    retention_ms=None), BROKER)
+    partition = Partition(
+        "bench",
+        0,
+        uuid.uuid4(),
+        directory,
+        LogConfig(segment_bytes=SEGMENT_BYTES, remote_storage_enable=True, local_retention_ms=None, retention_ms=None),
+        BROKER,
+    )
     partition.update_state(BROKER, 1, (BROKER,))
     value = os.urandom(1000)
     now_ms = int(time.time() * 1000)
-    batch = bytearray(build_batch([Record(i, now_ms, b"", value) for i in range(64)],
-                                  partition_leader_epoch=1))
+    batch = bytearray(build_batch([Record(i, now_ms, b"", value) for i in range(64)], partition_leader_epoch=1))
     offset = 0
     while partition.log.size_in_bytes < TOTAL_BYTES + SEGMENT_BYTES:  # the last segment stays active
         patch_base_offset(batch, 0, offset)
@@ -108,19 +112,30 @@ def raw_upload(s3: EmbeddedS3, files: list[Path]) -> tuple[float, int]:
             upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]  # type: ignore[attr-defined]
             parts = []
             for part, position in enumerate(range(0, len(data), PART_SIZE), start=1):
-                etag = client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=part,  # type: ignore
-                                          Body=data[position:position + PART_SIZE])["ETag"]
+                etag = client.upload_part(
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=upload,
+                    PartNumber=part,  # type: ignore
+                    Body=data[position : position + PART_SIZE],
+                )["ETag"]
                 parts.append({"PartNumber": part, "ETag": etag})
-            client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,  # type: ignore
-                                             MultipartUpload={"Parts": parts})
+            client.complete_multipart_upload(
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload,  # type: ignore
+                MultipartUpload={"Parts": parts},
+            )
         sent += len(data)
     return time.perf_counter() - start, sent
 
 
 def task_upload(s3: EmbeddedS3, partition: Partition) -> tuple[float, int]:
     """Seconds and bytes for one run of the remote log task uploading every rolled segment."""
-    properties = {**s3_properties(s3.endpoint_url, fresh_bucket(s3)),
-                  "rsm.config.storage.s3.multipart.upload.part.size": str(PART_SIZE)}
+    properties = {
+        **s3_properties(s3.endpoint_url, fresh_bucket(s3)),
+        "rsm.config.storage.s3.multipart.upload.part.size": str(PART_SIZE),
+    }
     manager = RemoteLogManager.from_properties(BROKER, properties)
     partition.remote = None
     manager.partition_opened(partition)
@@ -155,9 +170,10 @@ def upload_rows(s3: EmbeddedS3, directory: Path) -> list[tuple[object, ...]]:
         raw_best, task_best = min(raw_best, raw_seconds), min(task_best, task_seconds)
     partition.close()
     raw_rate, task_rate = size / MB / raw_best, size / MB / task_best
-    return [("raw boto3 (put_object / multipart)", len(files), size / MB, raw_best, raw_rate, 1.0),
-            ("remote log task (objects + metadata)", len(files), size / MB, task_best, task_rate,
-             task_rate / raw_rate)]
+    return [
+        ("raw boto3 (put_object / multipart)", len(files), size / MB, raw_best, raw_rate, 1.0),
+        ("remote log task (objects + metadata)", len(files), size / MB, task_best, task_rate, task_rate / raw_rate),
+    ]
 
 
 def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], list[tuple[object, ...]]]:
@@ -167,8 +183,12 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
     from quorum.get_offsets import list_offsets
     from quorum.launcher import LocalCluster
 
-    settings = {**s3_properties(s3.endpoint_url, fresh_bucket(s3)), "log.segment.bytes": str(SEGMENT_BYTES),
-                "remote.log.manager.task.interval.ms": "500", "log.retention.check.interval.ms": "1000"}
+    settings = {
+        **s3_properties(s3.endpoint_url, fresh_bucket(s3)),
+        "log.segment.bytes": str(SEGMENT_BYTES),
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "1000",
+    }
     cluster = LocalCluster(directory / "cluster", controllers=1, brokers=1, settings=settings)
     cluster.format_storage()
     cluster.start()
@@ -176,8 +196,11 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
     try:
         bootstrap = cluster.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        topics = [NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"}),
-                  NewTopic("local", 1, 1), NewTopic("p99", 1, 1)]
+        topics = [
+            NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true", "local.retention.bytes": "1"}),
+            NewTopic("local", 1, 1),
+            NewTopic("p99", 1, 1),
+        ]
         for future in admin.create_topics(topics).values():
             future.result(30)
         value = os.urandom(1000)
@@ -196,6 +219,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
                 producer.poll(0)
         assert producer.flush(120) == 0
         progress("waiting for the tiered topic's segments to be uploaded and deleted locally")
+
         def all_rolled_in_s3() -> bool:
             """Every rolled segment uploaded and deleted locally: -6 == -4, and still so after
             several runs of the task and of the retention check (nothing left to do)."""
@@ -204,12 +228,19 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
             after = [list_offsets(bootstrap, "tiered", [0], spec)[0][0] for spec in (-6, -4)]
             return before == after and after[0] == after[1] > 0
 
-        wait_until("every rolled segment of the tiered topic uploaded and deleted locally", all_rolled_in_s3,
-                   timeout_s=600)
+        wait_until(
+            "every rolled segment of the tiered topic uploaded and deleted locally", all_rolled_in_s3, timeout_s=600
+        )
         local_start = list_offsets(bootstrap, "tiered", [0], -4)[0][0]
         for topic in ("tiered", "local"):
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}",
-                                 "enable.auto.commit": False, "fetch.max.bytes": 50 << 20})
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"bench-{topic}",
+                    "enable.auto.commit": False,
+                    "fetch.max.bytes": 50 << 20,
+                }
+            )
             consumer.assign([TopicPartition(topic, 0, 0)])
             got = 0
             start = time.perf_counter()
@@ -220,7 +251,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
                     got += 1
             seconds = time.perf_counter() - start
             consumer.close()
-            where = (f"S3 below offset {local_start} of {count}" if topic == "tiered" else "local disk")
+            where = f"S3 below offset {local_start} of {count}" if topic == "tiered" else "local disk"
             rows.append([topic, where, count * len(value) / MB, seconds, count * len(value) / MB / seconds])
         rows.append(raw_ranged_gets(s3, settings["rsm.config.storage.s3.bucket.name"]))
         local_rate = rows[1][4]
@@ -253,8 +284,13 @@ def raw_ranged_gets(s3: EmbeddedS3, bucket: str) -> list[object]:
     with ThreadPoolExecutor(max_workers=AHEAD) as pool:
         total = sum(pool.map(get, ranges))
     seconds = time.perf_counter() - start
-    return ["raw boto3", f"ranged GETs of {CHUNK_SIZE >> 20} MiB, {AHEAD} at a time, {len(objects)} objects",
-            total / MB, seconds, total / MB / seconds]
+    return [
+        "raw boto3",
+        f"ranged GETs of {CHUNK_SIZE >> 20} MiB, {AHEAD} at a time, {len(objects)} objects",
+        total / MB,
+        seconds,
+        total / MB / seconds,
+    ]
 
 
 def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end: int) -> list[tuple[object, ...]]:
@@ -277,8 +313,15 @@ def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end:
         cluster.start_node(broker)
         cluster.wait_ready()
         held = producer_p99(bootstrap, value, True, remote_end)
-        rows.append((f"backfill from S3, fetch quota {quota / MB:g} MB/s", f"{quota / MB:g}", *held,
-                     held[1] / alone[1], "<= 2x no backfill"))
+        rows.append(
+            (
+                f"backfill from S3, fetch quota {quota / MB:g} MB/s",
+                f"{quota / MB:g}",
+                *held,
+                held[1] / alone[1],
+                "<= 2x no backfill",
+            )
+        )
     return rows
 
 
@@ -295,8 +338,14 @@ def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int) 
     read = [0]
 
     def backfill_consumer() -> None:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"backfill-{time.monotonic()}",
-                             "enable.auto.commit": False, "fetch.max.bytes": 50 << 20})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"backfill-{time.monotonic()}",
+                "enable.auto.commit": False,
+                "fetch.max.bytes": 50 << 20,
+            }
+        )
         consumer.assign([TopicPartition("tiered", 0, 0)])
         while not stop.is_set():
             for message in consumer.consume(1000, 0.2):
@@ -366,8 +415,11 @@ def start_s3_process() -> EmbeddedS3:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     s3 = EmbeddedS3(f"http://127.0.0.1:{port}", _MotoProcess(process))
 
     def answers() -> bool:
@@ -389,8 +441,10 @@ def start_s3_process() -> EmbeddedS3:
 
 def main() -> None:
     if TOTAL_BYTES < 2 * SEGMENT_BYTES:
-        raise SystemExit(f"BENCH_TIERED_MB={TOTAL_BYTES // MB} is less than two segments of "
-                         f"BENCH_TIERED_SEGMENT_MB={SEGMENT_BYTES >> 20}: nothing would be rolled and uploaded")
+        raise SystemExit(
+            f"BENCH_TIERED_MB={TOTAL_BYTES // MB} is less than two segments of "
+            f"BENCH_TIERED_SEGMENT_MB={SEGMENT_BYTES >> 20}: nothing would be rolled and uploaded"
+        )
     s3 = start_s3_process()
     try:
         with tempfile.TemporaryDirectory(dir=".") as tmp:
@@ -399,14 +453,25 @@ def main() -> None:
             consumes, p99s = consume_rows(s3, directory)
     finally:
         s3.stop()
-    print_table(f"Upload to S3 (moto on 127.0.0.1), best of {ROUNDS} rounds, segments of {SEGMENT_BYTES >> 20} "
-                f"MiB, parts of {PART_SIZE >> 20} MiB (goal: the task at >= 0.8x raw boto3)",
-                ["path", "segments", "MB", "seconds", "MB/s", "vs raw"], uploads)
-    print_table("Consume from offset 0 with confluent-kafka, one broker (remote reads: chunk cache, fetch-ahead)",
-                ["topic", "records read from", "MB", "seconds", "MB/s", "vs local", "goal"], consumes, left=(1, 6))
-    print_table(f"acks=all producer (200 records/s of 1 KB, {P99_SECONDS:g} s each) beside a backfill of the tiered "
-                "topic from S3", ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal"],
-                p99s, left=(6,))
+    print_table(
+        f"Upload to S3 (moto on 127.0.0.1), best of {ROUNDS} rounds, segments of {SEGMENT_BYTES >> 20} "
+        f"MiB, parts of {PART_SIZE >> 20} MiB (goal: the task at >= 0.8x raw boto3)",
+        ["path", "segments", "MB", "seconds", "MB/s", "vs raw"],
+        uploads,
+    )
+    print_table(
+        "Consume from offset 0 with confluent-kafka, one broker (remote reads: chunk cache, fetch-ahead)",
+        ["topic", "records read from", "MB", "seconds", "MB/s", "vs local", "goal"],
+        consumes,
+        left=(1, 6),
+    )
+    print_table(
+        f"acks=all producer (200 records/s of 1 KB, {P99_SECONDS:g} s each) beside a backfill of the tiered "
+        "topic from S3",
+        ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal"],
+        p99s,
+        left=(6,),
+    )
     print("(figures taken on a shared machine are indicative; moto, the broker and the clients each in a process)")
 
 

@@ -43,11 +43,15 @@ class RemoteIndexCache:
                 return found
         data = self._storage.fetch_index(segment, kind)
         try:
-            entries = (decode_entries(data, segment.size_in_bytes) if kind == IndexType.OFFSET
-                       else decode_time_entries(data, segment.end_offset - segment.start_offset + 1))
+            entries = (
+                decode_entries(data, segment.size_in_bytes)
+                if kind == IndexType.OFFSET
+                else decode_time_entries(data, segment.end_offset - segment.start_offset + 1)
+            )
         except IndexCorrupt as exc:
-            raise RemoteStorageError(f"the {kind.value} index of remote segment {segment.object_name} of "
-                                     f"{segment.partition}: {exc}") from None
+            raise RemoteStorageError(
+                f"the {kind.value} index of remote segment {segment.object_name} of {segment.partition}: {exc}"
+            ) from None
         with self._lock:
             self._cache[key] = entries
             while len(self._cache) > self._entries:
@@ -67,15 +71,17 @@ class LogReader(Protocol):
     def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes: ...
 
 
-def read_batches(storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
-                 max_bytes: int) -> bytes:
+def read_batches(
+    storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int, max_bytes: int
+) -> bytes:
     """Whole batches from the one holding `offset` (or the first after it) to at most
     `max_bytes`, the first whole however large; b"" past the segment's end."""
     return read_batches_at(storage, indexes, segment, offset, max_bytes)[0]
 
 
-def read_batches_at(storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
-                    max_bytes: int) -> tuple[bytes, int]:
+def read_batches_at(
+    storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int, max_bytes: int
+) -> tuple[bytes, int]:
     """`read_batches`, and the byte position in the segment where what it returned ends (where a
     consumer's next read starts: what to fetch ahead from)."""
     position = indexes.position_for(segment, offset)
@@ -94,22 +100,28 @@ def read_batches_at(storage: LogReader, indexes: RemoteIndexCache, segment: Remo
                 consumed = walker.position
                 if batch.last_offset < offset:
                     continue
-                whole = bytes(data[batch.position:walker.position])
+                whole = bytes(data[batch.position : walker.position])
                 if out and len(out) + len(whole) > max_bytes:
                     return _checked(bytes(out), segment), end
                 out += whole
                 end = position + walker.position
         except CorruptRecordError as exc:
-            raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: bad batch "
-                                     f"at byte {position + (exc.position or 0)}: {exc.reason}", retriable=True) from exc
+            raise RemoteStorageError(
+                f"remote segment {segment.object_name} of {segment.partition}: bad batch "
+                f"at byte {position + (exc.position or 0)}: {exc.reason}",
+                retriable=True,
+            ) from exc
         if walker.truncated is not None and consumed == 0:
             if out:
                 break  # the next batch does not fit what is left; only a response's first may exceed it
             # the batch at `position` is larger than what was read: fetch it whole
             header = RecordBatch(data[:BATCH_HEADER_SIZE]) if len(data) >= BATCH_HEADER_SIZE else None
             if header is None or position + header.size_in_bytes > size:
-                raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: a batch "
-                                         f"at byte {position} runs past the segment's {size} bytes", retriable=True)
+                raise RemoteStorageError(
+                    f"remote segment {segment.object_name} of {segment.partition}: a batch "
+                    f"at byte {position} runs past the segment's {size} bytes",
+                    retriable=True,
+                )
             whole = storage.fetch_log(segment, position, position + header.size_in_bytes)
             if header.last_offset >= offset:
                 out += whole
@@ -132,13 +144,15 @@ def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
             if batch.compute_crc() != batch.crc:
                 raise CorruptRecordError(f"CRC mismatch in the batch at offset {batch.base_offset}", batch.position)
     except CorruptRecordError as exc:
-        raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: {exc}",
-                                 retriable=True) from exc
+        raise RemoteStorageError(
+            f"remote segment {segment.object_name} of {segment.partition}: {exc}", retriable=True
+        ) from exc
     return data
 
 
-def offset_for_timestamp(storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata,
-                         timestamp: int) -> TimestampOffset | None:
+def offset_for_timestamp(
+    storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, timestamp: int
+) -> TimestampOffset | None:
     """The first record of `segment` whose timestamp is >= `timestamp`, by its time index."""
     entries = indexes.get(segment, IndexType.TIMESTAMP)
     number = bisect.bisect_left([ts for ts, _ in entries], timestamp) - 1
