@@ -59,7 +59,10 @@ class RemoteIndexCache:
         return entries
 
     def position_for(self, segment: RemoteSegmentMetadata, offset: int) -> int:
-        """A byte position at or before the batch holding `offset`."""
+        """A byte position at or before the batch holding `offset`; 0 for the segment's first
+        offset without reading its index (a backfill starts each segment there: one GET fewer)."""
+        if offset <= segment.start_offset:
+            return 0
         entries = self.get(segment, IndexType.OFFSET)
         number = bisect.bisect_right([relative for relative, _ in entries], offset - segment.start_offset) - 1
         return entries[number][1] if number >= 0 else 0
