@@ -21,12 +21,14 @@ Settings, under `rsm.config.` (Aiven's names; a memory cache, as its MemoryChunk
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
@@ -40,6 +42,9 @@ DEFAULT_CHUNK_SIZE = 8 << 20
 DEFAULT_CACHE_SIZE = 256 << 20
 DEFAULT_PREFETCH_SIZE = 16 << 20
 MAX_AHEAD_THREADS = 8
+WAIT_FOR_GET_S = 300
+"""How long a read waits for another's GET of the chunk it needs: longer than the S3 client's own
+worst case (8 attempts of 30 s with backoff), so it ends only if that GET is stuck."""
 
 
 class ChunkCacheConfigError(ValueError):
@@ -133,10 +138,16 @@ class ChunkCache:
                 self.stats["misses"] += 1
         if pending is not None:
             try:
-                data = pending.result()
+                data = pending.result(timeout=WAIT_FOR_GET_S)
                 with self._lock:
                     self.stats["waited_ahead"] += 1
                 return data
+            except FutureTimeout:
+                raise RemoteStorageError(
+                    f"chunk {index} of segment {segment.object_name} of {segment.partition}: "
+                    f"its GET by another read has not ended after {WAIT_FOR_GET_S} s",
+                    retriable=True,
+                ) from None
             except (RemoteStorageError, CancelledError) as exc:
                 logger.info(
                     "the GET of chunk %d of %s by another read failed (%s): reading it again",
@@ -217,7 +228,10 @@ class ChunkCache:
         """Called with the lock held."""
         for index in indexes:
             key = (segment.segment_id, index)
-            future = self._ahead.submit(self._get, segment, index)
+            try:
+                future = self._ahead.submit(self._get, segment, index)
+            except RuntimeError:  # closed: the broker is stopping, nothing to fetch ahead for
+                return 0
             self._inflight[key] = future
             self.stats["ahead"] += 1
             future.add_done_callback(lambda _f, key=key: self._done(key))
@@ -228,8 +242,10 @@ class ChunkCache:
             self._inflight.pop(key, None)
 
     def run_ahead(self, fn: Callable[..., object], *args: object) -> None:
-        """`fn(*args)` on the fetch-ahead pool (the next segment's offset index, warmed before it is read)."""
-        self._ahead.submit(fn, *args)
+        """`fn(*args)` on the fetch-ahead pool (the next segment's offset index, warmed before it is
+        read); nothing once closed."""
+        with contextlib.suppress(RuntimeError):  # closed: the broker is stopping
+            self._ahead.submit(fn, *args)
 
     def close(self) -> None:
         self._ahead.shutdown(wait=False, cancel_futures=True)
