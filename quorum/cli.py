@@ -221,12 +221,14 @@ def _remote_tier(config: object) -> object | None:
         return None
     if not config.is_broker or config.is_controller:  # type: ignore[attr-defined]
         return None
+    from tiered_follower.chunk_cache import ChunkCacheConfigError
     from tiered_follower.remote_log_manager import RemoteLogManager
+    from tiered_follower.rlm_quota import QuotaConfigError
     from tiered_follower.s3_client import S3ConfigError
 
     try:
         return RemoteLogManager.from_properties(config.node_id, properties)  # type: ignore[attr-defined]
-    except S3ConfigError as exc:
+    except (S3ConfigError, QuotaConfigError, ChunkCacheConfigError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

@@ -15,9 +15,17 @@ is true (`from_properties`). It:
 * serves consumers' reads and timestamp lookups below the local log start from S3;
 * deletes a deleted topic's objects.
 
-All S3 and file work runs on a thread pool (`remote.log.manager.thread.pool.size`, default 4),
-never on the event loop; the task itself is one asyncio task, so a partition's steps never run
-concurrently with each other.
+All S3 and file work runs on thread pools, never on the event loop, one pool per kind of work as
+in Kafka 4.x (`rlm_config`): uploads on the copier pool, remote deletions on the expiration pool,
+followers' metadata and the KIP-1023 bootstrap's reads on the follower pool, consumers' reads on
+the reader pool (`remote_reader`: chunk cache, fetch-ahead, `remote.fetch.max.wait.ms`). The task
+itself is one asyncio task, so a partition's steps never run concurrently with each other, and
+the partitions are stepped one after the other (a slow deletion delays the next partition's
+uploads; it no longer delays reads or a bootstrap).
+
+KIP-956's copy quota (`remote.log.manager.copy.max.bytes.per.second`): before each upload the
+task waits, in steps of at most a second as Kafka's copier does, while the quota's throttle time
+is positive, then records the segment's size and uploads it.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -55,15 +63,17 @@ from quorum.log.epoch_cache import EpochEntry, encode_checkpoint
 from quorum.log.log import SegmentFiles
 from quorum.wire.producer_snapshot import decode_producer_snapshot, encode_producer_snapshot
 from tiered_follower import remote_reads
+from tiered_follower.chunk_cache import ChunkCacheConfig
 from tiered_follower.remote_metrics import RemoteStorageMetrics
+from tiered_follower.remote_reader import ReaderQueueFull, RemoteReader
+from tiered_follower.rlm_config import RemoteLogManagerConfig
+from tiered_follower.rlm_quota import ByteRateQuota
 from tiered_follower.upload_plan import CleanUp, Expire, LocalSegment, PartitionNow, Upload, plan
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_TASK_INTERVAL_MS = 30_000
-DEFAULT_THREADS = 4
 CRASH_KNOB = "quorum.test.remote.crash.enable"
 CRASH_FILE = "CRASH_REMOTE_UPLOAD"
 """Test only: with CRASH_KNOB true, a file of this name in the broker's first log dir naming a step
@@ -138,19 +148,33 @@ class RemoteLogManager:
     def __init__(self, broker_id: int, storage: RemoteStorage, metadata: RemoteLogMetadataStore,
                  properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                  crash: Callable[[str], None] | None = None,
-                 s3_stats: Callable[[], Mapping[str, int]] | None = None) -> None:
-        """`s3_stats`: the S3 client's counters, exported beside Kafka's remote storage metrics."""
+                 s3_stats: Callable[[], Mapping[str, int]] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """`s3_stats`: the S3 client's counters, exported beside Kafka's remote storage metrics;
+        `clock_ms` and `sleep` drive the quotas (a test's virtual time); ValueError (naming the key)
+        for a malformed setting."""
         properties = properties or {}
         self.metrics = RemoteStorageMetrics(s3_stats)
         self._crash = crash or (lambda _step: None)
         self.broker_id = broker_id
         self.storage = storage
         self.metadata = metadata
-        self.interval_ms = int(properties.get("remote.log.manager.task.interval.ms", DEFAULT_TASK_INTERVAL_MS))
-        threads = int(properties.get("remote.log.manager.thread.pool.size", DEFAULT_THREADS))
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"remote-log-{broker_id}")
+        self.config = config = RemoteLogManagerConfig.from_properties(properties)
+        self.interval_ms = config.task_interval_ms
+        self._follower_pool = ThreadPoolExecutor(max_workers=config.follower_threads,
+                                                 thread_name_prefix=f"rlm-follower-{broker_id}")
+        self._copier_pool = ThreadPoolExecutor(max_workers=config.copier_threads,
+                                               thread_name_prefix=f"rlm-copy-{broker_id}")
+        self._expiration_pool = ThreadPoolExecutor(max_workers=config.expiration_threads,
+                                                   thread_name_prefix=f"rlm-expiration-{broker_id}")
         self._clock_ms = clock_ms
-        self._indexes = remote_reads.RemoteIndexCache(storage)
+        self._sleep = sleep
+        self.reader = RemoteReader(storage, config, ChunkCacheConfig.from_properties(properties),
+                                   f"rlm-reader-{broker_id}", clock_ms, sleep)
+        self._indexes = self.reader.indexes
+        self.copy_quota = ByteRateQuota(config.copy_quota)
+        self.copy_stats = {"throttled_ms": 0, "bytes": 0}
+        """Time the task waited for the copy quota, and the bytes it recorded against it."""
         self._snapshots: dict[TopicIdPartition, tuple[int, bytes]] = {}
         self._copying: set[uuid.UUID] = set()
         self._background: set[asyncio.Future[object]] = set()
@@ -180,11 +204,13 @@ class RemoteLogManager:
         """Kafka's remote storage metrics and the S3 client's, for the node's metrics endpoint."""
         return (self.metrics,)
 
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+    async def _run(self, fn: Callable[..., T], *args: object, pool: ThreadPoolExecutor | None = None) -> T:
+        """`fn(*args)` on `pool` (the follower pool by default)."""
+        return await asyncio.get_running_loop().run_in_executor(pool or self._follower_pool,
+                                                                functools.partial(fn, *args))
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
-        """`fn(*args)` on the remote tier's thread pool (the follower bootstrap's S3 reads)."""
+        """`fn(*args)` on the follower pool (the follower bootstrap's S3 reads)."""
         return await self._run(fn, *args)
 
     def crash_point(self, step: str) -> None:
@@ -218,7 +244,7 @@ class RemoteLogManager:
     async def _delete_partition(self, partition: TopicIdPartition) -> None:
         async with self._lock(partition):
             try:
-                removed = await self._run(self.storage.delete_partition, partition)
+                removed = await self._run(self.storage.delete_partition, partition, pool=self._expiration_pool)
                 logger.info("%s: deleted its %d remote objects", partition, removed)
             except RemoteStorageError as exc:
                 logger.error("%s: deleting its remote objects failed: %s", partition, exc)
@@ -230,14 +256,16 @@ class RemoteLogManager:
     # -- RemoteTier: reads --------------------------------------------------------------------------
 
     async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes:
+        """See RemoteTier.read; b"" when the fetch quota, the reader pool or `remote.fetch.max.wait.ms`
+        answers the partition without records (`remote_reader`)."""
         remote = partition.remote
         segment = None if remote is None else remote.segment_for(offset) or remote.segment_after(offset)
-        if segment is None:
+        if segment is None or remote is None:
             raise RemoteReadError(f"{partition.name}: no remote segment holds offset {offset}")
         self.metrics.mark("RemoteFetchRequestsPerSec", partition.topic)
+        following = remote.segment_after(segment.end_offset)
         try:
-            data = await self._run(remote_reads.read_batches, self.storage, self._indexes, segment, offset,
-                                   max(max_bytes, 1))
+            data = await self.reader.read(segment, following, offset, max(max_bytes, 1))
         except RemoteStorageError as exc:
             self.metrics.mark("RemoteFetchErrorsPerSec", partition.topic)
             raise RemoteReadError(str(exc)) from exc
@@ -251,11 +279,11 @@ class RemoteLogManager:
         try:
             for segment in remote.finished:
                 if segment.max_timestamp_ms >= timestamp and segment.start_offset < partition.local_log_start_offset:
-                    found = await self._run(remote_reads.offset_for_timestamp, self.storage, self._indexes, segment,
-                                            timestamp)
+                    found = await self.reader.run(remote_reads.offset_for_timestamp, self.storage, self._indexes,
+                                                  segment, timestamp)
                     if found is not None:
                         return found
-        except RemoteStorageError as exc:
+        except (RemoteStorageError, ReaderQueueFull) as exc:
             raise RemoteReadError(str(exc)) from exc
         return None
 
@@ -363,6 +391,9 @@ class RemoteLogManager:
                 logger.info("%s: no longer leader in epoch %d: remote work stops", partition.name, epoch)
                 return
             if isinstance(step, Upload):
+                await self._wait_for_copy_quota(step.segment.size)
+                if not (partition.is_leader and partition.leader_epoch == epoch) or key in self._deleted:
+                    return
                 await self._upload(partition, state, rolled[step.segment.base_offset])
             elif isinstance(step, CleanUp):
                 await self._delete(state, step.segment, f"left unfinished by broker {step.segment.broker_id}")
@@ -390,8 +421,19 @@ class RemoteLogManager:
                             copy_lag_segments=len(pending), log_size_bytes=state.size_in_bytes,
                             metadata_count=len(live))  # fmt: skip
 
-    async def _publish(self, state: RemoteLogState, segment: RemoteSegmentMetadata) -> None:
-        await self._run(self.metadata.publish, segment)
+    async def _wait_for_copy_quota(self, size: int) -> None:
+        """KIP-956: wait while the copy quota is exceeded (a second at most between looks, as
+        Kafka's copier), then record the segment's `size` against it before copying."""
+        while (throttle_ms := self.copy_quota.throttle_ms(self._clock_ms())) > 0:
+            wait_ms = min(throttle_ms, 1000)
+            self.copy_stats["throttled_ms"] += wait_ms
+            await self._sleep(wait_ms / 1000)
+        self.copy_quota.record(size, self._clock_ms())
+        self.copy_stats["bytes"] += size
+
+    async def _publish(self, state: RemoteLogState, segment: RemoteSegmentMetadata,
+                       pool: ThreadPoolExecutor | None = None) -> None:
+        await self._run(self.metadata.publish, segment, pool=pool)
         state.apply(segment)
 
     async def _upload(self, partition: Partition, state: RemoteLogState, files: SegmentFiles) -> None:
@@ -402,16 +444,17 @@ class RemoteLogManager:
                                         epochs, files.size, files.max_timestamp, self.broker_id, self._clock_ms())
         self._copying.add(started.segment_id)
         self.metrics.mark("RemoteCopyRequestsPerSec", partition.topic)
+        copier = self._copier_pool
         try:
-            await self._publish(state, started)
+            await self._publish(state, started, copier)
             history = merged_history(state.epoch_entries_upto(files.base_offset), partition.log.epoch_entries,
                                      files.next_offset)
-            indexes = await self._run(self._segment_indexes, partition, state, files, history)
+            indexes = await self._run(self._segment_indexes, partition, state, files, history, pool=copier)
             await self._run(self.storage.copy_segment, started,
-                            SegmentUpload(str(files.log_path), files.size, indexes))
+                            SegmentUpload(str(files.log_path), files.size, indexes), pool=copier)
             finished = started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, self._clock_ms())
-            await self._run(self._crash, "finished")
-            await self._publish(state, finished)
+            await self._run(self._crash, "finished", pool=copier)
+            await self._publish(state, finished, copier)
         except BaseException:
             self.metrics.mark("RemoteCopyErrorsPerSec", partition.topic)
             raise
@@ -456,13 +499,14 @@ class RemoteLogManager:
     async def _delete(self, state: RemoteLogState, segment: RemoteSegmentMetadata, reason: str) -> None:
         """DELETE_SEGMENT_STARTED (the segment stops being readable), its objects, DELETE_SEGMENT_FINISHED."""
         self.metrics.mark("RemoteDeleteRequestsPerSec", state.partition.topic)
+        expiration = self._expiration_pool
         try:
             if segment.state != RemoteSegmentState.DELETE_SEGMENT_STARTED:
                 segment = segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_STARTED, self.broker_id, self._clock_ms())
-                await self._publish(state, segment)
-            await self._run(self.storage.delete_segment, segment)
+                await self._publish(state, segment, expiration)
+            await self._run(self.storage.delete_segment, segment, pool=expiration)
             await self._publish(state, segment.moved_to(RemoteSegmentState.DELETE_SEGMENT_FINISHED, self.broker_id,
-                                                        self._clock_ms()))
+                                                        self._clock_ms()), expiration)
         except BaseException:
             self.metrics.mark("RemoteDeleteErrorsPerSec", state.partition.topic)
             raise
@@ -472,4 +516,6 @@ class RemoteLogManager:
     async def close(self) -> None:
         if self._background:
             await asyncio.wait(set(self._background), timeout=10)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._follower_pool, self._copier_pool, self._expiration_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+        self.reader.close()

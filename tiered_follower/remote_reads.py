@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from typing import Protocol
 
 from quorum.broker.partition_view import TimestampOffset
 from quorum.broker.remote_tier import IndexType, RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
@@ -42,11 +43,15 @@ class RemoteIndexCache:
                 return found
         data = self._storage.fetch_index(segment, kind)
         try:
-            entries = (decode_entries(data, segment.size_in_bytes) if kind == IndexType.OFFSET
-                       else decode_time_entries(data, segment.end_offset - segment.start_offset + 1))
+            entries = (
+                decode_entries(data, segment.size_in_bytes)
+                if kind == IndexType.OFFSET
+                else decode_time_entries(data, segment.end_offset - segment.start_offset + 1)
+            )
         except IndexCorrupt as exc:
-            raise RemoteStorageError(f"the {kind.value} index of remote segment {segment.object_name} of "
-                                     f"{segment.partition}: {exc}") from None
+            raise RemoteStorageError(
+                f"the {kind.value} index of remote segment {segment.object_name} of {segment.partition}: {exc}"
+            ) from None
         with self._lock:
             self._cache[key] = entries
             while len(self._cache) > self._entries:
@@ -54,19 +59,38 @@ class RemoteIndexCache:
         return entries
 
     def position_for(self, segment: RemoteSegmentMetadata, offset: int) -> int:
-        """A byte position at or before the batch holding `offset`."""
+        """A byte position at or before the batch holding `offset`; 0 for the segment's first
+        offset without reading its index (a backfill starts each segment there: one GET fewer)."""
+        if offset <= segment.start_offset:
+            return 0
         entries = self.get(segment, IndexType.OFFSET)
         number = bisect.bisect_right([relative for relative, _ in entries], offset - segment.start_offset) - 1
         return entries[number][1] if number >= 0 else 0
 
 
-def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int,
-                 max_bytes: int) -> bytes:
+class LogReader(Protocol):
+    """Where `.log` bytes come from: the storage itself, or `chunk_cache.ChunkCache` in front of it."""
+
+    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes: ...
+
+
+def read_batches(
+    storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int, max_bytes: int
+) -> bytes:
     """Whole batches from the one holding `offset` (or the first after it) to at most
     `max_bytes`, the first whole however large; b"" past the segment's end."""
+    return read_batches_at(storage, indexes, segment, offset, max_bytes)[0]
+
+
+def read_batches_at(
+    storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int, max_bytes: int
+) -> tuple[bytes, int]:
+    """`read_batches`, and the byte position in the segment where what it returned ends (where a
+    consumer's next read starts: what to fetch ahead from)."""
     position = indexes.position_for(segment, offset)
     size = segment.size_in_bytes
     out = bytearray()
+    end = position
     while position < size:
         want = max(READ_CHUNK, max_bytes - len(out)) if not out else max_bytes - len(out)
         if want <= 0:
@@ -79,24 +103,32 @@ def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: Rem
                 consumed = walker.position
                 if batch.last_offset < offset:
                     continue
-                whole = bytes(data[batch.position:walker.position])
+                whole = bytes(data[batch.position : walker.position])
                 if out and len(out) + len(whole) > max_bytes:
-                    return _checked(bytes(out), segment)
+                    return _checked(bytes(out), segment), end
                 out += whole
+                end = position + walker.position
         except CorruptRecordError as exc:
-            raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: bad batch "
-                                     f"at byte {position + (exc.position or 0)}: {exc.reason}", retriable=True) from exc
+            raise RemoteStorageError(
+                f"remote segment {segment.object_name} of {segment.partition}: bad batch "
+                f"at byte {position + (exc.position or 0)}: {exc.reason}",
+                retriable=True,
+            ) from exc
         if walker.truncated is not None and consumed == 0:
             if out:
                 break  # the next batch does not fit what is left; only a response's first may exceed it
             # the batch at `position` is larger than what was read: fetch it whole
             header = RecordBatch(data[:BATCH_HEADER_SIZE]) if len(data) >= BATCH_HEADER_SIZE else None
             if header is None or position + header.size_in_bytes > size:
-                raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: a batch "
-                                         f"at byte {position} runs past the segment's {size} bytes", retriable=True)
+                raise RemoteStorageError(
+                    f"remote segment {segment.object_name} of {segment.partition}: a batch "
+                    f"at byte {position} runs past the segment's {size} bytes",
+                    retriable=True,
+                )
             whole = storage.fetch_log(segment, position, position + header.size_in_bytes)
             if header.last_offset >= offset:
                 out += whole
+                end = position + len(whole)
                 if len(out) >= max_bytes:
                     break
             consumed = len(whole)
@@ -105,7 +137,7 @@ def read_batches(storage: RemoteStorage, indexes: RemoteIndexCache, segment: Rem
         position += consumed
         if len(out) >= max_bytes:
             break
-    return _checked(bytes(out), segment)
+    return _checked(bytes(out), segment), end
 
 
 def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
@@ -115,13 +147,15 @@ def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
             if batch.compute_crc() != batch.crc:
                 raise CorruptRecordError(f"CRC mismatch in the batch at offset {batch.base_offset}", batch.position)
     except CorruptRecordError as exc:
-        raise RemoteStorageError(f"remote segment {segment.object_name} of {segment.partition}: {exc}",
-                                 retriable=True) from exc
+        raise RemoteStorageError(
+            f"remote segment {segment.object_name} of {segment.partition}: {exc}", retriable=True
+        ) from exc
     return data
 
 
-def offset_for_timestamp(storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata,
-                         timestamp: int) -> TimestampOffset | None:
+def offset_for_timestamp(
+    storage: RemoteStorage, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, timestamp: int
+) -> TimestampOffset | None:
     """The first record of `segment` whose timestamp is >= `timestamp`, by its time index."""
     entries = indexes.get(segment, IndexType.TIMESTAMP)
     number = bisect.bisect_left([ts for ts, _ in entries], timestamp) - 1

@@ -10,8 +10,12 @@ key was silently ignored (issue 36).
 The S3 settings are `s3_client.S3Config`'s (listed in its docstring); beside them:
 
 ================================================= =================================================
-`chunk.size`                                      bytes of `.log` per chunk when compression or
-                                                  encryption is on (default 4 MiB, Aiven's advice)
+`chunk.size`                                      bytes of `.log` per chunk: the unit of
+                                                  compression and encryption when they are on, and
+                                                  of the fetch cache's range GETs (default 8 MiB,
+                                                  the multipart part size; `chunk_cache`)
+`fetch.chunk.cache.size`                          the fetch cache's bound (`chunk_cache`)
+`fetch.chunk.cache.prefetch.max.size`             bytes fetched ahead of a read (`chunk_cache`)
 `compression.enabled`                             zstd per chunk (default false)
 `encryption.enabled`                              envelope encryption (default false): a data key
                                                   per segment, AES-256-GCM per chunk, the data key
@@ -35,9 +39,9 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tiered_follower.chunk_cache import DEFAULT_CHUNK_SIZE
 from tiered_follower.s3_client import DEFAULT_PREFIX, S3_KEYS, S3Config, S3ConfigError
 
-DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 MAX_CHUNK_SIZE = (1 << 30) - 1  # Aiven's bound
 S3_BACKEND = "io.aiven.kafka.tieredstorage.storage.s3.S3Storage"
 TRANSFORM_KEYS = frozenset(
@@ -47,6 +51,8 @@ TRANSFORM_KEYS = frozenset(
         "encryption.enabled",
         "encryption.key.pair.id",
         "encryption.key.pairs",
+        "fetch.chunk.cache.size",
+        "fetch.chunk.cache.prefetch.max.size",
         "storage.backend.class",
     }
 )

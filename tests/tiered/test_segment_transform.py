@@ -155,8 +155,8 @@ def test_the_broker_start_refuses_an_unknown_key() -> None:
     config = SimpleNamespace(extra=extra, is_broker=True, is_controller=False, node_id=101)
     with pytest.raises(SystemExit, match="encryption.key.pair.id is required"):
         cli._remote_tier(config)
-    config.extra = {**extra, "rsm.config.encryption.enabled": "false", "rsm.config.fetch.chunk.cache.size": "1"}
-    with pytest.raises(SystemExit, match="rsm.config.fetch.chunk.cache.size: not a setting"):
+    config.extra = {**extra, "rsm.config.encryption.enabled": "false", "rsm.config.fetch.chunk.cache.retention.ms": "1"}
+    with pytest.raises(SystemExit, match="rsm.config.fetch.chunk.cache.retention.ms: not a setting"):
         cli._remote_tier(config)
 
 

@@ -1,0 +1,63 @@
+"""Fetch-ahead planning (tiered_follower.fetch_ahead, sans-IO): which chunks a read needs and which
+to fetch ahead of it, within one segment and on into the next."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiered_follower.fetch_ahead import chunk_bounds, chunks_covering, plan_next_segment, plan_read
+
+MB = 1 << 20
+
+
+def nothing(_index: int) -> bool:
+    return False
+
+
+def test_chunks_cover_exactly_the_bytes_asked():
+    assert list(chunks_covering(0, 1, 4)) == [0]
+    assert list(chunks_covering(3, 5, 4)) == [0, 1]
+    assert list(chunks_covering(4, 8, 4)) == [1]
+    assert list(chunks_covering(5, 5, 4)) == []
+    assert chunk_bounds(2, 4, 10) == (8, 10)  # the last chunk is short
+    with pytest.raises(ValueError, match="outside an object of 10 bytes"):
+        chunk_bounds(3, 4, 10)
+    with pytest.raises(ValueError, match="chunk size must be positive"):
+        chunks_covering(0, 1, 0)
+
+
+def test_a_read_needs_its_missing_chunks_and_fetches_the_next_ones_ahead():
+    plan = plan_read(size=40 * MB, chunk_size=4 * MB, start=5 * MB, end=6 * MB, prefetch_bytes=16 * MB,
+                     present=nothing)  # fmt: skip
+    assert plan.needed == (1,)
+    assert plan.ahead == (2, 3, 4, 5)
+    assert plan.ahead_left == 0
+
+
+def test_chunks_cached_or_in_flight_are_neither_needed_nor_fetched_again():
+    cached = {1, 3}
+    plan = plan_read(40 * MB, 4 * MB, 5 * MB, 9 * MB, 12 * MB, cached.__contains__)
+    assert plan.needed == (2,)  # 1 is cached
+    assert plan.ahead == (4, 5)  # 3 is on its way; the budget still counts it
+
+
+def test_near_the_end_of_a_segment_the_rest_of_the_budget_goes_to_the_next():
+    plan = plan_read(10 * MB, 4 * MB, 7 * MB, 8 * MB, 16 * MB, nothing)
+    assert plan.needed == (1,)
+    assert plan.ahead == (2,)  # bytes 8..10 MiB: 2 MiB of the 16
+    assert plan.ahead_left == 14 * MB
+    assert plan_next_segment(40 * MB, 4 * MB, plan.ahead_left, nothing) == (0, 1, 2, 3)
+    assert plan_next_segment(40 * MB, 4 * MB, 0, nothing) == ()
+
+
+def test_no_prefetch_plans_only_what_the_read_needs():
+    plan = plan_read(40 * MB, 4 * MB, 0, 1, 0, nothing)
+    assert (plan.needed, plan.ahead, plan.ahead_left) == ((0,), (), 0)
+
+
+def test_fetch_ahead_from_inside_a_cached_chunk_counts_only_what_lies_past_the_read():
+    """A read ending 1 MiB into chunk 1 (cached): 3 MiB of the budget go to the rest of chunk 1,
+    the other 13 MiB to chunks 2 to 5; counting the whole of chunk 1 would fetch one chunk less."""
+    plan = plan_read(40 * MB, 4 * MB, 5 * MB, 5 * MB, 16 * MB, {1}.__contains__)
+    assert plan.needed == ()
+    assert plan.ahead == (2, 3, 4, 5)

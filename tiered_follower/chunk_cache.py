@@ -1,0 +1,251 @@
+"""A size-bounded memory cache of remote `.log` chunks, with fetch-ahead (Aiven's fetch chunk cache).
+
+`ChunkCache.fetch_log` has `RemoteStorage.fetch_log`'s contract, so `remote_reads.read_batches`
+reads through it unchanged: the bytes come from cached chunks, a chunk missing is fetched with
+one range GET (and waited for, if a fetch-ahead of it is already on its way). `read_ahead`, called
+when a read has ended, starts range GETs of the chunks after it on the fetch-ahead pool, in
+parallel, up to the prefetch size, into the next segment when this one ends first
+(`fetch_ahead.plan_read` decides which). A failed fetch-ahead is forgotten: the read that needs
+the chunk GETs it again itself, with the S3 client's retries.
+
+Settings, under `rsm.config.` (Aiven's names; a memory cache, as its MemoryChunkCache):
+
+========================================== ===================================================
+`chunk.size`                               bytes per range GET and cache entry (default 4 MiB)
+`fetch.chunk.cache.size`                   bytes of chunks kept, least recently used evicted
+                                           (default 256 MiB)
+`fetch.chunk.cache.prefetch.max.size`      bytes fetched ahead of a read (default 16 MiB; Aiven's
+                                           default is 0, no fetch-ahead)
+========================================== ===================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
+from tiered_follower import fetch_ahead
+from tiered_follower.int_settings import int_setting
+from tiered_follower.s3_client import DEFAULT_PREFIX
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 8 << 20
+DEFAULT_CACHE_SIZE = 256 << 20
+DEFAULT_PREFETCH_SIZE = 16 << 20
+MAX_AHEAD_THREADS = 8
+WAIT_FOR_GET_S = 300
+"""How long a read waits for another's GET of the chunk it needs: longer than the S3 client's own
+worst case (8 attempts of 30 s with backoff), so it ends only if that GET is stuck."""
+
+
+class ChunkCacheConfigError(ValueError):
+    """A malformed chunk cache setting; names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCacheConfig:
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    cache_size: int = DEFAULT_CACHE_SIZE
+    prefetch_max_size: int = DEFAULT_PREFETCH_SIZE
+
+    def __post_init__(self) -> None:
+        if self.cache_size and self.cache_size < self.chunk_size + self.prefetch_max_size:
+            raise ChunkCacheConfigError(
+                f"fetch.chunk.cache.size ({self.cache_size}) must hold at least one chunk (chunk.size "
+                f"{self.chunk_size}) plus what is fetched ahead (fetch.chunk.cache.prefetch.max.size "
+                f"{self.prefetch_max_size}), or fetched-ahead chunks evict each other before they are read"
+            )
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> ChunkCacheConfig:
+        prefix = properties.get("remote.log.storage.manager.impl.prefix", DEFAULT_PREFIX)
+
+        def number(name: str, default: int, minimum: int) -> int:
+            return int_setting(properties, prefix + name, default, minimum, ChunkCacheConfigError)
+
+        return cls(
+            chunk_size=number("chunk.size", DEFAULT_CHUNK_SIZE, 1),
+            cache_size=number("fetch.chunk.cache.size", DEFAULT_CACHE_SIZE, 0),
+            prefetch_max_size=number("fetch.chunk.cache.prefetch.max.size", DEFAULT_PREFETCH_SIZE, 0),
+        )
+
+
+ChunkKey = tuple[uuid.UUID, int]
+
+
+class ChunkCache:
+    """See the module docstring. Thread-safe: the reader pool's threads share it."""
+
+    def __init__(self, storage: RemoteStorage, config: ChunkCacheConfig, name: str = "chunks") -> None:
+        self._storage = storage
+        self.config = config
+        self._chunks: OrderedDict[ChunkKey, bytes] = OrderedDict()
+        self._bytes = 0
+        self._inflight: dict[ChunkKey, Future[bytes]] = {}
+        self._lock = threading.RLock()  # a done-callback may run inside submit, under the lock
+        # the rest of the chunk a read ends in, and the whole chunks after it, all at once
+        threads = min(MAX_AHEAD_THREADS, 1 + config.prefetch_max_size // config.chunk_size)
+        self._ahead = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-ahead")
+        self.stats = {"hits": 0, "misses": 0, "ahead": 0, "waited_ahead": 0, "evicted": 0}
+        """Chunk reads served from the cache, GET on demand, fetched ahead, and waited for in flight."""
+
+    @property
+    def cached_bytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    # -- RemoteStorage.fetch_log, through the cache -------------------------------------------------
+
+    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes:
+        size = segment.size_in_bytes
+        end_position = min(end_position, size)
+        if not 0 <= start_position <= end_position:
+            raise RemoteStorageError(
+                f"segment {segment.object_name} of {segment.partition}: bytes "
+                f"[{start_position}, {end_position}) are outside its {size} bytes"
+            )
+        chunk_size = self.config.chunk_size
+        parts = []
+        for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
+            chunk = self._chunk(segment, index)
+            base = index * chunk_size
+            parts.append(chunk[max(start_position - base, 0) : end_position - base])
+        return b"".join(parts)
+
+    def _chunk(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
+        """Chunk `index` from the cache, else from the GET already on its way, else with a GET of
+        our own (registered, so that a concurrent read of the same chunk waits for it)."""
+        key = (segment.segment_id, index)
+        with self._lock:
+            found = self._chunks.get(key)
+            if found is not None:
+                self._chunks.move_to_end(key)
+                self.stats["hits"] += 1
+                return found
+            pending = self._inflight.get(key)
+            if pending is None:
+                mine: Future[bytes] = Future()
+                self._inflight[key] = mine
+                self.stats["misses"] += 1
+        if pending is not None:
+            try:
+                data = pending.result(timeout=WAIT_FOR_GET_S)
+                with self._lock:
+                    self.stats["waited_ahead"] += 1
+                return data
+            except FutureTimeout:
+                raise RemoteStorageError(
+                    f"chunk {index} of segment {segment.object_name} of {segment.partition}: "
+                    f"its GET by another read has not ended after {WAIT_FOR_GET_S} s",
+                    retriable=True,
+                ) from None
+            except (RemoteStorageError, CancelledError) as exc:
+                logger.info(
+                    "the GET of chunk %d of %s by another read failed (%s): reading it again",
+                    index,
+                    segment.object_name,
+                    exc,
+                )
+                return self._get(segment, index)
+        try:
+            data = self._get(segment, index)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            mine.exception()  # retrieved: a waiter may never come
+            raise
+        else:
+            mine.set_result(data)
+        finally:
+            self._done(key)
+        return data
+
+    def _get(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
+        start, end = fetch_ahead.chunk_bounds(index, self.config.chunk_size, segment.size_in_bytes)
+        data = self._storage.fetch_log(segment, start, end)
+        if len(data) != end - start:
+            raise RemoteStorageError(
+                f"segment {segment.object_name} of {segment.partition}: chunk {index} is "
+                f"bytes [{start}, {end}), got {len(data)}",
+                retriable=True,
+            )
+        self._keep((segment.segment_id, index), data)
+        return data
+
+    def _keep(self, key: ChunkKey, data: bytes) -> None:
+        if not self.config.cache_size:
+            return
+        with self._lock:
+            if key in self._chunks:
+                return
+            self._chunks[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.config.cache_size and self._chunks:
+                _, evicted = self._chunks.popitem(last=False)
+                self._bytes -= len(evicted)
+                self.stats["evicted"] += 1
+
+    # -- fetch-ahead ------------------------------------------------------------------------------
+
+    def read_ahead(
+        self, segment: RemoteSegmentMetadata, position: int, following: RemoteSegmentMetadata | None = None
+    ) -> int:
+        """Start fetching the chunks after byte `position` of `segment` (then of `following`) that
+        are neither cached nor on their way, up to the prefetch size; returns how many started."""
+        if not self.config.prefetch_max_size or not self.config.cache_size:
+            return 0
+        chunk_size = self.config.chunk_size
+        with self._lock:
+            plan = fetch_ahead.plan_read(
+                segment.size_in_bytes,
+                chunk_size,
+                position,
+                position,
+                self.config.prefetch_max_size,
+                self._present_fn(segment),
+            )
+            started = self._start(segment, plan.ahead)
+            if following is not None and plan.ahead_left > 0:
+                ahead = fetch_ahead.plan_next_segment(
+                    following.size_in_bytes, chunk_size, plan.ahead_left, self._present_fn(following)
+                )
+                started += self._start(following, ahead)
+        return started
+
+    def _present_fn(self, segment: RemoteSegmentMetadata) -> Callable[[int], bool]:
+        segment_id = segment.segment_id
+        return lambda index: (segment_id, index) in self._chunks or (segment_id, index) in self._inflight
+
+    def _start(self, segment: RemoteSegmentMetadata, indexes: tuple[int, ...]) -> int:
+        """Called with the lock held."""
+        for index in indexes:
+            key = (segment.segment_id, index)
+            try:
+                future = self._ahead.submit(self._get, segment, index)
+            except RuntimeError:  # closed: the broker is stopping, nothing to fetch ahead for
+                return 0
+            self._inflight[key] = future
+            self.stats["ahead"] += 1
+            future.add_done_callback(lambda _f, key=key: self._done(key))
+        return len(indexes)
+
+    def _done(self, key: ChunkKey) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+
+    def run_ahead(self, fn: Callable[..., object], *args: object) -> None:
+        """`fn(*args)` on the fetch-ahead pool (the next segment's offset index, warmed before it is
+        read); nothing once closed."""
+        with contextlib.suppress(RuntimeError):  # closed: the broker is stopping
+            self._ahead.submit(fn, *args)
+
+    def close(self) -> None:
+        self._ahead.shutdown(wait=False, cancel_futures=True)
