@@ -103,6 +103,10 @@ class ErrorCode(IntEnum):
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
     # Project extension (KIP-232): committed internal metadata is older than the last commit.
     INVALID_INTERNAL_METADATA = 10232
 
