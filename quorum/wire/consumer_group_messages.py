@@ -21,7 +21,9 @@ CONSUMER_GROUP_HEARTBEAT_KEY = 68
 CONSUMER_GROUP_DESCRIBE_KEY = 69
 
 CONSUMER_GROUP_APIS: dict[int, tuple[type[ApiMessage], type[ApiMessage]]] = _pairs(
-    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
 )
 """API key -> (request class, response class) for KIP-848's two RPCs."""

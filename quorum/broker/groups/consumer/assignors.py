@@ -76,8 +76,11 @@ def uniform(members: Mapping[str, AssignmentSpec], topics: Mapping[str, TopicInf
     return {member_id: frozenset(tps) for member_id, tps in owned.items()}
 
 
-def _balance(owned: dict[str, set[TopicPartition]], owner: dict[TopicPartition, str],
-             eligible: Mapping[TopicPartition, list[str]]) -> None:
+def _balance(
+    owned: dict[str, set[TopicPartition]],
+    owner: dict[TopicPartition, str],
+    eligible: Mapping[TopicPartition, list[str]],
+) -> None:
     """Move partitions from a member to one holding two or more fewer that may take them, until none
     can move: each move lowers the sum of squared counts, so this ends."""
     moved = True
@@ -93,8 +96,7 @@ def _balance(owned: dict[str, set[TopicPartition]], owner: dict[TopicPartition, 
                 moved = True
 
 
-def range_assignor(members: Mapping[str, AssignmentSpec],
-                   topics: Mapping[str, TopicInfo]) -> dict[str, Partitions]:
+def range_assignor(members: Mapping[str, AssignmentSpec], topics: Mapping[str, TopicInfo]) -> dict[str, Partitions]:
     """Kafka's `range` assignor: consecutive ranges of each topic's partitions per subscriber."""
     owned: dict[str, set[TopicPartition]] = {member_id: set() for member_id in members}
     for name, member_ids in _subscribers(members, topics).items():

@@ -80,8 +80,10 @@ class ConsumerGroup:
         for tp in member.assigned | member.pending_revocation:
             holder = self.owners.get(tp)
             if holder is not None and holder[0] != member.member_id:
-                raise OwnershipError(f"group {self.group_id}: {tp} is owned by {holder[0]} at epoch {holder[1]}, "
-                                     f"and {member.member_id} would take it at epoch {member.member_epoch}")
+                raise OwnershipError(
+                    f"group {self.group_id}: {tp} is owned by {holder[0]} at epoch {holder[1]}, "
+                    f"and {member.member_id} would take it at epoch {member.member_epoch}"
+                )
             self.owners[tp] = (member.member_id, member.member_epoch)
         self.members[member.member_id] = member
 
@@ -112,8 +114,10 @@ class ConsumerGroup:
 
     def compute_target(self, offered: tuple[str, ...], topics: Mapping[str, TopicInfo]) -> None:
         """A new target assignment at the group epoch, from the members' subscriptions and `topics`."""
-        specs = {member_id: AssignmentSpec(frozenset(m.subscribed_topic_names), self.target.get(member_id, frozenset()))
-                 for member_id, m in self.members.items()}
+        specs = {
+            member_id: AssignmentSpec(frozenset(m.subscribed_topic_names), self.target.get(member_id, frozenset()))
+            for member_id, m in self.members.items()
+        }
         assignor = ASSIGNORS[self.choose_assignor(offered)]
         self.target = assignor(specs, topics)
         self.assignment_epoch = self.group_epoch

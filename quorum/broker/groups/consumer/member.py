@@ -58,8 +58,13 @@ PartitionEpoch = Callable[[TopicPartition], int]
 """The epoch at which a partition is owned now (by any member), -1 when free."""
 
 
-def reconcile(member: ConsumerMember, target_epoch: int, target: Partitions, partition_epoch: PartitionEpoch,
-              owned: Partitions | None) -> ConsumerMember:
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Partitions,
+    partition_epoch: PartitionEpoch,
+    owned: Partitions | None,
+) -> ConsumerMember:
     """Kafka's CurrentAssignmentBuilder.build: the member's next state given the target assignment.
 
     `owned` is what the member's heartbeat says it owns (None when the heartbeat did not say)."""
@@ -83,8 +88,14 @@ def _owns_any(owned: Partitions | None, partitions: Partitions) -> bool:
     return owned is None or not owned.isdisjoint(partitions)
 
 
-def _next(member: ConsumerMember, epoch: int, target_epoch: int, target: Partitions,
-          partition_epoch: PartitionEpoch, owned: Partitions | None) -> ConsumerMember:
+def _next(
+    member: ConsumerMember,
+    epoch: int,
+    target_epoch: int,
+    target: Partitions,
+    partition_epoch: PartitionEpoch,
+    owned: Partitions | None,
+) -> ConsumerMember:
     """Kafka's computeNextAssignment."""
     kept = member.assigned & target
     revoke = member.assigned - kept
@@ -92,7 +103,8 @@ def _next(member: ConsumerMember, epoch: int, target_epoch: int, target: Partiti
     unreleased = frozenset(tp for tp in pending if partition_epoch(tp) != -1)
     pending -= unreleased
     if revoke and _owns_any(owned, revoke):
-        return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=kept,
-                                 pending_revocation=revoke)
+        return member.with_epoch(
+            epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=kept, pending_revocation=revoke
+        )
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     return member.with_epoch(target_epoch, state=state, assigned=kept | pending, pending_revocation=frozenset())

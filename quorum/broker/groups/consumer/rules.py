@@ -44,6 +44,7 @@ def random_member_id() -> str:
 
 def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> ConsumerHeartbeatAnswer | None:
     """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: the refusal, or None when the request is well formed."""
+
     def invalid(message: str) -> ConsumerHeartbeatAnswer:
         return ConsumerHeartbeatAnswer(E.INVALID_REQUEST, message)
 
@@ -74,9 +75,11 @@ def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> 
     else:
         return invalid("MemberEpoch is invalid.")
     if request.server_assignor is not None and request.server_assignor not in offered_assignors:
-        return ConsumerHeartbeatAnswer(E.UNSUPPORTED_ASSIGNOR,
-                                       f"ServerAssignor {request.server_assignor} is not supported. "
-                                       f"Supported assignors: {', '.join(offered_assignors)}.")
+        return ConsumerHeartbeatAnswer(
+            E.UNSUPPORTED_ASSIGNOR,
+            f"ServerAssignor {request.server_assignor} is not supported. "
+            f"Supported assignors: {', '.join(offered_assignors)}.",
+        )
     return None
 
 
@@ -88,11 +91,18 @@ class ConsumerGroupRules:
         self.new_member_id = new_member_id
 
     def answer(self, member: ConsumerMember, assignment: Partitions | None) -> ConsumerHeartbeatAnswer:
-        return ConsumerHeartbeatAnswer(E.NONE, None, member.member_id, member.member_epoch,
-                                       self.config.group_consumer_heartbeat_interval_ms, assignment)
+        return ConsumerHeartbeatAnswer(
+            E.NONE,
+            None,
+            member.member_id,
+            member.member_epoch,
+            self.config.group_consumer_heartbeat_interval_ms,
+            assignment,
+        )
 
-    def heartbeat(self, group: ConsumerGroup, request: ConsumerHeartbeat, now_ms: int,
-                  topics: Mapping[str, TopicInfo]) -> ConsumerHeartbeatAnswer:
+    def heartbeat(
+        self, group: ConsumerGroup, request: ConsumerHeartbeat, now_ms: int, topics: Mapping[str, TopicInfo]
+    ) -> ConsumerHeartbeatAnswer:
         """Apply a validated heartbeat to `group` (its due expirations already applied: `expire`)."""
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, request)
@@ -101,14 +111,18 @@ class ConsumerGroupRules:
             if member is not None:  # a restart under the same id: it owns nothing now (validated)
                 group.remove_member(member.member_id)
             elif len(group.members) >= self.config.group_consumer_max_size:
-                return ConsumerHeartbeatAnswer(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its "
-                                               f"maximum capacity of {self.config.group_consumer_max_size} members.")
+                return ConsumerHeartbeatAnswer(
+                    E.GROUP_MAX_SIZE_REACHED,
+                    "The consumer group has reached its "
+                    f"maximum capacity of {self.config.group_consumer_max_size} members.",
+                )
             member = ConsumerMember(request.member_id or self.new_member_id())
             is_new = True
         else:
             if member is None:
-                return ConsumerHeartbeatAnswer(E.UNKNOWN_MEMBER_ID,
-                                               f"Member {request.member_id} is not a member of group {group.group_id}.")
+                return ConsumerHeartbeatAnswer(
+                    E.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
+                )
             fenced = _epoch_error(member, request.member_epoch, request.owned)
             if fenced is not None:
                 return ConsumerHeartbeatAnswer(E.FENCED_MEMBER_EPOCH, fenced)
@@ -117,14 +131,21 @@ class ConsumerGroupRules:
             member,
             instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
             rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=request.rebalance_timeout_ms if request.rebalance_timeout_ms != -1
+            rebalance_timeout_ms=request.rebalance_timeout_ms
+            if request.rebalance_timeout_ms != -1
             else member.rebalance_timeout_ms,
             server_assignor=request.server_assignor if request.server_assignor is not None else member.server_assignor,
             subscribed_topic_names=tuple(sorted(set(request.subscribed_topic_names)))
-            if request.subscribed_topic_names is not None else member.subscribed_topic_names,
-            client_id=request.client_id, client_host=request.client_host)
-        bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names \
+            if request.subscribed_topic_names is not None
+            else member.subscribed_topic_names,
+            client_id=request.client_id,
+            client_host=request.client_host,
+        )
+        bump = (
+            is_new
+            or updated.subscribed_topic_names != member.subscribed_topic_names
             or updated.server_assignor != member.server_assignor
+        )
         group.put_member(updated)
         subscribed = {name: topics[name] for name in sorted(group.subscribed_topics()) if name in topics}
         if subscribed != group.subscription_metadata:
@@ -139,14 +160,17 @@ class ConsumerGroupRules:
         except FencedMemberError as exc:
             return ConsumerHeartbeatAnswer(E.FENCED_MEMBER_EPOCH, str(exc))
         group.session_deadlines[reconciled.member_id] = now_ms + self.config.group_consumer_session_timeout_ms
-        full = request.member_epoch == JOIN_EPOCH or (request.rebalance_timeout_ms != -1
-                                                      and request.subscribed_topic_names is not None
-                                                      and request.owned is not None)
+        full = request.member_epoch == JOIN_EPOCH or (
+            request.rebalance_timeout_ms != -1
+            and request.subscribed_topic_names is not None
+            and request.owned is not None
+        )
         changed = is_new or reconciled.assigned != member.assigned
         return self.answer(reconciled, reconciled.assigned if full or changed else None)
 
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Partitions | None,
-                   now_ms: int) -> ConsumerMember:
+    def _reconcile(
+        self, group: ConsumerGroup, member: ConsumerMember, owned: Partitions | None, now_ms: int
+    ) -> ConsumerMember:
         """Kafka's maybeReconcile, and its rebalance timer for a member that has partitions to revoke."""
         if member.is_reconciled_to(group.assignment_epoch):
             return member
@@ -156,8 +180,10 @@ class ConsumerGroupRules:
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
             pending = group.revocation_deadlines.get(member.member_id)
             if pending is None or pending[1] != reconciled.member_epoch:
-                group.revocation_deadlines[member.member_id] = (now_ms + max(reconciled.rebalance_timeout_ms, 0),
-                                                                reconciled.member_epoch)
+                group.revocation_deadlines[member.member_id] = (
+                    now_ms + max(reconciled.rebalance_timeout_ms, 0),
+                    reconciled.member_epoch,
+                )
         else:
             group.revocation_deadlines.pop(member.member_id, None)
         return reconciled
@@ -165,10 +191,12 @@ class ConsumerGroupRules:
     def _leave(self, group: ConsumerGroup, request: ConsumerHeartbeat) -> ConsumerHeartbeatAnswer:
         """Kafka's consumerGroupLeave: the member's partitions are free at once and the group epoch goes up."""
         if group.remove_member(request.member_id) is None:
-            return ConsumerHeartbeatAnswer(E.UNKNOWN_MEMBER_ID,
-                                           f"Member {request.member_id} is not a member of group {group.group_id}.")
-        return ConsumerHeartbeatAnswer(E.NONE, None, request.member_id, request.member_epoch,
-                                       self.config.group_consumer_heartbeat_interval_ms)
+            return ConsumerHeartbeatAnswer(
+                E.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
+            )
+        return ConsumerHeartbeatAnswer(
+            E.NONE, None, request.member_id, request.member_epoch, self.config.group_consumer_heartbeat_interval_ms
+        )
 
     def expire(self, group: ConsumerGroup, now_ms: int) -> list[str]:
         """Remove members whose session lapsed or whose revocation outlived their rebalance timeout;
@@ -176,8 +204,13 @@ class ConsumerGroupRules:
         gone = [member_id for member_id, deadline in group.session_deadlines.items() if deadline <= now_ms]
         for member_id, (deadline, epoch) in group.revocation_deadlines.items():
             member = group.members.get(member_id)
-            if deadline <= now_ms and member is not None and member.member_epoch == epoch \
-                    and member.state is MemberState.UNREVOKED_PARTITIONS and member_id not in gone:
+            if (
+                deadline <= now_ms
+                and member is not None
+                and member.member_epoch == epoch
+                and member.state is MemberState.UNREVOKED_PARTITIONS
+                and member_id not in gone
+            ):
                 gone.append(member_id)
         for member_id in gone:
             group.remove_member(member_id)
@@ -189,22 +222,45 @@ class ConsumerGroupRules:
         return min(deadlines, default=None)
 
     def describe(self, group: ConsumerGroup) -> DescribedConsumerGroup:
-        members = tuple(DescribedConsumerMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
-                                                m.client_host, m.subscribed_topic_names, m.assigned,
-                                                group.target.get(m.member_id, frozenset()))
-                        for m in group.members.values())
+        members = tuple(
+            DescribedConsumerMember(
+                m.member_id,
+                m.instance_id,
+                m.rack_id,
+                m.member_epoch,
+                m.client_id,
+                m.client_host,
+                m.subscribed_topic_names,
+                m.assigned,
+                group.target.get(m.member_id, frozenset()),
+            )
+            for m in group.members.values()
+        )
         assignor = group.choose_assignor(self.config.group_consumer_assignors)
-        return DescribedConsumerGroup(group.group_id, E.NONE, None, group.state.value, group.group_epoch,
-                                      group.assignment_epoch, assignor, members)
+        return DescribedConsumerGroup(
+            group.group_id,
+            E.NONE,
+            None,
+            group.state.value,
+            group.group_epoch,
+            group.assignment_epoch,
+            assignor,
+            members,
+        )
 
 
 def _epoch_error(member: ConsumerMember, received: int, owned: Partitions | None) -> str | None:
     """Kafka's throwIfConsumerGroupMemberEpochIsInvalid: why the epoch is refused, or None."""
     if received > member.member_epoch:
-        return (f"The consumer group member has a greater member epoch ({received}) than the one known by the group "
-                f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
-    if received < member.member_epoch and (received != member.previous_member_epoch or owned is None
-                                            or not owned <= member.assigned):
-        return (f"The consumer group member has a smaller member epoch ({received}) than the one known by the group "
-                f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
+        return (
+            f"The consumer group member has a greater member epoch ({received}) than the one known by the group "
+            f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin."
+        )
+    if received < member.member_epoch and (
+        received != member.previous_member_epoch or owned is None or not owned <= member.assigned
+    ):
+        return (
+            f"The consumer group member has a smaller member epoch ({received}) than the one known by the group "
+            f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin."
+        )
     return None
