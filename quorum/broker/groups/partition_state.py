@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from quorum.broker.groups.consumer.group import ConsumerGroup
 from quorum.broker.groups.group import Group, GroupState, Member
 from quorum.broker.groups.offsets import is_stale
 from quorum.wire.consumer_offsets import (
@@ -36,6 +37,8 @@ class PartitionState:
     partition: int
     loading: bool = True
     groups: dict[str, Group] = field(default_factory=dict)
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    """KIP-848 groups (a group id is in `groups` or here, never both); kept in memory only for now."""
     offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
     loaded_groups: dict[str, GroupValue] = field(default_factory=dict)
     """Group metadata read while loading, turned into groups when the load finishes."""
