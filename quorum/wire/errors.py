@@ -107,6 +107,7 @@ class ErrorCode(IntEnum):
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
     # Project extension (KIP-232): committed internal metadata is older than the last commit.
     INVALID_INTERNAL_METADATA = 10232
 

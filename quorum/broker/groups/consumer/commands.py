@@ -72,11 +72,15 @@ class ConsumerCommands:
         if group is None:
             classic = state.groups.get(request.group_id)
             if classic is not None and (classic.members or request.member_epoch != JOIN_EPOCH):
-                return self._reply(handle, ConsumerHeartbeatAnswer(
-                    E.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group"))
+                return self._reply(
+                    handle,
+                    ConsumerHeartbeatAnswer(E.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group"),
+                )
             if request.member_epoch != JOIN_EPOCH:
-                return self._reply(handle, ConsumerHeartbeatAnswer(
-                    E.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found."))
+                return self._reply(
+                    handle,
+                    ConsumerHeartbeatAnswer(E.GROUP_ID_NOT_FOUND, f"Consumer group {request.group_id} not found."),
+                )
             if classic is not None:  # Kafka's maybeDeleteEmptyClassicGroup
                 del state.groups[request.group_id]
                 classic.state = GroupState.DEAD
@@ -98,8 +102,11 @@ class ConsumerCommands:
             return DescribedConsumerGroup(group_id, error)
         group = state.consumer_groups.get(group_id)
         if group is None:
-            message = f"Group {group_id} is not a consumer group." if group_id in state.groups \
+            message = (
+                f"Group {group_id} is not a consumer group."
+                if group_id in state.groups
                 else f"Group {group_id} not found."
+            )
             return DescribedConsumerGroup(group_id, E.GROUP_ID_NOT_FOUND, message)
         return self.consumer_rules.describe(group)
 
@@ -112,8 +119,11 @@ class ConsumerCommands:
     # Timers
 
     def _consumer_deadline(self) -> int | None:
-        deadlines = [self.consumer_rules.next_deadline(group) for state in self._partitions.values()
-                     for group in state.consumer_groups.values()]
+        deadlines = [
+            self.consumer_rules.next_deadline(group)
+            for state in self._partitions.values()
+            for group in state.consumer_groups.values()
+        ]
         return min((d for d in deadlines if d is not None), default=None)
 
     def _expire_consumer_groups(self, now_ms: int) -> None:
@@ -124,8 +134,12 @@ class ConsumerCommands:
 
     def _expire_consumer_group(self, group: ConsumerGroup, now_ms: int) -> None:
         for member_id in self.consumer_rules.expire(group, now_ms):
-            log.info("group %s: member %s removed (session or rebalance timeout); group epoch %d", group.group_id,
-                     member_id, group.group_epoch)
+            log.info(
+                "group %s: member %s removed (session or rebalance timeout); group epoch %d",
+                group.group_id,
+                member_id,
+                group.group_epoch,
+            )
 
     # ----------------------------------------------------------------------------------------
     # The classic APIs meeting consumer groups
@@ -141,8 +155,9 @@ class ConsumerCommands:
         del state.consumer_groups[group_id]
         return E.NONE
 
-    def consumer_commit_error(self, state: PartitionState, group_id: str, member_id: str, member_epoch: int,
-                              version: int, now_ms: int) -> int | None:
+    def consumer_commit_error(
+        self, state: PartitionState, group_id: str, member_id: str, member_epoch: int, version: int, now_ms: int
+    ) -> int | None:
         """Kafka's ConsumerGroup.validateOffsetCommit for a commit to a consumer group (None: not one)."""
         group = state.consumer_groups.get(group_id)
         if group is None:
@@ -159,8 +174,9 @@ class ConsumerCommands:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
 
-    def consumer_fetch_error(self, state: PartitionState, group_id: str, member_id: str | None,
-                             member_epoch: int) -> int:
+    def consumer_fetch_error(
+        self, state: PartitionState, group_id: str, member_id: str | None, member_epoch: int
+    ) -> int:
         """Kafka's ConsumerGroup.validateOffsetFetch: a fetch naming a member must come from a current one."""
         group = state.consumer_groups.get(group_id)
         if group is None or (member_id is None and member_epoch < 0):

@@ -54,6 +54,7 @@ class DescribedConsumerMember:
     client_id: str
     client_host: str
     subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
     assignment: Partitions
     target_assignment: Partitions
 

@@ -11,7 +11,7 @@ a new owner only once it is free in `owners`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from quorum.broker.groups.consumer.assignors import (
@@ -101,8 +101,10 @@ class ConsumerGroup:
         self.group_epoch += 1
         return member
 
-    def subscribed_topics(self) -> frozenset[str]:
-        return frozenset(name for m in self.members.values() for name in m.subscribed_topic_names)
+    def subscribed_topics(self, names: Iterable[str]) -> frozenset[str]:
+        """The topics among `names` that some member subscribes to, by name or regex."""
+        names = tuple(names)
+        return frozenset().union(*(m.topics(names) for m in self.members.values()))
 
     def choose_assignor(self, offered: tuple[str, ...]) -> str:
         """Kafka's defaultAssignor choice: the assignor most members ask for (ties to the earlier
@@ -114,8 +116,9 @@ class ConsumerGroup:
 
     def compute_target(self, offered: tuple[str, ...], topics: Mapping[str, TopicInfo]) -> None:
         """A new target assignment at the group epoch, from the members' subscriptions and `topics`."""
+        names = tuple(topics)
         specs = {
-            member_id: AssignmentSpec(frozenset(m.subscribed_topic_names), self.target.get(member_id, frozenset()))
+            member_id: AssignmentSpec(m.topics(names), self.target.get(member_id, frozenset()))
             for member_id, m in self.members.items()
         }
         assignor = ASSIGNORS[self.choose_assignor(offered)]

@@ -13,7 +13,9 @@ what makes the protocol incremental and what guarantees that no partition has tw
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import functools
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from quorum.broker.groups.consumer.assignors import Partitions, TopicPartition
@@ -42,9 +44,20 @@ class ConsumerMember:
     client_host: str = ""
     rebalance_timeout_ms: int = -1
     subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str = ""
+    """KIP-848's SubscribedTopicRegex ("" for none): topics whose whole name matches are subscribed too."""
     server_assignor: str | None = None
     assigned: Partitions = frozenset()
     pending_revocation: Partitions = frozenset()
+
+    def topics(self, names: Iterable[str]) -> frozenset[str]:
+        """The member's subscribed topics among `names` (the broker's topics): named ones and regex matches."""
+        names = set(names)
+        subscribed = names.intersection(self.subscribed_topic_names)
+        if self.subscribed_topic_regex:
+            pattern = compiled(self.subscribed_topic_regex)
+            subscribed.update(name for name in names if pattern.fullmatch(name))
+        return frozenset(subscribed)
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
@@ -52,6 +65,12 @@ class ConsumerMember:
     def with_epoch(self, epoch: int, **changes: object) -> ConsumerMember:
         """Kafka's Builder.updateMemberEpoch: the old epoch becomes the previous one."""
         return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch, **changes)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=256)
+def compiled(regex: str) -> re.Pattern[str]:
+    """A subscription regex, compiled once (Kafka uses RE2/J; Python's syntax agrees on the common subset)."""
+    return re.compile(regex)
 
 
 PartitionEpoch = Callable[[TopicPartition], int]

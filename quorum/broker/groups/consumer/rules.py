@@ -15,6 +15,7 @@ for good, so its partitions are reassigned at once instead of being kept for its
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -31,7 +32,7 @@ from quorum.broker.groups.consumer.events import (
     DescribedConsumerMember,
 )
 from quorum.broker.groups.consumer.group import ConsumerGroup
-from quorum.broker.groups.consumer.member import ConsumerMember, FencedMemberError, MemberState, reconcile
+from quorum.broker.groups.consumer.member import ConsumerMember, FencedMemberError, MemberState, compiled, reconcile
 from quorum.wire.errors import ErrorCode
 
 E = ErrorCode
@@ -54,8 +55,6 @@ def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> 
         return invalid("InstanceId can't be empty.")
     if request.rack_id == "":
         return invalid("RackId can't be empty.")
-    if request.subscribed_topic_regex is not None:
-        return invalid("SubscribedTopicRegex is not supported yet.")
     epoch = request.member_epoch
     if epoch > 0 or epoch == LEAVE_EPOCH:
         if not request.member_id:
@@ -65,8 +64,8 @@ def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> 
             return invalid("RebalanceTimeoutMs must be provided in first request.")
         if request.owned is None or request.owned:
             return invalid("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names:
-            return invalid("SubscribedTopicNames must be set in first request.")
+        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+            return invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
     elif epoch == STATIC_LEAVE_EPOCH:
         if not request.member_id:
             return invalid("MemberId can't be empty.")
@@ -74,6 +73,14 @@ def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> 
             return invalid("InstanceId can't be null.")
     else:
         return invalid("MemberEpoch is invalid.")
+    if request.subscribed_topic_regex:
+        try:
+            compiled(request.subscribed_topic_regex)
+        except re.error as exc:
+            return ConsumerHeartbeatAnswer(
+                E.INVALID_REGULAR_EXPRESSION,
+                f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid regular expression: {exc}.",
+            )
     if request.server_assignor is not None and request.server_assignor not in offered_assignors:
         return ConsumerHeartbeatAnswer(
             E.UNSUPPORTED_ASSIGNOR,
@@ -138,16 +145,20 @@ class ConsumerGroupRules:
             subscribed_topic_names=tuple(sorted(set(request.subscribed_topic_names)))
             if request.subscribed_topic_names is not None
             else member.subscribed_topic_names,
+            subscribed_topic_regex=request.subscribed_topic_regex
+            if request.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex,
             client_id=request.client_id,
             client_host=request.client_host,
         )
         bump = (
             is_new
             or updated.subscribed_topic_names != member.subscribed_topic_names
+            or updated.subscribed_topic_regex != member.subscribed_topic_regex
             or updated.server_assignor != member.server_assignor
         )
         group.put_member(updated)
-        subscribed = {name: topics[name] for name in sorted(group.subscribed_topics()) if name in topics}
+        subscribed = {name: topics[name] for name in sorted(group.subscribed_topics(topics))}
         if subscribed != group.subscription_metadata:
             group.subscription_metadata = subscribed
             bump = True
@@ -231,6 +242,7 @@ class ConsumerGroupRules:
                 m.client_id,
                 m.client_host,
                 m.subscribed_topic_names,
+                m.subscribed_topic_regex or None,
                 m.assigned,
                 group.target.get(m.member_id, frozenset()),
             )

@@ -35,6 +35,7 @@ def topic_info(name: str, partitions: int) -> TopicInfo:
 class SimClient:
     member_id: str
     topics: tuple[str, ...]
+    regex: str | None = None
     epoch: int = 0
     owned: frozenset = frozenset()
     full_next: bool = True
@@ -51,6 +52,7 @@ class SimClient:
             self.epoch,
             rebalance_timeout_ms=REBALANCE_MS if full else -1,
             subscribed_topic_names=self.topics if full else None,
+            subscribed_topic_regex=self.regex if full else None,
             owned=frozenset() if self.epoch == 0 else self.owned,
         )
 

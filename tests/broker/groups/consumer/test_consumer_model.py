@@ -5,6 +5,8 @@ heartbeated for a while, every partition of every subscribed topic is owned by e
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -12,6 +14,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from tests.broker.groups.consumer.sim_clients import SimClient, SimGroup, topic_info
 
 TOPICS = ("orders", "payments", "audit")
+REGEXES = (None, "pay.*", "a.*|orders")
+"""Subscriptions by regex; `audit` does not exist at first, so a regex picks it up once it is created."""
+
+
+def subscribes(client: SimClient, name: str) -> bool:
+    return name in client.topics or (client.regex is not None and re.fullmatch(client.regex, name) is not None)
 
 
 class ConsumerGroupModel(RuleBasedStateMachine):
@@ -24,10 +32,12 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         clients = list(self.sim.clients.values())
         return clients[index % len(clients)]
 
-    @rule(topics=st.sets(st.sampled_from(TOPICS), min_size=1))
-    def join(self, topics: set[str]) -> None:
+    @rule(topics=st.sets(st.sampled_from(TOPICS)), regex=st.sampled_from(REGEXES))
+    def join(self, topics: set[str], regex: str | None) -> None:
+        if not topics and regex is None:
+            return
         self.next_id += 1
-        client = SimClient(f"m{self.next_id}", tuple(sorted(topics)))
+        client = SimClient(f"m{self.next_id}", tuple(sorted(topics)), regex)
         self.sim.clients[client.member_id] = client
         self.sim.send(client)
 
@@ -77,7 +87,7 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         wanted = {
             (info.topic_id, p)
             for name, info in self.sim.topics.items()
-            if any(name in c.topics for c in self.sim.clients.values())
+            if any(subscribes(c, name) for c in self.sim.clients.values())
             for p in range(info.partitions)
         }
         assert set(owned) == wanted, (wanted - set(owned), set(owned) - wanted)

@@ -117,7 +117,7 @@ def test_more_partitions_bump_the_group_epoch_and_are_assigned() -> None:
         (
             ConsumerHeartbeat(GROUP, "m", 0, rebalance_timeout_ms=1, owned=frozenset()),
             E.INVALID_REQUEST,
-            "SubscribedTopicNames must be set in first request.",
+            "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
         ),
         (
             ConsumerHeartbeat(GROUP, "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",)),
