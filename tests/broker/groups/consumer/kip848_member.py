@@ -33,13 +33,24 @@ def main(name: str, bootstrap: str, group: str, subscription: list[str]) -> None
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                         "client.id": name, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "topic.metadata.refresh.interval.ms": 1000, "log_level": 0})
-    consumer.subscribe(subscription,
-                       on_assign=lambda c, parts: out(event="assign", partitions=partitions(parts)),
-                       on_revoke=lambda c, parts: out(event="revoke", partitions=partitions(parts)),
-                       on_lost=lambda c, parts: out(event="lost", partitions=partitions(parts)))
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "log_level": 0,
+        }
+    )
+    consumer.subscribe(
+        subscription,
+        on_assign=lambda c, parts: out(event="assign", partitions=partitions(parts)),
+        on_revoke=lambda c, parts: out(event="revoke", partitions=partitions(parts)),
+        on_lost=lambda c, parts: out(event="lost", partitions=partitions(parts)),
+    )
     out(event="started")
     while not stopping:
         message = consumer.poll(0.2)

@@ -48,8 +48,12 @@ class MemberProcess:
         self.events: list[dict[str, Any]] = []
         self.killed_at: float | None = None
         self._lock = threading.Lock()
-        self.process = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), name, bootstrap, group, *subscription],
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, str(MEMBER_SCRIPT), name, bootstrap, group, *subscription],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self._reader = threading.Thread(target=self._read, name=f"{name}-events", daemon=True)
         self._reader.start()
 
@@ -114,7 +118,8 @@ def ownership_intervals(members: list[MemberProcess]) -> dict[TopicPartition, li
 
 
 def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_record_once(
-        cluster: GroupCluster) -> None:
+    cluster: GroupCluster,
+) -> None:
     group, regex = "kip848-flow", "^kip848-.*"
     cluster.topics(4, "kip848-a")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, **QUIET})
@@ -122,9 +127,12 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
 
     def produce(topic: str, partitions: int, count: int) -> None:
         for i in range(count):
-            producer.produce(topic, f"{topic}-{i}".encode(), partition=i % partitions,
-                             on_delivery=lambda err, msg: err is None and produced.add(
-                                 (msg.topic(), msg.partition(), msg.offset())))
+            producer.produce(
+                topic,
+                f"{topic}-{i}".encode(),
+                partition=i % partitions,
+                on_delivery=lambda err, msg: err is None and produced.add((msg.topic(), msg.partition(), msg.offset())),
+            )
         assert producer.flush(30) == 0, "records left undelivered"
 
     members: list[MemberProcess] = []
@@ -135,8 +143,9 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
         return member
 
     def consumed() -> set[tuple[str, int, int]]:
-        return {(e["topic"], e["partition"], e["offset"]) for m in members for e in m.snapshot()
-                if e["event"] == "record"}
+        return {
+            (e["topic"], e["partition"], e["offset"]) for m in members for e in m.snapshot() if e["event"] == "record"
+        }
 
     def owners_cover(wanted: set[TopicPartition], alive: list[MemberProcess]) -> bool:
         held = [m.owned() for m in alive]
@@ -151,8 +160,10 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
 
         b.kill()
         produce("kip848-a", 4, 40)
-        wait_until("a and c to own b's partitions after its session lapsed, and consume the second batch",
-                   lambda: owners_cover(topic_a, [a, c]) and produced <= consumed())
+        wait_until(
+            "a and c to own b's partitions after its session lapsed, and consume the second batch",
+            lambda: owners_cover(topic_a, [a, c]) and produced <= consumed(),
+        )
 
         d = start("d")
         wait_until("the new member d to be given partitions", lambda: owners_cover(topic_a, [a, c, d]))
@@ -161,10 +172,14 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
         cluster.admin.create_partitions([NewPartitions("kip848-a", 6)])["kip848-a"].result(timeout=30)
         cluster.topics(2, "kip848-b")
         wanted = {("kip848-a", p) for p in range(6)} | {("kip848-b", 0), ("kip848-b", 1)}
-        wait_until("the new partitions and the new topic matching the regex to be assigned",
-                   lambda: owners_cover(wanted, [a, c, d]))
-        wait_until("the producer to see kip848-a's 6 partitions",
-                   lambda: len(producer.list_topics("kip848-a", timeout=5).topics["kip848-a"].partitions) == 6)
+        wait_until(
+            "the new partitions and the new topic matching the regex to be assigned",
+            lambda: owners_cover(wanted, [a, c, d]),
+        )
+        wait_until(
+            "the producer to see kip848-a's 6 partitions",
+            lambda: len(producer.list_topics("kip848-a", timeout=5).topics["kip848-a"].partitions) == 6,
+        )
         produce("kip848-a", 6, 60)
         produce("kip848-b", 2, 20)
         wait_until("every record to be consumed", lambda: produced <= consumed(), timeout_s=90)
@@ -184,8 +199,10 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
         for i, event in enumerate(events):
             if event["event"] == "record":
                 key = (event["topic"], event["partition"], event["offset"])
-                committed = any(e["event"] == "committed" and (e["topic"], e["partition"], e["offset"]) == key
-                                for e in events[i + 1:])
+                committed = any(
+                    e["event"] == "committed" and (e["topic"], e["partition"], e["offset"]) == key
+                    for e in events[i + 1 :]
+                )
                 deliveries.setdefault(key, []).append((member.name, committed))
     assert set(deliveries) == produced
     twice = {key: who for key, who in deliveries.items() if len(who) > 1}
