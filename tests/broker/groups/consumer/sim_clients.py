@@ -7,16 +7,20 @@ heartbeat whose answer it never got."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from quorum.broker.groups.config import GroupConfig
 from quorum.broker.groups.consumer.assignors import Partitions, TopicInfo
 from quorum.broker.groups.consumer.events import ConsumerHeartbeat, ConsumerHeartbeatAnswer
 from quorum.broker.groups.consumer.group import ConsumerGroup
+from quorum.broker.groups.consumer.records import GroupLoader, image, records
 from quorum.broker.groups.consumer.rules import ConsumerGroupRules, validate
+from quorum.wire.consumer_offsets import decode_record
 from quorum.wire.errors import ErrorCode as E
 
+T = TypeVar("T")
 GROUP = "kip848-group"
 REBALANCE_MS = 4_000
 CONFIG = GroupConfig(
@@ -76,6 +80,10 @@ class SimGroup:
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     clients: dict[str, SimClient] = field(default_factory=dict)
     now: int = 1_000_000
+    log: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    """The records the group's steps wrote to `__consumer_offsets`, in order."""
+    loader: GroupLoader = field(default_factory=GroupLoader)
+    """Those records replayed as they were written, as a loading coordinator replays them."""
 
     def send(self, client: SimClient, leave: bool = False, lose_answer: bool = False) -> ConsumerHeartbeatAnswer:
         answer = self.send_raw(client.request(leave))
@@ -89,12 +97,25 @@ class SimGroup:
         refused = validate(request, CONFIG.group_consumer_assignors)
         if refused is not None:
             return refused
-        self.rules.expire(self.group, self.now)
-        return self.rules.heartbeat(self.group, request, self.now, self.topics)
+        self._logged(lambda: self.rules.expire(self.group, self.now))
+        return self._logged(lambda: self.rules.heartbeat(self.group, request, self.now, self.topics))
 
     def advance(self, ms: int) -> list[str]:
         self.now += ms
-        return self.rules.expire(self.group, self.now)
+        return self._logged(lambda: self.rules.expire(self.group, self.now))
+
+    def _logged(self, step: Callable[[], T]) -> T:
+        """Run a step of the rules and log the records it writes, as the coordinator appends them."""
+        before = image(self.group)
+        result = step()
+        for key, value in records(GROUP, before, image(self.group)):
+            self.log.append((key, value))
+            self.loader.replay(*decode_record(key, value))
+        return result
+
+    def reloaded(self) -> ConsumerGroup | None:
+        """The group as a coordinator that loads the log rebuilds it."""
+        return self.loader.groups().get(GROUP)
 
     def live_members(self) -> Mapping[str, SimClient]:
         return {m: c for m, c in self.clients.items() if m in self.group.members}

@@ -1,7 +1,8 @@
 """The KIP-848 rules driven through joins, leaves, crashes, lost answers, subscription and partition
 count changes by hypothesis: after every step no partition is believed owned by two members (and
 what a member's client owns, the coordinator holds as that member's); once the clients have
-heartbeated for a while, every partition of every subscribed topic is owned by exactly one client."""
+heartbeated for a while, every partition of every subscribed topic is owned by exactly one client;
+and the records written so far rebuild the group exactly (a coordinator that moves resumes it)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,20 @@ class ConsumerGroupModel(RuleBasedStateMachine):
     def one_owner_per_partition(self) -> None:
         self.sim.check_owners()
 
+    @invariant()
+    def the_records_rebuild_the_group(self) -> None:
+        """A coordinator that moves (loads the partition's records) resumes the group exactly."""
+        group, reloaded = self.sim.group, self.sim.reloaded()
+        if reloaded is None:
+            assert group.group_epoch == 0
+            return
+        assert (reloaded.group_epoch, reloaded.assignment_epoch) == (group.group_epoch, group.assignment_epoch)
+        assert reloaded.members == group.members
+        assert reloaded.target == group.target and reloaded.owners == group.owners
+        assert reloaded.subscription_metadata == group.subscription_metadata
+
 
 ConsumerGroupModel.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_consumer_group_model = ConsumerGroupModel.TestCase
