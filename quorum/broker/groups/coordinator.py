@@ -34,7 +34,7 @@ from typing import Any
 
 from quorum.broker.groups.config import GroupConfig, partition_for
 from quorum.broker.groups.consumer.assignors import TopicInfo
-from quorum.broker.groups.consumer.commands import ConsumerCommands
+from quorum.broker.groups.consumer.commands import ConsumerCommands, PendingConsumerAnswer
 from quorum.broker.groups.consumer.rules import ConsumerGroupRules
 from quorum.broker.groups.coordinator_offsets import OffsetCommands, PendingCommit
 from quorum.broker.groups.events import (
@@ -100,7 +100,8 @@ class GroupCoordinator(ConsumerCommands, OffsetCommands, StaticMembers):
         self.config = config or GroupConfig()
         self._new_member_id = new_member_id
         self._partitions: dict[int, PartitionState] = {}
-        self._pending: dict[int, PendingCommit | _PendingSync | _PendingGroupStore | PendingStaticRejoin] = {}
+        self._pending: dict[int, PendingCommit | _PendingSync | _PendingGroupStore | PendingStaticRejoin
+                            | PendingConsumerAnswer] = {}
         self._next_token = 0
         self._out = Output()
         self._deleted_topic_ids: set[uuid.UUID] = set()
@@ -146,6 +147,7 @@ class GroupCoordinator(ConsumerCommands, OffsetCommands, StaticMembers):
 
     def finish_loading(self, partition: int, now_ms: int) -> None:
         self._partitions[partition].finish_loading(now_ms)
+        self._resume_consumer_groups(self._partitions[partition], now_ms)
 
     def unload(self, partition: int) -> Output:
         """This broker no longer leads `partition` (or could not load it): forget its groups and answer
@@ -164,6 +166,8 @@ class GroupCoordinator(ConsumerCommands, OffsetCommands, StaticMembers):
                 del self._pending[token]
                 if isinstance(pending, PendingCommit):
                     self._commit_failed(pending, E.NOT_COORDINATOR)
+                elif isinstance(pending, PendingConsumerAnswer):
+                    self._settle_consumer(pending, E.NOT_COORDINATOR)
         return self._flush()
 
     @property
@@ -193,6 +197,8 @@ class GroupCoordinator(ConsumerCommands, OffsetCommands, StaticMembers):
         pending = self._pending.pop(token, None)
         if isinstance(pending, PendingCommit):
             self._commit_stored(pending)
+        elif isinstance(pending, PendingConsumerAnswer):
+            self._settle_consumer(pending, E.NONE)
         elif isinstance(pending, PendingStaticRejoin):
             self._static_rejoin_stored(pending, E.NONE)
         elif isinstance(pending, _PendingSync):
@@ -219,6 +225,8 @@ class GroupCoordinator(ConsumerCommands, OffsetCommands, StaticMembers):
         pending = self._pending.pop(token, None)
         if isinstance(pending, PendingCommit):
             self._commit_failed(pending, storage_error_for_commit(error))
+        elif isinstance(pending, PendingConsumerAnswer):
+            self._settle_consumer(pending, storage_error_for_group(error))
         elif isinstance(pending, PendingStaticRejoin):
             self._static_rejoin_stored(pending, storage_error_for_group(error))
         elif isinstance(pending, _PendingSync):

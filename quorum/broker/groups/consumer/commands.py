@@ -11,15 +11,18 @@ INCONSISTENT_GROUP_PROTOCOL. Kafka's default `group.consumer.migration.policy` w
 classic member with the consumer embedded protocol join the consumer group (online migration): not
 done here, and the answer is the error Kafka gives when the member's protocols are not supported.
 
-Deviation from Kafka: consumer groups are not written to `__consumer_offsets` yet (their committed
-offsets are), so a coordinator that moves or restarts forgets them and their members' heartbeats
-answer GROUP_ID_NOT_FOUND / UNKNOWN_MEMBER_ID, after which the members join again at epoch 0.
+Every change to a consumer group is written to `__consumer_offsets` as Kafka's records
+(`consumer.records`), and a heartbeat is answered once they are durable, so a coordinator that
+loads the partition later resumes the group where it was. Deviation from Kafka: a failed write is
+answered with its error but the group keeps the change in memory (Kafka reverts it); the log, which
+a later load reads, does not have it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from quorum.broker.groups.config import GroupConfig
@@ -31,6 +34,8 @@ from quorum.broker.groups.consumer.events import (
     DescribedConsumerGroup,
 )
 from quorum.broker.groups.consumer.group import ConsumerGroup
+from quorum.broker.groups.consumer.member import MemberState
+from quorum.broker.groups.consumer.records import image, records
 from quorum.broker.groups.consumer.rules import ConsumerGroupRules, validate
 from quorum.broker.groups.events import Output
 from quorum.broker.groups.group import GroupState
@@ -45,6 +50,15 @@ OFFSET_COMMIT_MEMBER_EPOCH_VERSION = 9
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class PendingConsumerAnswer:
+    """A heartbeat answer that waits for its group's records to be durable."""
+
+    handle: Any
+    partition: int
+    answer: ConsumerHeartbeatAnswer
+
+
 class ConsumerCommands:
     """The consumer-group half of `GroupCoordinator`, which holds the partitions and the output plumbing."""
 
@@ -53,7 +67,11 @@ class ConsumerCommands:
     topics: Mapping[str, TopicInfo]
     _partitions: dict[int, PartitionState]
 
+    _pending: dict[int, Any]
+
     def _status(self, group_id: str | None) -> tuple[int, PartitionState | None]: ...
+    def _answer(self, handle: Any, answer: Any) -> None: ...
+    def _flush(self) -> Output: ...
     def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int: ...
     def _reply(self, handle: Any, answer: Any) -> Output: ...
 
@@ -86,12 +104,32 @@ class ConsumerCommands:
                 classic.state = GroupState.DEAD
                 self._append(state.partition, [encode_record(GroupKey(request.group_id), None)])
             group = state.consumer_groups[request.group_id] = ConsumerGroup(request.group_id)
-        self._expire_consumer_group(group, now_ms)
-        before = group.group_epoch
+        self._expire_consumer_group(state, group, now_ms)
+        before = image(group)
         answer = self.consumer_rules.heartbeat(group, request, now_ms, self.topics)
-        if group.group_epoch != before:
+        if group.group_epoch != before.group_epoch:
             log.info("group %s: group epoch %d (%d member(s))", group.group_id, group.group_epoch, len(group.members))
-        return self._reply(handle, answer)
+        written = records(group.group_id, before, image(group))
+        if not written:
+            return self._reply(handle, answer)
+        token = self._append(state.partition, written)
+        self._pending[token] = PendingConsumerAnswer(handle, state.partition, answer)
+        return self._flush()
+
+    def _settle_consumer(self, pending: PendingConsumerAnswer, error: int) -> None:
+        """A heartbeat's records are durable (NONE) or will not be (`error`): answer it."""
+        self._answer(pending.handle, pending.answer if error == E.NONE else ConsumerHeartbeatAnswer(error))
+
+    def _resume_consumer_groups(self, state: PartitionState, now_ms: int) -> None:
+        """A loaded partition's consumer groups: every member gets a fresh session (as Kafka's coordinator
+        schedules them when it loads), and one still revoking a fresh rebalance timeout."""
+        session_ms = self.config.group_consumer_session_timeout_ms
+        for group in state.consumer_groups.values():
+            for member in group.members.values():
+                group.session_deadlines[member.member_id] = now_ms + session_ms
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+                    group.revocation_deadlines[member.member_id] = (deadline, member.member_epoch)
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         """ConsumerGroupDescribe for one group (a query: answered at once)."""
@@ -130,9 +168,11 @@ class ConsumerCommands:
         for state in self._partitions.values():
             if not state.loading:
                 for group in state.consumer_groups.values():
-                    self._expire_consumer_group(group, now_ms)
+                    self._expire_consumer_group(state, group, now_ms)
 
-    def _expire_consumer_group(self, group: ConsumerGroup, now_ms: int) -> None:
+    def _expire_consumer_group(self, state: PartitionState, group: ConsumerGroup, now_ms: int) -> None:
+        """Remove the members whose time is up, and write the group's records for it."""
+        before = image(group)
         for member_id in self.consumer_rules.expire(group, now_ms):
             log.info(
                 "group %s: member %s removed (session or rebalance timeout); group epoch %d",
@@ -140,6 +180,9 @@ class ConsumerCommands:
                 member_id,
                 group.group_epoch,
             )
+        written = records(group.group_id, before, image(group))
+        if written:
+            self._append(state.partition, written)
 
     # ----------------------------------------------------------------------------------------
     # The classic APIs meeting consumer groups
@@ -153,6 +196,8 @@ class ConsumerCommands:
         if group.members:
             return E.INCONSISTENT_GROUP_PROTOCOL
         del state.consumer_groups[group_id]
+        group.dead = True
+        self._append(state.partition, records(group_id, image(group), None))
         return E.NONE
 
     def consumer_commit_error(
@@ -162,7 +207,7 @@ class ConsumerCommands:
         group = state.consumer_groups.get(group_id)
         if group is None:
             return None
-        self._expire_consumer_group(group, now_ms)
+        self._expire_consumer_group(state, group, now_ms)
         if member_epoch < 0 and not group.members:
             return E.NONE
         member = group.members.get(member_id)

@@ -26,7 +26,14 @@ def join(h: Harness, member_id: str, group: str = GROUP):
     request = ConsumerHeartbeat(
         group, member_id, 0, rebalance_timeout_ms=5000, subscribed_topic_names=("t",), owned=frozenset()
     )
-    return h.answers[h.send("consumer_group_heartbeat", request)]
+    return beat(h, request)
+
+
+def beat(h: Harness, request: ConsumerHeartbeat):
+    """Send a heartbeat and make its records durable: its answer."""
+    handle = h.send("consumer_group_heartbeat", request)
+    h.flush()
+    return h.answers[handle]
 
 
 def consumer_harness() -> Harness:
@@ -71,7 +78,7 @@ def test_a_group_is_one_kind_or_the_other() -> None:
 def test_an_empty_group_of_one_kind_becomes_the_other() -> None:
     h = consumer_harness()
     join(h, "m1")
-    h.send("consumer_group_heartbeat", ConsumerHeartbeat(GROUP, "m1", -1))
+    beat(h, ConsumerHeartbeat(GROUP, "m1", -1))
     assert h.core.describe_consumer_group(GROUP).state == "Empty"
     members, generation = h.stable_group(1)  # a classic member takes the empty consumer group's id
     assert generation == 1 and h.core.consumer_group(GROUP) is None
@@ -215,3 +222,40 @@ def test_heartbeat_and_describe_through_the_wire_and_advertised() -> None:
     response, _ = api_versions_response(request, dispatcher.served)
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert advertised[68] == (0, 1) and advertised[69] == (0, 0)
+
+
+def test_an_answer_waits_for_its_records_and_a_reloaded_coordinator_resumes_the_group() -> None:
+    h = consumer_harness()
+    handle = h.send(
+        "consumer_group_heartbeat",
+        ConsumerHeartbeat(GROUP, "m1", 0, rebalance_timeout_ms=5000, subscribed_topic_names=("t",), owned=frozenset()),
+    )
+    assert h.answers.get(handle) is None, "answered before its records are durable"
+    h.flush()
+    assert h.answers[handle].member_epoch == 1
+    join(h, "m2")  # m2 waits for two of m1's partitions: m1 has not revoked them yet
+    before = h.core.consumer_group(GROUP)
+    h.load_all()  # a coordinator loads the partition from the log
+    after = h.core.consumer_group(GROUP)
+    assert after is not before and after is not None
+    assert (after.group_epoch, after.assignment_epoch, after.members, after.target, after.owners) == (
+        before.group_epoch,
+        before.assignment_epoch,
+        before.members,
+        before.target,
+        before.owners,
+    )
+    m1 = before.members["m1"]
+    answer = beat(h, ConsumerHeartbeat(GROUP, "m1", m1.member_epoch, owned=m1.assigned | m1.pending_revocation))
+    assert answer.error == E.NONE and answer.member_epoch == m1.member_epoch
+
+
+def test_a_heartbeat_whose_records_cannot_be_written_answers_the_error() -> None:
+    h = consumer_harness()
+    handle = h.send(
+        "consumer_group_heartbeat",
+        ConsumerHeartbeat(GROUP, "m1", 0, rebalance_timeout_ms=5000, subscribed_topic_names=("t",), owned=frozenset()),
+    )
+    append = h.pending_appends.pop()
+    h.take(h.core.append_failed(append.token, E.NOT_LEADER_OR_FOLLOWER, h.now))
+    assert h.answers[handle].error == E.NOT_COORDINATOR
