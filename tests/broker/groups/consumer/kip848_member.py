@@ -9,6 +9,7 @@ Usage: python kip848_member.py NAME BOOTSTRAP GROUP SUBSCRIPTION...
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -17,6 +18,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 stopping = False
+DEBUG = {"debug": "cgrp", "log_level": 7} if os.environ.get("KIP848_MEMBER_DEBUG") else {"log_level": 0}
+"""KIP848_MEMBER_DEBUG=1: librdkafka logs its group protocol to stderr (KIP848_MEMBER_STDERR names a file for it)."""
 
 
 def out(**fields: Any) -> None:
@@ -42,7 +45,8 @@ def main(name: str, bootstrap: str, group: str, subscription: list[str]) -> None
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "topic.metadata.refresh.interval.ms": 1000,
-            "log_level": 0,
+            "reconnect.backoff.max.ms": 500,  # back within the test cluster's 6 s session after a broker restart
+            **DEBUG,
         }
     )
     consumer.subscribe(

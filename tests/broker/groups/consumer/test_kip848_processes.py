@@ -11,6 +11,8 @@ so the intervals of one partition never overlap; a killed member's end at the mo
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, Producer
 from confluent_kafka.admin import NewPartitions
 
-from tests.broker.groups.group_cluster import GroupCluster, group_cluster
+from quorum.broker.groups.config import partition_for
+from tests.broker.groups.group_cluster import BROKERS, GroupCluster, group_cluster
 from tests.test_broker_processes import QUIET
-from tests.test_controller_processes import wait_until
+from tests.test_controller_processes import metadata, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,7 +54,9 @@ class MemberProcess:
         self.process = subprocess.Popen(
             [sys.executable, str(MEMBER_SCRIPT), name, bootstrap, group, *subscription],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=open(os.environ["KIP848_MEMBER_STDERR"] + "-" + name, "w")  # noqa: SIM115
+            if "KIP848_MEMBER_STDERR" in os.environ
+            else subprocess.DEVNULL,
             text=True,
         )
         self._reader = threading.Thread(target=self._read, name=f"{name}-events", daemon=True)
@@ -207,3 +212,67 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
     assert set(deliveries) == produced
     twice = {key: who for key, who in deliveries.items() if len(who) > 1}
     assert all(not committed for who in twice.values() for _, committed in who[:-1]), twice
+
+
+def test_a_coordinator_killed_and_restarted_resumes_the_group_from_its_records(cluster: GroupCluster) -> None:
+    """The group's coordinator broker is killed -9 and started again: it loads the group from the
+    KIP-848 records in `__consumer_offsets`, so the members' next heartbeats (same member ids, same
+    epochs) are accepted and nobody loses or is given a partition; ConsumerGroupDescribe (API 69, the
+    admin client's) shows the same members before and after, and consuming goes on."""
+    group, topic = "kip848-coordinator-restart", "kip848-restart"
+    cluster.topics(4, topic)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, **QUIET})
+    produced: set[tuple[str, int, int]] = set()
+
+    def produce(count: int) -> None:
+        for i in range(count):
+            producer.produce(
+                topic,
+                f"{i}".encode(),
+                partition=i % 4,
+                on_delivery=lambda err, msg: err is None and produced.add((msg.topic(), msg.partition(), msg.offset())),
+            )
+        assert producer.flush(30) == 0, "records left undelivered"
+
+    members = [MemberProcess(name, cluster.bootstrap, group, [topic]) for name in ("e", "f")]
+
+    def consumed() -> set[tuple[str, int, int]]:
+        return {
+            (e["topic"], e["partition"], e["offset"]) for m in members for e in m.snapshot() if e["event"] == "record"
+        }
+
+    def described_members() -> dict[str, int]:
+        description = cluster.describe(group)
+        assert description.type == ConsumerGroupType.CONSUMER and description.state == ConsumerGroupState.STABLE
+        return {m.member_id: len(m.assignment.topic_partitions) for m in description.members}
+
+    try:
+        wait_until(
+            "two members to share the 4 partitions",
+            lambda: all(m.owned() for m in members) and len(members[0].owned() | members[1].owned()) == 4,
+        )
+        produce(20)
+        wait_until("the first records to be consumed", lambda: produced <= consumed())
+        before = wait_until("the group to be described Stable with both members", described_members)
+        events_before = [len(m.snapshot()) for m in members]
+        coordinator = coordinator_of(cluster, group)
+        cluster.cluster.kill(coordinator, signal.SIGKILL)
+        cluster.cluster.start_node(coordinator)
+        produce(20)
+        wait_until(
+            "the records produced after the restart to be consumed", lambda: produced <= consumed(), timeout_s=90
+        )
+        after = wait_until("the restarted coordinator to describe the group", described_members, timeout_s=60)
+        assert after == before, "the group did not resume with the same members and assignments"
+        for member, count in zip(members, events_before, strict=True):
+            moved = [e for e in member.snapshot()[count:] if e["event"] in ("assign", "revoke", "lost")]
+            assert not moved, f"{member.name} saw {moved} across the coordinator restart"
+    finally:
+        for member in members:
+            member.stop()
+
+
+def coordinator_of(cluster: GroupCluster, group: str) -> int:
+    """The broker leading the group's `__consumer_offsets` partition."""
+    address = cluster.cluster.specs[BROKERS[0]].address
+    return metadata(address)[1]["__consumer_offsets"].partitions[partition_for(group)].leader
