@@ -106,11 +106,16 @@ _VALUE_KINDS: dict[type, int] = {
 }
 
 
-def _grouped(partitions: TopicPartitions, item: Any) -> list[Any]:
-    by_topic: dict[uuid.UUID, list[int]] = {}
+def by_topic(partitions: TopicPartitions) -> dict[uuid.UUID, list[int]]:
+    """Topic id -> its partitions in order: how KIP-848's records and RPCs list a set of partitions."""
+    grouped: dict[uuid.UUID, list[int]] = {}
     for topic_id, partition in sorted(partitions):
-        by_topic.setdefault(topic_id, []).append(partition)
-    return [item(topic_id=topic_id, partitions=parts) for topic_id, parts in by_topic.items()]
+        grouped.setdefault(topic_id, []).append(partition)
+    return grouped
+
+
+def _grouped(partitions: TopicPartitions, item: Any) -> list[Any]:
+    return [item(topic_id=topic_id, partitions=parts) for topic_id, parts in by_topic(partitions).items()]
 
 
 def _flat(entries: Any) -> TopicPartitions:

@@ -15,6 +15,7 @@ from quorum.wire.consumer_group_messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
 )
+from quorum.wire.consumer_group_records import by_topic
 from quorum.wire.protocol import Request
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -27,13 +28,6 @@ def register_consumer_group_apis(dispatcher: Dispatcher, shell: GroupCoordinator
     handlers = _ConsumerGroupHandlers(shell)
     dispatcher.register(CONSUMER_GROUP_HEARTBEAT_KEY, handlers.heartbeat)
     dispatcher.register(CONSUMER_GROUP_DESCRIBE_KEY, handlers.describe)
-
-
-def _by_topic(partitions: Partitions) -> dict[uuid.UUID, list[int]]:
-    grouped: dict[uuid.UUID, list[int]] = {}
-    for topic_id, partition in sorted(partitions):
-        grouped.setdefault(topic_id, []).append(partition)
-    return grouped
 
 
 class _ConsumerGroupHandlers:
@@ -68,7 +62,7 @@ class _ConsumerGroupHandlers:
             assignment = ConsumerGroupHeartbeatResponse.Assignment(
                 topic_partitions=[
                     topic_class(topic_id=topic_id, partitions=parts)
-                    for topic_id, parts in _by_topic(answer.assignment).items()
+                    for topic_id, parts in by_topic(answer.assignment).items()
                 ]
             )
         response = ConsumerGroupHeartbeatResponse(
@@ -126,6 +120,6 @@ class _ConsumerGroupHandlers:
                 assignment_class.TopicPartitions(
                     topic_id=topic_id, topic_name=names.get(topic_id, ""), partitions=parts
                 )
-                for topic_id, parts in _by_topic(partitions).items()
+                for topic_id, parts in by_topic(partitions).items()
             ]
         )

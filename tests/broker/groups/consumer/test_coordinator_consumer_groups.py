@@ -128,55 +128,48 @@ def test_the_timer_expires_a_silent_member() -> None:
     assert h.core.describe_consumer_group(GROUP).state == "Empty"
 
 
+async def heartbeat(wire: Wire, version: int, **fields):
+    """ConsumerGroupHeartbeat at `version`: the fields given, every other one "unchanged" (null / -1)."""
+    unchanged = dict(
+        group_id=GROUP,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout_ms=-1,
+        subscribed_topic_names=None,
+        server_assignor=None,
+        topic_partitions=None,
+    )
+    if version >= 1:
+        unchanged["subscribed_topic_regex"] = None
+    return await wire.call(68, version, **{**unchanged, **fields})
+
+
 def test_heartbeat_and_describe_through_the_wire_and_advertised() -> None:
     async def scenario(wire: Wire, shell):
         shell.core.set_topics(TOPICS)
         Owned = APIS[68].request.TopicPartitions
-        joined = await wire.call(
-            68,
+        joined = await heartbeat(
+            wire,
             1,
-            group_id=GROUP,
             member_id="m1",
             member_epoch=0,
-            instance_id=None,
-            rack_id=None,
             rebalance_timeout_ms=5000,
             subscribed_topic_names=["t"],
             subscribed_topic_regex="",
-            server_assignor=None,
             topic_partitions=[],
         )
         assert (joined.error_code, joined.member_id, joined.member_epoch) == (E.NONE, "m1", 1)
         assigned = joined.assignment.topic_partitions
         assert [(t.topic_id, sorted(t.partitions)) for t in assigned] == [(TOPIC_ID, [0, 1, 2, 3])]
-        beat = await wire.call(
-            68,
+        beat = await heartbeat(
+            wire,
             0,
-            group_id=GROUP,
             member_id="m1",
             member_epoch=1,
-            instance_id=None,
-            rack_id=None,
-            rebalance_timeout_ms=-1,
-            subscribed_topic_names=None,
-            server_assignor=None,
             topic_partitions=[Owned(topic_id=TOPIC_ID, partitions=[0, 1, 2, 3])],
         )
         assert (beat.error_code, beat.member_epoch, beat.assignment) == (E.NONE, 1, None)
-        fenced = await wire.call(
-            68,
-            1,
-            group_id=GROUP,
-            member_id="m1",
-            member_epoch=7,
-            instance_id=None,
-            rack_id=None,
-            rebalance_timeout_ms=-1,
-            subscribed_topic_names=None,
-            subscribed_topic_regex=None,
-            server_assignor=None,
-            topic_partitions=None,
-        )
+        fenced = await heartbeat(wire, 1, member_id="m1", member_epoch=7)
         assert fenced.error_code == E.FENCED_MEMBER_EPOCH and "greater member epoch (7)" in fenced.error_message
         described = await wire.call(69, 0, group_ids=[GROUP, "missing"], include_authorized_operations=False)
         group, missing = described.groups
@@ -197,20 +190,7 @@ def test_heartbeat_and_describe_through_the_wire_and_advertised() -> None:
             ("t", [0, 1, 2, 3])
         ]
         assert missing.error_code == E.GROUP_ID_NOT_FOUND
-        left = await wire.call(
-            68,
-            1,
-            group_id=GROUP,
-            member_id="m1",
-            member_epoch=-1,
-            instance_id=None,
-            rack_id=None,
-            rebalance_timeout_ms=-1,
-            subscribed_topic_names=None,
-            subscribed_topic_regex=None,
-            server_assignor=None,
-            topic_partitions=None,
-        )
+        left = await heartbeat(wire, 1, member_id="m1", member_epoch=-1)
         assert (left.error_code, left.member_epoch) == (E.NONE, -1)
         return wire.dispatcher
 
