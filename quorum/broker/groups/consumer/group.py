@@ -101,6 +101,23 @@ class ConsumerGroup:
         self.group_epoch += 1
         return member
 
+    def static_member(self, instance_id: str) -> ConsumerMember | None:
+        """The member holding a static member's instance id (KIP-345), if any."""
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def replace_member(self, old_id: str, member: ConsumerMember) -> None:
+        """A static member rejoined under a new member id: it takes the old one's place, target and
+        partitions, and the group epoch stays (Kafka's replaceMember)."""
+        old = self.members.pop(old_id)
+        for tp in old.assigned | old.pending_revocation:
+            self.owners.pop(tp, None)
+        target = self.target.pop(old_id, None)
+        if target is not None:
+            self.target[member.member_id] = target
+        self.session_deadlines.pop(old_id, None)
+        self.revocation_deadlines.pop(old_id, None)
+        self.put_member(member)
+
     def subscribed_topics(self, names: Iterable[str]) -> frozenset[str]:
         """The topics among `names` that some member subscribes to, by name or regex."""
         names = tuple(names)

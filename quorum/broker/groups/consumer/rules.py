@@ -9,8 +9,9 @@ member is moved toward its target (`member.reconcile`). A member whose session l
 not revoke partitions within its rebalance timeout, is removed (`expire`). No clock or I/O: the
 caller passes `now_ms` and the topics of its metadata.
 
-Deviation from Kafka 4.0 (the reference here): a static member's temporary leave (epoch -2) leaves
-for good, so its partitions are reassigned at once instead of being kept for its return.
+A static member (InstanceId) that leaves for a while (epoch -2) keeps its partitions until its
+session lapses; the next member with its instance id takes them over without a rebalance, and one
+that comes while the instance id is still held is refused UNRELEASED_INSTANCE_ID.
 """
 
 from __future__ import annotations
@@ -113,27 +114,10 @@ class ConsumerGroupRules:
         """Apply a validated heartbeat to `group` (its due expirations already applied: `expire`)."""
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, request)
-        member = group.members.get(request.member_id)
-        if request.member_epoch == JOIN_EPOCH:
-            if member is not None:  # a restart under the same id: it owns nothing now (validated)
-                group.remove_member(member.member_id)
-            elif len(group.members) >= self.config.group_consumer_max_size:
-                return ConsumerHeartbeatAnswer(
-                    E.GROUP_MAX_SIZE_REACHED,
-                    "The consumer group has reached its "
-                    f"maximum capacity of {self.config.group_consumer_max_size} members.",
-                )
-            member = ConsumerMember(request.member_id or self.new_member_id())
-            is_new = True
-        else:
-            if member is None:
-                return ConsumerHeartbeatAnswer(
-                    E.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
-                )
-            fenced = _epoch_error(member, request.member_epoch, request.owned)
-            if fenced is not None:
-                return ConsumerHeartbeatAnswer(E.FENCED_MEMBER_EPOCH, fenced)
-            is_new = False
+        found = self._member(group, request)
+        if isinstance(found, ConsumerHeartbeatAnswer):
+            return found
+        member, is_new = found
         updated = replace(
             member,
             instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
@@ -199,8 +183,63 @@ class ConsumerGroupRules:
             group.revocation_deadlines.pop(member.member_id, None)
         return reconciled
 
+    def _member(
+        self, group: ConsumerGroup, request: ConsumerHeartbeat
+    ) -> tuple[ConsumerMember, bool] | ConsumerHeartbeatAnswer:
+        """The member a heartbeat is from and whether it is new (Kafka's getOrMaybeSubscribeDynamic/Static
+        ConsumerGroupMember), or the refusal. A static member (InstanceId) that joins while its instance
+        id's member is away (epoch -2) takes that member's place and its partitions, without a rebalance."""
+        joining = request.member_epoch == JOIN_EPOCH
+        if request.instance_id is not None:
+            holder = group.static_member(request.instance_id)
+            if joining and holder is not None:
+                if holder.member_epoch != STATIC_LEAVE_EPOCH:
+                    return ConsumerHeartbeatAnswer(
+                        E.UNRELEASED_INSTANCE_ID,
+                        f"Static member {request.member_id} with instance id {request.instance_id} cannot join the "
+                        f"group because the instance id is owned by {holder.member_id} member.",
+                    )
+                member = replace(
+                    holder, member_id=request.member_id or self.new_member_id(), member_epoch=0, previous_member_epoch=0
+                )
+                group.replace_member(holder.member_id, member)
+                return member, False
+            if not joining:
+                refused = _static_error(holder, request)
+                if refused is not None:
+                    return refused
+        member = group.members.get(request.member_id)
+        if joining:
+            if member is not None:  # a restart under the same id: it owns nothing now (validated)
+                group.remove_member(member.member_id)
+            elif len(group.members) >= self.config.group_consumer_max_size:
+                return ConsumerHeartbeatAnswer(
+                    E.GROUP_MAX_SIZE_REACHED,
+                    "The consumer group has reached its "
+                    f"maximum capacity of {self.config.group_consumer_max_size} members.",
+                )
+            return ConsumerMember(request.member_id or self.new_member_id()), True
+        if member is None:
+            return ConsumerHeartbeatAnswer(
+                E.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
+            )
+        fenced = _epoch_error(member, request.member_epoch, request.owned)
+        if fenced is not None:
+            return ConsumerHeartbeatAnswer(E.FENCED_MEMBER_EPOCH, fenced)
+        return member, False
+
     def _leave(self, group: ConsumerGroup, request: ConsumerHeartbeat) -> ConsumerHeartbeatAnswer:
-        """Kafka's consumerGroupLeave: the member's partitions are free at once and the group epoch goes up."""
+        """Kafka's consumerGroupLeave: the member's partitions are free at once and the group epoch goes
+        up; a static member leaving for a while (epoch -2) keeps them until its session lapses."""
+        if request.instance_id is not None:
+            refused = _static_error(group.static_member(request.instance_id), request)
+            if refused is not None:
+                return refused
+            if request.member_epoch == STATIC_LEAVE_EPOCH:
+                member = group.members[request.member_id]
+                group.put_member(replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation=frozenset()))
+                group.revocation_deadlines.pop(member.member_id, None)
+                return ConsumerHeartbeatAnswer(E.NONE, None, member.member_id, STATIC_LEAVE_EPOCH)
         if group.remove_member(request.member_id) is None:
             return ConsumerHeartbeatAnswer(
                 E.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
@@ -259,6 +298,19 @@ class ConsumerGroupRules:
             assignor,
             members,
         )
+
+
+def _static_error(holder: ConsumerMember | None, request: ConsumerHeartbeat) -> ConsumerHeartbeatAnswer | None:
+    """Kafka's throwIfStaticMemberIsUnknown and throwIfInstanceIdIsFenced."""
+    if holder is None:
+        return ConsumerHeartbeatAnswer(E.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
+    if holder.member_id != request.member_id:
+        return ConsumerHeartbeatAnswer(
+            E.FENCED_INSTANCE_ID,
+            f"Static member {request.member_id} with instance id {request.instance_id} was fenced by member "
+            f"{holder.member_id}.",
+        )
+    return None
 
 
 def _epoch_error(member: ConsumerMember, received: int, owned: Partitions | None) -> str | None:

@@ -40,20 +40,23 @@ class SimClient:
     member_id: str
     topics: tuple[str, ...]
     regex: str | None = None
+    instance_id: str | None = None
+    """A static member's group.instance.id (sent in every heartbeat, as the Java consumer does)."""
     epoch: int = 0
     owned: frozenset = frozenset()
     full_next: bool = True
     """Send every field in the next heartbeat (the first one, and after a lost answer)."""
     left: bool = False
 
-    def request(self, leave: bool = False) -> ConsumerHeartbeat:
-        if leave:
-            return ConsumerHeartbeat(GROUP, self.member_id, -1)
+    def request(self, leave_epoch: int | None = None) -> ConsumerHeartbeat:
+        if leave_epoch is not None:
+            return ConsumerHeartbeat(GROUP, self.member_id, leave_epoch, instance_id=self.instance_id)
         full = self.full_next or self.epoch == 0
         return ConsumerHeartbeat(
             GROUP,
             self.member_id,
             self.epoch,
+            instance_id=self.instance_id,
             rebalance_timeout_ms=REBALANCE_MS if full else -1,
             subscribed_topic_names=self.topics if full else None,
             subscribed_topic_regex=self.regex if full else None,
@@ -61,7 +64,7 @@ class SimClient:
         )
 
     def receive(self, answer: ConsumerHeartbeatAnswer) -> None:
-        if answer.error in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID):
+        if answer.error in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID, E.UNRELEASED_INSTANCE_ID):
             self.owned, self.epoch, self.full_next = frozenset(), 0, True
             return
         assert answer.error == E.NONE, answer
@@ -85,8 +88,10 @@ class SimGroup:
     loader: GroupLoader = field(default_factory=GroupLoader)
     """Those records replayed as they were written, as a loading coordinator replays them."""
 
-    def send(self, client: SimClient, leave: bool = False, lose_answer: bool = False) -> ConsumerHeartbeatAnswer:
-        answer = self.send_raw(client.request(leave))
+    def send(
+        self, client: SimClient, leave: bool = False, lose_answer: bool = False, leave_epoch: int = -1
+    ) -> ConsumerHeartbeatAnswer:
+        answer = self.send_raw(client.request(leave_epoch if leave else None))
         if lose_answer:
             client.full_next = True
         elif not leave:

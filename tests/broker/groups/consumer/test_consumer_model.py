@@ -33,12 +33,12 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         clients = list(self.sim.clients.values())
         return clients[index % len(clients)]
 
-    @rule(topics=st.sets(st.sampled_from(TOPICS)), regex=st.sampled_from(REGEXES))
-    def join(self, topics: set[str], regex: str | None) -> None:
+    @rule(topics=st.sets(st.sampled_from(TOPICS)), regex=st.sampled_from(REGEXES), static=st.booleans())
+    def join(self, topics: set[str], regex: str | None, static: bool) -> None:
         if not topics and regex is None:
             return
         self.next_id += 1
-        client = SimClient(f"m{self.next_id}", tuple(sorted(topics)), regex)
+        client = SimClient(f"m{self.next_id}", tuple(sorted(topics)), regex, f"i{self.next_id}" if static else None)
         self.sim.clients[client.member_id] = client
         self.sim.send(client)
 
@@ -53,6 +53,21 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         client = self._client(index)
         del self.sim.clients[client.member_id]
         self.sim.send(client, leave=True)
+
+    @precondition(lambda self: any(c.instance_id for c in self.sim.clients.values()))
+    @rule(index=st.integers(0, 20), lose=st.booleans())
+    def static_restart(self, index: int, lose: bool) -> None:
+        """A static member leaves for a while (epoch -2) and comes back under a new member id with the
+        same instance id; `lose` loses the leave, so the newcomer finds its instance id still held."""
+        static = [c for c in self.sim.clients.values() if c.instance_id]
+        old = static[index % len(static)]
+        del self.sim.clients[old.member_id]
+        if not lose:
+            self.sim.send(old, leave=True, leave_epoch=-2)
+        self.next_id += 1
+        new = SimClient(f"m{self.next_id}", old.topics, old.regex, old.instance_id)
+        self.sim.clients[new.member_id] = new
+        self.sim.send(new)
 
     @precondition(lambda self: self.sim.clients)
     @rule(index=st.integers(0, 20))

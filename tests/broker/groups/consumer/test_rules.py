@@ -205,3 +205,46 @@ def test_settings_are_checked_against_their_bounds() -> None:
     with pytest.raises(ValueError, match=r"unknown assignor\(s\) \['sticky'\]"):
         assignors_from_config("uniform,sticky")
     assert uuid.UUID(str(T.topic_id))
+
+
+def test_a_static_member_away_keeps_its_partitions_and_its_successor_takes_them_without_a_rebalance() -> None:
+    sim = SimGroup(topics={"t": T})
+    a = sim.clients["a"] = SimClient("a", ("t",), instance_id="instance-a")
+    b = sim.clients["b"] = SimClient("b", ("t",))
+    for _ in range(3):
+        for client in (a, b):
+            sim.send(client)
+    held, epoch = a.owned, sim.group.group_epoch
+    assert held and b.owned and not held & b.owned
+    away = sim.send_raw(ConsumerHeartbeat(GROUP, "a", -2, instance_id="instance-a"))
+    assert (away.error, away.member_epoch) == (E.NONE, -2)
+    sim.send(b)
+    assert b.owned & held == frozenset(), "partitions of a static member away were given away"
+    thief = sim.send_raw(ConsumerHeartbeat(GROUP, "x", 3, instance_id="instance-a", owned=frozenset()))
+    assert (thief.error, thief.message) == (
+        E.FENCED_INSTANCE_ID,
+        "Static member x with instance id instance-a was fenced by member a.",
+    )
+    a2 = sim.clients["a2"] = SimClient("a2", ("t",), instance_id="instance-a")
+    back = sim.send(a2)
+    assert (back.error, a2.owned, sim.group.group_epoch) == (E.NONE, held, epoch)
+    assert "a" not in sim.group.members
+    a3 = SimClient("a3", ("t",), instance_id="instance-a")
+    refused = sim.send(a3)
+    assert (refused.error, refused.message) == (
+        E.UNRELEASED_INSTANCE_ID,
+        "Static member a3 with instance id instance-a cannot join the group because the "
+        "instance id is owned by a2 member.",
+    )
+    unknown = sim.send_raw(ConsumerHeartbeat(GROUP, "z", 4, instance_id="nobody", owned=frozenset()))
+    assert (unknown.error, unknown.message) == (E.UNKNOWN_MEMBER_ID, "Instance id nobody is unknown.")
+    sim.check_owners()
+
+
+def test_a_static_member_that_does_not_come_back_is_removed_when_its_session_lapses() -> None:
+    sim = SimGroup(topics={"t": T})
+    a = sim.clients["a"] = SimClient("a", ("t",), instance_id="instance-a")
+    sim.send(a)
+    sim.send_raw(ConsumerHeartbeat(GROUP, "a", -2, instance_id="instance-a"))
+    assert sim.advance(CONFIG.group_consumer_session_timeout_ms) == ["a"]
+    assert not sim.group.owners
