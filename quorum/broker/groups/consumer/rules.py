@@ -252,15 +252,15 @@ class ConsumerGroupRules:
         """Remove members whose session lapsed or whose revocation outlived their rebalance timeout;
         their ids, for the log."""
         gone = [member_id for member_id, deadline in group.session_deadlines.items() if deadline <= now_ms]
-        for member_id, (deadline, epoch) in group.revocation_deadlines.items():
+        for member_id, (deadline, epoch) in list(group.revocation_deadlines.items()):
+            if deadline > now_ms:
+                continue
+            del group.revocation_deadlines[member_id]  # due: it fences the member, or no longer applies
             member = group.members.get(member_id)
-            if (
-                deadline <= now_ms
-                and member is not None
-                and member.member_epoch == epoch
-                and member.state is MemberState.UNREVOKED_PARTITIONS
-                and member_id not in gone
-            ):
+            still_revoking = (
+                member is not None and member.member_epoch == epoch and member.state is MemberState.UNREVOKED_PARTITIONS
+            )
+            if still_revoking and member_id not in gone:
                 gone.append(member_id)
         for member_id in gone:
             group.remove_member(member_id)

@@ -248,3 +248,13 @@ def test_a_static_member_that_does_not_come_back_is_removed_when_its_session_lap
     sim.send_raw(ConsumerHeartbeat(GROUP, "a", -2, instance_id="instance-a"))
     assert sim.advance(CONFIG.group_consumer_session_timeout_ms) == ["a"]
     assert not sim.group.owners
+
+
+def test_a_revocation_timer_that_no_longer_applies_is_dropped_when_due() -> None:
+    """Its deadline must not stay in next_deadline once past, or the shell's timer would spin on it."""
+    sim, (a, b) = sim_with("a", "b")
+    sim.send(a)  # told to revoke: a revocation timer
+    sim.group.revocation_deadlines["a"] = (sim.now + 10, sim.group.members["a"].member_epoch - 1)  # a stale one
+    sim.advance(10)
+    assert "a" in sim.group.members and "a" not in sim.group.revocation_deadlines
+    assert sim.rules.next_deadline(sim.group) > sim.now
