@@ -34,7 +34,6 @@ from quorum.broker.groups.consumer.events import (
     DescribedConsumerGroup,
 )
 from quorum.broker.groups.consumer.group import ConsumerGroup
-from quorum.broker.groups.consumer.member import MemberState
 from quorum.broker.groups.consumer.records import image, records
 from quorum.broker.groups.consumer.rules import ConsumerGroupRules, validate
 from quorum.broker.groups.events import Output
@@ -121,15 +120,9 @@ class ConsumerCommands:
         self._answer(pending.handle, pending.answer if error == E.NONE else ConsumerHeartbeatAnswer(error))
 
     def _resume_consumer_groups(self, state: PartitionState, now_ms: int) -> None:
-        """A loaded partition's consumer groups: every member gets a fresh session (as Kafka's coordinator
-        schedules them when it loads), and one still revoking a fresh rebalance timeout."""
-        session_ms = self.config.group_consumer_session_timeout_ms
+        """A loaded partition's consumer groups start their timers (`ConsumerGroupRules.resume`)."""
         for group in state.consumer_groups.values():
-            for member in group.members.values():
-                group.session_deadlines[member.member_id] = now_ms + session_ms
-                if member.state is MemberState.UNREVOKED_PARTITIONS:
-                    deadline = now_ms + max(member.rebalance_timeout_ms, 0)
-                    group.revocation_deadlines[member.member_id] = (deadline, member.member_epoch)
+            self.consumer_rules.resume(group, now_ms)
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         """ConsumerGroupDescribe for one group (a query: answered at once)."""

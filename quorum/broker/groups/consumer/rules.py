@@ -266,6 +266,15 @@ class ConsumerGroupRules:
             group.remove_member(member_id)
         return gone
 
+    def resume(self, group: ConsumerGroup, now_ms: int) -> None:
+        """A group a coordinator just loaded from its records: every member gets a fresh session (as
+        Kafka's coordinator schedules them when it loads), and one still revoking a fresh rebalance timeout."""
+        for member in group.members.values():
+            group.session_deadlines[member.member_id] = now_ms + self.config.group_consumer_session_timeout_ms
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+                group.revocation_deadlines[member.member_id] = (deadline, member.member_epoch)
+
     @staticmethod
     def next_deadline(group: ConsumerGroup) -> int | None:
         deadlines = [*group.session_deadlines.values(), *(d for d, _ in group.revocation_deadlines.values())]

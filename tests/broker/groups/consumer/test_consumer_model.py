@@ -1,8 +1,9 @@
-"""The KIP-848 rules driven through joins, leaves, crashes, lost answers, subscription and partition
-count changes by hypothesis: after every step no partition is believed owned by two members (and
-what a member's client owns, the coordinator holds as that member's); once the clients have
-heartbeated for a while, every partition of every subscribed topic is owned by exactly one client;
-and the records written so far rebuild the group exactly (a coordinator that moves resumes it)."""
+"""The KIP-848 rules driven through joins, leaves, crashes, lost answers, static restarts, coordinator
+moves, subscription and partition count changes by hypothesis: after every step no partition is
+believed owned by two members (and what a member's client owns, the coordinator holds as that
+member's), and the records written so far rebuild the group exactly (a coordinator that moves
+resumes it); once the clients have heartbeated for a while, every partition of every subscribed
+topic is owned by exactly one client."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tests.broker.groups.consumer.sim_clients import SimClient, SimGroup, topic_info
+from quorum.broker.groups.consumer.group import ConsumerGroup
+from tests.broker.groups.consumer.sim_clients import GROUP, SimClient, SimGroup, topic_info
 
 TOPICS = ("orders", "payments", "audit")
 REGEXES = (None, "pay.*", "a.*|orders")
@@ -87,6 +89,13 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         """A topic gains partitions, or (`audit`) is created."""
         current = self.sim.topics.get(name)
         self.sim.topics[name] = topic_info(name, (current.partitions if current else 0) + more)
+
+    @rule()
+    def move_coordinator(self) -> None:
+        """The coordinator moves: the group goes on as the new one loads it from the records written so far."""
+        reloaded = self.sim.reloaded()
+        self.sim.group = reloaded if reloaded is not None else ConsumerGroup(GROUP)
+        self.sim.rules.resume(self.sim.group, self.sim.now)
 
     @rule(ms=st.integers(0, 1_500))
     def advance(self, ms: int) -> None:
