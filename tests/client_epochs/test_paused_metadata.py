@@ -27,6 +27,7 @@ from quorum.wire.internal_metadata import InternalMetadata, encode
 from tests.client_epochs.sides import (
     ASYNC_SIDES,
     SYNC_SIDES,
+    ConfluentKip848Side,
     Side,
     consume,
     offsets_of,
@@ -133,6 +134,12 @@ def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_clie
     finally:
         for wrapper in wrappers:
             wrapper.close()
+
+
+def test_under_kip848_a_broker_with_paused_metadata_holds_the_wrapper_back(cluster):
+    """The same with the confluent wrapper under `group.protocol=consumer` (the broker assigns)."""
+    with side_of(ConfluentKip848Side, cluster.address) as side:
+        test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_client_fetches(cluster, side)
 
 
 def test_the_event_loop_stays_responsive_while_an_async_wrapper_waits_for_current_metadata(cluster, async_side):
