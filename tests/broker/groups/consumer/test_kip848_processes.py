@@ -23,23 +23,25 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType, Producer
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from quorum.broker.groups.config import partition_for
 from tests.broker.groups.group_cluster import BROKERS, GroupCluster, group_cluster
 from tests.test_broker_processes import QUIET
-from tests.test_controller_processes import metadata, wait_until
+from tests.test_controller_processes import create, metadata, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
 MEMBER_SCRIPT = Path(__file__).with_name("kip848_member.py")
 SETTINGS = {
+    "offsets.topic.replication.factor": "3",
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.session.timeout.ms": "2000",
     "group.consumer.heartbeat.interval.ms": "500",
     "group.consumer.min.heartbeat.interval.ms": "100",
 }
-"""A killed member's partitions move after 6 s instead of Kafka's 45 s."""
+"""A killed member's partitions move after 6 s instead of Kafka's 45 s; `__consumer_offsets` has a replica
+on every broker, so a killed coordinator's partition gets a new leader that loads the group."""
 TopicPartition = tuple[str, int]
 
 
@@ -214,13 +216,20 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
     assert all(not committed for who in twice.values() for _, committed in who[:-1]), twice
 
 
-def test_a_coordinator_killed_and_restarted_resumes_the_group_from_its_records(cluster: GroupCluster) -> None:
-    """The group's coordinator broker is killed -9 and started again: it loads the group from the
-    KIP-848 records in `__consumer_offsets`, so the members' next heartbeats (same member ids, same
-    epochs) are accepted and nobody loses or is given a partition; ConsumerGroupDescribe (API 69, the
-    admin client's) shows the same members before and after, and consuming goes on."""
-    group, topic = "kip848-coordinator-restart", "kip848-restart"
-    cluster.topics(4, topic)
+def test_a_coordinator_killed_mid_group_is_replaced_by_one_that_resumes_the_group_from_its_records(
+    cluster: GroupCluster,
+) -> None:
+    """The group's coordinator broker is killed -9 (and stays down): once the controller fences it, another
+    broker leads the group's `__consumer_offsets` partition and loads the group from its KIP-848 records,
+    so the members' next heartbeats (same member ids, same epochs) are accepted and nobody loses or is
+    given a partition; ConsumerGroupDescribe (API 69, the admin client's) shows the same members and
+    assignments before and after, and consuming goes on. The last test of the module: a broker stays down."""
+    group, topic = "kip848-coordinator-move", "kip848-move"
+    create(cluster.admin, NewTopic(topic, 4, 3))  # its partitions outlive the killed broker too
+    wait_until(
+        f"every broker to list {topic}",
+        lambda: all(topic in metadata(cluster.cluster.specs[b].address)[1] for b in BROKERS),
+    )
     producer = Producer({"bootstrap.servers": cluster.bootstrap, **QUIET})
     produced: set[tuple[str, int, int]] = set()
 
@@ -255,24 +264,31 @@ def test_a_coordinator_killed_and_restarted_resumes_the_group_from_its_records(c
         wait_until("the first records to be consumed", lambda: produced <= consumed())
         before = wait_until("the group to be described Stable with both members", described_members)
         events_before = [len(m.snapshot()) for m in members]
-        coordinator = coordinator_of(cluster, group)
-        cluster.cluster.kill(coordinator, signal.SIGKILL)
-        cluster.cluster.start_node(coordinator)
+        killed = coordinator_of(cluster, group)
+        cluster.cluster.kill(killed, signal.SIGKILL)
+        survivor = cluster.cluster.specs[next(b for b in BROKERS if b != killed)].address
+        moved_to = wait_until(
+            "another broker to lead the group's partition",
+            lambda: (leader := coordinator_of(cluster, group, survivor)) not in (killed, -1) and leader,
+        )
         produce(20)
         wait_until(
-            "the records produced after the restart to be consumed", lambda: produced <= consumed(), timeout_s=90
+            f"the records produced after the move to broker {moved_to} to be consumed",
+            lambda: produced <= consumed(),
+            timeout_s=90,
         )
-        after = wait_until("the restarted coordinator to describe the group", described_members, timeout_s=60)
+        after = wait_until("the new coordinator to describe the group", described_members, timeout_s=60)
         assert after == before, "the group did not resume with the same members and assignments"
         for member, count in zip(members, events_before, strict=True):
             moved = [e for e in member.snapshot()[count:] if e["event"] in ("assign", "revoke", "lost")]
-            assert not moved, f"{member.name} saw {moved} across the coordinator restart"
+            assert not moved, f"{member.name} saw {moved} across the coordinator move"
     finally:
         for member in members:
             member.stop()
 
 
-def coordinator_of(cluster: GroupCluster, group: str) -> int:
-    """The broker leading the group's `__consumer_offsets` partition."""
-    address = cluster.cluster.specs[BROKERS[0]].address
+def coordinator_of(cluster: GroupCluster, group: str, address: str | None = None) -> int:
+    """The broker leading the group's `__consumer_offsets` partition, as `address` (default the first
+    broker) answers Metadata."""
+    address = address or cluster.cluster.specs[BROKERS[0]].address
     return metadata(address)[1]["__consumer_offsets"].partitions[partition_for(group)].leader
