@@ -56,21 +56,33 @@ class GroupConfig:
             raise ValueError(f"offsets.topic.num.partitions is {self.offsets_topic_num_partitions}, not at least 1")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ValueError("group.initial.rebalance.delay.ms must not be negative")
-        _check_bounds("group.consumer.session.timeout.ms", self.group_consumer_session_timeout_ms,
-                      self.group_consumer_min_session_timeout_ms, self.group_consumer_max_session_timeout_ms)
-        _check_bounds("group.consumer.heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
-                      self.group_consumer_min_heartbeat_interval_ms, self.group_consumer_max_heartbeat_interval_ms)
+        _check_bounds(
+            "group.consumer.session.timeout.ms",
+            self.group_consumer_session_timeout_ms,
+            self.group_consumer_min_session_timeout_ms,
+            self.group_consumer_max_session_timeout_ms,
+        )
+        _check_bounds(
+            "group.consumer.heartbeat.interval.ms",
+            self.group_consumer_heartbeat_interval_ms,
+            self.group_consumer_min_heartbeat_interval_ms,
+            self.group_consumer_max_heartbeat_interval_ms,
+        )
         if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
-            raise ValueError(f"group.consumer.heartbeat.interval.ms ({self.group_consumer_heartbeat_interval_ms}) must "
-                             f"be below group.consumer.session.timeout.ms ({self.group_consumer_session_timeout_ms})")
+            raise ValueError(
+                f"group.consumer.heartbeat.interval.ms ({self.group_consumer_heartbeat_interval_ms}) must "
+                f"be below group.consumer.session.timeout.ms ({self.group_consumer_session_timeout_ms})"
+            )
         if not self.group_consumer_assignors:
             raise ValueError("group.consumer.assignors must name at least one assignor")
 
 
 def _check_bounds(name: str, value: int, low: int, high: int) -> None:
     """Kafka's KafkaConfig checks: `name` within its group.consumer.min/max bounds, and those in order."""
-    min_name, max_name = name.replace("group.consumer.", "group.consumer.min."), \
-        name.replace("group.consumer.", "group.consumer.max.")
+    min_name, max_name = (
+        name.replace("group.consumer.", "group.consumer.min."),
+        name.replace("group.consumer.", "group.consumer.max."),
+    )
     if low > high:
         raise ValueError(f"{min_name} ({low}) must not be above {max_name} ({high})")
     if not low <= value <= high:
