@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupState, ConsumerGroupType, Producer
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, Producer
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 from quorum.broker.groups.config import partition_for
@@ -214,6 +214,31 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
     assert set(deliveries) == produced
     twice = {key: who for key, who in deliveries.items() if len(who) > 1}
     assert all(not committed for who in twice.values() for _, committed in who[:-1]), twice
+
+
+def test_a_classic_consumer_is_refused_by_a_consumer_group_with_kafkas_error(cluster: GroupCluster) -> None:
+    """A group is one kind or the other: a classic confluent-kafka consumer asking to join a KIP-848
+    group that has a member gets INCONSISTENT_GROUP_PROTOCOL, and the member keeps its partitions."""
+    group, topic = "kip848-kinds", "kip848-kinds"
+    cluster.topics(2, topic)
+    member = MemberProcess("g", cluster.bootstrap, group, [topic])
+    classic = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "session.timeout.ms": 6000, **QUIET})
+    try:
+        wait_until("the KIP-848 member to hold both partitions", lambda: len(member.owned()) == 2)
+        classic.subscribe([topic])
+        errors: list[int] = []
+
+        def refused() -> bool:
+            message = classic.poll(0.2)
+            if message is not None and message.error() is not None:
+                errors.append(message.error().code())
+            return KafkaError.INCONSISTENT_GROUP_PROTOCOL in errors
+
+        wait_until("the classic consumer to be refused INCONSISTENT_GROUP_PROTOCOL", refused)
+        assert classic.assignment() == [] and len(member.owned()) == 2
+    finally:
+        classic.close()
+        member.stop()
 
 
 def test_a_coordinator_killed_mid_group_is_replaced_by_one_that_resumes_the_group_from_its_records(
