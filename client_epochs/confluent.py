@@ -89,6 +89,15 @@ def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
     return TopicPartition(partition.topic, partition.partition)
 
 
+
+def incremental_assignment(config: dict[str, Any]) -> bool:
+    """Whether librdkafka hands this consumer's partitions over one at a time (incremental_assign), not as
+    a whole (assign): always under KIP-848's `group.protocol=consumer`, where the broker assigns and
+    `partition.assignment.strategy` is not used; under the classic protocol, with a cooperative assignor."""
+    if str(config.get("group.protocol", "classic")).strip().lower() == "consumer":
+        return True
+    return "cooperative" in str(config.get("partition.assignment.strategy", ""))
+
 class Consumer(GuardedConsumer, confluent_kafka.Consumer):
     """confluent_kafka.Consumer that commits, seeks and waits by KIP-232 epochs (see the module docstring)."""
 
@@ -110,7 +119,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         super().__init__(config, *args, **kwargs)
         bootstrap = str(merged.get("bootstrap.servers") or merged.get("metadata.broker.list"))
         self._group = merged.get("group.id")
-        self._incremental = "cooperative" in str(merged.get("partition.assignment.strategy", ""))
+        self._incremental = incremental_assignment(merged)
         isolation = str(merged.get("isolation.level", "read_committed"))  # librdkafka's default
         self._guard = EpochGuard(MetadataClient(bootstrap, security=security), on_topic_recreated=on_topic_recreated,
                                  wait_timeout_s=metadata_wait_timeout_s, check_interval_s=metadata_check_interval_s,

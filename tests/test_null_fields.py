@@ -43,6 +43,10 @@ EXPECTED: dict[str, tuple[frozenset[str], set[int]]] = {
     "SyncGroup": (EMPTIES, {E.INVALID_GROUP_ID}),
     "Heartbeat": (EMPTIES, {E.INVALID_GROUP_ID}),
     "LeaveGroup": (EMPTIES, {E.INVALID_GROUP_ID}),
+    # KIP-848: throwIfConsumerGroupHeartbeatRequestIsInvalid ("GroupId can't be empty."), and
+    # consumerGroupDescribe's isGroupIdNotEmpty.
+    "ConsumerGroupHeartbeat": (EMPTIES, {E.INVALID_REQUEST}),
+    "ConsumerGroupDescribe": (EMPTIES, {E.INVALID_GROUP_ID}),
     # KafkaRaftClient: a request that does not name the metadata partition.
     "Vote": (VALID_MODES, {E.INVALID_REQUEST}),
     "BeginQuorumEpoch": (VALID_MODES, {E.INVALID_REQUEST}),

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from quorum.broker.groups.config import OFFSETS_TOPIC, GroupConfig
+from quorum.broker.groups.consumer.assignors import TopicInfo, assignors_from_config
 from quorum.broker.groups.coordinator import GroupCoordinator
 from quorum.broker.groups.find_coordinator import CoordinatorNode, coordinator_from_image
 from quorum.broker.groups.handlers import register_group_apis
@@ -43,7 +44,11 @@ def group_config(props: Mapping[str, str]) -> GroupConfig:
     defaults = GroupConfig()
     values = {}
     for field in ("offsets_topic_num_partitions", "group_initial_rebalance_delay_ms", "group_min_session_timeout_ms",
-                  "group_max_session_timeout_ms", "group_max_size", "offset_metadata_max_bytes"):
+                  "group_max_session_timeout_ms", "group_max_size", "offset_metadata_max_bytes",
+                  "group_consumer_session_timeout_ms", "group_consumer_min_session_timeout_ms",
+                  "group_consumer_max_session_timeout_ms", "group_consumer_heartbeat_interval_ms",
+                  "group_consumer_min_heartbeat_interval_ms", "group_consumer_max_heartbeat_interval_ms",
+                  "group_consumer_max_size"):
         key = field.replace("_", ".")
         raw = props.get(key)
         try:
@@ -53,7 +58,8 @@ def group_config(props: Mapping[str, str]) -> GroupConfig:
     kip232 = props.get("quorum.kip232.enable", "true").strip().lower()
     if kip232 not in ("true", "false"):
         raise ValueError(f"quorum.kip232.enable must be true or false, not {kip232!r}")
-    return GroupConfig(**values, kip232=kip232 == "true")
+    assignors = assignors_from_config(props.get("group.consumer.assignors", "uniform,range"))
+    return GroupConfig(**values, group_consumer_assignors=assignors, kip232=kip232 == "true")
 
 
 class PartitionOffsetsLog:
@@ -122,6 +128,8 @@ class GroupCoordination:
         self._led: set[int] = set()
         self._topic_ids: Mapping[uuid.UUID, object] | None = None
         """The topic ids of the image last applied (None before the first): deletions are ids that left it."""
+        self._topics: object = None
+        """The image's topics last given to the coordinator for KIP-848 assignments."""
         self._creating: asyncio.Task[int] | None = None
         self._named_in: object = None
         """The `__consumer_offsets` topic of the image `metadata_replayed` last looked at."""
@@ -174,6 +182,10 @@ class GroupCoordination:
             if gone:
                 log.info("%d topic(s) deleted: their committed offsets are deleted too", len(gone))
                 self.shell.topics_deleted(gone)
+        if image.topics is not self._topics:
+            self._topics = image.topics
+            self.shell.core.set_topics({name: TopicInfo(info.topic_id, len(info.partitions))
+                                        for name, info in image.topics.items()})
         self._topic_ids = image.topics_by_id
         topic = image.topics.get(OFFSETS_TOPIC)
         leading = set()

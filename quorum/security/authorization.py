@@ -212,7 +212,7 @@ def _offset_fetch(auth: RequestAuthorizer, body: Any, version: int) -> int | Non
 _WHOLE: dict[int, Callable[[RequestAuthorizer, Any, int], int | None]] = {
     0: _produce, 1: _fetch, 8: _group(AclOperation.READ), 9: _offset_fetch, 10: _find_coordinator,
     11: _group(AclOperation.READ), 12: _group(AclOperation.READ), 13: _group(AclOperation.READ),
-    14: _group(AclOperation.READ), 22: _init_producer_id, 23: _offset_for_leader_epoch,
+    14: _group(AclOperation.READ), 22: _init_producer_id, 23: _offset_for_leader_epoch, 68: _group(AclOperation.READ),
     29: _cluster(AclOperation.DESCRIBE), 30: _cluster(AclOperation.ALTER), 31: _cluster(AclOperation.ALTER),
     45: _cluster(AclOperation.ALTER), 46: _cluster(AclOperation.DESCRIBE),
     50: _cluster(AclOperation.DESCRIBE), 51: _cluster(AclOperation.ALTER),

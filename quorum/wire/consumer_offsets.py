@@ -14,9 +14,9 @@ is a commit to a topic whose id the coordinator knows (tagged field 10233): an A
 reading this log skips the tags and keeps every other field. The topic id is what lets a coordinator
 that loads the log after a topic was deleted, or deleted and created again, drop that topic's offsets.
 
-Key versions above 2 are Kafka 4's KIP-848 records (consumer groups, share groups), which this
-project does not use; decoding them raises `UnknownRecordTypeError` so a loader can skip them
-while refusing anything that is really corrupt.
+Key versions 3 to 8 are Kafka 4's KIP-848 consumer group records (`consumer_group_records`); higher
+ones (share groups and later) are not used here, and decoding them raises `UnknownRecordTypeError`
+so a loader can skip them while refusing anything that is really corrupt.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from typing import Any
 
 from kafka.protocol.api_data import ApiData
 
+from quorum.wire import consumer_group_records
+from quorum.wire.consumer_group_records import ConsumerGroupKey, ConsumerGroupValue
 from quorum.wire.metadata_records import decode_payload, encode_payload
 from quorum.wire.schema import define_data
 
@@ -74,7 +76,7 @@ class GroupKey:
     group: str
 
 
-RecordKey = OffsetKey | GroupKey
+RecordKey = OffsetKey | GroupKey | ConsumerGroupKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +117,15 @@ class GroupValue:
     members: tuple[MemberValue, ...] = ()
 
 
-RecordValue = OffsetValue | GroupValue
+RecordValue = OffsetValue | GroupValue | ConsumerGroupValue
 
 
 def encode_key(key: RecordKey) -> bytes:
     if isinstance(key, OffsetKey):
         data = OffsetCommitKey(group=key.group, topic=key.topic, partition=key.partition)
         return _versioned(data, OFFSET_COMMIT_KEY_VERSION)
+    if isinstance(key, ConsumerGroupKey):
+        return _VERSION.pack(key.kind) + consumer_group_records.encode_key(key, ConsumerOffsetsRecordError)
     return _versioned(GroupMetadataKey(group=key.group), GROUP_METADATA_KEY_VERSION)
 
 
@@ -157,6 +161,10 @@ def _encode_group_value(value: GroupValue) -> bytes:
 
 def encode_record(key: RecordKey, value: RecordValue | None) -> tuple[bytes, bytes | None]:
     """The (key, value) bytes of one record; a None value is a tombstone."""
+    if isinstance(key, ConsumerGroupKey):
+        value_bytes = None if value is None else _VERSION.pack(0) + consumer_group_records.encode_value(
+            key, value, ConsumerOffsetsRecordError)  # type: ignore[arg-type]
+        return encode_key(key), value_bytes
     if value is not None and isinstance(value, GroupValue) != isinstance(key, GroupKey):
         raise ConsumerOffsetsRecordError(f"{type(value).__name__} cannot be the value of a {type(key).__name__}")
     return encode_key(key), encode_value(value)
@@ -176,6 +184,8 @@ def schema_decode_key(data: bytes) -> RecordKey:
         return OffsetKey(key.group, key.topic, key.partition)
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupKey(decode_payload(GroupMetadataKey, payload, version, error=ConsumerOffsetsRecordError).group)
+    if version in consumer_group_records.KEY_VERSIONS:
+        return consumer_group_records.decode_key(version, payload, ConsumerOffsetsRecordError)
     if version > GROUP_METADATA_KEY_VERSION:
         raise UnknownRecordTypeError(f"record key version {version} is not an offset commit or classic group record")
     raise ConsumerOffsetsRecordError(f"record key version {version} is negative")
@@ -195,6 +205,9 @@ def decode_value(key: RecordKey, data: bytes | bytearray | memoryview | None) ->
 
 def schema_decode_value(key: RecordKey, data: bytes) -> RecordValue:
     """`decode_value` of a value that is not a tombstone by the schema engine alone."""
+    if isinstance(key, ConsumerGroupKey):
+        version, payload = _split(data, f"value of key version {key.kind}")
+        return consumer_group_records.decode_value(key, version, payload, ConsumerOffsetsRecordError)
     if isinstance(key, OffsetKey):
         version, payload = _split(data, "OffsetCommitValue")
         _check_version(OffsetCommitValue, version)

@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.schemas import BaseField
 
+from quorum.wire.consumer_group_messages import CONSUMER_GROUP_APIS
 from quorum.wire.errors import MalformedRequestError, UnsupportedApiError
 from quorum.wire.framing import (
     RequestHeader,
@@ -121,7 +122,7 @@ def _build_api_table() -> dict[int, Api]:
         request = define_message(f"{base}Request", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Request"))
         response = define_message(f"{base}Response", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Response"))
         table[key] = _api_from_classes(key, request, response)
-    for key, (request, response) in KRAFT_APIS.items():
+    for key, (request, response) in (KRAFT_APIS | CONSUMER_GROUP_APIS).items():
         table[key] = _api_from_classes(key, request, response)
     return dict(sorted(table.items()))
 

@@ -112,6 +112,18 @@ class ConfluentSide(_Side):
         (consumer.pause if pause else consumer.resume)([confluent_kafka.TopicPartition(topic, 0)])
 
 
+class ConfluentKip848Side(ConfluentSide):
+    """client_epochs.confluent.Consumer under KIP-848's `group.protocol=consumer`: the broker assigns, the
+    session and heartbeat interval are the broker's (librdkafka refuses them in the client's settings)."""
+
+    name = "confluent-kip848"
+
+    def config(self, group: str | None, reset: str) -> dict[str, Any]:
+        config = {**super().config(group, reset), "group.protocol": "consumer"}
+        del config["session.timeout.ms"], config["heartbeat.interval.ms"]
+        return config
+
+
 class KafkaPythonSide(_Side):
     """client_epochs.kafka_python.KafkaConsumer."""
 

@@ -30,12 +30,19 @@ GROUP_SETTINGS = {"enable.auto.commit": False, "auto.offset.reset": "earliest", 
                   "heartbeat.interval.ms": 500, **QUIET}
 
 
-class Cluster(OneBrokerCluster):
-    def consumer(self, group: str, **options) -> Consumer:
-        return Consumer({"bootstrap.servers": self.address, "group.id": group, **GROUP_SETTINGS}, **options)
+KIP848_SETTINGS = {**{k: v for k, v in GROUP_SETTINGS.items() if not k.endswith((".timeout.ms", ".interval.ms"))},
+                   "group.protocol": "consumer"}
+"""Under KIP-848 the session and heartbeat interval are the broker's (librdkafka refuses them here)."""
 
-    def raw(self, group: str) -> RawConsumer:
-        return RawConsumer({"bootstrap.servers": self.address, "group.id": group, **GROUP_SETTINGS})
+
+class Cluster(OneBrokerCluster):
+    def consumer(self, group: str, kip848: bool = False, **options) -> Consumer:
+        settings = KIP848_SETTINGS if kip848 else GROUP_SETTINGS
+        return Consumer({"bootstrap.servers": self.address, "group.id": group, **settings}, **options)
+
+    def raw(self, group: str, kip848: bool = False) -> RawConsumer:
+        settings = KIP848_SETTINGS if kip848 else GROUP_SETTINGS
+        return RawConsumer({"bootstrap.servers": self.address, "group.id": group, **settings})
 
 
 @pytest.fixture(scope="module")
@@ -142,38 +149,41 @@ def test_new_partitions_wait_paused_while_the_coordinator_cannot_say_what_was_co
         wrapped.close()
 
 
-def test_a_recreated_topic_raises_while_the_raw_client_starts_again_by_its_reset_policy(cluster):
+@pytest.mark.parametrize("kip848", [False, True], ids=["classic", "kip848"])
+def test_a_recreated_topic_raises_while_the_raw_client_starts_again_by_its_reset_policy(cluster, kip848):
     """The wrapper, running through the recreation, raises. The raw client's commit went with the deleted
     topic (the broker deletes a topic's offsets with it, as Apache Kafka does), so it starts the new topic
-    by auto.offset.reset (earliest here), not at the old offset 5. More in tests/client_epochs/test_recreation.py."""
-    cluster.topic("again", 5)
-    wrapped = cluster.consumer("again-wrapped", metadata_check_interval_s=0.3)
-    raw = cluster.raw("again-raw")
+    by auto.offset.reset (earliest here), not at the old offset 5. More in tests/client_epochs/test_recreation.py.
+    Both clients in a classic group, or both under KIP-848 (`group.protocol=consumer`)."""
+    again = "again-kip848" if kip848 else "again"
+    cluster.topic(again, 5)
+    wrapped = cluster.consumer(f"{again}-wrapped", kip848, metadata_check_interval_s=0.3)
+    raw = cluster.raw(f"{again}-raw", kip848)
     try:
         for consumer in (wrapped, raw):
-            consumer.subscribe(["again"])
+            consumer.subscribe([again])
             assert len(consume(consumer, 5)) == 5
             consumer.commit(asynchronous=False)
         raw.close()
-        first = cluster.epochs("again")
-        cluster.recreate("again")
-        cluster.produce("again", 8)
-        second = cluster.epochs("again")
+        first = cluster.epochs(again)
+        cluster.recreate(again)
+        cluster.produce(again, 8)
+        second = cluster.epochs(again)
         assert second.topic_id != first.topic_id and second.topic_epoch > first.topic_epoch
 
         with pytest.raises(TopicRecreatedError) as caught:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 wrapped.consume(10, 0.5)
-        assert Key("again", 0) in caught.value.partitions and "again-0" in str(caught.value)
+        assert Key(again, 0) in caught.value.partitions and f"{again}-0" in str(caught.value)
     finally:
         wrapped.close()
-    raw = cluster.raw("again-raw")
+    raw = cluster.raw(f"{again}-raw", kip848)
     try:
-        (committed,) = raw.committed([TopicPartition("again", 0)], timeout=10)
+        (committed,) = raw.committed([TopicPartition(again, 0)], timeout=10)
         assert committed.offset < 0, "the commit of offset 5 went with the deleted topic"
-        raw.subscribe(["again"])
+        raw.subscribe([again])
         got = consume(raw, 8)
-        assert [(m.offset(), m.value()) for m in got] == [(n, f"again-{n}".encode()) for n in range(8)]
+        assert [(m.offset(), m.value()) for m in got] == [(n, f"{again}-{n}".encode()) for n in range(8)]
     finally:
         raw.close()

@@ -212,9 +212,11 @@ class Broker:
             raw.close()
 
     def consumer(self, group: str, reset: str, **config) -> Consumer:
+        # KIP-848's members take their session and heartbeat interval from the broker, and refuse these
+        classic = {} if config.get("group.protocol") == "consumer" else {"session.timeout.ms": 6000,
+                                                                          "heartbeat.interval.ms": 500}
         return Consumer({"bootstrap.servers": self.address, "group.id": group, "auto.offset.reset": reset,
-                         "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                         **config, **QUIET})
+                         "enable.auto.commit": False, **classic, **config, **QUIET})
 
 
 @pytest.fixture(scope="module")
@@ -251,15 +253,17 @@ def test_log_bounds_come_from_the_leader_and_an_unknown_leader_epoch_is_asked_ag
     assert client.retries == 1 and AheadOnce.calls == 2
 
 
-@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky", "consumer"])
 def test_retention_removed_the_committed_offset_the_wrapper_resets_to_the_new_log_start(broker, strategy):
     """Committed offset 2; retention deleted everything below the active segment. A reset, confirmed by
     the leader: the wrapper goes to the new log start and counts one. Eager groups restart the
-    partition with assign(), cooperative ones with incremental (un)assign: both are covered."""
+    partition with assign(), cooperative ones and KIP-848's (`group.protocol=consumer`, "consumer"
+    here, whose member takes over the simple group the commit made) with incremental (un)assign."""
     name = f"retained-{strategy}"
     log_start = broker.retained(name, 10)
     broker.commit(f"{name}-group", name, 2)
-    consumer = broker.consumer(f"{name}-group", "earliest", **{"partition.assignment.strategy": strategy})
+    protocol = {"group.protocol": "consumer"} if strategy == "consumer" else {"partition.assignment.strategy": strategy}
+    consumer = broker.consumer(f"{name}-group", "earliest", **protocol)
     try:
         consumer.subscribe([name])
         got = consume(consumer, 10 - log_start)

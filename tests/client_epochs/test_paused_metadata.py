@@ -27,6 +27,7 @@ from quorum.wire.internal_metadata import InternalMetadata, encode
 from tests.client_epochs.sides import (
     ASYNC_SIDES,
     SYNC_SIDES,
+    ConfluentKip848Side,
     Side,
     consume,
     offsets_of,
@@ -133,6 +134,29 @@ def test_a_broker_with_paused_metadata_holds_the_wrapper_back_while_the_raw_clie
     finally:
         for wrapper in wrappers:
             wrapper.close()
+
+
+def test_under_kip848_a_broker_with_paused_metadata_holds_the_subscribed_wrapper_back(cluster):
+    """The subscribed half of the scenario above with the confluent wrapper under `group.protocol=consumer`
+    (the broker assigns; the assigned half does not involve the group protocol)."""
+    with side_of(ConfluentKip848Side, cluster.address) as side:
+        topic = f"{side.name}-stale"
+        cluster.topic(topic, 10)
+        subscribed = side.consumer(f"{topic}-wrapped")
+        try:
+            try:
+                freeze_and_commit_newer(cluster, topic, [f"{topic}-wrapped"])
+                side.subscribe(subscribed, topic)
+                held_back = poll_until(side, subscribed, "three refused Metadata answers",
+                                       lambda: subscribed.metadata_client.refusals >= 3)
+                assert held_back == [], "the wrapper fetched although the metadata was older than the committed epochs"
+                assert subscribed.waiting_for_metadata == {Key(topic, 0)}
+            finally:
+                cluster.pause_file.unlink(missing_ok=True)
+            assert offsets_of(consume(side, subscribed, 7)) == list(range(3, 10))
+            assert subscribed.waiting_for_metadata == frozenset()
+        finally:
+            subscribed.close()
 
 
 def test_the_event_loop_stays_responsive_while_an_async_wrapper_waits_for_current_metadata(cluster, async_side):

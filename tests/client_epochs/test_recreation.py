@@ -38,6 +38,7 @@ from quorum.wire.internal_metadata import topic_id_text
 from tests.client_epochs.sides import (
     ASYNC_SIDES,
     SYNC_SIDES,
+    ConfluentKip848Side,
     ConfluentSide,
     Record,
     Side,
@@ -178,6 +179,19 @@ def test_a_consumer_running_through_delete_and_recreate_raises_and_its_late_comm
         assert offsets_of(skipped) == list(range(20, 30)), "the raw client was expected to go on from offset 20"
     else:  # raw aiokafka: from the new topic's start if its metadata saw the topic gone, else on from 20
         assert offsets_of(skipped)[:10] in (list(range(10)), list(range(20, 30))), offsets_of(skipped)
+
+
+@pytest.fixture
+def kip848_side(cluster: OneBrokerCluster) -> Iterator[Side]:
+    """Only the partition-growth test runs under KIP-848 too: it is the one whose group changes."""
+    with side_of(ConfluentKip848Side, cluster.address) as made:
+        yield made
+
+
+def test_partition_growth_under_kip848_raises_nothing_and_loses_nothing(cluster, kip848_side):
+    """The broker hands the new partition to the KIP-848 member incrementally (no revocation of
+    partition 0): every record once, nothing raised."""
+    test_partition_growth_raises_nothing_and_loses_nothing(cluster, kip848_side)
 
 
 def test_partition_growth_raises_nothing_and_loses_nothing(cluster, side):

@@ -244,7 +244,7 @@ def metadata_response_body(image, request: Request, refusals):
 
 
 WHOLE_REFUSALS = [(key, version) for key in (0, 1, 8, 9, 10, 11, 12, 13, 14, 22, 23, 29, 30, 31, 45, 46, 50, 51, 52,
-                                             53, 54, 55, 56, 59, 62, 63)
+                                             53, 54, 55, 56, 59, 62, 63, 68)
                   for version in range(APIS[key].min_version, APIS[key].max_version + 1)]
 
 
@@ -284,3 +284,15 @@ def test_every_per_topic_refusal_encodes_at_the_clients_version(case, data) -> N
     answer = node.ask(key, version, body)
     if answer is not None:
         answer.encode(version=version)
+
+
+def test_a_kip848_heartbeat_needs_read_on_its_group() -> None:
+    """Kafka's ConsumerGroupHeartbeat check: READ on the group, else GROUP_AUTHORIZATION_FAILED."""
+    node = Node(allow(GROUP, "g", READ))
+    node.dispatcher.register(68, node._handler)
+    request = APIS[68].request
+    refused = node.ask(68, 1, request(version=1, group_id="other", member_id="m", member_epoch=0))
+    assert refused.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED and node.seen == []
+    allowed = request(version=1, group_id="g", member_id="m", member_epoch=0)
+    node.ask(68, 1, allowed)
+    assert node.seen == [allowed]

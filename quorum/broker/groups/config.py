@@ -31,6 +31,22 @@ class GroupConfig:
     """`group.max.size`."""
     offset_metadata_max_bytes: int = 4096
     """`offset.metadata.max.bytes`: longer committed metadata answers OFFSET_METADATA_TOO_LARGE."""
+    group_consumer_session_timeout_ms: int = 45_000
+    """`group.consumer.session.timeout.ms` (KIP-848): a consumer-protocol member silent this long is removed."""
+    group_consumer_min_session_timeout_ms: int = 45_000
+    """`group.consumer.min.session.timeout.ms`."""
+    group_consumer_max_session_timeout_ms: int = 60_000
+    """`group.consumer.max.session.timeout.ms`."""
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    """`group.consumer.heartbeat.interval.ms`: told to consumer-protocol members in every heartbeat answer."""
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    """`group.consumer.min.heartbeat.interval.ms`."""
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    """`group.consumer.max.heartbeat.interval.ms`."""
+    group_consumer_max_size: int = 2**31 - 1
+    """`group.consumer.max.size`."""
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    """`group.consumer.assignors`: the server-side assignors offered, the first the default."""
     kip232: bool = True
     """`quorum.kip232.enable` (the project's): false stores and checks offsets as Apache Kafka does,
     without the KIP-232 topic epoch, topic id or INVALID_INTERNAL_METADATA (`offsets.check_entry`)."""
@@ -40,6 +56,37 @@ class GroupConfig:
             raise ValueError(f"offsets.topic.num.partitions is {self.offsets_topic_num_partitions}, not at least 1")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ValueError("group.initial.rebalance.delay.ms must not be negative")
+        _check_bounds(
+            "group.consumer.session.timeout.ms",
+            self.group_consumer_session_timeout_ms,
+            self.group_consumer_min_session_timeout_ms,
+            self.group_consumer_max_session_timeout_ms,
+        )
+        _check_bounds(
+            "group.consumer.heartbeat.interval.ms",
+            self.group_consumer_heartbeat_interval_ms,
+            self.group_consumer_min_heartbeat_interval_ms,
+            self.group_consumer_max_heartbeat_interval_ms,
+        )
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(
+                f"group.consumer.heartbeat.interval.ms ({self.group_consumer_heartbeat_interval_ms}) must "
+                f"be below group.consumer.session.timeout.ms ({self.group_consumer_session_timeout_ms})"
+            )
+        if not self.group_consumer_assignors:
+            raise ValueError("group.consumer.assignors must name at least one assignor")
+
+
+def _check_bounds(name: str, value: int, low: int, high: int) -> None:
+    """Kafka's KafkaConfig checks: `name` within its group.consumer.min/max bounds, and those in order."""
+    min_name, max_name = (
+        name.replace("group.consumer.", "group.consumer.min."),
+        name.replace("group.consumer.", "group.consumer.max."),
+    )
+    if low > high:
+        raise ValueError(f"{min_name} ({low}) must not be above {max_name} ({high})")
+    if not low <= value <= high:
+        raise ValueError(f"{name} is {value}, outside {min_name} ({low}) to {max_name} ({high})")
 
 
 def java_string_hash(text: str) -> int:

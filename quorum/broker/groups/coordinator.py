@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.broker.groups.config import GroupConfig, partition_for
+from quorum.broker.groups.consumer.assignors import TopicInfo
+from quorum.broker.groups.consumer.commands import ConsumerCommands, PendingConsumerAnswer
+from quorum.broker.groups.consumer.rules import ConsumerGroupRules
 from quorum.broker.groups.coordinator_offsets import OffsetCommands, PendingCommit
 from quorum.broker.groups.events import (
     Append,
@@ -91,19 +94,23 @@ def random_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
 
-class GroupCoordinator(OffsetCommands, StaticMembers):
+class GroupCoordinator(ConsumerCommands, OffsetCommands, StaticMembers):
     def __init__(self, config: GroupConfig | None = None,
                  new_member_id: Callable[[str], str] = random_member_id) -> None:
         self.config = config or GroupConfig()
         self._new_member_id = new_member_id
         self._partitions: dict[int, PartitionState] = {}
-        self._pending: dict[int, PendingCommit | _PendingSync | _PendingGroupStore | PendingStaticRejoin] = {}
+        self._pending: dict[int, PendingCommit | _PendingSync | _PendingGroupStore | PendingStaticRejoin
+                            | PendingConsumerAnswer] = {}
         self._next_token = 0
         self._out = Output()
         self._deleted_topic_ids: set[uuid.UUID] = set()
         """Ids of topics deleted while this coordinator ran: a commit to one still in flight is dropped."""
         self._elected: frozenset[int] = frozenset()
         """Partitions the broker's newest metadata says it leads (`elected`), loaded or not."""
+        self.consumer_rules = ConsumerGroupRules(self.config)
+        self.topics: dict[str, TopicInfo] = {}
+        """The broker's topics for KIP-848 assignments (`set_topics`)."""
 
     # ----------------------------------------------------------------------------------------
     # Partition ownership and loading
@@ -140,6 +147,7 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
 
     def finish_loading(self, partition: int, now_ms: int) -> None:
         self._partitions[partition].finish_loading(now_ms)
+        self._resume_consumer_groups(self._partitions[partition], now_ms)
 
     def unload(self, partition: int) -> Output:
         """This broker no longer leads `partition` (or could not load it): forget its groups and answer
@@ -158,6 +166,8 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
                 del self._pending[token]
                 if isinstance(pending, PendingCommit):
                     self._commit_failed(pending, E.NOT_COORDINATOR)
+                elif isinstance(pending, PendingConsumerAnswer):
+                    self._settle_consumer(pending, E.NOT_COORDINATOR)
         return self._flush()
 
     @property
@@ -187,6 +197,8 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
         pending = self._pending.pop(token, None)
         if isinstance(pending, PendingCommit):
             self._commit_stored(pending)
+        elif isinstance(pending, PendingConsumerAnswer):
+            self._settle_consumer(pending, E.NONE)
         elif isinstance(pending, PendingStaticRejoin):
             self._static_rejoin_stored(pending, E.NONE)
         elif isinstance(pending, _PendingSync):
@@ -213,6 +225,8 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
         pending = self._pending.pop(token, None)
         if isinstance(pending, PendingCommit):
             self._commit_failed(pending, storage_error_for_commit(error))
+        elif isinstance(pending, PendingConsumerAnswer):
+            self._settle_consumer(pending, storage_error_for_group(error))
         elif isinstance(pending, PendingStaticRejoin):
             self._static_rejoin_stored(pending, storage_error_for_group(error))
         elif isinstance(pending, _PendingSync):
@@ -234,7 +248,8 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
                     deadlines.append(group.rebalance_deadline_ms)
                 deadlines.extend(group.pending_members.values())
                 deadlines.extend(m.heartbeat_deadline_ms for m in group.members.values() if not _kept_alive(m))
-        return min(deadlines, default=None)
+        consumer = self._consumer_deadline()
+        return min(deadlines if consumer is None else [*deadlines, consumer], default=None)
 
     def tick(self, now_ms: int) -> Output:
         """Expire sessions and pending members, and complete rebalances whose time is up."""
@@ -242,6 +257,7 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
             if not state.loading:
                 for group in list(state.groups.values()):
                     self._expire(group, now_ms)
+        self._expire_consumer_groups(now_ms)
         return self._flush()
 
     def _expire(self, group: Group, now_ms: int) -> None:
@@ -279,6 +295,8 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
         elif error == E.NONE and not (self.config.group_min_session_timeout_ms <= request.session_timeout_ms
                                       <= self.config.group_max_session_timeout_ms):
             error = E.INVALID_SESSION_TIMEOUT
+        if error == E.NONE and state is not None:
+            error = self.classic_join_error(state, request.group_id)
         if error != E.NONE or state is None:
             return self._reply(handle, JoinAnswer(error, request.member_id))
         unknown = request.member_id == ""
@@ -599,15 +617,16 @@ class GroupCoordinator(OffsetCommands, StaticMembers):
         """Groups of the loaded partitions; COORDINATOR_LOAD_IN_PROGRESS too while any is loading."""
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
-        if wanted_types and "classic" not in wanted_types:
-            return ListAnswer(E.NONE)
         loading = bool(self._elected - self._partitions.keys())
         groups = []
         for state in self._partitions.values():
             loading = loading or state.loading
-            for group in state.groups.values():
+            for group in state.groups.values() if not wanted_types or "classic" in wanted_types else ():
                 if not wanted_states or group.state.value.lower() in wanted_states:
                     groups.append(ListedGroup(group.group_id, group.protocol_type or "", group.state.value))
+            for consumer in state.consumer_groups.values() if not wanted_types or "consumer" in wanted_types else ():
+                if not wanted_states or consumer.state.value.lower() in wanted_states:
+                    groups.append(ListedGroup(consumer.group_id, "consumer", consumer.state.value, "consumer"))
         error = E.COORDINATOR_LOAD_IN_PROGRESS if loading else E.NONE
         return ListAnswer(error, tuple(sorted(groups, key=lambda g: g.group_id)))
 

@@ -55,6 +55,10 @@ class OffsetCommands:
     _deleted_topic_ids: set[uuid.UUID]
 
     def _status(self, group_id: str | None) -> tuple[int, PartitionState | None]: ...
+    def consumer_commit_error(self, state: PartitionState, group_id: str, member_id: str, member_epoch: int,
+                              version: int, now_ms: int) -> int | None: ...
+    def consumer_fetch_error(self, state: PartitionState, group_id: str, member_id: str | None,
+                             member_epoch: int) -> int: ...
     def _group_at(self, state: PartitionState, group_id: str, now_ms: int) -> Group | None: ...
     def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int: ...
     def _answer(self, handle: Any, answer: Any) -> None: ...
@@ -106,10 +110,19 @@ class OffsetCommands:
             error = E.INVALID_GROUP_ID
         if error != E.NONE or state is None:
             return self._reply(handle, CommitAnswer(tuple(error for _ in entries)))
+        consumer_error = self.consumer_commit_error(state, request.group_id, request.member_id, request.generation,
+                                                    request.version, now_ms)
+        if consumer_error is not None:  # a KIP-848 group
+            if consumer_error != E.NONE:
+                return self._reply(handle, CommitAnswer(tuple(consumer_error for _ in entries)))
+            self._store_offsets(handle, state, request, now_ms)
+            return self._flush()
         group = self._group_at(state, request.group_id, now_ms)
         if group is None:
             if request.generation >= 0:
-                return self._reply(handle, CommitAnswer(tuple(E.ILLEGAL_GENERATION for _ in entries)))
+                # Kafka: v9+ may carry a member epoch, and the group is not found; older ones a generation.
+                missing = E.GROUP_ID_NOT_FOUND if request.version >= 9 else E.ILLEGAL_GENERATION
+                return self._reply(handle, CommitAnswer(tuple(missing for _ in entries)))
             # A consumer that assigns partitions itself: the group exists only for its offsets.
             group = state.groups[request.group_id] = Group(request.group_id, state_timestamp_ms=now_ms)
         error = validate_offset_commit(group, request.generation, request.member_id, request.group_instance_id)
@@ -155,9 +168,12 @@ class OffsetCommands:
         error, state = self._status(request.group_id)
         if error != E.NONE or state is None:
             return FetchAnswer(error)
+        error = self.consumer_fetch_error(state, request.group_id, request.member_id, request.member_epoch)
+        if error != E.NONE:
+            return FetchAnswer(error)
         committed = state.offsets.get(request.group_id, {})
         group = state.groups.get(request.group_id)
-        if group is None or group.state is GroupState.DEAD:
+        if request.group_id not in state.consumer_groups and (group is None or group.state is GroupState.DEAD):
             committed = {}
         wanted = request.partitions if request.partitions is not None else tuple(committed)
         in_flight: set[TopicPartition] = set()

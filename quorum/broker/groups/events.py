@@ -92,6 +92,8 @@ class OffsetCommit:
     group_instance_id: str | None = None
     retention_time_ms: int = -1
     """OffsetCommit v2-v4: an explicit retention; -1 (the default) keeps the broker's."""
+    version: int = 8
+    """The OffsetCommit version: from v9 `generation` may be a KIP-848 member epoch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,9 @@ class OffsetFetch:
     partitions: tuple[tuple[str, int], ...] | None = None
     """None asks for every committed offset of the group."""
     require_stable: bool = False
+    member_id: str | None = None
+    """OffsetFetch v9+: the KIP-848 member asking (None: an admin or a classic consumer)."""
+    member_epoch: int = -1
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from quorum.broker.groups.consumer.handlers import register_consumer_group_apis
 from quorum.broker.groups.events import (
     CommitEntry,
     FetchAnswer,
@@ -48,6 +49,7 @@ def register_group_apis(dispatcher: Dispatcher, shell: GroupCoordinatorShell) ->
     dispatcher.register(SYNC_GROUP, handlers.sync_group)
     dispatcher.register(DESCRIBE_GROUPS, handlers.describe_groups)
     dispatcher.register(LIST_GROUPS, handlers.list_groups)
+    register_consumer_group_apis(dispatcher, shell)
 
 
 def _nullable(value: str | None, version: int, nullable_from: int) -> str | None:
@@ -185,7 +187,7 @@ class _GroupHandlers:
         if entries:
             event = OffsetCommit(body.group_id, tuple(entries), body.generation_id_or_member_epoch, body.member_id,
                                  getattr(body, "group_instance_id", None),
-                                 getattr(body, "retention_time_ms", -1) if version <= 4 else -1)
+                                 getattr(body, "retention_time_ms", -1) if version <= 4 else -1, version)
             errors = (await self.shell.call(self.core.offset_commit, event)).errors
         response = APIS[OFFSET_COMMIT].response
         by_topic: dict[str, list[Any]] = {}
@@ -204,8 +206,9 @@ class _GroupHandlers:
         if version >= 8:
             groups = []
             for g in body.groups:
-                answer = self.core.offset_fetch(OffsetFetch(g.group_id, _wanted(g.topics), require_stable),
-                                                self.shell.current_topic_id)
+                fetch = OffsetFetch(g.group_id, _wanted(g.topics), require_stable, getattr(g, "member_id", None),
+                                    getattr(g, "member_epoch", -1))
+                answer = self.core.offset_fetch(fetch, self.shell.current_topic_id)
                 topics = _fetched_topics(answer, response.OffsetFetchResponseGroup.OffsetFetchResponseTopics,
                                          "OffsetFetchResponsePartitions", version)
                 groups.append(response.OffsetFetchResponseGroup(group_id=g.group_id, topics=topics,

@@ -5,6 +5,7 @@ tombstone deletes it, as Kafka's GroupMetadataManager.loadGroupsAndOffsets does.
 becomes a live group at the end of the load (a group with members comes back Stable in its
 generation, each member given a fresh session timeout to heartbeat in), and a group with offsets
 but no metadata comes back Empty, as a group of a consumer that commits without group management.
+KIP-848 consumer groups come back from their own records (`consumer.records.GroupLoader`).
 The records themselves are produced by `group_value` and the commit path, so a replay yields
 exactly the state that wrote them.
 """
@@ -15,8 +16,11 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from quorum.broker.groups.consumer.group import ConsumerGroup
+from quorum.broker.groups.consumer.records import GroupLoader
 from quorum.broker.groups.group import Group, GroupState, Member
 from quorum.broker.groups.offsets import is_stale
+from quorum.wire.consumer_group_records import ConsumerGroupKey
 from quorum.wire.consumer_offsets import (
     GroupKey,
     GroupValue,
@@ -36,9 +40,13 @@ class PartitionState:
     partition: int
     loading: bool = True
     groups: dict[str, Group] = field(default_factory=dict)
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    """KIP-848 groups (a group id is in `groups` or here, never both); kept in memory only for now."""
     offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
     loaded_groups: dict[str, GroupValue] = field(default_factory=dict)
     """Group metadata read while loading, turned into groups when the load finishes."""
+    consumer_loader: GroupLoader = field(default_factory=GroupLoader)
+    """KIP-848 group records read while loading, turned into consumer groups when the load finishes."""
     skipped_records: int = 0
     """Records of types this project does not use (Kafka 4's KIP-848 records), skipped while loading."""
 
@@ -57,6 +65,8 @@ class PartitionState:
             else:
                 assert isinstance(decoded_value, OffsetValue)
                 offsets[tp] = decoded_value
+        elif isinstance(decoded_key, ConsumerGroupKey):
+            self.consumer_loader.replay(decoded_key, decoded_value)  # type: ignore[arg-type]
         elif isinstance(decoded_key, GroupKey):
             if decoded_value is None:
                 self.loaded_groups.pop(decoded_key.group, None)
@@ -67,8 +77,10 @@ class PartitionState:
     def finish_loading(self, now_ms: int) -> None:
         for group_id, value in self.loaded_groups.items():
             self.groups[group_id] = group_from_value(group_id, value, now_ms)
+        self.consumer_groups = self.consumer_loader.groups()
+        self.consumer_loader = GroupLoader()
         for group_id, offsets in self.offsets.items():
-            if offsets and group_id not in self.groups:
+            if offsets and group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
         self.offsets = {group_id: offsets for group_id, offsets in self.offsets.items() if offsets}
         self.loaded_groups = {}

@@ -76,11 +76,13 @@ def test_topic_epoch_is_a_tagged_field_other_readers_skip() -> None:
     assert tagged.endswith(b"\x01\xf8\x4f\x04" + struct.pack(">i", 12))
 
 
-def test_kip848_records_are_recognised_as_unknown_types() -> None:
+def test_record_types_after_kip848s_are_recognised_as_unknown_types() -> None:
+    """Key versions 3-8 are KIP-848's consumer group records (tests/broker/groups/consumer); 9 and up
+    (share groups and later) are skipped by a loader."""
     with pytest.raises(UnknownRecordTypeError):
-        decode_key(b"\x00\x05\x00\x01g")
+        decode_key(b"\x00\x09\x00\x01g")
     state = PartitionState(0)
-    state.replay(b"\x00\x05\x00\x01g", b"anything")
+    state.replay(b"\x00\x09\x00\x01g", b"anything")
     assert state.skipped_records == 1
 
 
