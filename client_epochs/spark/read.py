@@ -46,8 +46,15 @@ _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """Spark's Kafka source schema (headers only with includeHeaders), then leaderEpoch and topicEpoch."""
-    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-              ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
     if include_headers:
         fields.append(("headers", pa.list_(_HEADER)))
     fields += [("leaderEpoch", pa.int32()), ("topicEpoch", pa.int32())]
@@ -57,32 +64,53 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 def spark_schema(include_headers: bool) -> str:
     """The same schema as Spark DDL."""
     headers = "headers array<struct<key: string, value: binary>>, " if include_headers else ""
-    return ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-            f"timestampType int, {headers}leaderEpoch int, topicEpoch int")
+    return (
+        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+        f"timestampType int, {headers}leaderEpoch int, topicEpoch int"
+    )
 
 
 class RangeReadError(RuntimeError):
     """A task could not read its whole range: the partition, the offset reached and the end are named."""
 
     def __init__(self, rng: Range, position: int, reason: str) -> None:
-        super().__init__(f"{rng.partition}: read offsets up to {position} of [{rng.start}, {rng.end}) "
-                         f"(leader epoch {rng.leader_epoch}): {reason}")
+        super().__init__(
+            f"{rng.partition}: read offsets up to {position} of [{rng.start}, {rng.end}) "
+            f"(leader epoch {rng.leader_epoch}): {reason}"
+        )
         self.range = rng
         self.position = position
 
 
 def consumer_config(bootstrap: str, client: Mapping[str, str]) -> dict[str, Any]:
     """A reader's confluent-kafka settings: the user's kafka.* options, then what the reader needs."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": "kafka-epochs-reader",
-                              "client.id": "kafka-epochs-reader", **client}
-    config.update({"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
-                   "enable.partition.eof": False})
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "kafka-epochs-reader",
+        "client.id": "kafka-epochs-reader",
+        **client,
+    }
+    config.update(
+        {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+        }
+    )
     return config
 
 
-def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include_headers: bool = False,
-               fail_on_data_loss: bool = True, timeout_s: float = 120.0,
-               stall_s: float = STALL_S) -> Iterator[pa.RecordBatch]:
+def read_range(
+    rng: Range,
+    bootstrap: str,
+    client: Mapping[str, str],
+    *,
+    include_headers: bool = False,
+    fail_on_data_loss: bool = True,
+    timeout_s: float = 120.0,
+    stall_s: float = STALL_S,
+) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every record in `rng`, in offset order.
 
     The consumer is bootstrapped from the broker whose current metadata the driver planned with
@@ -126,13 +154,23 @@ def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include
                 position = max(position, _fetch_position(consumer, rng))  # past control records
             now = time.monotonic()
             if position < rng.end and now - last_progress > timeout_s:
-                raise RangeReadError(rng, position, f"no record for {timeout_s:.0f} s from the partition's leader "
-                                                    f"(consumer bootstrapped from {entry})")
+                raise RangeReadError(
+                    rng,
+                    position,
+                    f"no record for {timeout_s:.0f} s from the partition's leader (consumer bootstrapped from {entry})",
+                )
             if position < rng.end and now > next_reopen:
                 found = current_broker(rng, bootstrap, client, timeout_s=min(stall_s, timeout_s))
-                log.warning("%s: no record for %.0f s at offset %d from the consumer bootstrapped from %s "
-                            "(leader epoch %d or later wanted); reopening it from %s", rng.partition,
-                            now - last_progress, position, entry, rng.leader_epoch, found or bootstrap)
+                log.warning(
+                    "%s: no record for %.0f s at offset %d from the consumer bootstrapped from %s "
+                    "(leader epoch %d or later wanted); reopening it from %s",
+                    rng.partition,
+                    now - last_progress,
+                    position,
+                    entry,
+                    rng.leader_epoch,
+                    found or bootstrap,
+                )
                 consumer.close()
                 entry = found or bootstrap
                 consumer = _open(entry, client, rng, position)
@@ -147,9 +185,16 @@ def _open(entry: str, client: Mapping[str, str], rng: Range, position: int) -> C
     """A consumer bootstrapped from `entry`, assigned `rng`'s partition at `position` under the plan's
     leader epoch (KIP-320)."""
     consumer = Consumer(consumer_config(entry, client))
-    consumer.assign([KafkaTopicPartition(rng.partition.topic, rng.partition.partition,
-                                         OFFSET_BEGINNING if position == EARLIEST else position,
-                                         leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None)])
+    consumer.assign(
+        [
+            KafkaTopicPartition(
+                rng.partition.topic,
+                rng.partition.partition,
+                OFFSET_BEGINNING if position == EARLIEST else position,
+                leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None,
+            )
+        ]
+    )
     return consumer
 
 
@@ -160,8 +205,9 @@ def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeou
     metadata, and librdkafka would believe it."""
     floor = {rng.partition: InternalMetadata(rng.topic_epoch, rng.leader_epoch, None)}
     try:
-        with MetadataClient(bootstrap, client_id="kafka-epochs-reader",
-                            security=ClientSecurity.of_client_properties(client)) as metadata:
+        with MetadataClient(
+            bootstrap, client_id="kafka-epochs-reader", security=ClientSecurity.of_client_properties(client)
+        ) as metadata:
             current = metadata.refresh_until_current([rng.partition.topic], floors=floor, timeout=timeout_s)
     except (OSError, StaleMetadataError, MetadataUnavailableError) as exc:
         log.warning("%s: no current leader known after %.0f s: %s", rng.partition, timeout_s, exc)
@@ -170,13 +216,16 @@ def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeou
     return current.answered_by if meta is not None and meta.leader_id >= 0 else ""
 
 
-def _on_error(consumer: Consumer, rng: Range, position: int, error: KafkaError,
-              fail_on_data_loss: bool) -> int:
+def _on_error(consumer: Consumer, rng: Range, position: int, error: KafkaError, fail_on_data_loss: bool) -> int:
     """Out of range: data loss (or skip to the log start); fatal: fail the task; anything else: librdkafka retries."""
     if error.code() == KafkaError._AUTO_OFFSET_RESET or error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
         if fail_on_data_loss:
-            raise RangeReadError(rng, position, f"the leader no longer has the offset ({error.str()}); "
-                                                "set failOnDataLoss=false to skip deleted records")
+            raise RangeReadError(
+                rng,
+                position,
+                f"the leader no longer has the offset ({error.str()}); "
+                "set failOnDataLoss=false to skip deleted records",
+            )
         log.warning("%s: offset %d is gone (%s); reading on from the log start", rng.partition, position, error.str())
         consumer.assign([KafkaTopicPartition(rng.partition.topic, rng.partition.partition, OFFSET_BEGINNING)])
         return position

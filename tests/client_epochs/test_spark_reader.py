@@ -40,8 +40,11 @@ class FakeProber:
 
 
 def reader(ends: list[int], **options: str) -> tuple[KafkaEpochsStreamReader, FakeProber]:
-    made = KafkaEpochsStreamReader(parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
-                                                  "fetchOffset.retryIntervalMs": "1", **options}))
+    made = KafkaEpochsStreamReader(
+        parse_options(
+            {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "fetchOffset.retryIntervalMs": "1", **options}
+        )
+    )
     prober = FakeProber(ends)
     made._prober = prober
     return made, prober
@@ -59,8 +62,11 @@ def test_a_backwards_end_is_asked_again_and_a_later_good_answer_is_planned() -> 
 
 def test_a_backwards_end_that_stays_fails_naming_the_partition_and_both_offsets() -> None:
     source, prober = reader([40], **{"fetchOffset.numRetries": "2"})
-    with pytest.raises(OffsetsWentBackwardsError, match=r"t-0: the latest offset 40 from leader 101 .* below the "
-                                                        r"offset 50 already planned, after 3 attempt"):
+    with pytest.raises(
+        OffsetsWentBackwardsError,
+        match=r"t-0: the latest offset 40 from leader 101 .* below the "
+        r"offset 50 already planned, after 3 attempt",
+    ):
         source.latestOffset(START, ReadAllAvailable())
     assert prober.asked == 3
 
