@@ -454,3 +454,44 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, eit
     assert refused_while_paused >= 1
     values = sorted(bytes(r.value).decode() for r in spark.sql(f"select value from {table}").collect())
     assert values == sorted(f"p-{n}" for n in range(200))
+
+
+def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, cluster):
+    """startingOffsetsByTimestamp (ListOffsets with timestamps at the current leaders) picks the first record
+    at or after the time in each partition; maxOffsetsPerTrigger caps each batch; minPartitions=8 cuts each
+    batch's two partition ranges into 8 tasks that still read every row once; each progress report carries
+    Spark's min/max/avgOffsetsBehindLatest. A batch read by startingTimestamp/endingTimestamp with
+    maxRecordsPerPartition returns exactly the records of that time window."""
+    topic, first = "bytime", int(time.time() * 1000) - 300_000
+    cluster.topic(topic, 2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    for n in range(200):  # record n at first + n seconds, in partition n % 2 at offset n // 2
+        producer.produce(topic, f"t-{n}".encode(), partition=n % 2, timestamp=first + n * 1000)
+    assert producer.flush(60) == 0
+    by_time = json.dumps({topic: {"0": first + 50_000, "1": first + 50_000}})
+    batches: list[tuple[int, int, list[tuple[int, int]]]] = []
+
+    def keep(frame, batch_id: int) -> None:
+        rows = [(r.partition, r.offset) for r in frame.select("partition", "offset").collect()]
+        batches.append((batch_id, frame.rdd.getNumPartitions(), rows))
+
+    query = (stream(spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8",
+                    maxOffsetsPerTrigger="40").writeStream.foreachBatch(keep).trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    got = sorted(row for _, _, rows in batches for row in rows)
+    assert got == sorted((n % 2, n // 2) for n in range(50, 200))  # records at or after the time, each once
+    assert all(len(rows) <= 40 for _, _, rows in batches) and len([b for b in batches if b[2]]) >= 4
+    assert max(tasks for _, tasks, _ in batches) == 8, [(b, t, len(r)) for b, t, r in batches]
+    reports = [json.loads(p["sources"][0]["latestOffset"]) if isinstance(p["sources"][0]["latestOffset"], str)
+               else p["sources"][0]["latestOffset"] for p in query.recentProgress if p["numInputRows"] > 0]
+    lag = [report["metrics"] for report in reports]
+    assert lag[0] == {"minOffsetsBehindLatest": "55", "maxOffsetsBehindLatest": "55",
+                      "avgOffsetsBehindLatest": "55.0"}, lag  # 75 records per partition, 20 read of each
+    assert lag[-1]["maxOffsetsBehindLatest"] == "0" and all(set(m) == set(lag[0]) for m in lag)
+    window = (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
+              .option("subscribe", topic).option("startingTimestamp", str(first + 20_000))
+              .option("endingTimestamp", str(first + 30_000)).option("maxRecordsPerPartition", "2").load())
+    assert window.rdd.getNumPartitions() == 6  # 5 records per partition, at most 2 per task
+    assert sorted((r.partition, r.offset) for r in window.select("partition", "offset").collect()) == sorted(
+        (n % 2, n // 2) for n in range(20, 30))
