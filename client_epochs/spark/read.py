@@ -12,7 +12,10 @@ bootstrapped from a broker whose metadata the driver accepted as current when it
 broker (KAFKA-6262) naming a dead or former leader would hold the task there. A task that still gets
 nothing for a while finds such a broker itself, refusing metadata older than the plan, and reopens
 its consumer there.
-`auto.offset.reset=error` keeps it from jumping anywhere on its own. The task ends
+`auto.offset.reset=error` keeps it from jumping anywhere on its own. A task that read its whole range
+leaves its consumer to the next task of the partition on the same Python worker
+(`client_epochs.spark.consumer_cache`, Spark's consumer cache), which reads on from its prefetch
+when it starts where the last one ended. The task ends
 only at `end`: when the range cannot be finished before the deadline it fails, naming the
 partition and how far it got, and Spark runs it again; a task never returns a silent short read.
 """
@@ -29,6 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
+from client_epochs.spark.consumer_cache import CONSUMERS, Idle, cache_key
 from client_epochs.spark.planning import EARLIEST, Range
 from quorum.wire.internal_metadata import InternalMetadata
 from quorum.wire.sasl_client import ClientSecurity
@@ -127,21 +131,31 @@ def read_range(
         return
     entry = rng.bootstrap_from or bootstrap
     position = rng.start
-    consumer = _open(entry, client, rng, position)
+    key = cache_key(bootstrap, client, rng.partition, rng.topic_epoch)
+    consumer, messages = _reused(CONSUMERS.take(key, time.monotonic()), rng)
+    if consumer is None:
+        consumer = _open(entry, client, rng, position)
+    done = False
+    leftover: list[Any] = []
     try:
         pending: list[Any] = []
         last_progress = time.monotonic()
         next_reopen = last_progress + stall_s
         while position < rng.end or position == EARLIEST:
-            messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
-            for message in messages:
+            if not messages:
+                messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
+            got, messages = messages, []
+            for i, message in enumerate(got):
                 error = message.error()
                 if error is not None:
                     position = _on_error(consumer, rng, position, error, fail_on_data_loss)
                     continue
                 offset = message.offset()
+                if offset < position:  # fetched for an earlier assignment of a reused consumer
+                    continue
                 if offset >= rng.end:
                     position = rng.end
+                    leftover = got[i:]  # the next task of this partition may start here
                     break
                 pending.append(message)
                 position = offset + 1
@@ -150,7 +164,7 @@ def read_range(
             if len(pending) >= BATCH_ROWS:
                 yield _batch(pending, schema, rng.topic_epoch, include_headers)
                 pending = []
-            if not messages:
+            if not got:
                 position = max(position, _fetch_position(consumer, rng))  # past control records
             now = time.monotonic()
             if position < rng.end and now - last_progress > timeout_s:
@@ -177,25 +191,42 @@ def read_range(
                 next_reopen = time.monotonic() + stall_s
         if pending:
             yield _batch(pending, schema, rng.topic_epoch, include_headers)
+        done = True
     finally:
-        consumer.close()
+        if done:  # a consumer that read its whole range serves the partition's next task on this worker
+            CONSUMERS.give_back(key, Idle(consumer, rng.end, leftover), time.monotonic())
+        else:
+            consumer.close()
+
+
+def _reused(idle: Idle | None, rng: Range) -> tuple[Consumer | None, list[Any]]:
+    """A cached consumer for `rng` and the records it already holds for it: when `rng` starts where its last
+    range ended, it reads on as it was (its prefetch and leftover records are `rng`'s first); otherwise it is
+    assigned `rng` afresh, at the plan's leader epoch."""
+    if idle is None:
+        return None, []
+    if rng.start != EARLIEST and idle.next_offset == rng.start:
+        return idle.consumer, list(idle.leftover)
+    idle.consumer.assign([_assignment(rng, rng.start)])
+    return idle.consumer, []
 
 
 def _open(entry: str, client: Mapping[str, str], rng: Range, position: int) -> Consumer:
     """A consumer bootstrapped from `entry`, assigned `rng`'s partition at `position` under the plan's
     leader epoch (KIP-320)."""
     consumer = Consumer(consumer_config(entry, client))
-    consumer.assign(
-        [
-            KafkaTopicPartition(
-                rng.partition.topic,
-                rng.partition.partition,
-                OFFSET_BEGINNING if position == EARLIEST else position,
-                leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None,
-            )
-        ]
-    )
+    consumer.assign([_assignment(rng, position)])
     return consumer
+
+
+def _assignment(rng: Range, position: int) -> KafkaTopicPartition:
+    """`rng`'s partition at `position` (EARLIEST: the log start), under the plan's leader epoch (KIP-320)."""
+    return KafkaTopicPartition(
+        rng.partition.topic,
+        rng.partition.partition,
+        OFFSET_BEGINNING if position == EARLIEST else position,
+        leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None,
+    )
 
 
 def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeout_s: float) -> str:
