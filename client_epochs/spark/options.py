@@ -24,6 +24,7 @@ from client_epochs.spark.planning import (
     Offsets,
     SourceOptionError,
     offsets_from_json,
+    per_partition,
 )
 from quorum.wire.sasl_client import sasl_login_of_client_properties
 
@@ -277,28 +278,18 @@ def _time_option(get, global_name: str, by_partition_name: str) -> TimeSpec | No
     text = get(by_partition_name)
     if text is None:
         return None
-    what = f"option {by_partition_name}"
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceOptionError(f'{what} is not JSON ({{"topic": {{"0": 1700000000000}}}}): {exc}') from None
-    if not isinstance(value, dict) or not value:
-        raise SourceOptionError(f"{what} must map topics to partitions to timestamps, got {text!r}")
-    out: dict[TopicPartition, int] = {}
-    for topic, partitions in value.items():
-        if not isinstance(partitions, dict) or not partitions:
-            raise SourceOptionError(f"{what}: topic {topic!r} must map partitions to timestamps, got {partitions!r}")
-        for key, stamp in partitions.items():
-            try:
-                tp = TopicPartition(topic, int(key))
-            except ValueError:
-                raise SourceOptionError(f"{what}: {topic!r} partition {key!r} is not a number") from None
-            if isinstance(stamp, bool) or not isinstance(stamp, int) or stamp < -2:
-                raise SourceOptionError(
-                    f"{what} of {tp} must be milliseconds since the epoch (or -2 earliest, -1 latest), got {stamp!r}"
-                )
-            out[tp] = stamp
-    return out
+    stamps = per_partition(text, f"option {by_partition_name}", "timestamps", _timestamp)
+    if not stamps:
+        raise SourceOptionError(f"option {by_partition_name} names no partition")
+    return stamps
+
+
+def _timestamp(entry: object, what: str) -> int:
+    if isinstance(entry, bool) or not isinstance(entry, int) or entry < -2:
+        raise SourceOptionError(
+            f"{what} must be milliseconds since the epoch (or -2 earliest, -1 latest), got {entry!r}"
+        )
+    return entry
 
 
 def _positive(name: str, text: str | None, zero: bool = False) -> int | None:

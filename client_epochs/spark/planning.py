@@ -20,9 +20,9 @@ from __future__ import annotations
 import importlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from client_epochs.consumer_guard import is_recreated
 from client_epochs.errors import TopicRecreatedError
@@ -32,6 +32,7 @@ from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetad
 if TYPE_CHECKING:
     from client_epochs.spark.options import SourceOptions, TimeSpec
 
+_V = TypeVar("_V")
 _IN_OPTIONS = frozenset({"SourceOptions", "parse_options", "ON_RECREATED"})
 
 
@@ -149,24 +150,33 @@ def offsets_from_json(value: object, what: str = "offsets") -> Offsets:
 
     A bare number is an offset without epochs (Spark's Kafka source's form); -2 is earliest, -1 latest.
     """
+    return per_partition(value, what, "offsets", _partition_offset)
+
+
+def per_partition(
+    value: object, what: str, kind: str, convert: Callable[[object, str], _V]
+) -> dict[TopicPartition, _V]:
+    """`{"topic": {"0": entry, ...}}` (JSON text or its dict) as `convert(entry, "<what> of <topic-partition>")`
+    per partition: Spark's per-partition option form (offsets, timestamps). SourceOptionError names what
+    is wrong, with `kind` (what the partitions map to) in the message."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise SourceOptionError(f"{what} is not JSON: {exc}") from None
+            raise SourceOptionError(f'{what} is not JSON ({{"topic": {{"0": ...}}}}): {exc}') from None
     if not isinstance(value, dict):
         raise SourceOptionError(f"{what} must map topics to partitions, got {value!r}")
-    offsets: Offsets = {}
+    out: dict[TopicPartition, _V] = {}
     for topic, partitions in value.items():
         if not isinstance(partitions, dict):
-            raise SourceOptionError(f"{what}: topic {topic!r} must map partitions to offsets, got {partitions!r}")
+            raise SourceOptionError(f"{what}: topic {topic!r} must map partitions to {kind}, got {partitions!r}")
         for key, entry in partitions.items():
             try:
                 tp = TopicPartition(topic, int(key))
             except ValueError:
                 raise SourceOptionError(f"{what}: {topic!r} partition {key!r} is not a number") from None
-            offsets[tp] = _partition_offset(entry, f"{what} of {tp}")
-    return offsets
+            out[tp] = convert(entry, f"{what} of {tp}")
+    return out
 
 
 def _partition_offset(entry: object, what: str) -> PartitionOffset:
