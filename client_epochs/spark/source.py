@@ -293,7 +293,8 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self._available_now and self._target is None:
             self._target = self._plan(began, None)
-        paced = self._pacing is not None and not isinstance(limit, ReadAllAvailable)
+        # minOffsetsPerTrigger waits for records; under Trigger.AvailableNow none may come, so it does not apply
+        paced = self._pacing is not None and not self._available_now and not isinstance(limit, ReadAllAvailable)
         end = self._plan(began, max_rows, paced)
         if self._target is not None:
             end = {tp: _at_most(offset, self._target.get(tp)) for tp, offset in end.items()}

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows  # noqa: E402
 
 from client_epochs import TopicPartition  # noqa: E402
 from client_epochs.spark import KafkaEpochsStreamReader  # noqa: E402
@@ -116,3 +116,28 @@ def test_tasks_are_bootstrapped_from_the_broker_whose_current_metadata_planned_t
     restarted, _ = reader([60])
     [again] = restarted.partitions(START, end)
     assert again.value.bootstrap_from == "" and again.value.end == 60
+
+
+def test_min_offsets_per_trigger_holds_a_batch_back_and_lag_is_reported_with_each_plan() -> None:
+    source, _ = reader([55, 55, 58, 90], minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    assert source.getDefaultReadLimit() == ReadMinRows(10)
+    first = source.latestOffset(START, ReadMinRows(10))  # the query's first trigger reads at once (Spark's)
+    assert first["t"]["0"]["offset"] == 55
+    assert source.reportLatestOffset()["metrics"] == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "0.0",
+    }
+    assert source.latestOffset(first, ReadMinRows(10)) == first  # 0 new records: no batch
+    assert source.latestOffset(first, ReadMinRows(10)) == first  # 3 new records: still none
+    assert source.reportLatestOffset()["metrics"]["maxOffsetsBehindLatest"] == "3"
+    assert source.latestOffset(first, ReadMinRows(10))["t"]["0"]["offset"] == 90  # 35 new: a batch
+    both = reader([1], minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5")[0]
+    assert both.getDefaultReadLimit() == ReadMaxRows(5)  # PySpark has no composite limit: the minimum is ours
+
+
+def test_an_available_now_query_does_not_wait_for_min_offsets_per_trigger() -> None:
+    source, _ = reader([55, 58], minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    source.latestOffset(START, ReadMinRows(10))
+    source.prepareForTriggerAvailableNow()
+    assert source.latestOffset(source.latestOffset(START, ReadMinRows(10)), ReadMinRows(10))["t"]["0"]["offset"] == 58
