@@ -194,6 +194,9 @@ def read_range(
         done = True
     finally:
         if done:  # a consumer that read its whole range serves the partition's next task on this worker
+            # paused while idle: no fetching into memory for a task that may never come (Spark's cached
+            # consumers fetch only when polled); what it holds is kept and read on from where it stopped
+            consumer.pause([_assignment(rng, rng.end)])
             CONSUMERS.give_back(key, Idle(consumer, rng.end, leftover), time.monotonic())
         else:
             consumer.close()
@@ -206,8 +209,10 @@ def _reused(idle: Idle | None, rng: Range) -> tuple[Consumer | None, list[Any]]:
     if idle is None:
         return None, []
     if rng.start != EARLIEST and idle.next_offset == rng.start:
+        idle.consumer.resume([_assignment(rng, rng.start)])
         return idle.consumer, list(idle.leftover)
     idle.consumer.assign([_assignment(rng, rng.start)])
+    idle.consumer.resume([_assignment(rng, rng.start)])
     return idle.consumer, []
 
 
@@ -220,12 +225,11 @@ def _open(entry: str, client: Mapping[str, str], rng: Range, position: int) -> C
 
 
 def _assignment(rng: Range, position: int) -> KafkaTopicPartition:
-    """`rng`'s partition at `position` (EARLIEST: the log start), under the plan's leader epoch (KIP-320)."""
+    """`rng`'s partition at `position` (EARLIEST: the log start), under the plan's leader epoch (KIP-320)
+    when it has one (confluent-kafka takes no None for it)."""
+    epoch = {"leader_epoch": rng.leader_epoch} if rng.leader_epoch >= 0 else {}
     return KafkaTopicPartition(
-        rng.partition.topic,
-        rng.partition.partition,
-        OFFSET_BEGINNING if position == EARLIEST else position,
-        leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None,
+        rng.partition.topic, rng.partition.partition, OFFSET_BEGINNING if position == EARLIEST else position, **epoch
     )
 
 

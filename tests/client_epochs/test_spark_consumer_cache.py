@@ -61,13 +61,21 @@ class FakeConsumer:
         self.next = position
         self.assigned = [position]
         self.closed = False
+        self.paused = False
         self.fail_at: int | None = None
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused = True
+
+    def resume(self, partitions: list[Any]) -> None:
+        self.paused = False
 
     def assign(self, partitions: list[Any]) -> None:
         self.assigned.append(partitions[0].offset)
         self.next = partitions[0].offset
 
     def consume(self, count: int, timeout: float) -> list[Message]:
+        assert not self.paused, "a cached consumer is resumed before its next task reads"
         if self.fail_at is not None and self.next >= self.fail_at:
             return [Message(self.next, KafkaError(KafkaError._LOG_TRUNCATION, "truncated", fatal=True))]
         out = [Message(offset) for offset in range(self.next, min(self.next + min(count, 3), 1000))]
@@ -103,6 +111,7 @@ def offsets(start: int, end: int) -> list[int]:
 
 def test_the_next_task_of_a_partition_reads_on_with_the_consumer_the_last_left(opened) -> None:
     assert offsets(0, 10) == list(range(10))
+    assert opened[0].paused  # idle in the cache: fetching nothing
     assert offsets(10, 25) == list(range(10, 25))  # the next batch of a stream: no new consumer, no new assignment
     assert len(opened) == 1 and opened[0].assigned == [0] and read.CONSUMERS.hits == 1
     assert offsets(40, 45) == list(range(40, 45))  # elsewhere in the log (a retried or split task): reassigned

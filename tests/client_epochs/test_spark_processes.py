@@ -639,3 +639,31 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
     assert sorted((r.partition, r.offset) for r in window.select("partition", "offset").collect()) == sorted(
         (n % 2, n // 2) for n in range(20, 30)
     )
+
+
+def test_executor_consumers_are_reused_across_tasks_and_still_read_exact_ranges(cluster, monkeypatch):
+    """The executor's consumer cache with librdkafka and a real broker, as consecutive tasks of one partition
+    run on one Python worker: the next batch's range reads on with the paused consumer the last task left,
+    a range elsewhere (a split or retried task) reassigns it; one consumer opened for all, every range exact."""
+    from client_epochs.spark import read
+    from client_epochs.spark.consumer_cache import ConsumerCache
+    from client_epochs.spark.planning import Range
+
+    cluster.topic("reuse", 1)
+    cluster.produce("reuse", [f"r-{n}" for n in range(300)], 1)
+    opened = []
+    real_open = read._open
+    monkeypatch.setattr(read, "_open", lambda *args: opened.append(args) or real_open(*args))
+    monkeypatch.setattr(read, "CONSUMERS", ConsumerCache())
+    leader = cluster.leaders("reuse")[0]
+    epoch = cluster.partition_states("reuse")[leader][0][1]  # (leader, leader epoch, ISR) as the leader says
+    client = {"group.id": "reuse-test", "isolation.level": "read_uncommitted", **QUIET}
+    try:
+        for start, end in [(0, 10), (10, 25), (25, 200), (5, 8), (8, 9), (150, 300), (0, 300)]:
+            rng = Range(TopicPartition("reuse", 0), start, end, epoch, -1)
+            batches = read.read_range(rng, cluster.bootstrap, client, timeout_s=60)
+            got = [offset for batch in batches for offset in batch.column("offset").to_pylist()]
+            assert got == list(range(start, end)), (start, end, got[:3], len(got))
+        assert len(opened) == 1 and read.CONSUMERS.hits == 6
+    finally:
+        read.CONSUMERS.clear()
