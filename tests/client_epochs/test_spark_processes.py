@@ -601,16 +601,19 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
         batches.append((batch_id, frame.rdd.getNumPartitions(), rows))
 
     query = (
-        stream(spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8", maxOffsetsPerTrigger="40")
+        stream(spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8", maxOffsetsPerTrigger="60")
         .writeStream.foreachBatch(keep)
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(180)
+    try:
+        assert query.awaitTermination(180), f"the AvailableNow query did not finish in 180 s: {query.status}"
+    finally:
+        query.stop()
     assert query.exception() is None
     got = sorted(row for _, _, rows in batches for row in rows)
     assert got == sorted((n % 2, n // 2) for n in range(50, 200))  # records at or after the time, each once
-    assert all(len(rows) <= 40 for _, _, rows in batches) and len([b for b in batches if b[2]]) >= 4
+    assert all(len(rows) <= 60 for _, _, rows in batches) and len([b for b in batches if b[2]]) >= 3
     assert max(tasks for _, tasks, _ in batches) == 8, [(b, t, len(r)) for b, t, r in batches]
     reports = [
         json.loads(p["sources"][0]["latestOffset"])
@@ -621,10 +624,10 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
     ]
     lag = [report["metrics"] for report in reports]
     assert lag[0] == {
-        "minOffsetsBehindLatest": "55",
-        "maxOffsetsBehindLatest": "55",
-        "avgOffsetsBehindLatest": "55.0",
-    }, lag  # 75 records per partition, 20 read of each
+        "minOffsetsBehindLatest": "45",
+        "maxOffsetsBehindLatest": "45",
+        "avgOffsetsBehindLatest": "45.0",
+    }, lag  # 75 records per partition, 30 read of each
     assert lag[-1]["maxOffsetsBehindLatest"] == "0" and all(set(m) == set(lag[0]) for m in lag)
     window = (
         spark.read.format("kafka_epochs")
