@@ -298,6 +298,7 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         end = self._plan(began, max_rows, paced)
         if self._target is not None:
             end = {tp: _at_most(offset, self._target.get(tp)) for tp, offset in end.items()}
+        self._lag = offsets_behind(end, self._observed)
         self.batches_planned += 1
         return offsets_to_json(end)
 
@@ -314,11 +315,9 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 and self._pacing is not None
                 and not self._pacing.admit(available_rows(began, observed), int(time.time() * 1000))
             ):
-                self._lag = offsets_behind(began, observed)
                 return began
             result = next_end(began, observed, self.options, max_rows)
             if not isinstance(result, list):
-                self._lag = offsets_behind(result, observed)
                 return result
             worst: Backwards = result[0]
             if attempt > self.options.num_retries:

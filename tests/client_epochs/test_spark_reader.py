@@ -79,6 +79,7 @@ def test_max_rows_and_available_now_hold_the_end_back() -> None:
     assert first["t"]["0"]["offset"] == 70
     # the records that arrived after the query started (500) are not planned by an AvailableNow query
     assert source.latestOffset(first, ReadAllAvailable())["t"]["0"]["offset"] == 100
+    assert source.reportLatestOffset()["metrics"]["maxOffsetsBehindLatest"] == "400"  # behind the 500 there now
     assert reader([1], maxOffsetsPerTrigger="5")[0].getDefaultReadLimit() == ReadMaxRows(5)
 
 
