@@ -11,11 +11,14 @@ module asks): each batch's end comes from the current leaders (ListOffsets with 
 previous end was planned under; a stale broker's answer is refused, counted and asked again. An end
 below one already planned is asked again `fetchOffset.numRetries` times with a doubling backoff,
 then fails the query (OffsetsWentBackwardsError), and a recreated topic fails it with
-TopicRecreatedError unless `onTopicRecreated=earliest`. Executors read the ranges with
-`client_epochs.spark.read` and hand Spark Arrow batches.
+TopicRecreatedError unless `onTopicRecreated=earliest`. Offsets by time are asked the same way
+(ListOffsets with the timestamp). Options are checked by `client_epochs.spark.options`; how much a
+trigger reads and how its ranges are cut into tasks is `client_epochs.spark.pacing`. Executors read
+the ranges with `client_epochs.spark.read` and hand Spark Arrow batches.
 
-The driver's counters (stale answers refused, backwards answers asked again, batches planned) are in
-each progress report: `query.lastProgress["sources"][0]["latestOffset"]["counters"]`.
+The driver's counters (stale answers refused, backwards answers asked again, batches planned) and
+Spark's lag metrics (min/max/avgOffsetsBehindLatest) are in each progress report:
+`query.lastProgress["sources"][0]["latestOffset"]["counters"]` and `[...]["metrics"]`.
 Spark's Python workers must run the interpreter that has this package: set PYSPARK_PYTHON (and
 PYSPARK_DRIVER_PYTHON) to it before the SparkSession starts.
 """
