@@ -1,5 +1,6 @@
-"""The driver's half of the `kafka_epochs` Spark source, sans-IO: options, offsets with epochs, and
-the rule that decides the end of the next micro-batch.
+"""The driver's half of the `kafka_epochs` Spark source, sans-IO: offsets with epochs, the rule that
+decides the end of the next micro-batch, and offsets from ListOffsets' answers to timestamps (the
+options themselves are checked in `client_epochs.spark.options`).
 
 Spark's own Kafka source keeps bare offsets. When a broker answers with an old leader or an old log
 end it retries `fetchOffset.numRetries` times and then plans from what it got, so a batch can go
@@ -11,7 +12,8 @@ partition in Spark's checkpoint):
 
 (`topic_id` is optional: checkpoints written without it still parse), and `next_end()` turns a
 start (the last planned end) and what the current leaders said into the next end, or into a reason
-to ask again (`Backwards`), or into an error. Nothing here opens a socket or reads a clock:
+to ask again (`Backwards`), or into an error. A topic id given by the user in startingOffsets is
+kept and checked as one from a checkpoint. Nothing here opens a socket or reads a clock:
 `client_epochs.spark` does the asking, the backoff and the waiting.
 """
 
