@@ -586,7 +586,8 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
     at or after the time in each partition; maxOffsetsPerTrigger caps each batch; minPartitions=8 cuts each
     batch's two partition ranges into 8 tasks that still read every row once; each progress report carries
     Spark's min/max/avgOffsetsBehindLatest. A batch read by startingTimestamp/endingTimestamp with
-    maxRecordsPerPartition returns exactly the records of that time window."""
+    maxRecordsPerPartition returns exactly the records of that time window. minOffsetsPerTrigger does not
+    hold an AvailableNow query back."""
     topic, first = "bytime", int(time.time() * 1000) - 300_000
     cluster.topic(topic, 2)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
@@ -638,6 +639,21 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
         .option("maxRecordsPerPartition", "2")
         .load()
     )
+    # minOffsetsPerTrigger alone: Spark takes the source's ReadMinRows limit, and an AvailableNow query is not
+    # held back by it (1000 records never come), it reads what there is
+    paced = (
+        stream(spark, cluster, topic, minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
+        .writeStream.format("memory")
+        .queryName("bytime_paced")
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert paced.awaitTermination(180), f"the paced AvailableNow query did not finish in 180 s: {paced.status}"
+    finally:
+        paced.stop()
+    assert paced.exception() is None
+    assert spark.sql("select count(*) c from bytime_paced").collect()[0].c == 200
     assert window.rdd.getNumPartitions() == 6  # 5 records per partition, at most 2 per task
     assert sorted((r.partition, r.offset) for r in window.select("partition", "offset").collect()) == sorted(
         (n % 2, n // 2) for n in range(20, 30)
@@ -658,8 +674,8 @@ def test_executor_consumers_are_reused_across_tasks_and_still_read_exact_ranges(
     real_open = read._open
     monkeypatch.setattr(read, "_open", lambda *args: opened.append(args) or real_open(*args))
     monkeypatch.setattr(read, "CONSUMERS", ConsumerCache())
-    leader = cluster.leaders("reuse")[0]
-    epoch = cluster.partition_states("reuse")[leader][0][1]  # (leader, leader epoch, ISR) as the leader says
+    states = cluster.partition_states("reuse")  # (leader, leader epoch, ISR) per partition, per broker
+    epoch = next(s[0][1] for n, s in states.items() if n != STALE_BROKER and isinstance(s, dict) and 0 in s)
     client = {"group.id": "reuse-test", "isolation.level": "read_uncommitted", **QUIET}
     try:
         for start, end in [(0, 10), (10, 25), (25, 200), (5, 8), (8, 9), (150, 300), (0, 300)]:
