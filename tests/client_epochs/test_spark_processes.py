@@ -581,6 +581,20 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, eit
     assert values == sorted(f"p-{n}" for n in range(200))
 
 
+def run_available_now(writer, timeout_s: float = 180):
+    """Start `writer` with Trigger.AvailableNow and wait (at most `timeout_s`) for it to read all there was:
+    the finished query, which failed nothing; at the deadline it is stopped and the test fails saying so."""
+    query = writer.trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(timeout_s), (
+            f"the AvailableNow query did not finish in {timeout_s} s: {query.status}"
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    return query
+
+
 def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, cluster):
     """startingOffsetsByTimestamp (ListOffsets with timestamps at the current leaders) picks the first record
     at or after the time in each partition; maxOffsetsPerTrigger caps each batch; minPartitions=8 cuts each
@@ -601,17 +615,11 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
         rows = [(r.partition, r.offset) for r in frame.select("partition", "offset").collect()]
         batches.append((batch_id, frame.rdd.getNumPartitions(), rows))
 
-    query = (
-        stream(spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8", maxOffsetsPerTrigger="60")
-        .writeStream.foreachBatch(keep)
-        .trigger(availableNow=True)
-        .start()
+    query = run_available_now(
+        stream(
+            spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8", maxOffsetsPerTrigger="60"
+        ).writeStream.foreachBatch(keep)
     )
-    try:
-        assert query.awaitTermination(180), f"the AvailableNow query did not finish in 180 s: {query.status}"
-    finally:
-        query.stop()
-    assert query.exception() is None
     got = sorted(row for _, _, rows in batches for row in rows)
     assert got == sorted((n % 2, n // 2) for n in range(50, 200))  # records at or after the time, each once
     assert all(len(rows) <= 60 for _, _, rows in batches) and len([b for b in batches if b[2]]) >= 3
@@ -641,18 +649,11 @@ def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, clust
     )
     # minOffsetsPerTrigger alone: Spark takes the source's ReadMinRows limit, and an AvailableNow query is not
     # held back by it (1000 records never come), it reads what there is
-    paced = (
+    run_available_now(
         stream(spark, cluster, topic, minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
         .writeStream.format("memory")
         .queryName("bytime_paced")
-        .trigger(availableNow=True)
-        .start()
     )
-    try:
-        assert paced.awaitTermination(180), f"the paced AvailableNow query did not finish in 180 s: {paced.status}"
-    finally:
-        paced.stop()
-    assert paced.exception() is None
     assert spark.sql("select count(*) c from bytime_paced").collect()[0].c == 200
     assert window.rdd.getNumPartitions() == 6  # 5 records per partition, at most 2 per task
     assert sorted((r.partition, r.offset) for r in window.select("partition", "offset").collect()) == sorted(
