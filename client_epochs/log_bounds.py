@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from client_epochs.connection import BrokerConnection, BrokerError, ConnectionPool
 from client_epochs.epoch_cache import EpochSource
@@ -41,12 +41,21 @@ EARLIEST, LATEST = -2, -1
 CONSUMER = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
-_RETRIABLE = frozenset({
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REQUEST_TIMED_OUT,
-})
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
 """What Kafka clients retry after a metadata refresh: leadership moved or is moving, or the broker lags."""
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +110,15 @@ class _Retry(Exception):
 class LogBoundsClient:
     """Asks current leaders for log bounds; keeps one connection per broker until close()."""
 
-    def __init__(self, metadata: MetadataClient, *, isolation_level: int = READ_UNCOMMITTED,
-                 request_timeout_s: float = 30.0, backoff_s: float = 0.1, backoff_max_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        metadata: MetadataClient,
+        *,
+        isolation_level: int = READ_UNCOMMITTED,
+        request_timeout_s: float = 30.0,
+        backoff_s: float = 0.1,
+        backoff_max_s: float = 1.0,
+    ) -> None:
         self.metadata = metadata
         self.isolation_level = isolation_level
         self._request_timeout_s = request_timeout_s
@@ -121,6 +137,30 @@ class LogBoundsClient:
         `floor`: epochs the metadata must be at least as new as (a committed position's).
         LogBoundsError for an answer that will not change; LogBoundsUnavailableError at the deadline.
         """
+        return self._retrying(tp, floor, timeout, self._fetch_once)
+
+    def offset_for_timestamp(
+        self, tp: TopicPartition, timestamp: int, floor: EpochSource | None = None, timeout: float = 30.0
+    ) -> int:
+        """The first offset of `tp` whose record has a timestamp at or after `timestamp` (ms), from its
+        current leader under metadata no older than `floor`, or -1 when no record has (Kafka's answer);
+        retried and failed as `fetch`. Served from the remote tier too where the leader tiers the partition."""
+
+        def once(tp: TopicPartition, floors: Mapping[TopicPartition, EpochSource], deadline: float) -> int:
+            connection, leader_id, leader_epoch, _ = self._leader(tp, floors, deadline)
+            request_deadline = min(deadline, time.monotonic() + self._request_timeout_s)
+            return self._list(connection, tp, timestamp, leader_epoch, leader_id, request_deadline, none_ok=True)
+
+        return self._retrying(tp, floor, timeout, once)
+
+    def _retrying(
+        self,
+        tp: TopicPartition,
+        floor: EpochSource | None,
+        timeout: float,
+        once: Callable[[TopicPartition, Mapping[TopicPartition, EpochSource], float], _T],
+    ) -> _T:
+        """`once` until it answers, with a doubling backoff between attempts until `timeout`."""
         deadline = time.monotonic() + timeout
         floors: Mapping[TopicPartition, EpochSource] = {tp: floor} if floor is not None else {}
         backoff = self._backoff_s
@@ -128,7 +168,7 @@ class LogBoundsClient:
         while True:
             attempts += 1
             try:
-                return self._fetch_once(tp, floors, deadline)
+                return once(tp, floors, deadline)
             except (_Retry, BrokerError, StaleMetadataError, MetadataUnavailableError) as exc:
                 if isinstance(exc, LogBoundsError):
                     raise
@@ -141,10 +181,22 @@ class LogBoundsClient:
             time.sleep(pause)
             backoff = min(backoff * 2, self._backoff_max_s)
 
-    def _fetch_once(self, tp: TopicPartition, floors: Mapping[TopicPartition, EpochSource],
-                    deadline: float) -> LogBounds:
-        current = self.metadata.refresh_until_current([tp.topic], floors=floors,
-                                                      timeout=max(deadline - time.monotonic(), 0.0))
+    def _fetch_once(
+        self, tp: TopicPartition, floors: Mapping[TopicPartition, EpochSource], deadline: float
+    ) -> LogBounds:
+        connection, leader_id, leader_epoch, named_by = self._leader(tp, floors, deadline)
+        request_deadline = min(deadline, time.monotonic() + self._request_timeout_s)
+        log_start = self._list(connection, tp, EARLIEST, leader_epoch, leader_id, request_deadline)
+        log_end = self._list(connection, tp, LATEST, leader_epoch, leader_id, request_deadline)
+        return LogBounds(tp, log_start, log_end, leader_id, leader_epoch, connection.address, named_by)
+
+    def _leader(
+        self, tp: TopicPartition, floors: Mapping[TopicPartition, EpochSource], deadline: float
+    ) -> tuple[BrokerConnection, int, int, str]:
+        """A connection to `tp`'s leader, its id and leader epoch, and the broker whose current metadata named it."""
+        current = self.metadata.refresh_until_current(
+            [tp.topic], floors=floors, timeout=max(deadline - time.monotonic(), 0.0)
+        )
         meta = current.partitions.get(tp)
         if meta is None:
             error = current.topic_errors.get(tp.topic)
@@ -152,33 +204,53 @@ class LogBoundsClient:
             raise _Retry(f"metadata from {current.answered_by} has {detail} for {tp}")
         broker = current.brokers.get(meta.leader_id)
         if meta.leader_id < 0 or broker is None:
-            raise _Retry(f"metadata from {current.answered_by} names no reachable leader for {tp} "
-                         f"(leader {meta.leader_id})")
-        connection = self._connections.get((broker.host, broker.port))
-        request_deadline = min(deadline, time.monotonic() + self._request_timeout_s)
-        log_start = self._list(connection, tp, EARLIEST, meta.leader_epoch, meta.leader_id, request_deadline)
-        log_end = self._list(connection, tp, LATEST, meta.leader_epoch, meta.leader_id, request_deadline)
-        return LogBounds(tp, log_start, log_end, meta.leader_id, meta.leader_epoch, connection.address,
-                         current.answered_by)
+            raise _Retry(
+                f"metadata from {current.answered_by} names no reachable leader for {tp} (leader {meta.leader_id})"
+            )
+        return self._connections.get((broker.host, broker.port)), meta.leader_id, meta.leader_epoch, current.answered_by
 
-    def _list(self, connection: BrokerConnection, tp: TopicPartition, timestamp: int, leader_epoch: int,
-              leader_id: int, deadline: float) -> int:
+    def _list(
+        self,
+        connection: BrokerConnection,
+        tp: TopicPartition,
+        timestamp: int,
+        leader_epoch: int,
+        leader_id: int,
+        deadline: float,
+        none_ok: bool = False,
+    ) -> int:
+        """ListOffsets of one partition at the leader, fenced by `leader_epoch`. `none_ok`: a timestamp
+        lookup, where offset -1 is an answer (no record that late), not a log without bounds yet."""
         schema = LIST_OFFSETS.request
         partition = schema.ListOffsetsTopic.ListOffsetsPartition(
-            partition_index=tp.partition, current_leader_epoch=leader_epoch, timestamp=timestamp)
-        body = schema(replica_id=CONSUMER, isolation_level=self.isolation_level,
-                      topics=[schema.ListOffsetsTopic(name=tp.topic, partitions=[partition])])
+            partition_index=tp.partition, current_leader_epoch=leader_epoch, timestamp=timestamp
+        )
+        body = schema(
+            replica_id=CONSUMER,
+            isolation_level=self.isolation_level,
+            topics=[schema.ListOffsetsTopic(name=tp.topic, partitions=[partition])],
+        )
         response = connection.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, body, deadline)
-        what = "earliest" if timestamp == EARLIEST else "latest"
-        answer = next((p for t in response.topics if t.name == tp.topic for p in t.partitions
-                       if p.partition_index == tp.partition), None)
+        what = {EARLIEST: "earliest", LATEST: "latest"}.get(timestamp, f"timestamp {timestamp}")
+        answer = next(
+            (
+                p
+                for t in response.topics
+                if t.name == tp.topic
+                for p in t.partitions
+                if p.partition_index == tp.partition
+            ),
+            None,
+        )
         if answer is None:
             raise BrokerError(connection.address, f"ListOffsets ({what}) answer lacks {tp}")
         if answer.error_code in _RETRIABLE:
-            raise _Retry(f"broker {leader_id} ({connection.address}) answered ListOffsets ({what}) with "
-                         f"{error_name(answer.error_code)} for leader epoch {leader_epoch}")
+            raise _Retry(
+                f"broker {leader_id} ({connection.address}) answered ListOffsets ({what}) with "
+                f"{error_name(answer.error_code)} for leader epoch {leader_epoch}"
+            )
         if answer.error_code:
             raise LogBoundsError(connection.address, tp, what, answer.error_code)
-        if answer.offset < 0:
+        if answer.offset < 0 and not none_ok:
             raise _Retry(f"broker {leader_id} ({connection.address}) has no {what} offset for {tp} yet")
-        return answer.offset
+        return answer.offset if answer.offset >= 0 else -1

@@ -1,5 +1,6 @@
-"""The driver's half of the `kafka_epochs` Spark source, sans-IO: options, offsets with epochs, and
-the rule that decides the end of the next micro-batch.
+"""The driver's half of the `kafka_epochs` Spark source, sans-IO: offsets with epochs, the rule that
+decides the end of the next micro-batch, and offsets from ListOffsets' answers to timestamps (the
+options themselves are checked in `client_epochs.spark.options`).
 
 Spark's own Kafka source keeps bare offsets. When a broker answers with an old leader or an old log
 end it retries `fetchOffset.numRetries` times and then plans from what it got, so a batch can go
@@ -11,23 +12,38 @@ partition in Spark's checkpoint):
 
 (`topic_id` is optional: checkpoints written without it still parse), and `next_end()` turns a
 start (the last planned end) and what the current leaders said into the next end, or into a reason
-to ask again (`Backwards`), or into an error. Nothing here opens a socket or reads a clock:
+to ask again (`Backwards`), or into an error. A topic id given by the user in startingOffsets is
+kept and checked as one from a checkpoint. Nothing here opens a socket or reads a clock:
 `client_epochs.spark` does the asking, the backoff and the waiting.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from client_epochs.consumer_guard import is_recreated
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.model import NO_EPOCH, ZERO_UUID, Epochs, TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, parse_topic_id, topic_id_text
-from quorum.wire.sasl_client import sasl_login_of_client_properties
+
+if TYPE_CHECKING:
+    from client_epochs.spark.options import SourceOptions, TimeSpec
+
+_V = TypeVar("_V")
+_IN_OPTIONS = frozenset({"SourceOptions", "parse_options", "ON_RECREATED"})
+
+
+def __getattr__(name: str) -> Any:
+    """The options moved to `client_epochs.spark.options`; their old names here still resolve."""
+    if name in _IN_OPTIONS:
+        return getattr(importlib.import_module("client_epochs.spark.options"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 EARLIEST = -2
 """Kafka's "earliest" offset in a start: the partition is read from its log start (a new partition)."""
@@ -53,8 +69,10 @@ class OffsetsWentBackwardsError(RuntimeError):
     """
 
     def __init__(self, partition: TopicPartition, planned: int, offered: int, source: str, attempts: int) -> None:
-        super().__init__(f"{partition}: the latest offset {offered} from {source} is below the offset {planned} "
-                         f"already planned, after {attempts} attempt(s); refusing to plan a batch backwards")
+        super().__init__(
+            f"{partition}: the latest offset {offered} from {source} is below the offset {planned} "
+            f"already planned, after {attempts} attempt(s); refusing to plan a batch backwards"
+        )
         self.partition = partition
         self.planned = planned
         self.offered = offered
@@ -64,8 +82,10 @@ class DataLossError(RuntimeError):
     """Records between a planned offset and the log start are gone (retention) and failOnDataLoss is true."""
 
     def __init__(self, partition: TopicPartition, planned: int, log_start: int) -> None:
-        super().__init__(f"{partition}: offsets {planned} to {log_start - 1} were deleted before they were read "
-                         f"(log start {log_start}); set failOnDataLoss=false to skip them")
+        super().__init__(
+            f"{partition}: offsets {planned} to {log_start - 1} were deleted before they were read "
+            f"(log start {log_start}); set failOnDataLoss=false to skip them"
+        )
         self.partition = partition
         self.planned = planned
         self.log_start = log_start
@@ -99,8 +119,11 @@ class PartitionOffset:
         return InternalMetadata(self.topic_epoch, self.leader_epoch, self.topic_id)
 
     def to_json(self) -> dict[str, int | str]:
-        out: dict[str, int | str] = {"offset": self.offset, "leader_epoch": self.leader_epoch,
-                                     "topic_epoch": self.topic_epoch}
+        out: dict[str, int | str] = {
+            "offset": self.offset,
+            "leader_epoch": self.leader_epoch,
+            "topic_epoch": self.topic_epoch,
+        }
         if self.topic_id is not None:
             out["topic_id"] = topic_id_text(self.topic_id)
         return out
@@ -129,24 +152,33 @@ def offsets_from_json(value: object, what: str = "offsets") -> Offsets:
 
     A bare number is an offset without epochs (Spark's Kafka source's form); -2 is earliest, -1 latest.
     """
+    return per_partition(value, what, "offsets", _partition_offset)
+
+
+def per_partition(
+    value: object, what: str, kind: str, convert: Callable[[object, str], _V]
+) -> dict[TopicPartition, _V]:
+    """`{"topic": {"0": entry, ...}}` (JSON text or its dict) as `convert(entry, "<what> of <topic-partition>")`
+    per partition: Spark's per-partition option form (offsets, timestamps). SourceOptionError names what
+    is wrong, with `kind` (what the partitions map to) in the message."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise SourceOptionError(f"{what} is not JSON: {exc}") from None
+            raise SourceOptionError(f'{what} is not JSON ({{"topic": {{"0": ...}}}}): {exc}') from None
     if not isinstance(value, dict):
         raise SourceOptionError(f"{what} must map topics to partitions, got {value!r}")
-    offsets: Offsets = {}
+    out: dict[TopicPartition, _V] = {}
     for topic, partitions in value.items():
         if not isinstance(partitions, dict):
-            raise SourceOptionError(f"{what}: topic {topic!r} must map partitions to offsets, got {partitions!r}")
+            raise SourceOptionError(f"{what}: topic {topic!r} must map partitions to {kind}, got {partitions!r}")
         for key, entry in partitions.items():
             try:
                 tp = TopicPartition(topic, int(key))
             except ValueError:
                 raise SourceOptionError(f"{what}: {topic!r} partition {key!r} is not a number") from None
-            offsets[tp] = _partition_offset(entry, f"{what} of {tp}")
-    return offsets
+            out[tp] = convert(entry, f"{what} of {tp}")
+    return out
 
 
 def _partition_offset(entry: object, what: str) -> PartitionOffset:
@@ -155,7 +187,7 @@ def _partition_offset(entry: object, what: str) -> PartitionOffset:
     if isinstance(entry, int):
         return PartitionOffset(entry)
     if not isinstance(entry, dict) or not isinstance(entry.get("offset"), int):
-        raise SourceOptionError(f"{what} must be a number or {{\"offset\": N, ...}}, got {entry!r}")
+        raise SourceOptionError(f'{what} must be a number or {{"offset": N, ...}}, got {entry!r}')
     unknown = set(entry) - {"offset", "leader_epoch", "topic_epoch", "topic_id"}
     if unknown:
         raise SourceOptionError(f"{what} has unknown field(s) {sorted(unknown)}")
@@ -169,160 +201,6 @@ def _partition_offset(entry: object, what: str) -> PartitionOffset:
         except InvalidInternalMetadataError as exc:
             raise SourceOptionError(f"{what}: {exc}") from None
     return PartitionOffset(entry["offset"], *epochs, topic_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# Options
-
-
-ON_RECREATED = ("fail", "earliest")
-_SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
-_KNOWN = {*_SUBSCRIPTIONS, "startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss",
-          "includeHeaders", "onTopicRecreated", "commitOffsetsToGroup", "fetchOffset.numRetries",
-          "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs", "path"}
-
-
-@dataclass(frozen=True, slots=True)
-class SourceOptions:
-    """The source's options, with the names of Spark's Kafka source where they mean the same.
-
-    `onTopicRecreated` (fail | earliest) and `commitOffsetsToGroup` (a group id) are this source's own.
-    `client` holds the `kafka.*` options without their prefix, passed to the clients.
-    """
-
-    bootstrap: str
-    client: Mapping[str, str]
-    topics: tuple[str, ...] = ()
-    pattern: re.Pattern[str] | None = None
-    assigned: tuple[TopicPartition, ...] = ()
-    starting: str | Offsets = "latest"
-    ending: str | Offsets = "latest"
-    max_offsets_per_trigger: int | None = None
-    fail_on_data_loss: bool = True
-    include_headers: bool = False
-    on_topic_recreated: str = "fail"
-    commit_group: str | None = None
-    num_retries: int = DEFAULT_NUM_RETRIES
-    retry_interval_ms: int = DEFAULT_RETRY_INTERVAL_MS
-    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
-
-    def wants(self, topic: str) -> bool:
-        """Whether a topic the cluster lists belongs to this subscription."""
-        if self.pattern is not None:
-            return self.pattern.fullmatch(topic) is not None
-        return topic in self.topics or any(tp.topic == topic for tp in self.assigned)
-
-
-def parse_options(options: Mapping[str, str], *, streaming: bool = True) -> SourceOptions:
-    """Check and convert the options a user passed to `.option()`; SourceOptionError names the bad one.
-
-    Spark lower-cases nothing here (Python data sources get a case-insensitive map), so names are
-    matched without regard to case, as Spark's Kafka source does.
-    """
-    by_lower = {key.lower(): (key, value) for key, value in options.items()}
-
-    def get(name: str) -> str | None:
-        found = by_lower.get(name.lower())
-        return None if found is None else found[1]
-
-    client = {key[len("kafka."):]: value for key, value in options.items() if key.lower().startswith("kafka.")}
-    bootstrap = client.pop("bootstrap.servers", None)
-    if not bootstrap:
-        raise SourceOptionError("option kafka.bootstrap.servers is required (host:port,...)")
-    try:  # the driver's own connections take these: what they cannot use is refused now, not at the first batch
-        sasl_login_of_client_properties(client)
-    except ValueError as exc:
-        raise SourceOptionError(f"option kafka.{exc}") from None
-    unknown = sorted(key for key, _ in by_lower.values()
-                     if not key.lower().startswith("kafka.") and key.lower() not in {k.lower() for k in _KNOWN})
-    if unknown:
-        raise SourceOptionError(f"unknown option(s) {unknown}; known: {sorted(_KNOWN)} and kafka.*")
-    given = [name for name in _SUBSCRIPTIONS if get(name) is not None]
-    if len(given) != 1:
-        raise SourceOptionError("exactly one of subscribe, subscribePattern, assign is required, "
-                                f"got {given or 'none'}")
-    topics: tuple[str, ...] = ()
-    pattern = None
-    assigned: tuple[TopicPartition, ...] = ()
-    if given[0] == "subscribe":
-        topics = tuple(sorted({t.strip() for t in (get("subscribe") or "").split(",") if t.strip()}))
-        if not topics:
-            raise SourceOptionError("option subscribe names no topic")
-    elif given[0] == "subscribePattern":
-        try:
-            pattern = re.compile(get("subscribePattern") or "")
-        except re.error as exc:
-            raise SourceOptionError(f"option subscribePattern is not a regular expression: {exc}") from None
-    else:
-        assigned = _assignment(get("assign") or "")
-    starting = _offsets_option("startingOffsets", get("startingOffsets"), "earliest" if not streaming else "latest")
-    ending = _offsets_option("endingOffsets", get("endingOffsets"), "latest")
-    if streaming and get("endingOffsets") is not None:
-        raise SourceOptionError("option endingOffsets is for batch reads only (spark.read), not spark.readStream")
-    if ending == "earliest":
-        raise SourceOptionError("option endingOffsets cannot be earliest")
-    if starting == "latest" and not streaming:
-        raise SourceOptionError("option startingOffsets cannot be latest for a batch read")
-    recreated = (get("onTopicRecreated") or "fail").lower()
-    if recreated not in ON_RECREATED:
-        raise SourceOptionError(f"option onTopicRecreated must be one of {ON_RECREATED}, got {recreated!r}")
-    return SourceOptions(
-        bootstrap=bootstrap, client=client, topics=topics, pattern=pattern, assigned=assigned,
-        starting=starting, ending=ending,
-        max_offsets_per_trigger=_positive("maxOffsetsPerTrigger", get("maxOffsetsPerTrigger")),
-        fail_on_data_loss=_boolean("failOnDataLoss", get("failOnDataLoss"), True),
-        include_headers=_boolean("includeHeaders", get("includeHeaders"), False),
-        on_topic_recreated=recreated, commit_group=get("commitOffsetsToGroup") or None,
-        num_retries=_positive("fetchOffset.numRetries", get("fetchOffset.numRetries"), zero=True)
-        if get("fetchOffset.numRetries") is not None else DEFAULT_NUM_RETRIES,
-        retry_interval_ms=_positive("fetchOffset.retryIntervalMs", get("fetchOffset.retryIntervalMs"))
-        or DEFAULT_RETRY_INTERVAL_MS,
-        poll_timeout_ms=_positive("kafkaConsumer.pollTimeoutMs", get("kafkaConsumer.pollTimeoutMs"))
-        or DEFAULT_POLL_TIMEOUT_MS)
-
-
-def _assignment(text: str) -> tuple[TopicPartition, ...]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceOptionError(f"option assign is not JSON ({{\"topic\": [0, 1]}}): {exc}") from None
-    if not isinstance(value, dict) or not value:
-        raise SourceOptionError(f"option assign must map topics to partition lists, got {text!r}")
-    out = []
-    for topic, partitions in value.items():
-        if not isinstance(partitions, list) or not all(isinstance(p, int) and p >= 0 for p in partitions):
-            raise SourceOptionError(f"option assign: topic {topic!r} needs a list of partition numbers")
-        out += [TopicPartition(topic, p) for p in partitions]
-    return tuple(sorted(set(out)))
-
-
-def _offsets_option(name: str, text: str | None, default: str) -> str | Offsets:
-    if text is None:
-        return default
-    word = text.strip().lower()
-    if word in ("earliest", "latest"):
-        return word
-    return offsets_from_json(text, f"option {name}")
-
-
-def _positive(name: str, text: str | None, zero: bool = False) -> int | None:
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise SourceOptionError(f"option {name} must be an integer, got {text!r}") from None
-    if value < 0 or (value == 0 and not zero):
-        raise SourceOptionError(f"option {name} must be {'at least 0' if zero else 'positive'}, got {value}")
-    return value
-
-
-def _boolean(name: str, text: str | None, default: bool) -> bool:
-    if text is None:
-        return default
-    if text.strip().lower() not in ("true", "false"):
-        raise SourceOptionError(f"option {name} must be true or false, got {text!r}")
-    return text.strip().lower() == "true"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,13 +272,80 @@ def initial_offsets(starting: str | Offsets, observed: Mapping[TopicPartition, O
             out[tp] = seen.at(seen.log_start)
         elif given.offset == LATEST:
             out[tp] = seen.at(seen.log_end)
-        else:
-            out[tp] = PartitionOffset(given.offset, given.leader_epoch, given.topic_epoch)
+        else:  # the user's epochs and topic id are kept: the first plan checks them as any start's
+            out[tp] = given
     return out
 
 
-def next_end(start: Mapping[TopicPartition, PartitionOffset], observed: Mapping[TopicPartition, Observed],
-             options: SourceOptions, max_rows: int | None = None) -> Offsets | list[Backwards]:
+def recreated_since(start: Offsets, observed: Mapping[TopicPartition, Observed], on_recreated: str) -> Offsets:
+    """`start`, checked against what the leaders say now (a batch read's one plan; a stream's first
+    `next_end` does the same): a partition of a topic created again since the start was written (a
+    user-given topic id that is not the topic's now, `PartitionOffset.same_topic`) is TopicRecreatedError,
+    or with onTopicRecreated=earliest starts at the new topic's log start."""
+    recreated = {
+        tp: (given.floor, observed[tp].at(observed[tp].log_end).epochs)
+        for tp, given in start.items()
+        if tp in observed and given.offset >= 0 and not given.same_topic(observed[tp].at(given.offset))
+    }
+    if recreated and on_recreated == "fail":
+        raise TopicRecreatedError(recreated)
+    return {tp: observed[tp].at(observed[tp].log_start) if tp in recreated else given for tp, given in start.items()}
+
+
+NO_OFFSET = -1
+"""ListOffsets' offset for a timestamp no record reaches (every record is older)."""
+
+
+def timestamps_to_ask(spec: TimeSpec, partitions: Iterable[TopicPartition], what: str) -> dict[TopicPartition, int]:
+    """The timestamp to ask each partition's leader for: one for all (startingTimestamp, endingTimestamp),
+    or the JSON's, which must name exactly the subscription's partitions (Spark's rule: a partition left
+    out would have no place to start or end)."""
+    wanted = sorted(set(partitions))
+    if isinstance(spec, int):
+        return dict.fromkeys(wanted, spec)
+    missing, extra = sorted(set(wanted) - set(spec)), sorted(set(spec) - set(wanted))
+    if missing or extra:
+        raise SourceOptionError(
+            f"option {what} must name every partition of the subscription and no other: "
+            f"missing {[str(tp) for tp in missing]}, not subscribed {[str(tp) for tp in extra]}"
+        )
+    return {tp: spec[tp] for tp in wanted}
+
+
+def offsets_at_times(
+    asked: Mapping[TopicPartition, int],
+    found: Mapping[TopicPartition, int],
+    observed: Mapping[TopicPartition, Observed],
+    *,
+    starting: bool,
+    strategy: str = "error",
+) -> Offsets:
+    """Offsets from ListOffsets' answers to `asked` timestamps (`found`: the first offset whose record's
+    timestamp is at or after the one asked, NO_OFFSET when none is; -2/-1 asked are the log start/end),
+    under the epochs the leader was observed with, as Spark's Kafka source turns them into offsets: a
+    start with no record that late fails (startingOffsetsByTimestampStrategy=error) or starts at the
+    latest offset (latest); an end with none is the latest offset."""
+    out: Offsets = {}
+    for tp, stamp in sorted(asked.items()):
+        seen = observed[tp]
+        offset = {EARLIEST: seen.log_start, LATEST: seen.log_end}.get(stamp, found.get(tp, NO_OFFSET))
+        if offset == NO_OFFSET:
+            if starting and strategy == "error":
+                raise SourceOptionError(
+                    f"{tp}: no record has a timestamp at or after {stamp}; option "
+                    "startingOffsetsByTimestampStrategy=latest starts it at its latest offset"
+                )
+            offset = seen.log_end
+        out[tp] = seen.at(offset)
+    return out
+
+
+def next_end(
+    start: Mapping[TopicPartition, PartitionOffset],
+    observed: Mapping[TopicPartition, Observed],
+    options: SourceOptions,
+    max_rows: int | None = None,
+) -> Offsets | list[Backwards]:
     """The end of the next batch from `start`, or the partitions whose end went backwards.
 
     Per partition: a topic id other than the start's means the topic was recreated (without ids on
@@ -413,8 +358,11 @@ def next_end(start: Mapping[TopicPartition, PartitionOffset], observed: Mapping[
     start is read from its log start. `max_rows` caps the batch (maxOffsetsPerTrigger), shared
     among partitions in proportion to what each has.
     """
-    recreated = {tp: (start[tp].floor, seen.at(seen.log_end).epochs) for tp, seen in observed.items()
-                 if tp in start and not start[tp].same_topic(seen.at(seen.log_end))}
+    recreated = {
+        tp: (start[tp].floor, seen.at(seen.log_end).epochs)
+        for tp, seen in observed.items()
+        if tp in start and not start[tp].same_topic(seen.at(seen.log_end))
+    }
     if recreated and options.on_topic_recreated == "fail":
         raise TopicRecreatedError(recreated)
     backwards: list[Backwards] = []
@@ -461,8 +409,9 @@ def _capped(available: Mapping[TopicPartition, tuple[int, int]], max_rows: int) 
     return out
 
 
-def ranges(start: Mapping[TopicPartition, PartitionOffset],
-           end: Mapping[TopicPartition, PartitionOffset]) -> list[Range]:
+def ranges(
+    start: Mapping[TopicPartition, PartitionOffset], end: Mapping[TopicPartition, PartitionOffset]
+) -> list[Range]:
     """The tasks of a planned batch, from its start and end offsets alone (Spark calls this again
     after a restart, for a batch planned before it): one per partition with records to read.
 

@@ -12,7 +12,10 @@ bootstrapped from a broker whose metadata the driver accepted as current when it
 broker (KAFKA-6262) naming a dead or former leader would hold the task there. A task that still gets
 nothing for a while finds such a broker itself, refusing metadata older than the plan, and reopens
 its consumer there.
-`auto.offset.reset=error` keeps it from jumping anywhere on its own. The task ends
+`auto.offset.reset=error` keeps it from jumping anywhere on its own. A task that read its whole range
+leaves its consumer to the next task of the partition on the same Python worker
+(`client_epochs.spark.consumer_cache`, Spark's consumer cache), which reads on from its prefetch
+when it starts where the last one ended. The task ends
 only at `end`: when the range cannot be finished before the deadline it fails, naming the
 partition and how far it got, and Spark runs it again; a task never returns a silent short read.
 """
@@ -29,6 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError, StaleMetadataError
+from client_epochs.spark.consumer_cache import CONSUMERS, Idle, cache_key
 from client_epochs.spark.planning import EARLIEST, Range
 from quorum.wire.internal_metadata import InternalMetadata
 from quorum.wire.sasl_client import ClientSecurity
@@ -46,8 +50,15 @@ _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """Spark's Kafka source schema (headers only with includeHeaders), then leaderEpoch and topicEpoch."""
-    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-              ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
     if include_headers:
         fields.append(("headers", pa.list_(_HEADER)))
     fields += [("leaderEpoch", pa.int32()), ("topicEpoch", pa.int32())]
@@ -57,32 +68,53 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 def spark_schema(include_headers: bool) -> str:
     """The same schema as Spark DDL."""
     headers = "headers array<struct<key: string, value: binary>>, " if include_headers else ""
-    return ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-            f"timestampType int, {headers}leaderEpoch int, topicEpoch int")
+    return (
+        "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+        f"timestampType int, {headers}leaderEpoch int, topicEpoch int"
+    )
 
 
 class RangeReadError(RuntimeError):
     """A task could not read its whole range: the partition, the offset reached and the end are named."""
 
     def __init__(self, rng: Range, position: int, reason: str) -> None:
-        super().__init__(f"{rng.partition}: read offsets up to {position} of [{rng.start}, {rng.end}) "
-                         f"(leader epoch {rng.leader_epoch}): {reason}")
+        super().__init__(
+            f"{rng.partition}: read offsets up to {position} of [{rng.start}, {rng.end}) "
+            f"(leader epoch {rng.leader_epoch}): {reason}"
+        )
         self.range = rng
         self.position = position
 
 
 def consumer_config(bootstrap: str, client: Mapping[str, str]) -> dict[str, Any]:
     """A reader's confluent-kafka settings: the user's kafka.* options, then what the reader needs."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": "kafka-epochs-reader",
-                              "client.id": "kafka-epochs-reader", **client}
-    config.update({"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
-                   "enable.partition.eof": False})
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "kafka-epochs-reader",
+        "client.id": "kafka-epochs-reader",
+        **client,
+    }
+    config.update(
+        {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+        }
+    )
     return config
 
 
-def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include_headers: bool = False,
-               fail_on_data_loss: bool = True, timeout_s: float = 120.0,
-               stall_s: float = STALL_S) -> Iterator[pa.RecordBatch]:
+def read_range(
+    rng: Range,
+    bootstrap: str,
+    client: Mapping[str, str],
+    *,
+    include_headers: bool = False,
+    fail_on_data_loss: bool = True,
+    timeout_s: float = 120.0,
+    stall_s: float = STALL_S,
+) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every record in `rng`, in offset order.
 
     The consumer is bootstrapped from the broker whose current metadata the driver planned with
@@ -99,21 +131,31 @@ def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include
         return
     entry = rng.bootstrap_from or bootstrap
     position = rng.start
-    consumer = _open(entry, client, rng, position)
+    key = cache_key(bootstrap, client, rng.partition, rng.topic_epoch)
+    consumer, messages = _reused(CONSUMERS.take(key, time.monotonic()), rng)
+    if consumer is None:
+        consumer = _open(entry, client, rng, position)
+    done = False
+    leftover: list[Any] = []
     try:
         pending: list[Any] = []
         last_progress = time.monotonic()
         next_reopen = last_progress + stall_s
         while position < rng.end or position == EARLIEST:
-            messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
-            for message in messages:
+            if not messages:
+                messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
+            got, messages = messages, []
+            for i, message in enumerate(got):
                 error = message.error()
                 if error is not None:
                     position = _on_error(consumer, rng, position, error, fail_on_data_loss)
                     continue
                 offset = message.offset()
+                if offset < position:  # fetched for an earlier assignment of a reused consumer
+                    continue
                 if offset >= rng.end:
                     position = rng.end
+                    leftover = got[i:]  # the next task of this partition may start here
                     break
                 pending.append(message)
                 position = offset + 1
@@ -122,35 +164,73 @@ def read_range(rng: Range, bootstrap: str, client: Mapping[str, str], *, include
             if len(pending) >= BATCH_ROWS:
                 yield _batch(pending, schema, rng.topic_epoch, include_headers)
                 pending = []
-            if not messages:
+            if not got:
                 position = max(position, _fetch_position(consumer, rng))  # past control records
             now = time.monotonic()
             if position < rng.end and now - last_progress > timeout_s:
-                raise RangeReadError(rng, position, f"no record for {timeout_s:.0f} s from the partition's leader "
-                                                    f"(consumer bootstrapped from {entry})")
+                raise RangeReadError(
+                    rng,
+                    position,
+                    f"no record for {timeout_s:.0f} s from the partition's leader (consumer bootstrapped from {entry})",
+                )
             if position < rng.end and now > next_reopen:
                 found = current_broker(rng, bootstrap, client, timeout_s=min(stall_s, timeout_s))
-                log.warning("%s: no record for %.0f s at offset %d from the consumer bootstrapped from %s "
-                            "(leader epoch %d or later wanted); reopening it from %s", rng.partition,
-                            now - last_progress, position, entry, rng.leader_epoch, found or bootstrap)
+                log.warning(
+                    "%s: no record for %.0f s at offset %d from the consumer bootstrapped from %s "
+                    "(leader epoch %d or later wanted); reopening it from %s",
+                    rng.partition,
+                    now - last_progress,
+                    position,
+                    entry,
+                    rng.leader_epoch,
+                    found or bootstrap,
+                )
                 consumer.close()
                 entry = found or bootstrap
                 consumer = _open(entry, client, rng, position)
                 next_reopen = time.monotonic() + stall_s
         if pending:
             yield _batch(pending, schema, rng.topic_epoch, include_headers)
+        done = True
     finally:
-        consumer.close()
+        if done:  # a consumer that read its whole range serves the partition's next task on this worker
+            # paused while idle: no fetching into memory for a task that may never come (Spark's cached
+            # consumers fetch only when polled); what it holds is kept and read on from where it stopped
+            consumer.pause([_assignment(rng, rng.end)])
+            CONSUMERS.give_back(key, Idle(consumer, rng.end, leftover), time.monotonic())
+        else:
+            consumer.close()
+
+
+def _reused(idle: Idle | None, rng: Range) -> tuple[Consumer | None, list[Any]]:
+    """A cached consumer for `rng` and the records it already holds for it: when `rng` starts where its last
+    range ended, it reads on as it was (its prefetch and leftover records are `rng`'s first); otherwise it is
+    assigned `rng` afresh, at the plan's leader epoch."""
+    if idle is None:
+        return None, []
+    if rng.start != EARLIEST and idle.next_offset == rng.start:
+        idle.consumer.resume([_assignment(rng, rng.start)])
+        return idle.consumer, list(idle.leftover)
+    idle.consumer.assign([_assignment(rng, rng.start)])
+    idle.consumer.resume([_assignment(rng, rng.start)])
+    return idle.consumer, []
 
 
 def _open(entry: str, client: Mapping[str, str], rng: Range, position: int) -> Consumer:
     """A consumer bootstrapped from `entry`, assigned `rng`'s partition at `position` under the plan's
     leader epoch (KIP-320)."""
     consumer = Consumer(consumer_config(entry, client))
-    consumer.assign([KafkaTopicPartition(rng.partition.topic, rng.partition.partition,
-                                         OFFSET_BEGINNING if position == EARLIEST else position,
-                                         leader_epoch=rng.leader_epoch if rng.leader_epoch >= 0 else None)])
+    consumer.assign([_assignment(rng, position)])
     return consumer
+
+
+def _assignment(rng: Range, position: int) -> KafkaTopicPartition:
+    """`rng`'s partition at `position` (EARLIEST: the log start), under the plan's leader epoch (KIP-320)
+    when it has one (confluent-kafka takes no None for it)."""
+    epoch = {"leader_epoch": rng.leader_epoch} if rng.leader_epoch >= 0 else {}
+    return KafkaTopicPartition(
+        rng.partition.topic, rng.partition.partition, OFFSET_BEGINNING if position == EARLIEST else position, **epoch
+    )
 
 
 def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeout_s: float) -> str:
@@ -160,8 +240,9 @@ def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeou
     metadata, and librdkafka would believe it."""
     floor = {rng.partition: InternalMetadata(rng.topic_epoch, rng.leader_epoch, None)}
     try:
-        with MetadataClient(bootstrap, client_id="kafka-epochs-reader",
-                            security=ClientSecurity.of_client_properties(client)) as metadata:
+        with MetadataClient(
+            bootstrap, client_id="kafka-epochs-reader", security=ClientSecurity.of_client_properties(client)
+        ) as metadata:
             current = metadata.refresh_until_current([rng.partition.topic], floors=floor, timeout=timeout_s)
     except (OSError, StaleMetadataError, MetadataUnavailableError) as exc:
         log.warning("%s: no current leader known after %.0f s: %s", rng.partition, timeout_s, exc)
@@ -170,13 +251,16 @@ def current_broker(rng: Range, bootstrap: str, client: Mapping[str, str], timeou
     return current.answered_by if meta is not None and meta.leader_id >= 0 else ""
 
 
-def _on_error(consumer: Consumer, rng: Range, position: int, error: KafkaError,
-              fail_on_data_loss: bool) -> int:
+def _on_error(consumer: Consumer, rng: Range, position: int, error: KafkaError, fail_on_data_loss: bool) -> int:
     """Out of range: data loss (or skip to the log start); fatal: fail the task; anything else: librdkafka retries."""
     if error.code() == KafkaError._AUTO_OFFSET_RESET or error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
         if fail_on_data_loss:
-            raise RangeReadError(rng, position, f"the leader no longer has the offset ({error.str()}); "
-                                                "set failOnDataLoss=false to skip deleted records")
+            raise RangeReadError(
+                rng,
+                position,
+                f"the leader no longer has the offset ({error.str()}); "
+                "set failOnDataLoss=false to skip deleted records",
+            )
         log.warning("%s: offset %d is gone (%s); reading on from the log start", rng.partition, position, error.str())
         consumer.assign([KafkaTopicPartition(rng.partition.topic, rng.partition.partition, OFFSET_BEGINNING)])
         return position

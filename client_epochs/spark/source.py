@@ -11,11 +11,14 @@ module asks): each batch's end comes from the current leaders (ListOffsets with 
 previous end was planned under; a stale broker's answer is refused, counted and asked again. An end
 below one already planned is asked again `fetchOffset.numRetries` times with a doubling backoff,
 then fails the query (OffsetsWentBackwardsError), and a recreated topic fails it with
-TopicRecreatedError unless `onTopicRecreated=earliest`. Executors read the ranges with
-`client_epochs.spark.read` and hand Spark Arrow batches.
+TopicRecreatedError unless `onTopicRecreated=earliest`. Offsets by time are asked the same way
+(ListOffsets with the timestamp). Options are checked by `client_epochs.spark.options`; how much a
+trigger reads and how its ranges are cut into tasks is `client_epochs.spark.pacing`. Executors read
+the ranges with `client_epochs.spark.read` and hand Spark Arrow batches.
 
-The driver's counters (stale answers refused, backwards answers asked again, batches planned) are in
-each progress report: `query.lastProgress["sources"][0]["latestOffset"]["counters"]`.
+The driver's counters (stale answers refused, backwards answers asked again, batches planned) and
+Spark's lag metrics (min/max/avgOffsetsBehindLatest) are in each progress report:
+`query.lastProgress["sources"][0]["latestOffset"]["counters"]` and `[...]["metrics"]`.
 Spark's Python workers must run the interpreter that has this package: set PYSPARK_PYTHON (and
 PYSPARK_DRIVER_PYTHON) to it before the SparkSession starts.
 """
@@ -26,16 +29,31 @@ import logging
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
-from client_epochs.log_bounds import LogBounds, LogBoundsClient, LogBoundsUnavailableError
+from client_epochs.log_bounds import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    LogBounds,
+    LogBoundsClient,
+    LogBoundsUnavailableError,
+)
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
+from client_epochs.spark.options import SourceOptions, TimeSpec, parse_options
+from client_epochs.spark.pacing import TriggerPacing, available_rows, offsets_behind, split_ranges
 from client_epochs.spark.planning import (
     LATEST,
     Backwards,
@@ -45,15 +63,16 @@ from client_epochs.spark.planning import (
     PartitionOffset,
     Range,
     SourceOptionError,
-    SourceOptions,
     floors,
     initial_offsets,
     next_end,
+    offsets_at_times,
     offsets_from_json,
     offsets_to_json,
-    parse_options,
     partitions_of,
     ranges,
+    recreated_since,
+    timestamps_to_ask,
 )
 from client_epochs.spark.read import read_range, spark_schema
 from quorum.wire.internal_metadata import encode
@@ -110,9 +129,15 @@ class _Prober:
     def metadata(self) -> MetadataClient:
         if self._metadata is None:
             # the driver's own connections, secured by the source's kafka.* options as its executors' consumers
-            self._metadata = MetadataClient(self.options.bootstrap, client_id="kafka-epochs-driver",
-                                            security=ClientSecurity.of_client_properties(self.options.client))
-            self._bounds = LogBoundsClient(self._metadata)
+            self._metadata = MetadataClient(
+                self.options.bootstrap,
+                client_id="kafka-epochs-driver",
+                security=ClientSecurity.of_client_properties(self.options.client),
+            )
+            # ends listed at the isolation level the executors read with (kafka.isolation.level)
+            self._bounds = LogBoundsClient(
+                self._metadata, isolation_level=READ_COMMITTED if self.options.read_committed else READ_UNCOMMITTED
+            )
         return self._metadata
 
     @property
@@ -130,8 +155,9 @@ class _Prober:
             listed = [tp for tp in self.metadata.fetch(None).partitions if not tp.topic.startswith("__")]
         return sorted(set(partitions_of(self.options, listed)) | set(known))
 
-    def observe(self, partitions: Sequence[TopicPartition],
-                planned: Mapping[TopicPartition, PartitionOffset]) -> dict[TopicPartition, Observed]:
+    def observe(
+        self, partitions: Sequence[TopicPartition], planned: Mapping[TopicPartition, PartitionOffset]
+    ) -> dict[TopicPartition, Observed]:
         """Each partition's log bounds from its current leader, under metadata no older than `planned`'s epochs."""
         self.metadata  # noqa: B018 (opens the clients)
         assert self._bounds is not None
@@ -142,9 +168,32 @@ class _Prober:
             accepted = self.metadata.cache.get(tp)
             topic_epoch = accepted.topic_epoch if accepted is not None else -1
             topic_id = getattr(accepted, "topic_id", None)
-            out[tp] = Observed(bounds.log_start, bounds.log_end, bounds.leader_epoch, topic_epoch, bounds.leader,
-                               topic_id, bounds.named_by)
+            out[tp] = Observed(
+                bounds.log_start,
+                bounds.log_end,
+                bounds.leader_epoch,
+                topic_epoch,
+                bounds.leader,
+                topic_id,
+                bounds.named_by,
+            )
         return out
+
+    def at_times(self, spec: TimeSpec, what: str, partitions: Sequence[TopicPartition], *, starting: bool) -> Offsets:
+        """Offsets by time (startingTimestamp, endingOffsetsByTimestamp, ...): each partition's leader is
+        asked for the first offset at or after its timestamp (ListOffsets with CurrentLeaderEpoch under
+        accepted metadata), then the bounds are observed, after the answers, so that an end found is
+        never past the log end observed with it."""
+        self.metadata  # noqa: B018 (opens the clients)
+        assert self._bounds is not None
+        asked = timestamps_to_ask(spec, partitions, what)
+        found = {
+            tp: self._bounds.offset_for_timestamp(tp, stamp, timeout=BOUNDS_TIMEOUT_S)
+            for tp, stamp in asked.items()
+            if stamp >= 0
+        }
+        observed = self.observe(list(asked), {})
+        return offsets_at_times(asked, found, observed, starting=starting, strategy=self.options.starting_time_strategy)
 
     def _bounds_of(self, tp: TopicPartition, floor: Any) -> LogBounds:
         """`tp`'s bounds from its current leader. Each attempt starts at the next broker, as Kafka clients
@@ -172,18 +221,45 @@ class _Prober:
         return {"options": self.options, "_metadata": None, "_bounds": None}
 
 
+def _with_executor_group(options: SourceOptions, streaming: bool) -> SourceOptions:
+    """`options` whose clients carry the executors' group id as Spark names it (groupIdPrefix, kafka.group.id)."""
+    group = options.executor_group_id(uuid.uuid4().hex, streaming)
+    return replace(options, client={**options.client, "group.id": group})
+
+
+def _split(options: SourceOptions, tasks: Sequence[Range], observed: Mapping[TopicPartition, Observed]) -> list[Range]:
+    """The planned ranges cut into tasks by minPartitions / maxRecordsPerPartition, each bootstrapped from
+    the broker whose current metadata planned it."""
+    log_starts = {tp: seen.log_start for tp, seen in observed.items()}
+    cut = split_ranges(tasks, options.min_partitions, options.max_records_per_partition, log_starts)
+    return [rng.as_observed(observed) for rng in cut]
+
+
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[Any]:
     rng: Range = partition.value
-    return read_range(rng, options.bootstrap, options.client, include_headers=options.include_headers,
-                      fail_on_data_loss=options.fail_on_data_loss, timeout_s=options.poll_timeout_ms / 1000)
+    return read_range(
+        rng,
+        options.bootstrap,
+        options.client,
+        include_headers=options.include_headers,
+        fail_on_data_loss=options.fail_on_data_loss,
+        timeout_s=options.poll_timeout_ms / 1000,
+    )
 
 
 class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader: planning on the driver (one long-lived instance), `read` on executors."""
 
     def __init__(self, options: SourceOptions) -> None:
-        self.options = options
+        self.options = options = _with_executor_group(options, streaming=True)
         self._prober = _Prober(options)
+        self._pacing = (
+            TriggerPacing(options.min_offsets_per_trigger, options.max_trigger_delay_ms)
+            if options.min_offsets_per_trigger is not None
+            else None
+        )
+        self._lag: dict[str, str] = {}
+        """Spark's min/max/avgOffsetsBehindLatest for the last plan."""
         self._available_now = False
         self._target: Offsets | None = None
         self.backwards_retries = 0
@@ -193,11 +269,22 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """The last plan's observations: which broker's current metadata each partition's tasks start from."""
 
     def initialOffset(self) -> dict:
-        observed = self._prober.observe(self._prober.partitions(), {})
+        partitions = self._prober.partitions()
+        if self.options.starting_time is not None:
+            return offsets_to_json(
+                self._prober.at_times(
+                    self.options.starting_time, "startingOffsetsByTimestamp", partitions, starting=True
+                )
+            )
+        observed = self._prober.observe(partitions, {})
         return offsets_to_json(initial_offsets(self.options.starting, observed))
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """Spark's: maxOffsetsPerTrigger caps a batch, minOffsetsPerTrigger alone is ReadMinRows. PySpark has
+        no composite limit: with both, Spark is given the cap and the minimum is applied here from the options."""
         limit = self.options.max_offsets_per_trigger
+        if limit is None and self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -209,19 +296,29 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self._available_now and self._target is None:
             self._target = self._plan(began, None)
-        end = self._plan(began, max_rows)
+        # minOffsetsPerTrigger waits for records; under Trigger.AvailableNow none may come, so it does not apply
+        paced = self._pacing is not None and not self._available_now and not isinstance(limit, ReadAllAvailable)
+        end = self._plan(began, max_rows, paced)
         if self._target is not None:
             end = {tp: _at_most(offset, self._target.get(tp)) for tp, offset in end.items()}
+        self._lag = offsets_behind(end, self._observed)
         self.batches_planned += 1
         return offsets_to_json(end)
 
-    def _plan(self, began: Offsets, max_rows: int | None) -> Offsets:
+    def _plan(self, began: Offsets, max_rows: int | None, paced: bool = False) -> Offsets:
+        """The next end from `began`; `paced`: `began` itself (no batch) while minOffsetsPerTrigger holds it back."""
         backoff = self.options.retry_interval_ms / 1000
         attempt = 0
         while True:
             attempt += 1
             observed = self._prober.observe(self._prober.partitions(list(began)), began)
             self._observed = observed
+            if (
+                paced
+                and self._pacing is not None
+                and not self._pacing.admit(available_rows(began, observed), int(time.time() * 1000))
+            ):
+                return began
             result = next_end(began, observed, self.options, max_rows)
             if not isinstance(result, list):
                 return result
@@ -229,22 +326,33 @@ class KafkaEpochsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             if attempt > self.options.num_retries:
                 raise OffsetsWentBackwardsError(worst.partition, worst.planned, worst.offered, worst.source, attempt)
             self.backwards_retries += 1
-            log.warning("%s: latest offset %d from %s is below the planned %d; asking again in %.2f s",
-                        worst.partition, worst.offered, worst.source, worst.planned, backoff)
+            log.warning(
+                "%s: latest offset %d from %s is below the planned %d; asking again in %.2f s",
+                worst.partition,
+                worst.offered,
+                worst.source,
+                worst.planned,
+                backoff,
+            )
             time.sleep(backoff)
             backoff *= 2
 
     def reportLatestOffset(self) -> dict | None:
-        return {"counters": self.counters()}
+        """What Spark puts in each progress report's `latestOffset`: the driver's counters and, as Spark's
+        Kafka source reports them in `metrics`, min/max/avgOffsetsBehindLatest of the last plan."""
+        return {"counters": self.counters(), "metrics": dict(self._lag)}
 
     def counters(self) -> dict[str, int]:
         """stale metadata answers refused, backwards ends asked again, batches planned (driver side)."""
-        return {"staleMetadataRefused": self._prober.refusals, "backwardsRetries": self.backwards_retries,
-                "batchesPlanned": self.batches_planned}
+        return {
+            "staleMetadataRefused": self._prober.refusals,
+            "backwardsRetries": self.backwards_retries,
+            "batchesPlanned": self.batches_planned,
+        }
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         planned = ranges(offsets_from_json(start, "the start offset"), offsets_from_json(end, "the end offset"))
-        return [RangePartition(rng.as_observed(self._observed)) for rng in planned]
+        return [RangePartition(rng) for rng in _split(self.options, planned, self._observed)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.options, partition)
@@ -262,14 +370,30 @@ class KafkaEpochsBatchReader(DataSourceReader):
     """spark.read: one plan from startingOffsets (default earliest) to endingOffsets (default latest)."""
 
     def __init__(self, options: SourceOptions) -> None:
-        self.options = options
-        self._prober = _Prober(options)
+        self.options = _with_executor_group(options, streaming=False)
+        self._prober = _Prober(self.options)
 
     def partitions(self) -> Sequence[InputPartition]:
+        options = self.options
         try:
-            observed = self._prober.observe(self._prober.partitions(), {})
-            start = initial_offsets(self.options.starting, observed)
-            end = _ending(self.options.ending, observed)
+            partitions = self._prober.partitions()
+            start = (
+                None
+                if options.starting_time is None
+                else self._prober.at_times(
+                    options.starting_time, "startingOffsetsByTimestamp", partitions, starting=True
+                )
+            )
+            end = (
+                None
+                if options.ending_time is None
+                else self._prober.at_times(options.ending_time, "endingOffsetsByTimestamp", partitions, starting=False)
+            )
+            observed = self._prober.observe(partitions, {})
+            start = recreated_since(
+                start or initial_offsets(options.starting, observed), observed, options.on_topic_recreated
+            )
+            end = end or _ending(options.ending, observed)
         finally:
             self._prober.close()
         for tp, stop in end.items():
@@ -277,9 +401,11 @@ class KafkaEpochsBatchReader(DataSourceReader):
             if began is not None and stop.offset < began.offset:
                 raise SourceOptionError(f"{tp}: endingOffsets {stop.offset} is below startingOffsets {began.offset}")
             if stop.offset > observed[tp].log_end:
-                raise SourceOptionError(f"{tp}: endingOffsets {stop.offset} is past the log end "
-                                        f"{observed[tp].log_end} of the leader ({observed[tp].source})")
-        return [RangePartition(rng.as_observed(observed)) for rng in ranges(start, end)]
+                raise SourceOptionError(
+                    f"{tp}: endingOffsets {stop.offset} is past the log end "
+                    f"{observed[tp].log_end} of the leader ({observed[tp].source})"
+                )
+        return [RangePartition(rng) for rng in _split(options, ranges(start, end), observed)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.options, partition)
@@ -309,12 +435,26 @@ def commit_to_group(options: SourceOptions, offsets: Mapping[TopicPartition, Par
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    consumer = Consumer({"bootstrap.servers": options.bootstrap, **options.client, "group.id": options.commit_group,
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": options.bootstrap,
+            **options.client,
+            "group.id": options.commit_group,
+            "enable.auto.commit": False,
+        }
+    )
     try:
-        entries = [KafkaTopicPartition(tp.topic, tp.partition, po.offset, metadata=encode(None, po.floor),
-                                       leader_epoch=po.leader_epoch if po.leader_epoch >= 0 else None)
-                   for tp, po in sorted(offsets.items()) if po.offset >= 0]
+        entries = [
+            KafkaTopicPartition(
+                tp.topic,
+                tp.partition,
+                po.offset,
+                metadata=encode(None, po.floor),
+                leader_epoch=po.leader_epoch if po.leader_epoch >= 0 else None,
+            )
+            for tp, po in sorted(offsets.items())
+            if po.offset >= 0
+        ]
         if entries:
             consumer.commit(offsets=entries, asynchronous=False)
     finally:
@@ -333,10 +473,16 @@ def local_session(app: str = "kafka-epochs", log_level: str = "ERROR") -> Any:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel(log_level)
     spark.dataSource.register(KafkaEpochsSource)
     return spark

@@ -40,32 +40,45 @@ def test_offsets_json_round_trip_with_epochs() -> None:
     text = '{"t": {"0": {"offset": 42, "leader_epoch": 3, "topic_epoch": 7}, "1": 5}}'
     parsed = offsets_from_json(text)
     assert parsed == {T0: PartitionOffset(42, 3, 7), T1: PartitionOffset(5)}
-    assert offsets_to_json(parsed) == {"t": {"0": {"offset": 42, "leader_epoch": 3, "topic_epoch": 7},
-                                             "1": {"offset": 5, "leader_epoch": -1, "topic_epoch": -1}}}
+    assert offsets_to_json(parsed) == {
+        "t": {
+            "0": {"offset": 42, "leader_epoch": 3, "topic_epoch": 7},
+            "1": {"offset": 5, "leader_epoch": -1, "topic_epoch": -1},
+        }
+    }
     assert floors(parsed) == {T0: PartitionOffset(42, 3, 7).floor}
 
 
-@pytest.mark.parametrize(("text", "named"), [
-    ("[1]", "must map topics"), ('{"t": 3}', "topic 't'"), ('{"t": {"x": 1}}', "'x' is not a number"),
-    ('{"t": {"0": {"offset": "1"}}}', "t-0"), ('{"t": {"0": {"offset": 1, "epoch": 2}}}', "unknown field"),
-    ("{", "not JSON"),
-])
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[1]", "must map topics"),
+        ('{"t": 3}', "topic 't'"),
+        ('{"t": {"x": 1}}', "'x' is not a number"),
+        ('{"t": {"0": {"offset": "1"}}}', "t-0"),
+        ('{"t": {"0": {"offset": 1, "epoch": 2}}}', "unknown field"),
+        ("{", "not JSON"),
+    ],
+)
 def test_bad_offsets_json_names_what_is_wrong(text: str, named: str) -> None:
     with pytest.raises(SourceOptionError, match=named):
         offsets_from_json(text)
 
 
-@pytest.mark.parametrize(("given_options", "named"), [
-    ({"subscribe": None}, "exactly one of"),
-    ({"assign": '{"t": [0]}'}, "exactly one of"),
-    ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers"),
-    ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
-    ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
-    ({"onTopicRecreated": "latest"}, "onTopicRecreated"),
-    ({"startingOffset": "earliest"}, "unknown option"),
-    ({"endingOffsets": "latest"}, "batch reads only"),
-    ({"subscribe": " , "}, "names no topic"),
-])
+@pytest.mark.parametrize(
+    ("given_options", "named"),
+    [
+        ({"subscribe": None}, "exactly one of"),
+        ({"assign": '{"t": [0]}'}, "exactly one of"),
+        ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"onTopicRecreated": "latest"}, "onTopicRecreated"),
+        ({"startingOffset": "earliest"}, "unknown option"),
+        ({"endingOffsets": "latest"}, "batch reads only"),
+        ({"subscribe": " , "}, "names no topic"),
+    ],
+)
 def test_bad_options_are_named(given_options: dict, named: str) -> None:
     merged = {**BASE, **given_options}
     with pytest.raises(SourceOptionError, match=named):
@@ -73,10 +86,18 @@ def test_bad_options_are_named(given_options: dict, named: str) -> None:
 
 
 def test_options_keep_spark_kafka_names_and_pass_kafka_star() -> None:
-    parsed = parse_options({"kafka.bootstrap.servers": "h:1", "assign": '{"t": [1, 0]}', "MAXOFFSETSPERTRIGGER": "10",
-                            "kafka.fetch.max.bytes": "1000", "startingOffsets": "earliest"})
+    parsed = parse_options(
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "assign": '{"t": [1, 0]}',
+            "MAXOFFSETSPERTRIGGER": "10",
+            "kafka.fetch.max.bytes": "1000",
+            "startingOffsets": "earliest",
+        }
+    )
     assert parsed.assigned == (T0, T1) and parsed.max_offsets_per_trigger == 10
-    assert parsed.client == {"fetch.max.bytes": "1000"} and parsed.starting == "earliest"
+    assert parsed.client == {"fetch.max.bytes": "1000", "isolation.level": "read_uncommitted"}
+    assert parsed.starting == "earliest"
     batch = parse_options({**BASE, "endingOffsets": '{"t": {"0": 5}}'}, streaming=False)
     assert batch.starting == "earliest" and batch.ending == {T0: PartitionOffset(5)}
     assert parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*"}).wants("tx")
@@ -129,8 +150,7 @@ def test_initial_offsets_earliest_latest_and_json() -> None:
     assert initial_offsets(given_json, observed) == {T0: PartitionOffset(30, 1, 5), T1: PartitionOffset(4, 0, 5)}
 
 
-@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 5000)), min_size=1, max_size=6),
-       st.integers(1, 3000))
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 5000)), min_size=1, max_size=6), st.integers(1, 3000))
 def test_max_offsets_per_trigger_caps_the_batch_and_never_goes_backwards(parts, limit) -> None:
     start, observed = {}, {}
     for n, (begin, more) in enumerate(parts):
@@ -164,11 +184,17 @@ def test_offsets_json_carries_the_topic_id_as_kafka_prints_it_and_old_checkpoint
 
 def test_partition_growth_under_the_same_topic_id_is_read_on_and_new_partitions_from_their_start() -> None:
     start = {T0: PartitionOffset(50, 3, 5, OLD_ID)}
-    grown = {T0: seen(0, 60, leader=3, topic=6, topic_id=OLD_ID), T1: seen(0, 4, topic=6, topic_id=OLD_ID),
-             T2: seen(0, 0, topic=6, topic_id=OLD_ID)}
+    grown = {
+        T0: seen(0, 60, leader=3, topic=6, topic_id=OLD_ID),
+        T1: seen(0, 4, topic=6, topic_id=OLD_ID),
+        T2: seen(0, 0, topic=6, topic_id=OLD_ID),
+    }
     end = next_end(start, grown, options())
-    assert end == {T0: PartitionOffset(60, 3, 6, OLD_ID), T1: PartitionOffset(4, 1, 6, OLD_ID),
-                   T2: PartitionOffset(0, 1, 6, OLD_ID)}
+    assert end == {
+        T0: PartitionOffset(60, 3, 6, OLD_ID),
+        T1: PartitionOffset(4, 1, 6, OLD_ID),
+        T2: PartitionOffset(0, 1, 6, OLD_ID),
+    }
     assert [(r.partition, r.start, r.end) for r in ranges(start, end)] == [(T0, 50, 60), (T1, EARLIEST, 4)]
 
 
@@ -192,10 +218,18 @@ def test_without_topic_ids_a_higher_topic_epoch_is_growth_unless_the_leader_epoc
         next_end(old_checkpoint, {T0: seen(0, 60, leader=0, topic=6)}, options())
 
 
-@given(st.integers(0, 100), st.integers(0, 10), st.integers(0, 10), st.integers(0, 3), st.integers(-3, 3),
-       st.sampled_from(["same", "other", "none"]), st.booleans())
-def test_growth_is_never_an_error_nor_read_again_and_another_id_always_is(offset, more, leader, topic_up, leader_move,
-                                                                           which, start_has_id) -> None:
+@given(
+    st.integers(0, 100),
+    st.integers(0, 10),
+    st.integers(0, 10),
+    st.integers(0, 3),
+    st.integers(-3, 3),
+    st.sampled_from(["same", "other", "none"]),
+    st.booleans(),
+)
+def test_growth_is_never_an_error_nor_read_again_and_another_id_always_is(
+    offset, more, leader, topic_up, leader_move, which, start_has_id
+) -> None:
     """Same id: whatever the epochs, the end goes on from the start. Another id: always a recreation.
     No id on one side: a recreation exactly when the topic epoch rose and the leader epoch went back."""
     start = {T0: PartitionOffset(offset, leader, 5, OLD_ID if start_has_id else None)}

@@ -42,9 +42,14 @@ pyspark = pytest.importorskip("pyspark")
 pytestmark = pytest.mark.timeout(400)
 
 STALE_BROKER = 103
-SETTINGS = {"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "3000",
-            "broker.heartbeat.interval.ms": "500", "offsets.topic.replication.factor": "3",
-            "offsets.topic.num.partitions": "2", "group.initial.rebalance.delay.ms": "0"}
+SETTINGS = {
+    "replica.lag.time.max.ms": "3000",
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "2",
+    "group.initial.rebalance.delay.ms": "0",
+}
 
 
 class Cluster:
@@ -62,8 +67,10 @@ class Cluster:
         if leaders:
             brokers = sorted(n for n, s in self.running.specs.items() if s.role == "broker")
             assignment = [[first, *(b for b in brokers if b != first)][:replicas] for first in leaders]
-            create(self.admin, NewTopic(name, num_partitions=partitions, replication_factor=-1,
-                                        replica_assignment=assignment))
+            create(
+                self.admin,
+                NewTopic(name, num_partitions=partitions, replication_factor=-1, replica_assignment=assignment),
+            )
         else:
             create(self.admin, NewTopic(name, partitions, replicas))
         wait_until(f"{name} has leaders", lambda: len(self.leaders(name)) == partitions)
@@ -71,8 +78,13 @@ class Cluster:
     def leaders(self, name: str, ask: tuple[int, ...] = ()) -> dict[int, int]:
         """Leader per partition, from the live brokers in `ask` (default: every live one but the stale one)."""
         ask = ask or tuple(n for n in self.running.specs if n != STALE_BROKER)
-        with MetadataClient(",".join(s.address for n, s in self.running.specs.items() if n in ask
-                                     and s.role == "broker" and n in self.running.alive())) as client:
+        with MetadataClient(
+            ",".join(
+                s.address
+                for n, s in self.running.specs.items()
+                if n in ask and s.role == "broker" and n in self.running.alive()
+            )
+        ) as client:
             parts = client.fetch([name]).partitions_of(name)
         return {tp.partition: meta.leader_id for tp, meta in parts.items() if meta.leader_id >= 0}
 
@@ -82,16 +94,28 @@ class Cluster:
         broker says of the partitions' leaders and ISRs, since such a stall has been seen only under load."""
         client_log = ClientLog()
         errors: list[str] = []
-        producer = Producer({"bootstrap.servers": bootstrap or self.bootstrap, "acks": "all",
-                             "enable.idempotence": True, "debug": "broker,topic,msg,eos,metadata",
-                             "logger": client_log.logger})
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap or self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "debug": "broker,topic,msg,eos,metadata",
+                "logger": client_log.logger,
+            }
+        )
         for n, value in enumerate(values):
-            producer.produce(name, value.encode(), partition=n % partitions,
-                             on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+            producer.produce(
+                name,
+                value.encode(),
+                partition=n % partitions,
+                on_delivery=lambda err, _msg: err is not None and errors.append(str(err)),
+            )
         left = producer.flush(60)
-        assert left == 0, (f"{left} of {len(values)} records to {name} undelivered after 60 s; delivery errors "
-                           f"{errors[:3]}; partition state per broker {self.partition_states(name)}; "
-                           f"the producer's last log lines:\n{client_log.tail()}")
+        assert left == 0, (
+            f"{left} of {len(values)} records to {name} undelivered after 60 s; delivery errors "
+            f"{errors[:3]}; partition state per broker {self.partition_states(name)}; "
+            f"the producer's last log lines:\n{client_log.tail()}"
+        )
 
     def partition_states(self, name: str) -> dict[int, object]:
         """(leader, leader epoch, ISR) per partition as each live broker answers Metadata, or its error."""
@@ -102,8 +126,9 @@ class Cluster:
             try:
                 with MetadataClient(spec.address) as client:
                     parts = client.fetch([name]).partitions_of(name)
-                states[node] = {tp.partition: (meta.leader_id, meta.leader_epoch, meta.isr)
-                                for tp, meta in parts.items()}
+                states[node] = {
+                    tp.partition: (meta.leader_id, meta.leader_epoch, meta.isr) for tp, meta in parts.items()
+                }
             except Exception as exc:  # a diagnostic: the error is what there is to say
                 states[node] = f"{type(exc).__name__}: {exc}"
         return states
@@ -116,8 +141,11 @@ class Cluster:
         led = [(p, leader) for p, leader in leaders if leader != STALE_BROKER] or leaders
         partition, leader = led[run % len(led)]
         self.running.kill(leader)
-        wait_until(f"a new leader for {name}-{partition}", lambda: self.leaders(name).get(partition) not in
-                   (None, leader), timeout_s=60)
+        wait_until(
+            f"a new leader for {name}-{partition}",
+            lambda: self.leaders(name).get(partition) not in (None, leader),
+            timeout_s=60,
+        )
         self.running.start_node(leader)
         return leader
 
@@ -183,8 +211,12 @@ def spark():
 
 
 def stream(spark, cluster: Cluster, topic: str, **options: str):
-    reader = (spark.readStream.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest"))
+    reader = (
+        spark.readStream.format("kafka_epochs")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -204,6 +236,7 @@ def counters_of(query) -> dict[str, int]:
 def wait_for_query(query, what: str, condition, timeout_s: float) -> None:
     """wait_until for a streaming query, failing at once when the query stopped and, at the deadline,
     with what the query was doing (its status, last progress, driver counters): a stall is named."""
+
     def check():
         if not query.isActive:
             raise RuntimeError(f"the query stopped while waiting for {what}: {query.exception()}")
@@ -214,32 +247,56 @@ def wait_for_query(query, what: str, condition, timeout_s: float) -> None:
     except AssertionError as exc:
         last = query.lastProgress or {}
         summary = {key: last.get(key) for key in ("batchId", "timestamp", "numInputRows", "durationMs")}
-        raise AssertionError(f"{exc}; query status {query.status}; progress entries {len(query.recentProgress)}; "
-                             f"last {summary}; driver counters {counters_of(query)}; "
-                             f"exception {query.exception()}") from exc
+        raise AssertionError(
+            f"{exc}; query status {query.status}; progress entries {len(query.recentProgress)}; "
+            f"last {summary}; driver counters {counters_of(query)}; "
+            f"exception {query.exception()}"
+        ) from exc
 
 
 def test_batch_read_with_ending_offsets_returns_exactly_the_range(spark, cluster):
     cluster.topic("batch", 2)
     cluster.produce("batch", [f"b-{n}" for n in range(40)], 2)
     ending = json.dumps({"batch": {"0": 15, "1": {"offset": 20}}})
-    frame = (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
-             .option("subscribe", "batch").option("startingOffsets", json.dumps({"batch": {"0": 5, "1": -2}}))
-             .option("endingOffsets", ending).option("includeHeaders", "true").load())
+    frame = (
+        spark.read.format("kafka_epochs")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", "batch")
+        .option("startingOffsets", json.dumps({"batch": {"0": 5, "1": -2}}))
+        .option("endingOffsets", ending)
+        .option("includeHeaders", "true")
+        .load()
+    )
     rows = frame.select("partition", "offset", "value", "leaderEpoch", "topicEpoch", "headers").collect()
     got = sorted((r.partition, r.offset) for r in rows)
     assert got == [(0, n) for n in range(5, 15)] + [(1, n) for n in range(20)]
     assert {bytes(r.value).decode() for r in rows if r.partition == 0} == {f"b-{2 * n}" for n in range(5, 15)}
     assert all(r.leaderEpoch >= 0 and r.topicEpoch > 0 and r.headers == [] for r in rows)
-    by_pattern = (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
-                  .option("subscribePattern", "bat.*").load())
+    by_pattern = (
+        spark.read.format("kafka_epochs")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribePattern", "bat.*")
+        .load()
+    )
     assert by_pattern.count() == 40
-    assigned = (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
-                .option("assign", json.dumps({"batch": [1]})).load().select("partition", "offset").collect())
+    assigned = (
+        spark.read.format("kafka_epochs")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("assign", json.dumps({"batch": [1]}))
+        .load()
+        .select("partition", "offset")
+        .collect()
+    )
     assert sorted((r.partition, r.offset) for r in assigned) == [(1, n) for n in range(20)]
     with pytest.raises(Exception, match="past the log end"):
-        (spark.read.format("kafka_epochs").option("kafka.bootstrap.servers", cluster.bootstrap)
-         .option("subscribe", "batch").option("endingOffsets", json.dumps({"batch": {"0": 500}})).load().collect())
+        (
+            spark.read.format("kafka_epochs")
+            .option("kafka.bootstrap.servers", cluster.bootstrap)
+            .option("subscribe", "batch")
+            .option("endingOffsets", json.dumps({"batch": {"0": 500}}))
+            .load()
+            .collect()
+        )
 
 
 def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(spark, cluster, tmp_path):
@@ -250,21 +307,38 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
     stop = threading.Event()
 
     def produce() -> None:
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": 120_000, **QUIET})
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+                **QUIET,
+            }
+        )
         n = 0
         while not stop.is_set():
             value = f"e-{n}"
-            producer.produce(topic, value.encode(), partition=n % partitions,
-                             on_delivery=lambda err, msg: err is None and acked.append(msg.value().decode()))
+            producer.produce(
+                topic,
+                value.encode(),
+                partition=n % partitions,
+                on_delivery=lambda err, msg: err is None and acked.append(msg.value().decode()),
+            )
             n += 1
             producer.poll(0.004)
         assert producer.flush(120) == 0
 
     def run_query(**trigger):
-        return (stream(spark, cluster, topic, maxOffsetsPerTrigger="400", commitOffsetsToGroup="spark-copy")
-                .writeStream.format("parquet")
-                .option("path", table).option("checkpointLocation", checkpoint).trigger(**trigger).start())
+        return (
+            stream(spark, cluster, topic, maxOffsetsPerTrigger="400", commitOffsetsToGroup="spark-copy")
+            .writeStream.format("parquet")
+            .option("path", table)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
 
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
@@ -273,13 +347,24 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
     try:
         for run in range(2):
             query = run_query(processingTime="500 milliseconds")
-            wait_for_query(query, "the query copies records", lambda q=query: q.lastProgress and
-                           q.lastProgress["numInputRows"] >= 0 and len(q.recentProgress) >= 2, timeout_s=120)
+            wait_for_query(
+                query,
+                "the query copies records",
+                lambda q=query: q.lastProgress and q.lastProgress["numInputRows"] >= 0 and len(q.recentProgress) >= 2,
+                timeout_s=120,
+            )
             killed.append(cluster.kill_leader(topic, run))
             done = len(query.recentProgress)
             # a few batches after the kill, more while no stale answer was refused yet (2 s is a short window)
-            wait_for_query(query, "batches after the kill", lambda q=query, d=done: len(q.recentProgress) >= d + 8 or (
-                len(q.recentProgress) >= d + 2 and counters_of(q).get("staleMetadataRefused", 0) > 0), timeout_s=180)
+            wait_for_query(
+                query,
+                "batches after the kill",
+                lambda q=query, d=done: (
+                    len(q.recentProgress) >= d + 8
+                    or (len(q.recentProgress) >= d + 2 and counters_of(q).get("staleMetadataRefused", 0) > 0)
+                ),
+                timeout_s=180,
+            )
             query.stop()
             assert query.exception() is None
             counters.append(counters_of(query))
@@ -291,8 +376,10 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
     final.awaitTermination(240)
     assert final.exception() is None
     counters.append(counters_of(final))
-    values = [r.value.decode() if isinstance(r.value, bytes) else bytes(r.value).decode()
-              for r in spark.read.parquet(table).select("value").collect()]
+    values = [
+        r.value.decode() if isinstance(r.value, bytes) else bytes(r.value).decode()
+        for r in spark.read.parquet(table).select("value").collect()
+    ]
     assert len(values) == len(set(values)), "a record was written to the table twice"
     assert sorted(values) == expected, f"{len(expected) - len(set(values) & set(expected))} acknowledged missing"
     print(f"copied {len(values)} records; killed leaders {killed}; driver counters per run {counters}")
@@ -319,10 +406,18 @@ def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, either
     cluster.produce("again", [f"old-{n}" for n in range(10)], 1)
     queries = {}
     for mode in ("fail", "earliest"):
-        queries[mode] = (stream(spark, cluster, "again", onTopicRecreated=mode).writeStream.format("memory")
-                         .queryName(table[mode]).trigger(processingTime="500 milliseconds").start())
-        wait_until(f"{mode} query read the old topic",
-                   lambda m=mode: spark.sql(f"select count(*) c from {table[m]}").collect()[0].c == 10, timeout_s=120)
+        queries[mode] = (
+            stream(spark, cluster, "again", onTopicRecreated=mode)
+            .writeStream.format("memory")
+            .queryName(table[mode])
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        wait_until(
+            f"{mode} query read the old topic",
+            lambda m=mode: spark.sql(f"select count(*) c from {table[m]}").collect()[0].c == 10,
+            timeout_s=120,
+        )
     for future in cluster.admin.delete_topics(["again"], request_timeout=30).values():
         future.result(timeout=30)
 
@@ -337,12 +432,14 @@ def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, either
     cluster.produce("again", [f"new-{n}" for n in range(4)], 1)
     with pytest.raises(Exception, match="TopicRecreatedError|recreated"):
         queries["fail"].awaitTermination(120)
-    wait_until("the earliest query reads the new topic",
-               lambda: spark.sql(f"select count(*) c from {table['earliest']}").collect()[0].c == 14, timeout_s=120)
+    wait_until(
+        "the earliest query reads the new topic",
+        lambda: spark.sql(f"select count(*) c from {table['earliest']}").collect()[0].c == 14,
+        timeout_s=120,
+    )
     queries["earliest"].stop()
     values = sorted(bytes(r.value).decode() for r in spark.sql(f"select value from {table['earliest']}").collect())
     assert values == sorted([f"old-{n}" for n in range(10)] + [f"new-{n}" for n in range(4)])
-
 
 
 def test_partitions_added_under_a_running_query_are_read_and_nothing_is_read_twice(spark, cluster, tmp_path):
@@ -351,8 +448,14 @@ def test_partitions_added_under_a_running_query_are_read_and_nothing_is_read_twi
     cluster.topic("grow", 1)
     cluster.produce("grow", [f"a-{n}" for n in range(10)], 1)
     checkpoint = tmp_path / "checkpoint"
-    query = (stream(spark, cluster, "grow").writeStream.format("memory").queryName("grow")
-             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="500 milliseconds").start())
+    query = (
+        stream(spark, cluster, "grow")
+        .writeStream.format("memory")
+        .queryName("grow")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
     def rows() -> int:
         assert query.isActive, f"the query stopped: {query.exception()}"
@@ -366,8 +469,9 @@ def test_partitions_added_under_a_running_query_are_read_and_nothing_is_read_twi
         for ask in ((), (STALE_BROKER,)):  # the producer may bootstrap from the stale broker
             wait_until("grow has 3 partitions with leaders", lambda a=ask: len(cluster.leaders("grow", a)) == 3)
         cluster.produce("grow", [f"b-{n}" for n in range(30)], 3)
-        wait_for_query(query, "the query read the 30 records produced after the growth", lambda: rows() == 40,
-                       timeout_s=120)
+        wait_for_query(
+            query, "the query read the 30 records produced after the growth", lambda: rows() == 40, timeout_s=120
+        )
         assert query.exception() is None
     finally:
         query.stop()
@@ -394,21 +498,29 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, eit
     broker modes: without topic epochs, 102's answers are refused by their older leader epoch alone."""
     cluster = either_cluster
     topic, paused = "paused", 102
-    create(cluster.admin, NewTopic(topic, num_partitions=1, replication_factor=-1,
-                                   replica_assignment=[[101, 102, 103]]))
+    create(
+        cluster.admin, NewTopic(topic, num_partitions=1, replication_factor=-1, replica_assignment=[[101, 102, 103]])
+    )
     wait_until(f"{topic} has a leader", lambda: cluster.leaders(topic).get(0) == 101)
     cluster.produce(topic, [f"p-{n}" for n in range(100)], 1)
     pause_file = cluster.running.specs[paused].directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
     checkpoint = tmp_path / "checkpoint"
     table = f"paused_{cluster.mode}"
-    query = (stream(spark, cluster, topic).writeStream.format("memory").queryName(table)
-             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="500 milliseconds").start())
+    query = (
+        stream(spark, cluster, topic)
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     raw_ends: list[int | str] = []
     stop = threading.Event()
 
     def raw_loop() -> None:
-        consumer = Consumer({"bootstrap.servers": cluster.running.specs[paused].address, "group.id": "raw-plan",
-                             **QUIET})
+        consumer = Consumer(
+            {"bootstrap.servers": cluster.running.specs[paused].address, "group.id": "raw-plan", **QUIET}
+        )
         while not stop.is_set():
             try:
                 raw_ends.append(consumer.get_watermark_offsets(KafkaTopicPartition(topic, 0), timeout=2)[1])
@@ -418,39 +530,160 @@ def test_paused_metadata_while_the_leader_moves_never_plans_backwards(spark, eit
         consumer.close()
 
     try:
-        wait_for_query(query, "the query read the first records",
-                       lambda: spark.sql(f"select count(*) c from {table}").collect()[0].c == 100, timeout_s=120)
+        wait_for_query(
+            query,
+            "the query read the first records",
+            lambda: spark.sql(f"select count(*) c from {table}").collect()[0].c == 100,
+            timeout_s=120,
+        )
         pause_file.touch()
         time.sleep(1.0)  # the paused answers must be the ones from before the kill (checked each 100 ms)
         looper = threading.Thread(target=raw_loop, daemon=True)
         looper.start()
         cluster.running.kill(101)
-        wait_until("a new leader", lambda: cluster.leaders(topic, ask=(STALE_BROKER,)).get(0) not in (None, 101),
-                   timeout_s=60)
+        wait_until(
+            "a new leader", lambda: cluster.leaders(topic, ask=(STALE_BROKER,)).get(0) not in (None, 101), timeout_s=60
+        )
         # 101 is started again before producing: librdkafka asks any broker it reached for metadata, and
         # the paused 102's answer names 101; were 101 still dead, the producer would wait for it for ever.
         # Back up as a follower, 101 answers NOT_LEADER_OR_FOLLOWER naming the new leader (KIP-951).
         cluster.running.start_node(101)
-        cluster.produce(topic, [f"p-{n}" for n in range(100, 200)], 1,
-                        bootstrap=cluster.running.specs[STALE_BROKER].address)
+        cluster.produce(
+            topic, [f"p-{n}" for n in range(100, 200)], 1, bootstrap=cluster.running.specs[STALE_BROKER].address
+        )
         done = len(query.recentProgress)
-        wait_for_query(query, "batches while 102 is paused", lambda: len(query.recentProgress) >= done + 3,
-                       timeout_s=120)
+        wait_for_query(
+            query, "batches while 102 is paused", lambda: len(query.recentProgress) >= done + 3, timeout_s=120
+        )
         refused_while_paused = counters_of(query).get("staleMetadataRefused", 0)
     finally:
         pause_file.unlink(missing_ok=True)
         stop.set()
-    wait_for_query(query, "the query read every record",
-                   lambda: spark.sql(f"select count(*) c from {table}").collect()[0].c == 200, timeout_s=120)
+    wait_for_query(
+        query,
+        "the query read every record",
+        lambda: spark.sql(f"select count(*) c from {table}").collect()[0].c == 200,
+        timeout_s=120,
+    )
     query.stop()
     assert query.exception() is None
     ends = [e[topic]["0"]["offset"] for e in planned_ends(checkpoint)]
     numbers = [e for e in raw_ends if isinstance(e, int)]
     raw_backwards = sum(1 for a, b in itertools.pairwise(numbers) if b < a)
     print(f"kafka_epochs planned ends {ends}; stale answers refused while paused {refused_while_paused}")
-    print(f"raw loop (bootstrap broker {paused}, paused): {len(raw_ends)} answers, {raw_backwards} backwards, "
-          f"{len(raw_ends) - len(numbers)} errors: {raw_ends[:6]} ... {raw_ends[-6:]}")
+    print(
+        f"raw loop (bootstrap broker {paused}, paused): {len(raw_ends)} answers, {raw_backwards} backwards, "
+        f"{len(raw_ends) - len(numbers)} errors: {raw_ends[:6]} ... {raw_ends[-6:]}"
+    )
     assert ends == sorted(ends), f"a batch was planned backwards: {ends}"
     assert refused_while_paused >= 1
     values = sorted(bytes(r.value).decode() for r in spark.sql(f"select value from {table}").collect())
     assert values == sorted(f"p-{n}" for n in range(200))
+
+
+def run_available_now(writer, timeout_s: float = 180):
+    """Start `writer` with Trigger.AvailableNow and wait (at most `timeout_s`) for it to read all there was:
+    the finished query, which failed nothing; at the deadline it is stopped and the test fails saying so."""
+    query = writer.trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(timeout_s), (
+            f"the AvailableNow query did not finish in {timeout_s} s: {query.status}"
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, cluster):
+    """startingOffsetsByTimestamp (ListOffsets with timestamps at the current leaders) picks the first record
+    at or after the time in each partition; maxOffsetsPerTrigger caps each batch; minPartitions=8 cuts each
+    batch's two partition ranges into 8 tasks that still read every row once; each progress report carries
+    Spark's min/max/avgOffsetsBehindLatest. A batch read by startingTimestamp/endingTimestamp with
+    maxRecordsPerPartition returns exactly the records of that time window. minOffsetsPerTrigger does not
+    hold an AvailableNow query back."""
+    topic, first = "bytime", int(time.time() * 1000) - 300_000
+    cluster.topic(topic, 2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    for n in range(200):  # record n at first + n seconds, in partition n % 2 at offset n // 2
+        producer.produce(topic, f"t-{n}".encode(), partition=n % 2, timestamp=first + n * 1000)
+    assert producer.flush(60) == 0
+    by_time = json.dumps({topic: {"0": first + 50_000, "1": first + 50_000}})
+    batches: list[tuple[int, int, list[tuple[int, int]]]] = []
+
+    def keep(frame, batch_id: int) -> None:
+        rows = [(r.partition, r.offset) for r in frame.select("partition", "offset").collect()]
+        batches.append((batch_id, frame.rdd.getNumPartitions(), rows))
+
+    query = run_available_now(
+        stream(
+            spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8", maxOffsetsPerTrigger="60"
+        ).writeStream.foreachBatch(keep)
+    )
+    got = sorted(row for _, _, rows in batches for row in rows)
+    assert got == sorted((n % 2, n // 2) for n in range(50, 200))  # records at or after the time, each once
+    assert all(len(rows) <= 60 for _, _, rows in batches) and len([b for b in batches if b[2]]) >= 3
+    assert max(tasks for _, tasks, _ in batches) == 8, [(b, t, len(r)) for b, t, r in batches]
+    reports = [
+        json.loads(p["sources"][0]["latestOffset"])
+        if isinstance(p["sources"][0]["latestOffset"], str)
+        else p["sources"][0]["latestOffset"]
+        for p in query.recentProgress
+        if p["numInputRows"] > 0
+    ]
+    lag = [report["metrics"] for report in reports]
+    assert lag[0] == {
+        "minOffsetsBehindLatest": "45",
+        "maxOffsetsBehindLatest": "45",
+        "avgOffsetsBehindLatest": "45.0",
+    }, lag  # 75 records per partition, 30 read of each
+    assert lag[-1]["maxOffsetsBehindLatest"] == "0" and all(set(m) == set(lag[0]) for m in lag)
+    window = (
+        spark.read.format("kafka_epochs")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", topic)
+        .option("startingTimestamp", str(first + 20_000))
+        .option("endingTimestamp", str(first + 30_000))
+        .option("maxRecordsPerPartition", "2")
+        .load()
+    )
+    # minOffsetsPerTrigger alone: Spark takes the source's ReadMinRows limit, and an AvailableNow query is not
+    # held back by it (1000 records never come), it reads what there is
+    run_available_now(
+        stream(spark, cluster, topic, minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
+        .writeStream.format("memory")
+        .queryName("bytime_paced")
+    )
+    assert spark.sql("select count(*) c from bytime_paced").collect()[0].c == 200
+    assert window.rdd.getNumPartitions() == 6  # 5 records per partition, at most 2 per task
+    assert sorted((r.partition, r.offset) for r in window.select("partition", "offset").collect()) == sorted(
+        (n % 2, n // 2) for n in range(20, 30)
+    )
+
+
+def test_executor_consumers_are_reused_across_tasks_and_still_read_exact_ranges(cluster, monkeypatch):
+    """The executor's consumer cache with librdkafka and a real broker, as consecutive tasks of one partition
+    run on one Python worker: the next batch's range reads on with the paused consumer the last task left,
+    a range elsewhere (a split or retried task) reassigns it; one consumer opened for all, every range exact."""
+    from client_epochs.spark import read
+    from client_epochs.spark.consumer_cache import ConsumerCache
+    from client_epochs.spark.planning import Range
+
+    cluster.topic("reuse", 1)
+    cluster.produce("reuse", [f"r-{n}" for n in range(300)], 1)
+    opened = []
+    real_open = read._open
+    monkeypatch.setattr(read, "_open", lambda *args: opened.append(args) or real_open(*args))
+    monkeypatch.setattr(read, "CONSUMERS", ConsumerCache())
+    states = cluster.partition_states("reuse")  # (leader, leader epoch, ISR) per partition, per broker
+    epoch = next(s[0][1] for n, s in states.items() if n != STALE_BROKER and isinstance(s, dict) and 0 in s)
+    client = {"group.id": "reuse-test", "isolation.level": "read_uncommitted", **QUIET}
+    try:
+        for start, end in [(0, 10), (10, 25), (25, 200), (5, 8), (8, 9), (150, 300), (0, 300)]:
+            rng = Range(TopicPartition("reuse", 0), start, end, epoch, -1)
+            batches = read.read_range(rng, cluster.bootstrap, client, timeout_s=60)
+            got = [offset for batch in batches for offset in batch.column("offset").to_pylist()]
+            assert got == list(range(start, end)), (start, end, got[:3], len(got))
+        assert len(opened) == 1 and read.CONSUMERS.hits == 6
+    finally:
+        read.CONSUMERS.clear()

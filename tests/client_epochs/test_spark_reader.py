@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows  # noqa: E402
 
 from client_epochs import TopicPartition  # noqa: E402
 from client_epochs.spark import KafkaEpochsStreamReader  # noqa: E402
@@ -40,8 +40,11 @@ class FakeProber:
 
 
 def reader(ends: list[int], **options: str) -> tuple[KafkaEpochsStreamReader, FakeProber]:
-    made = KafkaEpochsStreamReader(parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
-                                                  "fetchOffset.retryIntervalMs": "1", **options}))
+    made = KafkaEpochsStreamReader(
+        parse_options(
+            {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "fetchOffset.retryIntervalMs": "1", **options}
+        )
+    )
     prober = FakeProber(ends)
     made._prober = prober
     return made, prober
@@ -59,8 +62,11 @@ def test_a_backwards_end_is_asked_again_and_a_later_good_answer_is_planned() -> 
 
 def test_a_backwards_end_that_stays_fails_naming_the_partition_and_both_offsets() -> None:
     source, prober = reader([40], **{"fetchOffset.numRetries": "2"})
-    with pytest.raises(OffsetsWentBackwardsError, match=r"t-0: the latest offset 40 from leader 101 .* below the "
-                                                        r"offset 50 already planned, after 3 attempt"):
+    with pytest.raises(
+        OffsetsWentBackwardsError,
+        match=r"t-0: the latest offset 40 from leader 101 .* below the "
+        r"offset 50 already planned, after 3 attempt",
+    ):
         source.latestOffset(START, ReadAllAvailable())
     assert prober.asked == 3
 
@@ -73,6 +79,7 @@ def test_max_rows_and_available_now_hold_the_end_back() -> None:
     assert first["t"]["0"]["offset"] == 70
     # the records that arrived after the query started (500) are not planned by an AvailableNow query
     assert source.latestOffset(first, ReadAllAvailable())["t"]["0"]["offset"] == 100
+    assert source.reportLatestOffset()["metrics"]["maxOffsetsBehindLatest"] == "400"  # behind the 500 there now
     assert reader([1], maxOffsetsPerTrigger="5")[0].getDefaultReadLimit() == ReadMaxRows(5)
 
 
@@ -110,3 +117,28 @@ def test_tasks_are_bootstrapped_from_the_broker_whose_current_metadata_planned_t
     restarted, _ = reader([60])
     [again] = restarted.partitions(START, end)
     assert again.value.bootstrap_from == "" and again.value.end == 60
+
+
+def test_min_offsets_per_trigger_holds_a_batch_back_and_lag_is_reported_with_each_plan() -> None:
+    source, _ = reader([55, 55, 58, 90], minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    assert source.getDefaultReadLimit() == ReadMinRows(10)
+    first = source.latestOffset(START, ReadMinRows(10))  # the query's first trigger reads at once (Spark's)
+    assert first["t"]["0"]["offset"] == 55
+    assert source.reportLatestOffset()["metrics"] == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "0.0",
+    }
+    assert source.latestOffset(first, ReadMinRows(10)) == first  # 0 new records: no batch
+    assert source.latestOffset(first, ReadMinRows(10)) == first  # 3 new records: still none
+    assert source.reportLatestOffset()["metrics"]["maxOffsetsBehindLatest"] == "3"
+    assert source.latestOffset(first, ReadMinRows(10))["t"]["0"]["offset"] == 90  # 35 new: a batch
+    both = reader([1], minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5")[0]
+    assert both.getDefaultReadLimit() == ReadMaxRows(5)  # PySpark has no composite limit: the minimum is ours
+
+
+def test_an_available_now_query_does_not_wait_for_min_offsets_per_trigger() -> None:
+    source, _ = reader([55, 58], minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    source.latestOffset(START, ReadMinRows(10))
+    source.prepareForTriggerAvailableNow()
+    assert source.latestOffset(source.latestOffset(START, ReadMinRows(10)), ReadMinRows(10))["t"]["0"]["offset"] == 58

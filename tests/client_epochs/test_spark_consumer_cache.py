@@ -1,0 +1,140 @@
+"""The executor's consumer cache (Spark's `spark.kafka.consumer.cache.*` semantics) and `read_range` using
+it, with a fake consumer in place of librdkafka's: the next task of a partition reads on with the consumer
+the last one left, a task elsewhere in the log reassigns it, a failed task closes it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import KafkaError  # noqa: E402
+
+from client_epochs import TopicPartition  # noqa: E402
+from client_epochs.spark import read  # noqa: E402
+from client_epochs.spark.consumer_cache import ConsumerCache, Idle  # noqa: E402
+from client_epochs.spark.planning import Range  # noqa: E402
+
+TP = TopicPartition("t", 0)
+
+
+class Message:
+    def __init__(self, offset: int, error: Any = None) -> None:
+        self._offset, self._error = offset, error
+
+    def error(self) -> Any:
+        return self._error
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return f"v-{self._offset}".encode()
+
+    def topic(self) -> str:
+        return TP.topic
+
+    def partition(self) -> int:
+        return TP.partition
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, 1_700_000_000_000 + self._offset
+
+    def leader_epoch(self) -> int:
+        return 3
+
+    def headers(self) -> None:
+        return None
+
+
+class FakeConsumer:
+    """A partition of 1,000 records; hands back at most 3 a call, as a consumer draining its prefetch does."""
+
+    def __init__(self, position: int) -> None:
+        self.next = position
+        self.assigned = [position]
+        self.closed = False
+        self.paused = False
+        self.fail_at: int | None = None
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused = True
+
+    def resume(self, partitions: list[Any]) -> None:
+        self.paused = False
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assigned.append(partitions[0].offset)
+        self.next = partitions[0].offset
+
+    def consume(self, count: int, timeout: float) -> list[Message]:
+        assert not self.paused, "a cached consumer is resumed before its next task reads"
+        if self.fail_at is not None and self.next >= self.fail_at:
+            return [Message(self.next, KafkaError(KafkaError._LOG_TRUNCATION, "truncated", fatal=True))]
+        out = [Message(offset) for offset in range(self.next, min(self.next + min(count, 3), 1000))]
+        self.next += len(out)
+        return out
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        partitions[0].offset = self.next
+        return partitions
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def opened(monkeypatch) -> Iterator[list[FakeConsumer]]:
+    made: list[FakeConsumer] = []
+
+    def fake_open(entry: str, client: Any, rng: Range, position: int) -> FakeConsumer:
+        made.append(FakeConsumer(position))
+        return made[-1]
+
+    monkeypatch.setattr(read, "_open", fake_open)
+    monkeypatch.setattr(read, "CONSUMERS", ConsumerCache())
+    yield made
+    read.CONSUMERS.clear()
+
+
+def offsets(start: int, end: int) -> list[int]:
+    rng = Range(TP, start, end, 3, 5, "b:1")
+    return [o for batch in read.read_range(rng, "b:1", {"group.id": "g"}) for o in batch.column("offset").to_pylist()]
+
+
+def test_the_next_task_of_a_partition_reads_on_with_the_consumer_the_last_left(opened) -> None:
+    assert offsets(0, 10) == list(range(10))
+    assert opened[0].paused  # idle in the cache: fetching nothing
+    assert offsets(10, 25) == list(range(10, 25))  # the next batch of a stream: no new consumer, no new assignment
+    assert len(opened) == 1 and opened[0].assigned == [0] and read.CONSUMERS.hits == 1
+    assert offsets(40, 45) == list(range(40, 45))  # elsewhere in the log (a retried or split task): reassigned
+    assert len(opened) == 1 and opened[0].assigned == [0, 40] and not opened[0].closed
+    assert offsets(0, 4) == list(range(4))  # every range is read in full, from where it starts
+    assert len(opened) == 1 and len(read.CONSUMERS) == 1
+
+
+def test_a_task_that_fails_closes_its_consumer_and_the_next_opens_another(opened) -> None:
+    assert offsets(0, 6) == list(range(6))
+    opened[0].fail_at = 8
+    with pytest.raises(read.RangeReadError, match="t-0: read offsets up to 9 of \\[6, 12\\)"):
+        offsets(6, 12)
+    assert opened[0].closed and len(read.CONSUMERS) == 0
+    assert offsets(6, 12) == list(range(6, 12)) and len(opened) == 2
+
+
+def test_the_cache_keeps_at_most_its_capacity_and_closes_idle_consumers() -> None:
+    closed: list[str] = []
+    cache = ConsumerCache(capacity=2, idle_timeout_s=300, close=closed.append)
+    for n, name in enumerate(["a", "b", "c"]):
+        cache.give_back(name, Idle(name, 0), now=n)
+    assert closed == ["a"] and len(cache) == 2  # the least recently used goes over capacity
+    assert cache.take("b", now=10).consumer == "b" and cache.take("b", now=10) is None  # one task at a time
+    cache.give_back("b", Idle("b", 5), now=10)
+    assert cache.take("c", now=400) is None and closed == ["a", "c", "b"]  # idle past the timeout: closed
