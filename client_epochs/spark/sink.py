@@ -73,9 +73,16 @@ class SinkCommit(WriterCommitMessage):
 def producer_config(options: SinkOptions) -> dict[str, Any]:
     """A task's producer: the user's kafka.* settings, then what the exactly-once rule rests on. Keyed
     records go where the Java client (and so Spark's Kafka sink) puts them: murmur2 of the key."""
-    return {"bootstrap.servers": options.bootstrap, "client.id": "kafka-epochs-sink", "linger.ms": 5,
-            "partitioner": "murmur2_random", "delivery.timeout.ms": options.delivery_timeout_ms,
-            **options.producer, "acks": "all", "enable.idempotence": True}
+    return {
+        "bootstrap.servers": options.bootstrap,
+        "client.id": "kafka-epochs-sink",
+        "linger.ms": 5,
+        "partitioner": "murmur2_random",
+        "delivery.timeout.ms": options.delivery_timeout_ms,
+        **options.producer,
+        "acks": "all",
+        "enable.idempotence": True,
+    }
 
 
 def _fields(schema: Any) -> list[tuple[str, str]]:
@@ -117,8 +124,10 @@ class KafkaEpochsStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         query, batch = context.getLocalProperty(QUERY_ID_PROPERTY), context.getLocalProperty(BATCH_ID_PROPERTY)
         if not query or batch is None:
-            raise SinkWriteError("the task has no streaming query id or batch id (Spark's local properties "
-                                 f"{QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY}): is this a streaming write?")
+            raise SinkWriteError(
+                "the task has no streaming query id or batch id (Spark's local properties "
+                f"{QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY}): is this a streaming write?"
+            )
         origin = TaskOrigin(query, int(batch), context.partitionId())
         return write_task(self.options, self.columns, origin, iterator, scan=True, attempt=context.attemptNumber())
 
@@ -126,8 +135,9 @@ class KafkaEpochsStreamWriter(DataSourceStreamArrowWriter):
         log.info("kafka_epochs sink: batch %d committed: %s", batchId, _summary(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("kafka_epochs sink: batch %d aborted (a re-run skips what its tasks wrote): %s", batchId,
-                    _summary(messages))
+        log.warning(
+            "kafka_epochs sink: batch %d aborted (a re-run skips what its tasks wrote): %s", batchId, _summary(messages)
+        )
 
 
 class KafkaEpochsBatchWriter(DataSourceArrowWriter):
@@ -152,13 +162,22 @@ class KafkaEpochsBatchWriter(DataSourceArrowWriter):
 
 def _summary(messages: list[WriterCommitMessage | None]) -> str:
     done = [m for m in messages if isinstance(m, SinkCommit)]
-    return (f"{len(done)} of {len(messages)} tasks, {sum(m.written for m in done)} records written, "
-            f"{sum(m.skipped for m in done)} skipped (already on the target), "
-            f"{sum(m.scanned for m in done)} target records scanned")
+    return (
+        f"{len(done)} of {len(messages)} tasks, {sum(m.written for m in done)} records written, "
+        f"{sum(m.skipped for m in done)} skipped (already on the target), "
+        f"{sum(m.scanned for m in done)} target records scanned"
+    )
 
 
-def write_task(options: SinkOptions, columns: Columns, origin: TaskOrigin, batches: Iterator[pa.RecordBatch], *,
-               scan: bool, attempt: int = 0) -> SinkCommit:
+def write_task(
+    options: SinkOptions,
+    columns: Columns,
+    origin: TaskOrigin,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    scan: bool,
+    attempt: int = 0,
+) -> SinkCommit:
     """Write one task's input (Arrow batches) with the exactly-once rule; returns once all is acknowledged."""
     writer = TaskWriter(options, columns, origin, scan=scan)
     try:
@@ -204,8 +223,9 @@ class TaskWriter:
             self.sequence += 1
             topic = fixed or (topics[n] if topics is not None else None)
             if topic is None:
-                raise SinkWriteError(f"record {sequence} of task {self.origin.task} has a null topic and no topic "
-                                     "option is set")
+                raise SinkWriteError(
+                    f"record {sequence} of task {self.origin.task} has a null topic and no topic option is set"
+                )
             if topic not in self._scanned_topics:
                 self._scanned_topics.add(topic)
                 if self._scan:
@@ -236,8 +256,10 @@ class TaskWriter:
             where = f"{message.topic()}-{message.partition()}"
             self.acked[where] = self.acked.get(where, 0) + 1
         elif self.failure is None:
-            self.failure = (f"{message.topic()}-{message.partition()}: the target did not acknowledge a record of "
-                            f"task {self.origin.task} ({error.str()})")
+            self.failure = (
+                f"{message.topic()}-{message.partition()}: the target did not acknowledge a record of "
+                f"task {self.origin.task} ({error.str()})"
+            )
 
     def _client_error(self, error: KafkaError) -> None:
         if error.fatal() and self.failure is None:
@@ -247,8 +269,10 @@ class TaskWriter:
         """Wait for every acknowledgement (deliveryTimeoutMs and a margin), then the commit message."""
         left = self.producer.flush(self.options.delivery_timeout_ms / 1000 + 10)
         if self.failure is not None or left:
-            raise SinkWriteError(self.failure or f"{left} of {self.sent} records of task {self.origin.task} "
-                                                 "unacknowledged after deliveryTimeoutMs")
+            raise SinkWriteError(
+                self.failure
+                or f"{left} of {self.sent} records of task {self.origin.task} unacknowledged after deliveryTimeoutMs"
+            )
         acked = sum(self.acked.values())
         if acked != self.sent:
             raise SinkWriteError(f"task {self.origin.task}: {acked} of {self.sent} records acknowledged")
@@ -264,9 +288,16 @@ class TaskWriter:
         self.scanned += scan.scanned()
         self._written.digests.update(scan.written.digests)
         if scan.written:
-            log.warning("task %s of query %s batch %d: %d records of an earlier attempt are on %s already; not "
-                        "writing them again (scan stopped at %s)", self.origin.task, self.origin.query,
-                        self.origin.batch, len(scan.written), topic, scan.stopped_at())
+            log.warning(
+                "task %s of query %s batch %d: %d records of an earlier attempt are on %s already; not "
+                "writing them again (scan stopped at %s)",
+                self.origin.task,
+                self.origin.query,
+                self.origin.batch,
+                len(scan.written),
+                topic,
+                scan.stopped_at(),
+            )
 
 
 def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
@@ -274,10 +305,24 @@ def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
     what the target made visible (acknowledged to acks=all producers) counts as written."""
     timeout_s = options.delivery_timeout_ms / 1000
     deadline = time.monotonic() + timeout_s
-    config = {"bootstrap.servers": options.bootstrap, **options.producer, "group.id": "kafka-epochs-sink-tail",
-              "client.id": "kafka-epochs-sink-tail", "enable.auto.commit": False, "enable.partition.eof": False}
-    for producer_only in ("linger.ms", "partitioner", "delivery.timeout.ms", "batch.num.messages", "compression.type",
-                          "queue.buffering.max.messages", "queue.buffering.max.kbytes", "batch.size"):
+    config = {
+        "bootstrap.servers": options.bootstrap,
+        **options.producer,
+        "group.id": "kafka-epochs-sink-tail",
+        "client.id": "kafka-epochs-sink-tail",
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+    }
+    for producer_only in (
+        "linger.ms",
+        "partitioner",
+        "delivery.timeout.ms",
+        "batch.num.messages",
+        "compression.type",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes",
+        "batch.size",
+    ):
         config.pop(producer_only, None)
     consumer = Consumer(config)
     try:
@@ -298,23 +343,28 @@ def _watermarks(consumer: Consumer, topic: str, partition: int, deadline: float)
     """(log start, high watermark) from the partition's leader, asked again while the leader moves."""
     while True:
         try:
-            return consumer.get_watermark_offsets(KafkaTopicPartition(topic, partition),
-                                                  timeout=max(min(5.0, deadline - time.monotonic()), 0.1))
+            return consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=max(min(5.0, deadline - time.monotonic()), 0.1)
+            )
         except KafkaException as exc:
             if time.monotonic() >= deadline:
-                raise SinkWriteError(f"{topic}-{partition}: no log bounds from its leader for the tail scan: "
-                                     f"{exc.args[0].str()}") from None
+                raise SinkWriteError(
+                    f"{topic}-{partition}: no log bounds from its leader for the tail scan: {exc.args[0].str()}"
+                ) from None
             time.sleep(0.2)
 
 
-def _read_ranges(consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], scan: TailScan,
-                 deadline: float) -> None:
+def _read_ranges(
+    consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], scan: TailScan, deadline: float
+) -> None:
     """Feed `scan` every record of `ranges` (assigned at their starts), calling range_read as each ends."""
     left = dict(ranges)
     while left:
         if time.monotonic() >= deadline:
-            raise SinkWriteError(f"the tail scan of {topic} could not read partition(s) {sorted(left)} to their "
-                                 "high watermark before deliveryTimeoutMs")
+            raise SinkWriteError(
+                f"the tail scan of {topic} could not read partition(s) {sorted(left)} to their "
+                "high watermark before deliveryTimeoutMs"
+            )
         for message in consumer.consume(1000, 0.5):
             if message.error() is not None:
                 log.info("sink tail scan of %s: %s", topic, message.error())

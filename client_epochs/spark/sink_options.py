@@ -25,12 +25,22 @@ DEFAULT_TAIL_LIMIT = 100_000
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 
 _KNOWN = {"topic", "includeheaders", "tailchunk", "taillimit", "deliverytimeoutms", "path", "checkpointlocation"}
-_SPARK_REFUSED = {"key.serializer": "keys are written as the key column gives them (string or binary)",
-                  "value.serializer": "values are written as the value column gives them (string or binary)"}
-_RESERVED = {"acks": "the sink writes with acks=all", "enable.idempotence": "the sink's producers are idempotent",
-             "transactional.id": "the sink is exactly once without transactions (client_epochs.spark.stamps)"}
-_COLUMN_TYPES = {"key": ("string", "binary"), "value": ("string", "binary"), "topic": ("string",),
-                 "partition": ("int",), "headers": ("array<struct<key:string,value:binary>>",)}
+_SPARK_REFUSED = {
+    "key.serializer": "keys are written as the key column gives them (string or binary)",
+    "value.serializer": "values are written as the value column gives them (string or binary)",
+}
+_RESERVED = {
+    "acks": "the sink writes with acks=all",
+    "enable.idempotence": "the sink's producers are idempotent",
+    "transactional.id": "the sink is exactly once without transactions (client_epochs.spark.stamps)",
+}
+_COLUMN_TYPES = {
+    "key": ("string", "binary"),
+    "value": ("string", "binary"),
+    "topic": ("string",),
+    "partition": ("int",),
+    "headers": ("array<struct<key:string,value:binary>>",),
+}
 
 
 class SinkOptionError(ValueError):
@@ -54,7 +64,7 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check and convert the sink's options (names without regard to case, as Spark's)."""
     by_lower = {key.lower(): value for key, value in options.items()}
-    producer = {key[len("kafka."):]: value for key, value in options.items() if key.lower().startswith("kafka.")}
+    producer = {key[len("kafka.") :]: value for key, value in options.items() if key.lower().startswith("kafka.")}
     bootstrap = producer.pop("bootstrap.servers", None)
     if not bootstrap:
         raise SinkOptionError("option kafka.bootstrap.servers is required (host:port,...)")
@@ -67,20 +77,27 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SinkOptionError(f"option kafka.{exc}") from None
     unknown = sorted(key for key in options if not key.lower().startswith("kafka.") and key.lower() not in _KNOWN)
     if unknown:
-        raise SinkOptionError(f"unknown sink option(s) {unknown}; known: topic, includeHeaders, tailChunk, "
-                              "tailLimit, deliveryTimeoutMs and kafka.*")
+        raise SinkOptionError(
+            f"unknown sink option(s) {unknown}; known: topic, includeHeaders, tailChunk, "
+            "tailLimit, deliveryTimeoutMs and kafka.*"
+        )
     topic = by_lower.get("topic")
     if topic is not None and not topic.strip():
         raise SinkOptionError("option topic is empty")
     headers = (by_lower.get("includeheaders") or "true").strip().lower()
     if headers not in ("true", "false"):
         raise SinkOptionError(f"option includeHeaders must be true or false, got {by_lower['includeheaders']!r}")
-    return SinkOptions(bootstrap=bootstrap, producer=producer, topic=topic.strip() if topic else None,
-                       include_headers=headers == "true",
-                       tail_chunk=_positive("tailChunk", by_lower.get("tailchunk"), DEFAULT_TAIL_CHUNK),
-                       tail_limit=_positive("tailLimit", by_lower.get("taillimit"), DEFAULT_TAIL_LIMIT),
-                       delivery_timeout_ms=_positive("deliveryTimeoutMs", by_lower.get("deliverytimeoutms"),
-                                                     DEFAULT_DELIVERY_TIMEOUT_MS))
+    return SinkOptions(
+        bootstrap=bootstrap,
+        producer=producer,
+        topic=topic.strip() if topic else None,
+        include_headers=headers == "true",
+        tail_chunk=_positive("tailChunk", by_lower.get("tailchunk"), DEFAULT_TAIL_CHUNK),
+        tail_limit=_positive("tailLimit", by_lower.get("taillimit"), DEFAULT_TAIL_LIMIT),
+        delivery_timeout_ms=_positive(
+            "deliveryTimeoutMs", by_lower.get("deliverytimeoutms"), DEFAULT_DELIVERY_TIMEOUT_MS
+        ),
+    )
 
 
 def _positive(name: str, text: str | None, default: int) -> int:
@@ -114,11 +131,13 @@ def check_columns(fields: Sequence[tuple[str, str]], options: SinkOptions) -> Co
     for column, allowed in _COLUMN_TYPES.items():
         found = where.get(column)
         if found is not None and found[2] not in allowed:
-            raise SinkOptionError(f"column {found[1]} is {found[2]}; the sink writes it when it is "
-                                  f"{' or '.join(allowed)}")
+            raise SinkOptionError(
+                f"column {found[1]} is {found[2]}; the sink writes it when it is {' or '.join(allowed)}"
+            )
     if "value" not in where:
-        raise SinkOptionError(f"the input has no value column (string or binary); its columns: "
-                              f"{[name for name, _ in fields]}")
+        raise SinkOptionError(
+            f"the input has no value column (string or binary); its columns: {[name for name, _ in fields]}"
+        )
     if options.topic is None and "topic" not in where:
         raise SinkOptionError("no topic: set the topic option or give the input a topic column (string)")
 
@@ -126,5 +145,10 @@ def check_columns(fields: Sequence[tuple[str, str]], options: SinkOptions) -> Co
         found = where.get(column)
         return None if found is None else found[0]
 
-    return Columns(value=where["value"][0], key=index("key"), topic=None if options.topic else index("topic"),
-                   partition=index("partition"), headers=index("headers") if options.include_headers else None)
+    return Columns(
+        value=where["value"][0],
+        key=index("key"),
+        topic=None if options.topic else index("topic"),
+        partition=index("partition"),
+        headers=index("headers") if options.include_headers else None,
+    )

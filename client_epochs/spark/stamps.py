@@ -50,9 +50,11 @@ class NonDeterministicInputError(RuntimeError):
     on a re-run, so skipping by sequence would lose a record. Named: the stamp and both digests."""
 
     def __init__(self, origin: Origin, written: int, now: int) -> None:
-        super().__init__(f"record {origin.encode()} is on the target with key+value CRC {written:#010x} but the "
-                         f"re-run gives CRC {now:#010x}: the query's input differs between attempts of a batch "
-                         "(the sink's exactly-once needs a replayable, deterministic input, as Spark's own sinks)")
+        super().__init__(
+            f"record {origin.encode()} is on the target with key+value CRC {written:#010x} but the "
+            f"re-run gives CRC {now:#010x}: the query's input differs between attempts of a batch "
+            "(the sink's exactly-once needs a replayable, deterministic input, as Spark's own sinks)"
+        )
         self.origin = origin
 
 
@@ -183,17 +185,25 @@ class TailScan:
     `written` then holds what the task must not write again.
     """
 
-    def __init__(self, origin: TaskOrigin, bounds: Mapping[int, tuple[int, int]], *, chunk: int = 2000,
-                 limit: int = 100_000, first: int = 64) -> None:
+    def __init__(
+        self,
+        origin: TaskOrigin,
+        bounds: Mapping[int, tuple[int, int]],
+        *,
+        chunk: int = 2000,
+        limit: int = 100_000,
+        first: int = 64,
+    ) -> None:
         if chunk < 1 or limit < 1 or first < 1:
             raise ValueError(f"first ({first}), chunk ({chunk}) and limit ({limit}) must be positive")
         self.origin = origin
         self.chunk = chunk
         self.limit = limit
         self.written = Written(origin)
-        self._partitions = {p: _PartitionScan(low, high, min(first, chunk), done=high <= low,
-                                              why="empty" if high <= low else "")
-                            for p, (low, high) in bounds.items()}
+        self._partitions = {
+            p: _PartitionScan(low, high, min(first, chunk), done=high <= low, why="empty" if high <= low else "")
+            for p, (low, high) in bounds.items()
+        }
         self._pending: dict[int, tuple[int, int]] = {}
         self._stop_seen: set[int] = set()
 
