@@ -51,7 +51,7 @@ class NonDeterministicInputError(RuntimeError):
 
     def __init__(self, origin: Origin, written: int, now: int) -> None:
         super().__init__(
-            f"record {origin.encode()} is on the target with key+value CRC {written:#010x} but the "
+            f"record {origin.encode().decode()} is on the target with key+value CRC {written:#010x} but the "
             f"re-run gives CRC {now:#010x}: the query's input differs between attempts of a batch "
             "(the sink's exactly-once needs a replayable, deterministic input, as Spark's own sinks)"
         )
