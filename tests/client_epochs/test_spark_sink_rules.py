@@ -100,9 +100,9 @@ def test_the_scan_stops_at_the_log_start_or_the_limit_and_skips_empty_partitions
 
 
 def test_the_scan_reads_from_the_log_start_not_below_it() -> None:
-    log = [None] * 10 + [record(0, 10 + n, f"q1/5/2/{n}") for n in range(3)]
     scan = TailScan(TASK, {0: (10, 13)}, first=64)
     assert scan.reads() == {0: (10, 13)}
+    assert scan.reads() == {0: (10, 13)}  # asked again before it was read: the same range, not a second one
 
 
 def test_records_outside_the_asked_range_count_for_nothing() -> None:
