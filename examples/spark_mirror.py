@@ -25,17 +25,16 @@ import os
 import sys
 from typing import Any
 
-from examples.spark_parquet import counters
-
 
 def session(
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     app: str = "kafka-epochs-mirror",
     log_level: str = "ERROR",
     conf: dict[str, str] | None = None,
 ) -> Any:
-    """A SparkSession on `master` with `kafka_epochs` registered; Spark's Python workers run this
-    interpreter unless PYSPARK_PYTHON says otherwise (a packed venv's python on a cluster)."""
+    """A SparkSession on `master` (None: the one spark-submit gives) with `kafka_epochs` registered;
+    Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise (a packed venv's
+    python on a cluster)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -43,11 +42,12 @@ def session(
     from client_epochs.spark import KafkaEpochsSource
 
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
+        SparkSession.builder.appName(app)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
     )
+    if master:  # None: spark-submit's --master
+        builder = builder.master(master)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -100,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--target-topic", default=None, help="the copy's name on the target (default: --topic)")
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint directory (keep it to resume)")
-    parser.add_argument("--master", default="local[2]", help="local[2] or spark://host:port")
+    parser.add_argument(
+        "--master", default=None, help="local[2] or spark://host:port (default: spark-submit's --master, else local[2])"
+    )
     parser.add_argument("--available-now", action="store_true", help="copy what is there now, then stop")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to run without --available-now")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     args = parser.parse_args(argv)
-    spark = session(args.master)
+    # spark-submit starts the JVM first and hands the driver its gateway: its --master then holds
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    spark = session(args.master or (None if submitted else "local[2]"))
     try:
         query = start_mirror(
             spark,
@@ -123,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"query failed: {query.exception()}", file=sys.stderr)
             return 1
         rows = sum(p["numInputRows"] for p in query.recentProgress)
+        last = query.lastProgress or {"sources": [{}]}
         print(
             f"copied {rows} records from {args.topic} to {args.target_topic or args.topic} in "
-            f"{len(query.recentProgress)} batches; source counters: {counters(query)}"
+            f"{len(query.recentProgress)} batches; the source's last report: {last['sources'][0].get('latestOffset')}"
         )
     finally:
         spark.stop()
