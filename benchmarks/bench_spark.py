@@ -47,6 +47,9 @@ SINK_GOAL = 0.5
 """The sink's rows per second at least half a raw confluent-kafka producer's (issue 35)."""
 TOPIC = "spark-bench"
 QUIET = {"log_level": 0}
+SETTINGS = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0"}
+"""One broker: the replicator's consumer group needs __consumer_offsets with one replica."""
 
 
 def fill(address: str) -> None:
@@ -140,7 +143,7 @@ def main() -> None:
 
     base = Path(os.environ.get("BENCH_SPARK_DIR") or tempfile.mkdtemp(prefix="bench-spark-", dir="."))
     base.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(base / "cluster", controllers=1, brokers=1)
+    cluster = LocalCluster(base / "cluster", controllers=1, brokers=1, settings=SETTINGS)
     ok = False
     try:
         progress(f"kafka_epochs Spark source: 1 controller + 1 broker; {RECORDS:,} records of {VALUE_BYTES} bytes")

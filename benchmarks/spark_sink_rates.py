@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.table import progress
@@ -45,14 +46,24 @@ def copied(address: str, topic: str, partitions: int, consumer: Any = None) -> i
             asker.close()
 
 
-def wait_copied(address: str, topic: str, partitions: int, records: int, what: str) -> None:
-    """Wait (TIMEOUT_S) until `topic` holds `records` records, the end of a copy's clock."""
+def wait_copied(
+    address: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    what: str,
+    failed: Callable[[], BaseException | None] = lambda: None,
+) -> None:
+    """Wait (TIMEOUT_S) until `topic` holds `records` records, the end of a copy's clock; the copier's
+    error (`failed`) ends the wait at once."""
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": address, "group.id": "bench-count", **QUIET})
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while (held := copied(address, topic, partitions, consumer)) < records:
+            if failed() is not None:
+                raise RuntimeError(f"{what} failed with {held} of {records} records copied: {failed()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what}: {topic} holds {held} of {records} records after {TIMEOUT_S:g} s")
             time.sleep(0.05)
@@ -146,7 +157,7 @@ def replicator_rate(address: str, source: str, target: str, records: int, partit
     start = time.perf_counter()
     thread.start()
     try:
-        wait_copied(address, target, partitions, records, "the replicator")
+        wait_copied(address, target, partitions, records, "the replicator", lambda: failed[0] if failed else None)
         elapsed = time.perf_counter() - start
     finally:
         replicator.stop()
