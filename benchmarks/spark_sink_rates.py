@@ -4,7 +4,8 @@
   from start to end of the job, beside one raw confluent-kafka Producer writing the same rows
   (idempotent, acks=all, linger.ms=5, as the sink's tasks; its clock from the first produce() to the
   end of flush()). Goal: the sink at least 0.5x the raw producer.
-- Pipeline: the topic copied to another topic of the same cluster by `examples.spark_mirror`'s query
+- Pipeline: the topic copied to a second one-broker cluster (the replicator refuses a cluster as its
+  own target) by `examples.spark_mirror`'s query
   (kafka_epochs source -> kafka_epochs sink, Trigger.AvailableNow, from start() to its end), by the
   project's replicator (`client_epochs.mirror.Replicator`, in-process, from run() until the target
   holds every record), and by a raw consume-produce loop (one confluent-kafka Consumer assigned from
@@ -18,6 +19,7 @@ import io
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks.table import progress
@@ -120,31 +122,31 @@ def sink_rate(spark: Any, address: str, topic: str, records: int, value_bytes: i
 
 
 def pipeline_rate(
-    spark: Any, address: str, source: str, target: str, records: int, partitions: int, checkpoint: str
+    spark: Any, address: str, to: str, source: str, target: str, records: int, partitions: int, checkpoint: str
 ) -> float:
     from examples.spark_mirror import start_mirror
 
-    create_topic(address, target, partitions)
+    create_topic(to, target, partitions)
     start = time.perf_counter()
-    query = start_mirror(spark, address, address, source, checkpoint, target_topic=target, available_now=True)
+    query = start_mirror(spark, address, to, source, checkpoint, target_topic=target, available_now=True)
     query.awaitTermination(TIMEOUT_S)
     elapsed = time.perf_counter() - start
     if query.exception() is not None:
         raise RuntimeError(f"the pipeline failed: {query.exception()}")
-    if copied(address, target, partitions) != records:
-        raise RuntimeError(f"the pipeline copied {copied(address, target, partitions)} of {records} records")
+    if copied(to, target, partitions) != records:
+        raise RuntimeError(f"the pipeline copied {copied(to, target, partitions)} of {records} records")
     return records / elapsed
 
 
-def replicator_rate(address: str, source: str, target: str, records: int, partitions: int) -> float:
+def replicator_rate(address: str, to: str, source: str, target: str, records: int, partitions: int) -> float:
     from client_epochs.mirror import Replicator
     from client_epochs.mirror.replicator import MirrorOptions
 
-    create_topic(address, target, partitions)
+    create_topic(to, target, partitions)
     options = MirrorOptions(
         group="bench-spark-replicator", status_interval_s=60, consumer_config=dict(QUIET), producer_config=dict(QUIET)
     )
-    replicator = Replicator(address, address, [source], options, out=io.StringIO(), target_topic=lambda _: target)
+    replicator = Replicator(address, to, [source], options, out=io.StringIO(), target_topic=lambda _: target)
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -157,7 +159,7 @@ def replicator_rate(address: str, source: str, target: str, records: int, partit
     start = time.perf_counter()
     thread.start()
     try:
-        wait_copied(address, target, partitions, records, "the replicator", lambda: failed[0] if failed else None)
+        wait_copied(to, target, partitions, records, "the replicator", lambda: failed[0] if failed else None)
         elapsed = time.perf_counter() - start
     finally:
         replicator.stop()
@@ -167,17 +169,15 @@ def replicator_rate(address: str, source: str, target: str, records: int, partit
     return records / elapsed
 
 
-def raw_loop_rate(address: str, source: str, target: str, records: int, partitions: int) -> float:
+def raw_loop_rate(address: str, to: str, source: str, target: str, records: int, partitions: int) -> float:
     """A plain consume -> produce loop with confluent-kafka: the floor any copier is compared with."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    create_topic(address, target, partitions)
+    create_topic(to, target, partitions)
     consumer = Consumer(
         {"bootstrap.servers": address, "group.id": "bench-raw-loop", "enable.auto.commit": False, **QUIET}
     )
-    producer = Producer(
-        {"bootstrap.servers": address, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **QUIET}
-    )
+    producer = Producer({"bootstrap.servers": to, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **QUIET})
     start = time.perf_counter()
     consumer.assign([TopicPartition(source, p, 0) for p in range(partitions)])
     got = 0
@@ -211,16 +211,29 @@ def raw_loop_rate(address: str, source: str, target: str, records: int, partitio
 def measure(
     spark: Any, address: str, source: str, records: int, value_bytes: int, partitions: int, base: str
 ) -> dict[str, float]:
-    """Every figure of the sink and pipeline tables, in one run (the order is the table's)."""
+    """Every figure of the sink and pipeline tables, in one run (the order is the table's). The copies go
+    to a second one-broker cluster started here (the replicator refuses to copy a cluster into itself)."""
+    from quorum.launcher import LocalCluster
+
     progress("sink: a raw confluent-kafka producer, then df.write.format('kafka_epochs')")
     rates = {
         "raw producer": raw_producer_rate(address, "bench-raw-producer", records, value_bytes, partitions),
         "sink": sink_rate(spark, address, "bench-sink", records, value_bytes, partitions),
     }
-    progress("pipeline: the raw loop, the replicator, then the Spark pipeline")
-    rates["raw loop"] = raw_loop_rate(address, source, "bench-copy-raw", records, partitions)
-    rates["replicator"] = replicator_rate(address, source, "bench-copy-replicator", records, partitions)
-    rates["pipeline"] = pipeline_rate(
-        spark, address, source, "bench-copy-spark", records, partitions, f"{base}/checkpoint-pipeline"
+    progress(
+        "pipeline: a target cluster (1 controller + 1 broker), then the raw loop, the replicator and the Spark pipeline"
     )
+    target_cluster = LocalCluster(Path(base) / "target-cluster", controllers=1, brokers=1)
+    target_cluster.format_storage()
+    target_cluster.write_configs()
+    target_cluster.start()
+    try:
+        target = target_cluster.bootstrap_servers
+        rates["raw loop"] = raw_loop_rate(address, target, source, "bench-copy-raw", records, partitions)
+        rates["replicator"] = replicator_rate(address, target, source, "bench-copy-replicator", records, partitions)
+        rates["pipeline"] = pipeline_rate(
+            spark, address, target, source, "bench-copy-spark", records, partitions, f"{base}/checkpoint-pipeline"
+        )
+    finally:
+        target_cluster.stop()
     return rates
