@@ -48,6 +48,16 @@ def copied(address: str, topic: str, partitions: int, consumer: Any = None) -> i
             asker.close()
 
 
+def _copied_so_far(address: str, topic: str, partitions: int, consumer: Any) -> int:
+    """`copied`, 0 while the consumer's metadata does not list a topic created a moment ago."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return copied(address, topic, partitions, consumer)
+    except KafkaException:
+        return 0
+
+
 def wait_copied(
     address: str,
     topic: str,
@@ -63,7 +73,7 @@ def wait_copied(
     consumer = Consumer({"bootstrap.servers": address, "group.id": "bench-count", **QUIET})
     deadline = time.monotonic() + TIMEOUT_S
     try:
-        while (held := copied(address, topic, partitions, consumer)) < records:
+        while (held := _copied_so_far(address, topic, partitions, consumer)) < records:
             if failed() is not None:
                 raise RuntimeError(f"{what} failed with {held} of {records} records copied: {failed()}")
             if time.monotonic() > deadline:
