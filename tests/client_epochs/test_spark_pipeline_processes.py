@@ -123,7 +123,7 @@ def committed_rows(*queries) -> int:
 def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_and_a_restart(
     cluster, spark_cluster, tmp_path
 ):
-    source, target, per_partition = "pipeline-in", "pipeline-out", 3000
+    source, target, per_partition = "pipeline-in", "pipeline-out", 1500
     cluster.topic(source, 4, leaders=(101, 102, 101, 102))  # leaders the test may kill: not the stale broker
     cluster.topic(target, 4, leaders=(102, 101, 102, 101))
     sent = [f"m-{n}" for n in range(4 * per_partition)]
@@ -139,7 +139,7 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             source,
             checkpoint,
             target_topic=target,
-            max_offsets_per_trigger=1500,
+            max_offsets_per_trigger=1000,
         )
         wait_for_query(first, "a batch writing to the target", lambda: mid_batch(first, cluster, 0, target), 240)
         executor = spark_cluster.executors()[0]
@@ -170,7 +170,7 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             source,
             checkpoint,
             target_topic=target,
-            max_offsets_per_trigger=1500,
+            max_offsets_per_trigger=1000,
         )
         try:
             wait_for_query(
