@@ -123,16 +123,17 @@ def committed_rows(*queries) -> int:
 def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_and_a_restart(
     cluster, spark_cluster, tmp_path
 ):
-    source, target, per_partition = "pipeline-in", "pipeline-out", 1500
+    source, target = "pipeline-in", "pipeline-out"
     cluster.topic(source, 4, leaders=(101, 102, 101, 102))  # leaders the test may kill: not the stale broker
     cluster.topic(target, 4, leaders=(102, 101, 102, 101))
-    sent = [f"m-{n}" for n in range(4 * per_partition)]
+    sent = [f"m-{n}" for n in range(4000)]
     cluster.produce(source, sent, 4)
     checkpoint = str(tmp_path / "checkpoint")
     spark = cluster_session(spark_cluster, "pipeline-test")
     events: list[str] = []
-    try:
-        first = start_mirror(
+
+    def mirror():
+        return start_mirror(
             spark,
             cluster.bootstrap,
             cluster.bootstrap,
@@ -141,6 +142,9 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             target_topic=target,
             max_offsets_per_trigger=1000,
         )
+
+    try:
+        first = mirror()
         wait_for_query(first, "a batch writing to the target", lambda: mid_batch(first, cluster, 0, target), 240)
         executor = spark_cluster.executors()[0]
         spark_cluster.kill_executor(executor)
@@ -149,11 +153,13 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
         wait_for_query(first, "a batch after the executor kill", lambda: len(first.recentProgress) > done, 240)
         events.append(f"source leader {cluster.kill_leader(source, 0)} killed and restarted")
         events.append(f"target leader {cluster.kill_leader(target, 1)} killed and restarted")
-        done = len(first.recentProgress)
+        more = [f"m-{n}" for n in range(4000, 6000)]  # the first 4,000 may all be copied by now
+        cluster.produce(source, more, 4)
+        sent += more
         wait_for_query(
             first,
             "a batch in progress after the leader kills",
-            lambda: len(first.recentProgress) > done and mid_batch(first, cluster, committed_rows(first), target),
+            lambda: mid_batch(first, cluster, committed_rows(first), target),
             240,
         )
         first.stop()
@@ -163,15 +169,7 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             f"{len(list((Path(checkpoint) / 'offsets').glob('[0-9]*')))}, committed "
             f"{len(list((Path(checkpoint) / 'commits').glob('[0-9]*')))}"
         )
-        second = start_mirror(
-            spark,
-            cluster.bootstrap,
-            cluster.bootstrap,
-            source,
-            checkpoint,
-            target_topic=target,
-            max_offsets_per_trigger=1000,
-        )
+        second = mirror()
         try:
             wait_for_query(
                 second,
