@@ -132,6 +132,7 @@ class KafkaEpochsStreamWriter(DataSourceStreamArrowWriter):
         return write_task(self.options, self.columns, origin, iterator, scan=True, attempt=context.attemptNumber())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _check_all_acknowledged(messages, f"batch {batchId}")
         log.info("kafka_epochs sink: batch %d committed: %s", batchId, _summary(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -157,7 +158,16 @@ class KafkaEpochsBatchWriter(DataSourceArrowWriter):
         return write_task(self.options, self.columns, origin, iterator, scan=retried, attempt=context.attemptNumber())
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _check_all_acknowledged(messages, f"write {self.write_id}")
         log.info("kafka_epochs sink: write %s committed: %s", self.write_id, _summary(messages))
+
+
+def _check_all_acknowledged(messages: list[WriterCommitMessage | None], what: str) -> None:
+    """Spark commits only when every task returned; a task returns its SinkCommit only once all its
+    records are acknowledged. Anything else in the list is refused rather than committed."""
+    missing = [n for n, message in enumerate(messages) if not isinstance(message, SinkCommit)]
+    if missing:
+        raise SinkWriteError(f"{what}: task(s) {missing} returned no acknowledgement of their records; not committed")
 
 
 def _summary(messages: list[WriterCommitMessage | None]) -> str:

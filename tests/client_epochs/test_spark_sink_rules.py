@@ -186,3 +186,17 @@ def test_bad_columns_are_refused_by_name(fields, named: str) -> None:
 def test_no_topic_option_and_no_topic_column_is_refused() -> None:
     with pytest.raises(SinkOptionError, match="no topic"):
         check_columns([("value", "string")], parse_sink_options({"kafka.bootstrap.servers": "b:1"}))
+
+
+def test_the_driver_refuses_a_producer_setting_librdkafka_does_not_know_and_an_unacknowledged_task() -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from client_epochs.spark.sink import SinkCommit, SinkWriteError, batch_writer, stream_writer
+
+    schema = StructType([StructField("value", StringType())])
+    with pytest.raises(SinkOptionError, match="kafka.no.such.setting|No such configuration property"):
+        batch_writer({**BASE, "kafka.no.such.setting": "1"}, schema)
+    writer = stream_writer(BASE, schema)
+    writer.commit([SinkCommit(0, 0, 5, 0, 0)], 3)
+    with pytest.raises(SinkWriteError, match=r"batch 3: task\(s\) \[1\] returned no acknowledgement"):
+        writer.commit([SinkCommit(0, 0, 5, 0, 0), None], 3)
