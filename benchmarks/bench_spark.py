@@ -129,7 +129,7 @@ def print_sink_tables(rates: dict[str, float]) -> None:
                   f">= {SINK_GOAL}x raw producer"]], left=(0,))
     verdict = "met" if rates["sink"] / producer >= SINK_GOAL else "NOT met"
     print(f"sink: {rates['sink'] / producer:.2f}x the raw producer; goal {SINK_GOAL}x {verdict}")
-    print_table(f"Kafka-to-Kafka copy of {RECORDS:,} records ({PARTITIONS} partitions, one cluster)",
+    print_table(f"Kafka-to-Kafka copy of {RECORDS:,} records ({PARTITIONS} partitions, to a second cluster)",
                 ["copier", "rows/s start-to-end", "x raw loop", "goal"],
                 [["consume-produce loop (raw confluent-kafka)", loop, "1.00", ""],
                  ["client_epochs.mirror.Replicator", rates["replicator"], f"{rates['replicator'] / loop:.2f}", ""],
