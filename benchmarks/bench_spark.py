@@ -21,9 +21,10 @@ query reads the two partitions in two tasks at once (local[2]); the raw consumer
 over both (librdkafka fetches in its own threads). With fewer records the query's fixed start and
 stop weigh more: at 300,000 records the start-to-end ratio was 0.44x here, the in-batches one 0.76x.
 Goal: the noop query reads at
-least 0.5x the raw consumer's rows per second. The cores are shared by the broker, the
-producer, Spark's JVM and Python workers, and whatever else runs on the machine, so rates move
-from run to run; the ratio is what to read.
+least 0.5x the raw consumer's rows per second. Then the sink and the Kafka-to-Kafka pipeline, each
+beside its peers (`benchmarks.spark_sink_rates`): the sink at least 0.5x a raw producer. The cores
+are shared by the broker, the producer, Spark's JVM and Python workers, and whatever else runs on the
+machine, so rates move from run to run; the ratio is what to read.
 """
 
 from __future__ import annotations
@@ -35,14 +36,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import spark_sink_rates
 from benchmarks.table import print_table, progress
 
 RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "1000000"))
 PARTITIONS = 2
 VALUE_BYTES = 100
 GOAL = 0.5
+SINK_GOAL = 0.5
+"""The sink's rows per second at least half a raw confluent-kafka producer's (issue 35)."""
 TOPIC = "spark-bench"
 QUIET = {"log_level": 0}
+SETTINGS = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0"}
+"""One broker: the replicator's consumer group needs __consumer_offsets with one replica."""
 
 
 def fill(address: str) -> None:
@@ -112,12 +119,31 @@ def query_rate(spark, address: str, sink: str, base: Path, records: int = RECORD
     return rows / elapsed, rows / batches_s
 
 
+def print_sink_tables(rates: dict[str, float]) -> None:
+    """The sink beside the raw producer, the pipeline beside the replicator and the raw loop."""
+    producer, loop = rates["raw producer"], rates["raw loop"]
+    print_table(f"kafka_epochs sink write throughput ({RECORDS:,} rows, {PARTITIONS} partitions, local[2])",
+                ["writer", "rows/s start-to-end", "x raw producer", "goal"],
+                [["confluent-kafka Producer (raw, acks=all, idempotent)", producer, "1.00", ""],
+                 ["df.write.format('kafka_epochs')", rates["sink"], f"{rates['sink'] / producer:.2f}",
+                  f">= {SINK_GOAL}x raw producer"]], left=(0,))
+    verdict = "met" if rates["sink"] / producer >= SINK_GOAL else "NOT met"
+    print(f"sink: {rates['sink'] / producer:.2f}x the raw producer; goal {SINK_GOAL}x {verdict}")
+    print_table(f"Kafka-to-Kafka copy of {RECORDS:,} records ({PARTITIONS} partitions, to a second cluster)",
+                ["copier", "rows/s start-to-end", "x raw loop", "goal"],
+                [["consume-produce loop (raw confluent-kafka)", loop, "1.00", ""],
+                 ["client_epochs.mirror.Replicator", rates["replicator"], f"{rates['replicator'] / loop:.2f}", ""],
+                 ["kafka_epochs -> kafka_epochs (Spark, AvailableNow)", rates["pipeline"],
+                  f"{rates['pipeline'] / loop:.2f}", f"none set; {rates['pipeline'] / rates['replicator']:.2f}x "
+                  "the replicator"]], left=(0,))
+
+
 def main() -> None:
     from quorum.launcher import LocalCluster
 
     base = Path(os.environ.get("BENCH_SPARK_DIR") or tempfile.mkdtemp(prefix="bench-spark-", dir="."))
     base.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(base / "cluster", controllers=1, brokers=1)
+    cluster = LocalCluster(base / "cluster", controllers=1, brokers=1, settings=SETTINGS)
     ok = False
     try:
         progress(f"kafka_epochs Spark source: 1 controller + 1 broker; {RECORDS:,} records of {VALUE_BYTES} bytes")
@@ -136,6 +162,7 @@ def main() -> None:
             raw = raw_rate(address)
             noop = query_rate(spark, address, "noop", base)
             parquet = query_rate(spark, address, "parquet", base)
+            sink = spark_sink_rates.measure(spark, address, TOPIC, RECORDS, VALUE_BYTES, PARTITIONS, str(base))
         finally:
             spark.stop()
         rows = [["confluent-kafka Consumer (raw)", raw, "1.00", "", "", ""],
@@ -150,6 +177,7 @@ def main() -> None:
                                                                 noop[1] / raw)):
             verdict = "met" if ratio >= GOAL else "NOT met"
             print(f"noop sink, {label}: {ratio:.2f}x the raw consumer; goal {GOAL}x {verdict}")
+        print_sink_tables(sink)
         ok = True
     finally:
         cluster.stop()

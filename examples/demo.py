@@ -14,9 +14,11 @@ copies `orders` to a second local cluster and commits with internal metadata. Pa
 (`examples.tiered_demo`): `quorum local-cluster --tiered` uploads a topic's segments to an embedded S3,
 and a real client reads it from offset 0 once the local copies are gone. Part 7 (`examples.spark_demo`):
 the `kafka_epochs` Spark source streams a topic into Parquet on a cluster with a stale broker through
-a kill -9 of a leader, and shows the stale answers its driver refused. Part 8 (`examples.bootstrap_demo`):
-a broker of a tiered cluster loses its disk and comes back with the same id; its replicas bootstrap
-from the earliest pending upload offset (KIP-1023) and it prints what it did not copy because it is in S3.
+a kill -9 of a leader, and shows the stale answers its driver refused; then the Spark pipeline
+(kafka_epochs source into the exactly-once kafka_epochs sink) copies the topic to another. Part 8
+(`examples.bootstrap_demo`): a broker of a tiered cluster loses its disk and comes back with the same
+id; its replicas bootstrap from the earliest pending upload offset (KIP-1023) and it prints what it did
+not copy because it is in S3.
 Part 9 (`examples.security_demo`): `quorum local-cluster --security sasl_ssl` refuses a wrong password and,
 with its authorizer, alice's produce, until the admin grants her ACLs; then she produces and consumes in a group.
 

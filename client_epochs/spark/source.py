@@ -110,6 +110,18 @@ class KafkaEpochsSource(DataSource):
     def reader(self, schema: Any) -> DataSourceReader:
         return KafkaEpochsBatchReader(parse_options(self.options, streaming=False))
 
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        """The sink (`df.write`): client_epochs.spark.sink."""
+        from client_epochs.spark.sink import batch_writer
+
+        return batch_writer(self.options, schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """The streaming sink: client_epochs.spark.sink, exactly once without transactions."""
+        from client_epochs.spark.sink import stream_writer
+
+        return stream_writer(self.options, schema)
+
 
 def _include_headers(options: Mapping[str, str]) -> bool:
     value = next((v for k, v in options.items() if k.lower() == "includeheaders"), "false")

@@ -1,0 +1,390 @@
+"""`kafka_epochs` as a sink: `df.writeStream.format("kafka_epochs")` and `df.write.format("kafka_epochs")`.
+
+    (frame.writeStream.format("kafka_epochs").option("kafka.bootstrap.servers", "127.0.0.1:9092")
+     .option("topic", "copy").option("checkpointLocation", "/tmp/ck").start())
+
+Spark's Kafka sink options and columns (`client_epochs.spark.sink_options`), exactly once without
+transactions where Spark's own sink is at least once:
+
+- each task writes with its own idempotent acks=all confluent-kafka producer, every record stamped
+  with its origin (query id, batch id, Spark partition, sequence: `client_epochs.spark.stamps`);
+- before its first record to a topic, a streaming task reads the tail of that topic's partitions for
+  its own stamps and does not write again what an earlier attempt of it wrote (a task retry, an
+  executor lost, the query restarted from its checkpoint); the rule, and the window it leaves, are in
+  `client_epochs.spark.stamps`. A batch write (`df.write`) is one job: only a task attempt after the
+  first can find its own records, so only such a one reads the tail (PySpark's TaskContext has no
+  stage attempt number: a write task re-run by a new attempt of its stage, after a shuffle fetch
+  failure, counts as a first attempt and does not read the tail);
+- a task returns only once every record it sent is acknowledged (it fails, after flushing, when one
+  is refused or not acknowledged within `deliveryTimeoutMs`), so Spark commits a micro-batch only
+  after every task's records are on the target.
+
+The executors need this package, confluent-kafka and pyarrow (a Python Data Source is not a jar):
+see the README's "A pipeline on a Spark cluster".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from client_epochs.spark.sink_options import Columns, SinkOptionError, SinkOptions, check_columns, parse_sink_options
+from client_epochs.spark.stamps import ScannedRecord, TailScan, TaskOrigin, Written, stamped
+
+log = logging.getLogger(__name__)
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property Spark sets on a streaming query's jobs: the query's id, kept in its checkpoint."""
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""The local property Spark sets on a micro-batch's jobs: its batch id."""
+POLL_EVERY = 1000
+"""Records produced between two serves of the delivery callbacks."""
+FIRST_SCAN_STEP = 64
+"""The first tail read of a partition, in records: the query's previous batch is usually right there."""
+
+
+class SinkWriteError(RuntimeError):
+    """A task could not get every record it sent acknowledged (or could not read the target's tail): the
+    task fails and Spark runs it again; the message names the topic, partition and reason."""
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one task did: records written (acknowledged), skipped (an earlier attempt wrote them), and
+    target records its tail scan read."""
+
+    task: int
+    attempt: int
+    written: int
+    skipped: int
+    scanned: int
+    by_partition: dict[str, int] = field(default_factory=dict)
+
+
+def producer_config(options: SinkOptions) -> dict[str, Any]:
+    """A task's producer: the user's kafka.* settings, then what the exactly-once rule rests on. Keyed
+    records go where the Java client (and so Spark's Kafka sink) puts them: murmur2 of the key."""
+    return {
+        "bootstrap.servers": options.bootstrap,
+        "client.id": "kafka-epochs-sink",
+        "linger.ms": 5,
+        "partitioner": "murmur2_random",
+        "delivery.timeout.ms": options.delivery_timeout_ms,
+        **options.producer,
+        "acks": "all",
+        "enable.idempotence": True,
+    }
+
+
+def _fields(schema: Any) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _checked(options: Mapping[str, str], schema: Any) -> tuple[SinkOptions, Columns]:
+    """Options and columns checked on the driver; the producer settings tried once, so that a name
+    librdkafka does not know fails the query at its start, named, instead of every task."""
+    parsed = parse_sink_options(options)
+    columns = check_columns(_fields(schema), parsed)
+    try:  # no bootstrap.servers: the settings are checked and nothing is connected to
+        Producer({k: v for k, v in producer_config(parsed).items() if k != "bootstrap.servers"}).flush(0)
+    except KafkaException as exc:
+        raise SinkOptionError(f"a kafka.* option of the sink: {exc.args[0].str()}") from None
+    return parsed, columns
+
+
+def batch_writer(options: Mapping[str, str], schema: Any) -> KafkaEpochsBatchWriter:
+    parsed, columns = _checked(options, schema)
+    return KafkaEpochsBatchWriter(parsed, columns, f"write-{uuid.uuid4().hex}")
+
+
+def stream_writer(options: Mapping[str, str], schema: Any) -> KafkaEpochsStreamWriter:
+    parsed, columns = _checked(options, schema)
+    return KafkaEpochsStreamWriter(parsed, columns)
+
+
+class KafkaEpochsStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming sink: tasks write (and read the tail first), the driver commits once all did."""
+
+    def __init__(self, options: SinkOptions, columns: Columns) -> None:
+        self.options = options
+        self.columns = columns
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        query, batch = context.getLocalProperty(QUERY_ID_PROPERTY), context.getLocalProperty(BATCH_ID_PROPERTY)
+        if not query or batch is None:
+            raise SinkWriteError(
+                "the task has no streaming query id or batch id (Spark's local properties "
+                f"{QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY}): is this a streaming write?"
+            )
+        origin = TaskOrigin(query, int(batch), context.partitionId())
+        return write_task(self.options, self.columns, origin, iterator, scan=True, attempt=context.attemptNumber())
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _check_all_acknowledged(messages, f"batch {batchId}")
+        log.info("kafka_epochs sink: batch %d committed: %s", batchId, _summary(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "kafka_epochs sink: batch %d aborted (a re-run skips what its tasks wrote): %s", batchId, _summary(messages)
+        )
+
+
+class KafkaEpochsBatchWriter(DataSourceArrowWriter):
+    """The batch sink (`df.write`): one id for the whole write; a retried task reads the tail first."""
+
+    def __init__(self, options: SinkOptions, columns: Columns, write_id: str) -> None:
+        self.options = options
+        self.columns = columns
+        self.write_id = write_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        retried = context.attemptNumber() > 0
+        origin = TaskOrigin(self.write_id, 0, context.partitionId())
+        return write_task(self.options, self.columns, origin, iterator, scan=retried, attempt=context.attemptNumber())
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _check_all_acknowledged(messages, f"write {self.write_id}")
+        log.info("kafka_epochs sink: write %s committed: %s", self.write_id, _summary(messages))
+
+
+def _check_all_acknowledged(messages: list[WriterCommitMessage | None], what: str) -> None:
+    """Spark commits only when every task returned; a task returns its SinkCommit only once all its
+    records are acknowledged. Anything else in the list is refused rather than committed."""
+    missing = [n for n, message in enumerate(messages) if not isinstance(message, SinkCommit)]
+    if missing:
+        raise SinkWriteError(f"{what}: task(s) {missing} returned no acknowledgement of their records; not committed")
+
+
+def _summary(messages: list[WriterCommitMessage | None]) -> str:
+    done = [m for m in messages if isinstance(m, SinkCommit)]
+    return (
+        f"{len(done)} of {len(messages)} tasks, {sum(m.written for m in done)} records written, "
+        f"{sum(m.skipped for m in done)} skipped (already on the target), "
+        f"{sum(m.scanned for m in done)} target records scanned"
+    )
+
+
+def write_task(
+    options: SinkOptions,
+    columns: Columns,
+    origin: TaskOrigin,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    scan: bool,
+    attempt: int = 0,
+) -> SinkCommit:
+    """Write one task's input (Arrow batches) with the exactly-once rule; returns once all is acknowledged."""
+    writer = TaskWriter(options, columns, origin, scan=scan)
+    try:
+        for batch in batches:
+            writer.write(batch)
+        return writer.finish(attempt)
+    except BaseException:
+        writer.abandon()
+        raise
+
+
+class TaskWriter:
+    """One task's producer, its sequence counter, and what its tail scans found on the target."""
+
+    def __init__(self, options: SinkOptions, columns: Columns, origin: TaskOrigin, *, scan: bool) -> None:
+        self.options = options
+        self.columns = columns
+        self.origin = origin
+        self.producer = Producer({**producer_config(options), "error_cb": self._client_error})
+        self.sequence = 0
+        self.skipped = 0
+        self.sent = 0
+        self.scanned = 0
+        self.acked: dict[str, int] = {}
+        self.failure: str | None = None
+        self._prefix = origin.prefix
+        self._scan = scan
+        self._scanned_topics: set[str] = set()
+        self._written = Written(origin)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        c = self.columns
+        columns = batch.columns
+        values = columns[c.value].to_pylist()
+        keys = columns[c.key].to_pylist() if c.key is not None else None
+        topics = columns[c.topic].to_pylist() if c.topic is not None else None
+        partitions = columns[c.partition].to_pylist() if c.partition is not None else None
+        headers = columns[c.headers].to_pylist() if c.headers is not None else None
+        fixed = self.options.topic
+        produce, delivered, prefix, written = self.producer.produce, self._delivered, self._prefix, self._written
+        for n, value in enumerate(values):
+            sequence = self.sequence
+            self.sequence += 1
+            topic = fixed or (topics[n] if topics is not None else None)
+            if topic is None:
+                raise SinkWriteError(
+                    f"record {sequence} of task {self.origin.task} has a null topic and no topic option is set"
+                )
+            if topic not in self._scanned_topics:
+                self._scanned_topics.add(topic)
+                if self._scan:
+                    self._read_tail(topic)
+            key = keys[n] if keys is not None else None
+            if written.digests and written.check(sequence, key, value):
+                self.skipped += 1
+                continue
+            extra: dict[str, Any] = {}
+            if partitions is not None and partitions[n] is not None:
+                extra["partition"] = partitions[n]
+            user = [(h["key"], h["value"]) for h in headers[n]] if headers is not None and headers[n] else None
+            record_headers = stamped(user, prefix + str(sequence).encode())
+            while True:
+                try:
+                    produce(topic, value, key, headers=record_headers, on_delivery=delivered, **extra)
+                    break
+                except BufferError:  # the queue is full: let the target take some
+                    self.producer.poll(0.1)
+            self.sent += 1
+            if self.sent % POLL_EVERY == 0:
+                self.producer.poll(0)
+                if self.failure is not None:
+                    raise SinkWriteError(self.failure)
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            where = f"{message.topic()}-{message.partition()}"
+            self.acked[where] = self.acked.get(where, 0) + 1
+        elif self.failure is None:
+            self.failure = (
+                f"{message.topic()}-{message.partition()}: the target did not acknowledge a record of "
+                f"task {self.origin.task} ({error.str()})"
+            )
+
+    def _client_error(self, error: KafkaError) -> None:
+        if error.fatal() and self.failure is None:
+            self.failure = f"the task's producer failed: {error.str()}"
+
+    def finish(self, attempt: int) -> SinkCommit:
+        """Wait for every acknowledgement (deliveryTimeoutMs and a margin), then the commit message."""
+        left = self.producer.flush(self.options.delivery_timeout_ms / 1000 + 10)
+        if self.failure is not None or left:
+            raise SinkWriteError(
+                self.failure
+                or f"{left} of {self.sent} records of task {self.origin.task} unacknowledged after deliveryTimeoutMs"
+            )
+        acked = sum(self.acked.values())
+        if acked != self.sent:
+            raise SinkWriteError(f"task {self.origin.task}: {acked} of {self.sent} records acknowledged")
+        return SinkCommit(self.origin.task, attempt, self.sent, self.skipped, self.scanned, dict(self.acked))
+
+    def abandon(self) -> None:
+        """A failing task: let what is in flight land (bounded) before the failure reaches Spark, so that
+        the retry's tail scan sees it (the rule's window is only for an attempt that died)."""
+        self.producer.flush(min(self.options.delivery_timeout_ms / 1000, 30.0))
+
+    def _read_tail(self, topic: str) -> None:
+        scan = read_tail(self.options, self.origin, topic)
+        self.scanned += scan.scanned()
+        self._written.digests.update(scan.written.digests)
+        if scan.written:
+            log.warning(
+                "task %s of query %s batch %d: %d records of an earlier attempt are on %s already; not "
+                "writing them again (scan stopped at %s)",
+                self.origin.task,
+                self.origin.query,
+                self.origin.batch,
+                len(scan.written),
+                topic,
+                scan.stopped_at(),
+            )
+
+
+def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
+    """Read `topic`'s partition tails for `origin`'s stamps (`TailScan`), up to each high watermark: only
+    what the target made visible (acknowledged to acks=all producers) counts as written."""
+    timeout_s = options.delivery_timeout_ms / 1000
+    deadline = time.monotonic() + timeout_s
+    config = {
+        "bootstrap.servers": options.bootstrap,
+        **options.producer,
+        "group.id": "kafka-epochs-sink-tail",
+        "client.id": "kafka-epochs-sink-tail",
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+    }
+    for producer_only in (
+        "linger.ms",
+        "partitioner",
+        "delivery.timeout.ms",
+        "batch.num.messages",
+        "compression.type",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes",
+        "batch.size",
+    ):
+        config.pop(producer_only, None)
+    consumer = Consumer(config)
+    try:
+        listed = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        partitions = [] if listed is None or listed.error is not None else sorted(listed.partitions)
+        bounds = {p: _watermarks(consumer, topic, p, deadline) for p in partitions}
+        scan = TailScan(origin, bounds, chunk=options.tail_chunk, limit=options.tail_limit, first=FIRST_SCAN_STEP)
+        while not scan.done:
+            ranges = scan.reads()
+            consumer.assign([KafkaTopicPartition(topic, p, start) for p, (start, _) in ranges.items()])
+            _read_ranges(consumer, topic, ranges, scan, deadline)
+        return scan
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
+    """(log start, high watermark) from the partition's leader, asked again while the leader moves."""
+    while True:
+        try:
+            return consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=max(min(5.0, deadline - time.monotonic()), 0.1)
+            )
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise SinkWriteError(
+                    f"{topic}-{partition}: no log bounds from its leader for the tail scan: {exc.args[0].str()}"
+                ) from None
+            time.sleep(0.2)
+
+
+def _read_ranges(
+    consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], scan: TailScan, deadline: float
+) -> None:
+    """Feed `scan` every record of `ranges` (assigned at their starts), calling range_read as each ends."""
+    left = dict(ranges)
+    while left:
+        if time.monotonic() >= deadline:
+            raise SinkWriteError(
+                f"the tail scan of {topic} could not read partition(s) {sorted(left)} to their "
+                "high watermark before deliveryTimeoutMs"
+            )
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is not None:
+                log.info("sink tail scan of %s: %s", topic, message.error())
+                continue
+            p = message.partition()
+            scan.record(ScannedRecord(p, message.offset(), message.headers(), message.key(), message.value()))
+            if p in left and message.offset() + 1 >= left[p][1]:
+                del left[p]
+                scan.range_read(p)
+        for position in consumer.position([KafkaTopicPartition(topic, p) for p in list(left)]):
+            if position.offset >= left[position.partition][1]:  # control records end a range without a message
+                del left[position.partition]
+                scan.range_read(position.partition)
