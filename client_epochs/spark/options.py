@@ -293,14 +293,20 @@ def _timestamp(entry: object, what: str) -> int:
 
 
 def _positive(name: str, text: str | None, zero: bool = False) -> int | None:
+    return positive_int(name, text, SourceOptionError, zero)
+
+
+def positive_int(name: str, text: str | None, error: type[ValueError], zero: bool = False) -> int | None:
+    """Option `name`'s value `text` as a positive integer (0 too with `zero`), None when unset;
+    `error` (the source's or the sink's option error) naming the option otherwise."""
     if text is None:
         return None
     try:
         value = int(text)
     except ValueError:
-        raise SourceOptionError(f"option {name} must be an integer, got {text!r}") from None
+        raise error(f"option {name} must be an integer, got {text!r}") from None
     if value < 0 or (value == 0 and not zero):
-        raise SourceOptionError(f"option {name} must be {'at least 0' if zero else 'positive'}, got {value}")
+        raise error(f"option {name} must be {'at least 0' if zero else 'positive'}, got {value}")
     return value
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from client_epochs.spark.options import positive_int
 from quorum.wire.sasl_client import sasl_login_of_client_properties
 
 DEFAULT_TAIL_CHUNK = 2000
@@ -101,15 +102,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
 
 
 def _positive(name: str, text: str | None, default: int) -> int:
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise SinkOptionError(f"option {name} must be an integer, got {text!r}") from None
-    if value < 1:
-        raise SinkOptionError(f"option {name} must be positive, got {value}")
-    return value
+    value = positive_int(name, text, SinkOptionError)
+    return default if value is None else value
 
 
 @dataclass(frozen=True, slots=True)
