@@ -1,5 +1,5 @@
 """10,000 random metadata histories through the incremental image, a record-by-record image, a full
-replay and a restart from a snapshot: equal after every step (issue 21). The suite runs 1,000
+replay and a restart from a snapshot: equal after every step (issue 21). The suite runs 250
 (`tests/image/test_image_histories.py`); this is the longer run, a few minutes, which is why it is
 not named bench_*.py (`./run bench` runs those).
 
