@@ -122,7 +122,7 @@ def operations(draw: st.DrawFn) -> list[bytes]:
     return values
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(operations(), st.data())
 def test_a_snapshot_plus_the_rest_of_the_log_is_the_whole_log(values: list[bytes], data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(values)))
@@ -146,7 +146,7 @@ def test_a_snapshot_plus_the_rest_of_the_log_is_the_whole_log(values: list[bytes
     assert len(loaded) == len(list(everything.snapshot_values()))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(operations())
 def test_the_topic_epoch_counter_never_goes_back(values: list[bytes]) -> None:
     state = ImageState()
