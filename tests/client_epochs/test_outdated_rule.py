@@ -106,7 +106,7 @@ def test_two_views_are_never_older_than_each_other(a, b):
 # --- judge / EpochCache: whole responses ---------------------------------------------------------------
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(views(), views(), interests)
 def test_only_interested_partitions_both_sides_know_can_be_outdated(cached, offered, interest):
     verdict = judge(offered, cached, interest)
@@ -115,7 +115,7 @@ def test_only_interested_partitions_both_sides_know_can_be_outdated(cached, offe
     assert all(tp in interest and tp in cached and tp not in offered for tp in verdict.missing)
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(views(), views(), interests)
 def test_uninterested_partitions_never_cause_a_refusal(cached, offered, interest):
     cache = EpochCache(interest=interest)
@@ -126,7 +126,7 @@ def test_uninterested_partitions_never_cause_a_refusal(cached, offered, interest
     assert cache.offer(response).accepted
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(st.lists(views(full), min_size=1, max_size=8), interests)
 def test_the_cache_never_moves_backwards_for_any_partition(responses, interest):
     """With both epochs known: interested partitions refuse older views, the others are not taken."""
@@ -143,7 +143,7 @@ def test_the_cache_never_moves_backwards_for_any_partition(responses, interest):
         assert set(after) == set(before) | (set(response) if verdict.accepted else set())
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(st.lists(views(), min_size=1, max_size=8), interests)
 def test_an_accepted_response_is_never_older_where_the_client_looks(responses, interest):
     cache = EpochCache(interest=interest)
@@ -207,7 +207,7 @@ def test_no_fallback_warning_with_topic_epochs_or_for_uninterested_partitions(ca
 # --- floors: the seek / committed variant ------------------------------------------------------------------
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(views(), views())
 def test_floors_are_judged_like_a_cache_that_holds_them(offered, floors):
     cache = EpochCache()
