@@ -101,7 +101,7 @@ def assert_same(lazy: ImageState, eager: ImageState, what: str) -> None:
 T1 = TOPIC_IDS[0]
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=SEQUENCES, cuts=st.sets(st.integers(0, 60), max_size=4))
 @example(values=[topic(T1, "a"), partition(T1, 0), remove_topic(T1), partition(T1, 1)], cuts=set())  # a closed run
 @example(values=[topic(T1, "a"), partition(T1, 1), partition(T1, 0), partition(T1, 1, leader=2)], cuts={1})
