@@ -24,7 +24,7 @@ from quorum.sim.memory_log import MemoryLog
 from quorum.sim.scenarios import SCENARIOS
 from tests.raft.harness import batch
 
-SEEDS_PER_SCENARIO = 24
+SEEDS_PER_SCENARIO = 8  # the suite's bounded sample; `python -m quorum.sim --seeds N` runs thousands
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
@@ -43,14 +43,14 @@ def test_three_voters_and_an_observer_survive_every_scenario(scenario: str) -> N
 
 
 @pytest.mark.parametrize(("voters", "observers", "scenario", "seeds"), [
-    (1, 2, "chaos", 30),
-    (2, 1, "chaos", 30),
-    (4, 0, "chaos", 25),
-    (5, 2, "chaos", 25),
-    (5, 1, "leader-failures", 15),
-    (5, 0, "failover-loopback", 10),
-    (5, 0, "partition", 15),
-    (5, 0, "isolate-leader", 15),
+    (1, 2, "chaos", 10),
+    (2, 1, "chaos", 10),
+    (4, 0, "chaos", 8),
+    (5, 2, "chaos", 8),
+    (5, 1, "leader-failures", 5),
+    (5, 0, "failover-loopback", 4),
+    (5, 0, "partition", 5),
+    (5, 0, "isolate-leader", 5),
 ])
 def test_quorum_sizes(voters: int, observers: int, scenario: str, seeds: int) -> None:
     for seed in range(100, 100 + seeds):
