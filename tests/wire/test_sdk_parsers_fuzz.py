@@ -38,7 +38,7 @@ INTERNAL_JSON = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(head=INTERNAL_JSON, user=st.text(max_size=40), newline=st.booleans(), nul=st.booleans())
 def test_committed_metadata_strings_raise_only_invalid_internal_metadata(head, user, newline, nul):
     text = PREFIX + head + ("\n" if newline else "") + user + ("\x00" if nul else "")
