@@ -111,7 +111,8 @@ def test_two_views_are_never_older_than_each_other(a, b):
 def test_only_interested_partitions_both_sides_know_can_be_outdated(cached, offered, interest):
     verdict = judge(offered, cached, interest)
     assert {s.partition for s in verdict.outdated} == {
-        tp for tp in cached if tp in offered and tp in interest and is_outdated(offered[tp], cached[tp])}
+        tp for tp in cached if tp in offered and tp in interest and is_outdated(offered[tp], cached[tp])
+    }
     assert all(tp in interest and tp in cached and tp not in offered for tp in verdict.missing)
 
 
@@ -163,8 +164,10 @@ def test_a_refusal_names_the_partition_and_both_views():
     cache.offer({tp: Epochs(3, 5)})
     verdict = cache.offer({tp: Epochs(3, 4)}, source="127.0.0.1:9093")
     assert not verdict.accepted
-    assert verdict.describe() == "orders-0: offered (topic_epoch 3, leader_epoch 4) is older than (topic_epoch 3, " \
-                                 "leader_epoch 5)"
+    assert (
+        verdict.describe() == "orders-0: offered (topic_epoch 3, leader_epoch 4) is older than (topic_epoch 3, "
+        "leader_epoch 5)"
+    )
     assert cache.offer({tp: Epochs(4, 0)}).accepted, "a recreated topic (higher topic epoch) starts leader epochs again"
     assert cache.get(tp) == Epochs(4, 0)
 
@@ -245,12 +248,15 @@ def test_floors_refuse_a_topic_id_the_cache_saw_retired():
 # --- interest --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("items", "inside", "outside"), [
-    (["a"], [("a", 0), ("a", 7)], [("b", 0)]),
-    ([("b", 1)], [("b", 1)], [("b", 0), ("a", 1)]),
-    (["a", TopicPartition("b", 2)], [("a", 3), ("b", 2)], [("b", 3), ("c", 0)]),
-    ([], [], [("a", 0)]),
-])
+@pytest.mark.parametrize(
+    ("items", "inside", "outside"),
+    [
+        (["a"], [("a", 0), ("a", 7)], [("b", 0)]),
+        ([("b", 1)], [("b", 1)], [("b", 0), ("a", 1)]),
+        (["a", TopicPartition("b", 2)], [("a", 3), ("b", 2)], [("b", 3), ("c", 0)]),
+        ([], [], [("a", 0)]),
+    ],
+)
 def test_interest_in_topics_and_partitions(items, inside, outside):
     interest = Interest.of(items)
     assert all(TopicPartition(*tp) in interest for tp in inside)

@@ -9,5 +9,6 @@ from hypothesis import HealthCheck, settings
 from tests.image.histories import ImageHistories
 
 TestImageHistories = ImageHistories.TestCase
-TestImageHistories.settings = settings(max_examples=250, stateful_step_count=30, deadline=None,
-                                       suppress_health_check=[HealthCheck.too_slow])
+TestImageHistories.settings = settings(
+    max_examples=250, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

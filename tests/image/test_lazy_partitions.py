@@ -55,8 +55,9 @@ def topic_runs(draw: st.DrawFn) -> list[bytes]:
 
 SINGLE = st.one_of(
     partition_records(),
-    st.builds(lambda topic_id, index, leader: change(topic_id, index, leader), IDS, st.integers(0, 3),
-              st.integers(-2, 4)),
+    st.builds(
+        lambda topic_id, index, leader: change(topic_id, index, leader), IDS, st.integers(0, 3), st.integers(-2, 4)
+    ),
     st.builds(remove_topic, IDS),
     st.builds(register, BROKERS),
     st.builds(fence, BROKERS),
@@ -66,7 +67,8 @@ SINGLE = st.one_of(
     partition_records().map(lambda value: value[:-1]),  # cut short: refused by the engine too
 )
 SEQUENCES = st.lists(st.one_of(topic_runs(), SINGLE.map(lambda value: [value])), max_size=25).map(
-    lambda chunks: [value for chunk in chunks for value in chunk])
+    lambda chunks: [value for chunk in chunks for value in chunk]
+)
 
 
 def detached(image: MetadataImage) -> MetadataImage:

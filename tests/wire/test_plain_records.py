@@ -108,7 +108,10 @@ def test_plain_forms() -> None:
     topic = encode_metadata_record(mr.TopicRecord(version=0, name="foo", topic_id=U1, topic_epoch=9))
     assert decode_plain_topic_v0(topic) == ("foo", U1, 9)
     assert decode_plain_topic_v0(encode_metadata_record(mr.TopicRecord(version=0, name="foo", topic_id=U1))) == (
-        "foo", U1, -1)
+        "foo",
+        U1,
+        -1,
+    )
     assert decode_plain_topic_v0(topic[:-1]) is None
     assert decode_plain_topic_v0(TOPIC_HEAD + b"\x02\xff" + U1.bytes + b"\x00") is None, "not UTF-8: the engine says"
     assert uuid_from_bytes(U1.bytes) == U1 and hash(uuid_from_bytes(U1.bytes)) == hash(U1)
@@ -179,8 +182,12 @@ def test_damaged_batches_give_records_faults(records: list, data: st.DataObject)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=SLOW)
-@given(values=st.lists(st.binary(max_size=70) | st.binary(min_size=8190, max_size=8200), max_size=40),
-       count=st.sampled_from([0, 1, 9_000]), base=st.integers(0, 2**40), compression=st.sampled_from([0, 1]))
+@given(
+    values=st.lists(st.binary(max_size=70) | st.binary(min_size=8190, max_size=8200), max_size=40),
+    count=st.sampled_from([0, 1, 9_000]),
+    base=st.integers(0, 2**40),
+    compression=st.sampled_from([0, 1]),
+)
 def test_values_batches_are_build_batchs(values: list[bytes], count: int, base: int, compression: int) -> None:
     """A snapshot writer's batch (values only) is byte for byte `build_batch`'s, past the varint
     tables too (lengths of 8,192 and more, offset deltas of 9,000 and more)."""
