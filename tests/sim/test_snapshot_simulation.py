@@ -4,6 +4,7 @@ middle of fetching and of writing a snapshot, and snapshot data damaged in fligh
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -26,6 +27,14 @@ def traced(seed: int, scenario: str, voters: int = 3, observers: int = 1) -> tup
     return lines, stats
 
 
+@functools.cache
+def crash_run(seed: int) -> tuple[tuple[str, ...], object]:
+    """One traced "snapshot-crash" run of `seed`, shared by the tests that read it (a seed replays
+    exactly: test_a_snapshot_seed_replays_exactly runs one twice, uncached)."""
+    lines, stats = traced(seed, "snapshot-crash")
+    return tuple(lines), stats
+
+
 def test_a_replica_down_while_the_log_start_passed_it_comes_back_by_fetch_snapshot() -> None:
     for seed in range(8):
         lines, stats = traced(seed, "snapshot")
@@ -44,7 +53,7 @@ def test_a_replica_down_while_the_log_start_passed_it_comes_back_by_fetch_snapsh
 def test_kill_9_while_fetching_or_writing_a_snapshot_leaves_a_part_that_start_up_removes() -> None:
     fetch_crashes = write_crashes = 0
     for seed in range(10):
-        lines, stats = traced(seed, "snapshot-crash")
+        lines, stats = crash_run(seed)
         # Every node killed with a .part open removed it at its next start and loaded a complete
         # snapshot or none (the simulator fails the run otherwise).
         assert stats.partial_snapshots_cleaned >= stats.fetch_crashes + stats.write_crashes
@@ -63,7 +72,7 @@ def test_kill_9_while_fetching_or_writing_a_snapshot_leaves_a_part_that_start_up
 def test_a_snapshot_damaged_in_flight_is_refused_with_its_path_and_byte_and_fetched_again() -> None:
     refused = 0
     for seed in range(10):
-        lines, stats = traced(seed, "snapshot-crash")
+        lines, stats = crash_run(seed)
         refused += stats.corrupt_snapshots_refused
         for index, line in enumerate(lines):
             found = re.search(r" n(\d+) snapshot fetched (OffsetAndEpoch\(.*?\)) refused: <sim>/n\1/\d{20}-\d{10}"
