@@ -20,7 +20,7 @@ from tests.broker.wire_calls import call
 from tests.wire.schema_strategies import message_values
 
 IMAGE = single_node_image(1, "127.0.0.1", 9092, {"a": 2}, cluster_id="c")
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CASES = [(key, version) for key in (1, 2, 23) for version in range(APIS[key].min_version, APIS[key].max_version + 1)]
 
 

@@ -106,16 +106,17 @@ def test_two_views_are_never_older_than_each_other(a, b):
 # --- judge / EpochCache: whole responses ---------------------------------------------------------------
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(views(), views(), interests)
 def test_only_interested_partitions_both_sides_know_can_be_outdated(cached, offered, interest):
     verdict = judge(offered, cached, interest)
     assert {s.partition for s in verdict.outdated} == {
-        tp for tp in cached if tp in offered and tp in interest and is_outdated(offered[tp], cached[tp])}
+        tp for tp in cached if tp in offered and tp in interest and is_outdated(offered[tp], cached[tp])
+    }
     assert all(tp in interest and tp in cached and tp not in offered for tp in verdict.missing)
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(views(), views(), interests)
 def test_uninterested_partitions_never_cause_a_refusal(cached, offered, interest):
     cache = EpochCache(interest=interest)
@@ -126,7 +127,7 @@ def test_uninterested_partitions_never_cause_a_refusal(cached, offered, interest
     assert cache.offer(response).accepted
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(st.lists(views(full), min_size=1, max_size=8), interests)
 def test_the_cache_never_moves_backwards_for_any_partition(responses, interest):
     """With both epochs known: interested partitions refuse older views, the others are not taken."""
@@ -143,7 +144,7 @@ def test_the_cache_never_moves_backwards_for_any_partition(responses, interest):
         assert set(after) == set(before) | (set(response) if verdict.accepted else set())
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(st.lists(views(), min_size=1, max_size=8), interests)
 def test_an_accepted_response_is_never_older_where_the_client_looks(responses, interest):
     cache = EpochCache(interest=interest)
@@ -163,8 +164,10 @@ def test_a_refusal_names_the_partition_and_both_views():
     cache.offer({tp: Epochs(3, 5)})
     verdict = cache.offer({tp: Epochs(3, 4)}, source="127.0.0.1:9093")
     assert not verdict.accepted
-    assert verdict.describe() == "orders-0: offered (topic_epoch 3, leader_epoch 4) is older than (topic_epoch 3, " \
-                                 "leader_epoch 5)"
+    assert (
+        verdict.describe() == "orders-0: offered (topic_epoch 3, leader_epoch 4) is older than (topic_epoch 3, "
+        "leader_epoch 5)"
+    )
     assert cache.offer({tp: Epochs(4, 0)}).accepted, "a recreated topic (higher topic epoch) starts leader epochs again"
     assert cache.get(tp) == Epochs(4, 0)
 
@@ -207,7 +210,7 @@ def test_no_fallback_warning_with_topic_epochs_or_for_uninterested_partitions(ca
 # --- floors: the seek / committed variant ------------------------------------------------------------------
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(views(), views())
 def test_floors_are_judged_like_a_cache_that_holds_them(offered, floors):
     cache = EpochCache()
@@ -245,12 +248,15 @@ def test_floors_refuse_a_topic_id_the_cache_saw_retired():
 # --- interest --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("items", "inside", "outside"), [
-    (["a"], [("a", 0), ("a", 7)], [("b", 0)]),
-    ([("b", 1)], [("b", 1)], [("b", 0), ("a", 1)]),
-    (["a", TopicPartition("b", 2)], [("a", 3), ("b", 2)], [("b", 3), ("c", 0)]),
-    ([], [], [("a", 0)]),
-])
+@pytest.mark.parametrize(
+    ("items", "inside", "outside"),
+    [
+        (["a"], [("a", 0), ("a", 7)], [("b", 0)]),
+        ([("b", 1)], [("b", 1)], [("b", 0), ("a", 1)]),
+        (["a", TopicPartition("b", 2)], [("a", 3), ("b", 2)], [("b", 3), ("c", 0)]),
+        ([], [], [("a", 0)]),
+    ],
+)
 def test_interest_in_topics_and_partitions(items, inside, outside):
     interest = Interest.of(items)
     assert all(TopicPartition(*tp) in interest for tp in inside)

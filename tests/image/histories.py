@@ -1,5 +1,5 @@
 """Random metadata histories, applied incrementally and replayed in full: the images must agree
-after every step (issue 21). Shared by `tests/image/test_image_histories.py` (1,000 histories in
+after every step (issue 21). Shared by `tests/image/test_image_histories.py` (250 histories in
 the suite) and `benchmarks/image_histories.py` (the longer run).
 
 `ImageHistories` is a hypothesis RuleBasedStateMachine. Its rules write what a controller writes
@@ -78,11 +78,24 @@ class ImageHistories(RuleBasedStateMachine):
     def register(self, broker: int, rack: str | None) -> None:
         epoch = self.epochs[broker] = self.epochs.get(broker, 0) + 1
         self.brokers[broker] = (epoch, True)
-        self.pending.append(_record(mr.RegisterBrokerRecord(
-            version=0, broker_id=broker, incarnation_id=uuid.UUID(int=broker * 1000 + epoch), broker_epoch=epoch,
-            end_points=[mr.RegisterBrokerRecord.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1",
-                                                               port=9000 + broker, security_protocol=0)],
-            features=[], rack=rack, fenced=True)))
+        self.pending.append(
+            _record(
+                mr.RegisterBrokerRecord(
+                    version=0,
+                    broker_id=broker,
+                    incarnation_id=uuid.UUID(int=broker * 1000 + epoch),
+                    broker_epoch=epoch,
+                    end_points=[
+                        mr.RegisterBrokerRecord.BrokerEndpoint(
+                            name="PLAINTEXT", host="127.0.0.1", port=9000 + broker, security_protocol=0
+                        )
+                    ],
+                    features=[],
+                    rack=rack,
+                    fenced=True,
+                )
+            )
+        )
 
     @rule(broker=BROKER_IDS, fenced=st.booleans(), stale=st.booleans())
     def fence_or_unfence(self, broker: int, fenced: bool, stale: bool) -> None:
@@ -102,9 +115,20 @@ class ImageHistories(RuleBasedStateMachine):
     # -- topics and partitions -----------------------------------------------------------------------
 
     def _partition(self, topic_id: uuid.UUID, index: int, replicas: list[int]) -> bytes:
-        return _record(mr.PartitionRecord(
-            version=0, partition_id=index, topic_id=topic_id, replicas=replicas, isr=replicas, removing_replicas=[],
-            adding_replicas=[], leader=replicas[0], leader_epoch=0, partition_epoch=0))
+        return _record(
+            mr.PartitionRecord(
+                version=0,
+                partition_id=index,
+                topic_id=topic_id,
+                replicas=replicas,
+                isr=replicas,
+                removing_replicas=[],
+                adding_replicas=[],
+                leader=replicas[0],
+                leader_epoch=0,
+                partition_epoch=0,
+            )
+        )
 
     @rule(name=NAMES, count=st.integers(1, 3), replicas=st.lists(BROKER_IDS, min_size=1, max_size=3, unique=True))
     def create_topic(self, name: str, count: int, replicas: list[int]) -> None:
@@ -136,8 +160,13 @@ class ImageHistories(RuleBasedStateMachine):
         self.pending.append(_record(mr.TopicRecord(version=0, name=name, topic_id=topic_id, topic_epoch=self.counter)))
         self.pending.extend(self._partition(topic_id, index, replicas) for index in range(count, count + more))
 
-    @rule(name=NAMES, index=st.integers(0, 4), leader=st.integers(-2, 4),
-          isr=st.none() | st.lists(BROKER_IDS, max_size=3, unique=True), stale=st.booleans())
+    @rule(
+        name=NAMES,
+        index=st.integers(0, 4),
+        leader=st.integers(-2, 4),
+        isr=st.none() | st.lists(BROKER_IDS, max_size=3, unique=True),
+        stale=st.booleans(),
+    )
     def change_partition(self, name: str, index: int, leader: int, isr: list[int] | None, stale: bool) -> None:
         if stale and self.removed:
             topic_id = self.removed[-1]  # a change to a deleted topic: ignored
@@ -145,16 +174,26 @@ class ImageHistories(RuleBasedStateMachine):
             topic_id = self.topics[name][0]
         else:
             return
-        self.pending.append(_record(mr.PartitionChangeRecord(version=0, partition_id=index, topic_id=topic_id,
-                                                             leader=leader, isr=isr)))
+        self.pending.append(
+            _record(mr.PartitionChangeRecord(version=0, partition_id=index, topic_id=topic_id, leader=leader, isr=isr))
+        )
 
     # -- configs and features ------------------------------------------------------------------------
 
-    @rule(topic=st.booleans(), resource=NAMES | st.sampled_from(["1", "2", ""]), name=st.sampled_from(["x", "y"]),
-          value=st.none() | st.sampled_from(["1", "2"]))
+    @rule(
+        topic=st.booleans(),
+        resource=NAMES | st.sampled_from(["1", "2", ""]),
+        name=st.sampled_from(["x", "y"]),
+        value=st.none() | st.sampled_from(["1", "2"]),
+    )
     def config(self, topic: bool, resource: str, name: str, value: str | None) -> None:
-        self.pending.append(_record(mr.ConfigRecord(version=0, resource_type=TOPIC if topic else BROKER,
-                                                    resource_name=resource, name=name, value=value)))
+        self.pending.append(
+            _record(
+                mr.ConfigRecord(
+                    version=0, resource_type=TOPIC if topic else BROKER, resource_name=resource, name=name, value=value
+                )
+            )
+        )
 
     @rule(name=st.sampled_from(["metadata.version", "kraft.version"]), level=st.integers(0, 3))
     def feature(self, name: str, level: int) -> None:
@@ -198,11 +237,16 @@ class ImageHistories(RuleBasedStateMachine):
             return  # the open batch is in no state yet
         expected = replayed(self.history)
         image = replayed(self.history, lazy=False).image
-        for label, state in (("incremental", self.incremental), ("stepped", self.stepped),
-                             ("restarted from the snapshot", self.restarted), ("replayed (lazy)", expected)):
+        for label, state in (
+            ("incremental", self.incremental),
+            ("stepped", self.stepped),
+            ("restarted from the snapshot", self.restarted),
+            ("replayed (lazy)", expected),
+        ):
             if state is None:
                 continue
             difference = image_difference(state.image, image)
             assert difference is None, f"{label} != replayed after {len(self.history)} records: {difference}"
         assert list(self.incremental.snapshot_values()) == list(expected.snapshot_values()), (
-            "incremental and replayed states write different snapshots")
+            "incremental and replayed states write different snapshots"
+        )

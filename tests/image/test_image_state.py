@@ -70,15 +70,38 @@ def operations(draw: st.DrawFn) -> list[bytes]:
     values: list[bytes] = []
     counter = 0
     for _ in range(draw(st.integers(0, 30))):
-        kind = draw(st.sampled_from(["register", "fence", "unfence", "unregister", "create", "expand", "change",
-                                     "partition", "remove", "config", "feature", "noop", "junk"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "register",
+                    "fence",
+                    "unfence",
+                    "unregister",
+                    "create",
+                    "expand",
+                    "change",
+                    "partition",
+                    "remove",
+                    "config",
+                    "feature",
+                    "noop",
+                    "junk",
+                ]
+            )
+        )
         broker = draw(st.sampled_from(BROKERS))
         epoch = draw(st.integers(1, 3))
         topic_id = draw(st.sampled_from(TOPIC_IDS))
         replicas = draw(st.lists(st.sampled_from(BROKERS), min_size=1, max_size=3, unique=True))
         if kind == "register":
-            values.append(register(broker, epoch, fenced=draw(st.booleans()),
-                                   listeners=draw(st.sampled_from([("PLAINTEXT",), ("PLAINTEXT", "INTERNAL"), ()]))))
+            values.append(
+                register(
+                    broker,
+                    epoch,
+                    fenced=draw(st.booleans()),
+                    listeners=draw(st.sampled_from([("PLAINTEXT",), ("PLAINTEXT", "INTERNAL"), ()])),
+                )
+            )
         elif kind == "fence":
             values.append(fence(broker, epoch))
         elif kind == "unfence":
@@ -107,11 +130,20 @@ def operations(draw: st.DrawFn) -> list[bytes]:
             values.append(partition(topic_id, draw(st.integers(0, 3)), replicas, partition_epoch=epoch))
         elif kind == "remove":
             counter += 1
-            values.append(remove_topic(draw(st.sampled_from([*TOPIC_IDS, ZERO_UUID])),
-                                       draw(st.sampled_from([counter, counter, -1]))))
+            values.append(
+                remove_topic(
+                    draw(st.sampled_from([*TOPIC_IDS, ZERO_UUID])), draw(st.sampled_from([counter, counter, -1]))
+                )
+            )
         elif kind == "config":
-            values.append(config(draw(st.sampled_from([2, 4])), draw(st.sampled_from([*NAMES, "1"])),
-                                 draw(st.sampled_from(["x", "y"])), draw(st.sampled_from([None, "1", "2"]))))
+            values.append(
+                config(
+                    draw(st.sampled_from([2, 4])),
+                    draw(st.sampled_from([*NAMES, "1"])),
+                    draw(st.sampled_from(["x", "y"])),
+                    draw(st.sampled_from([None, "1", "2"])),
+                )
+            )
         elif kind == "feature":
             name = draw(st.sampled_from(["metadata.version", "kraft.version"]))
             values.append(feature(name, draw(st.integers(0, 2))))
@@ -122,7 +154,7 @@ def operations(draw: st.DrawFn) -> list[bytes]:
     return values
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(operations(), st.data())
 def test_a_snapshot_plus_the_rest_of_the_log_is_the_whole_log(values: list[bytes], data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(values)))
@@ -146,7 +178,7 @@ def test_a_snapshot_plus_the_rest_of_the_log_is_the_whole_log(values: list[bytes
     assert len(loaded) == len(list(everything.snapshot_values()))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(operations())
 def test_the_topic_epoch_counter_never_goes_back(values: list[bytes]) -> None:
     state = ImageState()
@@ -166,15 +198,31 @@ def test_the_topic_epoch_counter_never_goes_back(values: list[bytes]) -> None:
 
 
 def test_a_snapshot_describes_each_entity_in_one_record() -> None:
-    values = [feature("metadata.version", 21), *BROKERS_UP, fence(2), unfence(2), topic(T1, "a", 1),
-              partition(T1, 0, [1, 2]), partition(T1, 1, [2, 3]), change(T1, 0, leader=2), change(T1, 0, isr=[2]),
-              topic(T1, "a", 2), partition(T1, 2, [3, 1]), config(2, "a", "retention.ms", "1"),
-              config(2, "a", "retention.ms", "2"), config(4, "1", "x", "y")]
+    values = [
+        feature("metadata.version", 21),
+        *BROKERS_UP,
+        fence(2),
+        unfence(2),
+        topic(T1, "a", 1),
+        partition(T1, 0, [1, 2]),
+        partition(T1, 1, [2, 3]),
+        change(T1, 0, leader=2),
+        change(T1, 0, isr=[2]),
+        topic(T1, "a", 2),
+        partition(T1, 2, [3, 1]),
+        config(2, "a", "retention.ms", "1"),
+        config(2, "a", "retention.ms", "2"),
+        config(4, "1", "x", "y"),
+    ]
     state = state_of(values)
     snapshot = list(state.snapshot_values())
-    assert types_of(snapshot) == {MetadataRecordType.FEATURE_LEVEL: 1, MetadataRecordType.REGISTER_BROKER: 3,
-                                  MetadataRecordType.TOPIC: 1, MetadataRecordType.PARTITION: 3,
-                                  MetadataRecordType.CONFIG: 2}
+    assert types_of(snapshot) == {
+        MetadataRecordType.FEATURE_LEVEL: 1,
+        MetadataRecordType.REGISTER_BROKER: 3,
+        MetadataRecordType.TOPIC: 1,
+        MetadataRecordType.PARTITION: 3,
+        MetadataRecordType.CONFIG: 2,
+    }
     assert len(state) == len(snapshot) == 10
     assert metadata_record_key(snapshot[0]).record_type is MetadataRecordType.FEATURE_LEVEL, "features first"
     assert decode_metadata_record(snapshot[4]).topic_epoch == 2, "the topic's current epoch"
@@ -202,18 +250,36 @@ def test_snapshot_values_hold_the_image_of_their_time() -> None:
 
 
 def test_the_compiled_encoder_writes_what_encode_metadata_record_writes() -> None:
-    state = state_of([*BROKERS_UP, topic(T1, "ä-topic", 7), partition(T1, 0, [1, 2, 3], isr=[1], leader_epoch=3),
-                      change(T1, 0, leader_recovery_state=1, removing_replicas=[3], adding_replicas=[4]),
-                      topic(T2, "b"), partition(T2, 5, [2], leader=-1)])
+    state = state_of(
+        [
+            *BROKERS_UP,
+            topic(T1, "ä-topic", 7),
+            partition(T1, 0, [1, 2, 3], isr=[1], leader_epoch=3),
+            change(T1, 0, leader_recovery_state=1, removing_replicas=[3], adding_replicas=[4]),
+            topic(T2, "b"),
+            partition(T2, 5, [2], leader=-1),
+        ]
+    )
     for item in state.image.topics.values():
-        assert topic_record(item) == encode_metadata_record(mr.TopicRecord(
-            version=0, name=item.name, topic_id=item.topic_id, topic_epoch=item.topic_epoch))
+        assert topic_record(item) == encode_metadata_record(
+            mr.TopicRecord(version=0, name=item.name, topic_id=item.topic_id, topic_epoch=item.topic_epoch)
+        )
         for p in item.partitions:
-            assert partition_record(item, p) == encode_metadata_record(mr.PartitionRecord(
-                version=0, partition_id=p.partition, topic_id=item.topic_id, replicas=list(p.replicas),
-                isr=list(p.isr), removing_replicas=list(p.removing_replicas), adding_replicas=list(p.adding_replicas),
-                leader=p.leader, leader_recovery_state=p.leader_recovery_state, leader_epoch=p.leader_epoch,
-                partition_epoch=p.partition_epoch))
+            assert partition_record(item, p) == encode_metadata_record(
+                mr.PartitionRecord(
+                    version=0,
+                    partition_id=p.partition,
+                    topic_id=item.topic_id,
+                    replicas=list(p.replicas),
+                    isr=list(p.isr),
+                    removing_replicas=list(p.removing_replicas),
+                    adding_replicas=list(p.adding_replicas),
+                    leader=p.leader,
+                    leader_recovery_state=p.leader_recovery_state,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
+                )
+            )
 
 
 def test_values_that_are_not_metadata_records_are_skipped_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -225,7 +291,8 @@ def test_values_that_are_not_metadata_records_are_skipped_and_logged_once(caplog
     loaded = ImageState()
     loaded.load([register(1), b"junk"])
     assert loaded.skipped_records == 1 and loaded.image == state_of([register(1)]).image.__class__(
-        **{**vars_of(state.image), "offset": -1})
+        **{**vars_of(state.image), "offset": -1}
+    )
 
 
 def vars_of(image) -> dict:
@@ -269,25 +336,34 @@ def loaded(values: list[bytes]) -> ImageState:
 def test_new_records_do_not_count() -> None:
     state = loaded([register(1), topic(T1, "a", 1)])
     assert (state.records_in_snapshot, state.changed_records) == (2, 0)
-    for offset, value in enumerate([register(2), topic(T2, "b", 2), partition(T2, 0, [1]), config(2, "b", "x", "1"),
-                                    b"raw", encode_metadata_record(mr.NoOpRecord(version=0))]):
+    for offset, value in enumerate(
+        [
+            register(2),
+            topic(T2, "b", 2),
+            partition(T2, 0, [1]),
+            config(2, "b", "x", "1"),
+            b"raw",
+            encode_metadata_record(mr.NoOpRecord(version=0)),
+        ]
+    ):
         state.apply(offset, value)
     assert (state.records_in_snapshot, state.changed_records) == (2, 0)
 
 
 def test_modified_and_deleted_snapshot_records_count_once_each() -> None:
-    state = loaded([register(1), register(2), topic(T1, "a", 1), partition(T1, 0, [1]), config(2, "a", "x", "1"),
-                    feature("f", 1)])
+    state = loaded(
+        [register(1), register(2), topic(T1, "a", 1), partition(T1, 0, [1]), config(2, "a", "x", "1"), feature("f", 1)]
+    )
     state.apply(0, unfence(1))
-    state.apply(1, fence(1))                              # the same record again: counted once
+    state.apply(1, fence(1))  # the same record again: counted once
     assert state.changed_records == 1
     state.apply(2, unregister(2))
     assert state.changed_records == 2
     state.apply(3, change(T1, 0, leader=1))
     state.apply(4, change(T1, 0, isr=[]))
     assert state.changed_records == 3
-    state.apply(5, config(2, "a", "x", "2"))             # replaced
-    state.apply(6, feature("f", 1))                      # changes nothing
+    state.apply(5, config(2, "a", "x", "2"))  # replaced
+    state.apply(6, feature("f", 1))  # changes nothing
     assert state.changed_records == 4
     state.apply(7, unregister(7))
     state.apply(8, fence(1, epoch=9))
@@ -302,11 +378,11 @@ def test_records_added_since_the_snapshot_count_once_changed_as_the_kip_says() -
     state.apply(0, topic(T2, "b", 1))
     state.apply(1, partition(T2, 0, [1]))
     assert state.changed_records == 0
-    state.apply(2, remove_topic(T2, 2))                   # the topic and its partition
+    state.apply(2, remove_topic(T2, 2))  # the topic and its partition
     assert state.changed_records == 2
-    state.apply(3, partition(T2, 0, [1]))                 # no such topic any more: ignored
+    state.apply(3, partition(T2, 0, [1]))  # no such topic any more: ignored
     state.apply(4, config(2, "b", "x", "1"))
-    state.apply(5, config(2, "b", "x", "2"))              # the config added at offset 4 is replaced
+    state.apply(5, config(2, "b", "x", "2"))  # the config added at offset 4 is replaced
     assert (state.records_in_snapshot, state.changed_records) == (1, 3)
 
 
@@ -325,12 +401,25 @@ def test_mark_snapshot_restarts_the_counts() -> None:
 
 
 def test_the_replayer_drives_an_image_state_through_a_snapshot(tmp_path: Path) -> None:
-    values = [*BROKERS_UP, topic(T1, "a", 1), partition(T1, 0, [1, 2]), b"not a record", change(T1, 0, leader=2),
-              fence(1), topic(T2, "b", 2), partition(T2, 0, [3]), remove_topic(T1, 3), config(4, "1", "x", "y")]
+    values = [
+        *BROKERS_UP,
+        topic(T1, "a", 1),
+        partition(T1, 0, [1, 2]),
+        b"not a record",
+        change(T1, 0, leader=2),
+        fence(1),
+        topic(T2, "b", 2),
+        partition(T2, 0, [3]),
+        remove_topic(T1, 3),
+        config(4, "1", "x", "y"),
+    ]
     log = Log(tmp_path)
     for offset, value in enumerate(values):
-        log.append(build_batch([Record(offset, 1_763_700_000_000, None, value, [])], base_offset=offset,
-                               partition_leader_epoch=1))
+        log.append(
+            build_batch(
+                [Record(offset, 1_763_700_000_000, None, value, [])], base_offset=offset, partition_leader_epoch=1
+            )
+        )
     log.flush()
     policy = SnapshotPolicy(1.0, 1 << 62)
     with log:

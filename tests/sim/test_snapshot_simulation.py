@@ -4,6 +4,7 @@ middle of fetching and of writing a snapshot, and snapshot data damaged in fligh
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -26,17 +27,26 @@ def traced(seed: int, scenario: str, voters: int = 3, observers: int = 1) -> tup
     return lines, stats
 
 
+@functools.cache
+def crash_run(seed: int) -> tuple[tuple[str, ...], object]:
+    """One traced "snapshot-crash" run of `seed`, shared by the tests that read it (a seed replays
+    exactly: test_a_snapshot_seed_replays_exactly runs one twice, uncached)."""
+    lines, stats = traced(seed, "snapshot-crash")
+    return tuple(lines), stats
+
+
 def test_a_replica_down_while_the_log_start_passed_it_comes_back_by_fetch_snapshot() -> None:
     for seed in range(8):
         lines, stats = traced(seed, "snapshot")
         [outage] = [line for line in lines if "long outage of" in line]
         victims = [int(v) for v in re.findall(r"\d+", outage.split("long outage of")[1])]
         assert len(victims) == 2  # a voter and the observer
-        after = lines[lines.index(outage):]
+        after = lines[lines.index(outage) :]
         for victim in victims:
             # Told by the leader to fetch a snapshot, it did, and loaded it.
-            assert any(re.search(rf" n{victim} <- \d+ FetchResponse\(.*snapshot_id=OffsetAndEpoch", line)
-                       for line in after), (seed, victim)
+            assert any(
+                re.search(rf" n{victim} <- \d+ FetchResponse\(.*snapshot_id=OffsetAndEpoch", line) for line in after
+            ), (seed, victim)
             assert any(f" n{victim}   -> InstallSnapshot(" in line for line in after), (seed, victim)
         assert stats.snapshots_taken > 0 and stats.log_start_advances > 0 and stats.snapshots_installed >= 2
 
@@ -44,7 +54,7 @@ def test_a_replica_down_while_the_log_start_passed_it_comes_back_by_fetch_snapsh
 def test_kill_9_while_fetching_or_writing_a_snapshot_leaves_a_part_that_start_up_removes() -> None:
     fetch_crashes = write_crashes = 0
     for seed in range(10):
-        lines, stats = traced(seed, "snapshot-crash")
+        lines, stats = crash_run(seed)
         # Every node killed with a .part open removed it at its next start and loaded a complete
         # snapshot or none (the simulator fails the run otherwise).
         assert stats.partial_snapshots_cleaned >= stats.fetch_crashes + stats.write_crashes
@@ -52,7 +62,7 @@ def test_kill_9_while_fetching_or_writing_a_snapshot_leaves_a_part_that_start_up
             killed = re.search(r"killing node (\d+) in the middle of", line)
             if killed:
                 node = killed.group(1)
-                rest = lines[lines.index(line):]
+                rest = lines[lines.index(line) :]
                 start = next(i for i, later in enumerate(rest) if f" n{node} start, incarnation" in later)
                 assert f" n{node} start-up removed unfinished snapshot(s)" in rest[start - 1], rest[start - 1]
         fetch_crashes += stats.fetch_crashes
@@ -63,20 +73,23 @@ def test_kill_9_while_fetching_or_writing_a_snapshot_leaves_a_part_that_start_up
 def test_a_snapshot_damaged_in_flight_is_refused_with_its_path_and_byte_and_fetched_again() -> None:
     refused = 0
     for seed in range(10):
-        lines, stats = traced(seed, "snapshot-crash")
+        lines, stats = crash_run(seed)
         refused += stats.corrupt_snapshots_refused
         for index, line in enumerate(lines):
-            found = re.search(r" n(\d+) snapshot fetched (OffsetAndEpoch\(.*?\)) refused: <sim>/n\1/\d{20}-\d{10}"
-                              r"\.checkpoint\.part at byte \d+: ", line)
+            found = re.search(
+                r" n(\d+) snapshot fetched (OffsetAndEpoch\(.*?\)) refused: <sim>/n\1/\d{20}-\d{10}"
+                r"\.checkpoint\.part at byte \d+: ",
+                line,
+            )
             if found is None:
                 continue
             node, snapshot = found.groups()
             # Never installed from the damaged file: an install of that id comes after a clean fetch.
-            rest = lines[index + 1:]
+            rest = lines[index + 1 :]
             install = f" n{node}   -> InstallSnapshot(snapshot_id={snapshot})"
             installs = [i for i, later in enumerate(rest) if later.endswith(install)]
             if installs:
-                assert any(later.endswith(f" n{node} snapshot fetched {snapshot}") for later in rest[:installs[0]])
+                assert any(later.endswith(f" n{node} snapshot fetched {snapshot}") for later in rest[: installs[0]])
     assert refused > 0
 
 
@@ -92,8 +105,11 @@ def test_a_snapshot_seed_replays_exactly() -> None:
 
 def test_start_up_that_keeps_a_part_file_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SnapshotDirectory, "clean_partial", lambda self: [])
-    with pytest.raises(SimulationFailure, match=r"start-up left unfinished snapshot files \['\d{20}-\d{10}"
-                                                r"\.checkpoint\.part'\]"):
+    with pytest.raises(
+        SimulationFailure,
+        match=r"start-up left unfinished snapshot files \['\d{20}-\d{10}"
+        r"\.checkpoint\.part'\]",
+    ):
         for seed in range(10):
             run_seed(seed, 3, 0, "snapshot-crash")
 

@@ -76,7 +76,7 @@ def check_topic(frame: bytes) -> None:
     assert fields == (record.name, record.topic_id or mr.ZERO_UUID, record.topic_epoch)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=SLOW)
+@settings(max_examples=100, deadline=None, suppress_health_check=SLOW)
 @given(data=st.data())
 def test_specialised_encoders_write_what_the_engine_writes(data: st.DataObject) -> None:
     partition = data.draw(message_values(mr.PartitionRecord, 0))
@@ -108,13 +108,16 @@ def test_plain_forms() -> None:
     topic = encode_metadata_record(mr.TopicRecord(version=0, name="foo", topic_id=U1, topic_epoch=9))
     assert decode_plain_topic_v0(topic) == ("foo", U1, 9)
     assert decode_plain_topic_v0(encode_metadata_record(mr.TopicRecord(version=0, name="foo", topic_id=U1))) == (
-        "foo", U1, -1)
+        "foo",
+        U1,
+        -1,
+    )
     assert decode_plain_topic_v0(topic[:-1]) is None
     assert decode_plain_topic_v0(TOPIC_HEAD + b"\x02\xff" + U1.bytes + b"\x00") is None, "not UTF-8: the engine says"
     assert uuid_from_bytes(U1.bytes) == U1 and hash(uuid_from_bytes(U1.bytes)) == hash(U1)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=SLOW)
+@settings(max_examples=125, deadline=None, suppress_health_check=SLOW)
 @given(data=st.data())
 def test_damaged_frames_are_read_as_the_engine_reads_them(data: st.DataObject) -> None:
     """Whatever the specialised decoders accept, the engine accepts with the same fields; the rest
@@ -125,7 +128,7 @@ def test_damaged_frames_are_read_as_the_engine_reads_them(data: st.DataObject) -
     check_topic(mutated(data, topic))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(payload=st.binary(max_size=80))
 def test_garbage_behind_a_header(payload: bytes) -> None:
     check_partition(PARTITION_HEAD + payload)
@@ -152,7 +155,7 @@ def outcome(read: object) -> object:
         return (exc.reason, exc.position)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=SLOW)
+@settings(max_examples=75, deadline=None, suppress_health_check=SLOW)
 @given(records=RECORDS)
 def test_values_are_the_records_values(records: list) -> None:  # type: ignore[type-arg]
     batch = RecordBatch(batch_of(records), 40)
@@ -160,7 +163,7 @@ def test_values_are_the_records_values(records: list) -> None:  # type: ignore[t
     assert batch.values() == [value for _, value, _, _ in records]
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=SLOW)
+@settings(max_examples=125, deadline=None, suppress_health_check=SLOW)
 @given(records=RECORDS.filter(bool), data=st.data())
 def test_damaged_batches_give_records_faults(records: list, data: st.DataObject) -> None:  # type: ignore[type-arg]
     """Bytes changed in the records (the CRC is not what is tested here): values() returns what
@@ -178,9 +181,13 @@ def test_damaged_batches_give_records_faults(records: list, data: st.DataObject)
     assert outcome(values) == outcome(from_records)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=SLOW)
-@given(values=st.lists(st.binary(max_size=70) | st.binary(min_size=8190, max_size=8200), max_size=40),
-       count=st.sampled_from([0, 1, 9_000]), base=st.integers(0, 2**40), compression=st.sampled_from([0, 1]))
+@settings(max_examples=50, deadline=None, suppress_health_check=SLOW)
+@given(
+    values=st.lists(st.binary(max_size=70) | st.binary(min_size=8190, max_size=8200), max_size=40),
+    count=st.sampled_from([0, 1, 9_000]),
+    base=st.integers(0, 2**40),
+    compression=st.sampled_from([0, 1]),
+)
 def test_values_batches_are_build_batchs(values: list[bytes], count: int, base: int, compression: int) -> None:
     """A snapshot writer's batch (values only) is byte for byte `build_batch`'s, past the varint
     tables too (lengths of 8,192 and more, offset deltas of 9,000 and more)."""

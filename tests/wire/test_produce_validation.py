@@ -34,7 +34,7 @@ from quorum.wire.records import (
 )
 
 T0 = 1_763_700_000_000
-DIFFERENTIAL = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DIFFERENTIAL = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 payloads = st.none() | st.binary(max_size=200)
 # Keys that are not UTF-8 are drawn as bytes and smuggled in through the body mutations below;
