@@ -172,5 +172,9 @@ def cluster_session(cluster: Standalone, app: str, log_level: str = "ERROR"):
             "spark.executor.memory": "512m",
             "spark.cores.max": str(cluster.workers),
             "spark.executorEnv.PYTHONPATH": str(REPO),
+            # what only makes a test wait: Python tasks have no preferred executor, so no locality wait;
+            # an idle query reports its progress (numInputRows 0) each second, not each 10 s
+            "spark.locality.wait": "0",
+            "spark.sql.streaming.noDataProgressEventInterval": "1000",
         },
     )

@@ -1,34 +1,46 @@
-"""The `kafka_epochs` sink and the Kafka-to-Kafka pipeline with real processes: one Kafka cluster (one
-controller, three brokers, broker 103 answering Metadata 2 s old, as in test_spark_processes) and, for
-the pipeline, a Spark standalone cluster (a master and two one-core workers started with pyspark's
-own launcher), both for the module.
+"""The `kafka_epochs` sink, the Kafka-to-Kafka pipeline and the source's offsets-by-time, split tasks and
+lag metrics with real processes: one Kafka cluster (one controller, three brokers, broker 103 answering
+Metadata 2 s old, as in test_spark_processes) and one Spark standalone cluster (a master and two one-core
+workers started with pyspark's own launcher) with one SparkSession on it, for the module; the Spark
+cluster starts in a thread while the Kafka cluster starts.
 
 - a task's write run again after a first attempt wrote part of it (what a task retry, a lost executor
   or a restarted query does) leaves each record once on the target, without Spark;
 - the pipeline (examples.spark_mirror) copies a 4-partition topic while a source leader and a target
   leader are killed with kill -9, an executor is killed with kill -9 in the middle of a batch, and the
   query is stopped in the middle of a batch and started again from its checkpoint: the target holds
-  every source record exactly once.
-"""
+  every source record exactly once;
+- a source query with startingOffsetsByTimestamp, minPartitions=8 and maxOffsetsPerTrigger reads exactly
+  the expected rows in capped batches of 8 tasks, and every progress report carries the lag metrics."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from client_epochs.spark.sink import write_task
 from client_epochs.spark.sink_options import check_columns, parse_sink_options
 from client_epochs.spark.stamps import TaskOrigin, origin_of
 from examples.spark_mirror import start_mirror
-from tests.client_epochs.spark_standalone import Standalone, cluster_session, standalone_cluster
-from tests.client_epochs.test_spark_processes import SETTINGS, STALE_BROKER, Cluster, running_cluster, wait_for_query
+from tests.client_epochs.spark_standalone import Standalone, cluster_session
+from tests.client_epochs.test_spark_processes import (
+    SETTINGS,
+    STALE_BROKER,
+    Cluster,
+    running_cluster,
+    stream,
+    wait_for_query,
+)
 from tests.test_broker_processes import QUIET
 from tests.test_controller_processes import wait_until
 
@@ -40,14 +52,43 @@ RERUN_LINE = re.compile(r"task \d+ of query \S+ batch \d+: (\d+) records of an e
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
+def spark_starting(tmp_path_factory) -> Iterator[tuple[Standalone, Future]]:
+    """The Spark standalone cluster, started in a thread while the Kafka cluster starts (each start
+    waits on its own deadlines); stopped by pid at the end of the module."""
+    standalone = Standalone(tmp_path_factory.mktemp("pipeline-spark"), workers=2)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-start")
+    future = pool.submit(standalone.start)
+    try:
+        yield standalone, future
+    finally:
+        try:
+            future.exception()  # waits for the start to end, bounded by its own deadlines
+        finally:
+            standalone.stop()
+            pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, spark_starting) -> Iterator[Cluster]:
     yield from running_cluster(tmp_path_factory.mktemp("pipeline-kafka"), SETTINGS)
 
 
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory) -> Iterator[Standalone]:
-    with standalone_cluster(tmp_path_factory.mktemp("pipeline-spark")) as running:
-        yield running
+def spark_cluster(spark_starting) -> Standalone:
+    standalone, future = spark_starting
+    future.result()
+    return standalone
+
+
+@pytest.fixture(scope="module")
+def spark(spark_cluster):
+    """The module's one SparkSession, on the standalone cluster (created in this thread: a session
+    created in another one does not find the registered kafka_epochs as a streaming sink)."""
+    session = cluster_session(spark_cluster, "pipeline-test")
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> list:
@@ -121,16 +162,20 @@ def committed_rows(*queries) -> int:
 
 
 def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_and_a_restart(
-    cluster, spark_cluster, tmp_path
+    cluster, spark_cluster, spark, tmp_path
 ):
     source, target = "pipeline-in", "pipeline-out"
     cluster.topic(source, 4, leaders=(101, 102, 101, 102))  # leaders the test may kill: not the stale broker
     cluster.topic(target, 4, leaders=(102, 101, 102, 101))
-    sent = [f"m-{n}" for n in range(4000)]
+    sent = [f"m-{n}" for n in range(2000)]
     cluster.produce(source, sent, 4)
     checkpoint = str(tmp_path / "checkpoint")
-    spark = cluster_session(spark_cluster, "pipeline-test")
+    started = time.monotonic()
     events: list[str] = []
+
+    def event(what: str) -> None:
+        """What happened, and when (s since the query's first start): the failure message's timeline."""
+        events.append(f"{time.monotonic() - started:.0f}s {what}")
 
     def mirror():
         return start_mirror(
@@ -143,17 +188,18 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             max_offsets_per_trigger=1000,
         )
 
+    first = mirror()
     try:
-        first = mirror()
         wait_for_query(first, "a batch writing to the target", lambda: mid_batch(first, cluster, 0, target), 240)
         executor = spark_cluster.executors()[0]
         spark_cluster.kill_executor(executor)
-        events.append(f"executor {executor} killed mid-batch")
+        event(f"executor {executor} killed mid-batch")
         done = len(first.recentProgress)
         wait_for_query(first, "a batch after the executor kill", lambda: len(first.recentProgress) > done, 240)
-        events.append(f"source leader {cluster.kill_leader(source, 0)} killed and restarted")
-        events.append(f"target leader {cluster.kill_leader(target, 1)} killed and restarted")
-        more = [f"m-{n}" for n in range(4000, 6000)]  # the first 4,000 may all be copied by now
+        event("a batch done after the executor kill")
+        event(f"source leader {cluster.kill_leader(source, 0)} killed and restarted")
+        event(f"target leader {cluster.kill_leader(target, 1)} killed and restarted")
+        more = [f"m-{n}" for n in range(2000, 3000)]  # the first 2,000 may all be copied by now
         cluster.produce(source, more, 4)
         sent += more
         wait_for_query(
@@ -162,32 +208,33 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             lambda: mid_batch(first, cluster, committed_rows(first), target),
             240,
         )
-        first.stop()
-        assert first.exception() is None
-        events.append(
-            f"query stopped after {len(first.recentProgress)} batches, planned "
-            f"{len(list((Path(checkpoint) / 'offsets').glob('[0-9]*')))}, committed "
-            f"{len(list((Path(checkpoint) / 'commits').glob('[0-9]*')))}"
-        )
-        second = mirror()
-        try:
-            wait_for_query(
-                second,
-                "the target holds as many records as the source",
-                lambda: total(cluster.bootstrap, target, 4) >= len(sent),
-                300,
-            )
-            wait_for_query(
-                second,
-                "a batch with nothing left to copy",
-                lambda: second.lastProgress is not None and second.lastProgress["numInputRows"] == 0,
-                120,
-            )
-        finally:
-            second.stop()
-        assert second.exception() is None
     finally:
-        spark.stop()
+        first.stop()
+    assert first.exception() is None
+    event(
+        f"query stopped after {len(first.recentProgress)} batches, planned "
+        f"{len(list((Path(checkpoint) / 'offsets').glob('[0-9]*')))}, committed "
+        f"{len(list((Path(checkpoint) / 'commits').glob('[0-9]*')))}"
+    )
+    second = mirror()
+    try:
+        wait_for_query(
+            second,
+            "the target holds as many records as the source",
+            lambda: total(cluster.bootstrap, target, 4) >= len(sent),
+            300,
+        )
+        event("the target holds as many records as the source")
+        wait_for_query(
+            second,
+            "a batch with nothing left to copy",
+            lambda: second.lastProgress is not None and second.lastProgress["numInputRows"] == 0,
+            120,
+        )
+        event(f"the restarted query is idle after {len(second.recentProgress)} progress reports")
+    finally:
+        second.stop()
+    assert second.exception() is None
     records = read_all(cluster.bootstrap, target, 4)
     copies = Counter(value.decode() for _, _, value, _ in records)
     twice = sorted(v for v, n in copies.items() if n > 1)
@@ -199,3 +246,84 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
     print(f"pipeline events: {events}; re-run tasks that found their records on the target: {skipped}")
     assert skipped and sum(skipped) > 0, f"no re-run found records of its first attempt on the target: {events}"
     assert STALE_BROKER in cluster.running.alive()
+
+
+def run_available_now(writer, timeout_s: float = 180):
+    """Start `writer` with Trigger.AvailableNow and wait (at most `timeout_s`) for it to read all there was:
+    the finished query, which failed nothing; at the deadline it is stopped and the test fails saying so."""
+    query = writer.trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(timeout_s), (
+            f"the AvailableNow query did not finish in {timeout_s} s: {query.status}"
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_offsets_by_time_split_tasks_capped_batches_and_lag_metrics(spark, cluster):
+    """On the standalone cluster's two executors: startingOffsetsByTimestamp (ListOffsets with timestamps
+    at the current leaders) picks the first record at or after the time in each partition;
+    maxOffsetsPerTrigger caps each batch; minPartitions=8 cuts each batch's two partition ranges into 8
+    tasks that still read every row once; each progress report carries Spark's
+    min/max/avgOffsetsBehindLatest. A batch read by startingTimestamp/endingTimestamp with
+    maxRecordsPerPartition returns exactly the records of that time window. minOffsetsPerTrigger does not
+    hold an AvailableNow query back."""
+    topic, first = "bytime", int(time.time() * 1000) - 300_000
+    cluster.topic(topic, 2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    for n in range(200):  # record n at first + n seconds, in partition n % 2 at offset n // 2
+        producer.produce(topic, f"t-{n}".encode(), partition=n % 2, timestamp=first + n * 1000)
+    assert producer.flush(60) == 0
+    by_time = json.dumps({topic: {"0": first + 50_000, "1": first + 50_000}})
+    batches: list[tuple[int, int, list[tuple[int, int]]]] = []
+
+    def keep(frame, batch_id: int) -> None:
+        rows = [(r.partition, r.offset) for r in frame.select("partition", "offset").collect()]
+        batches.append((batch_id, frame.rdd.getNumPartitions(), rows))
+
+    query = run_available_now(
+        stream(
+            spark, cluster, topic, startingOffsetsByTimestamp=by_time, minPartitions="8", maxOffsetsPerTrigger="60"
+        ).writeStream.foreachBatch(keep)
+    )
+    got = sorted(row for _, _, rows in batches for row in rows)
+    assert got == sorted((n % 2, n // 2) for n in range(50, 200))  # records at or after the time, each once
+    assert all(len(rows) <= 60 for _, _, rows in batches) and len([b for b in batches if b[2]]) >= 3
+    assert max(tasks for _, tasks, _ in batches) == 8, [(b, t, len(r)) for b, t, r in batches]
+    reports = [
+        json.loads(p["sources"][0]["latestOffset"])
+        if isinstance(p["sources"][0]["latestOffset"], str)
+        else p["sources"][0]["latestOffset"]
+        for p in query.recentProgress
+        if p["numInputRows"] > 0
+    ]
+    lag = [report["metrics"] for report in reports]
+    assert lag[0] == {
+        "minOffsetsBehindLatest": "45",
+        "maxOffsetsBehindLatest": "45",
+        "avgOffsetsBehindLatest": "45.0",
+    }, lag  # 75 records per partition, 30 read of each
+    assert lag[-1]["maxOffsetsBehindLatest"] == "0" and all(set(m) == set(lag[0]) for m in lag)
+    window = (
+        spark.read.format("kafka_epochs")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", topic)
+        .option("startingTimestamp", str(first + 20_000))
+        .option("endingTimestamp", str(first + 30_000))
+        .option("maxRecordsPerPartition", "2")
+        .load()
+    )
+    # minOffsetsPerTrigger alone: Spark takes the source's ReadMinRows limit, and an AvailableNow query is not
+    # held back by it (1000 records never come), it reads what there is
+    run_available_now(
+        stream(spark, cluster, topic, minOffsetsPerTrigger="1000", maxTriggerDelay="1h")
+        .writeStream.format("memory")
+        .queryName("bytime_paced")
+    )
+    assert spark.sql("select count(*) c from bytime_paced").collect()[0].c == 200
+    assert window.rdd.getNumPartitions() == 6  # 5 records per partition, at most 2 per task
+    assert sorted((r.partition, r.offset) for r in window.select("partition", "offset").collect()) == sorted(
+        (n % 2, n // 2) for n in range(20, 30)
+    )
