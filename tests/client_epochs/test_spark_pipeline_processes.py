@@ -1,8 +1,8 @@
 """The `kafka_epochs` sink, the Kafka-to-Kafka pipeline and the source's offsets-by-time, split tasks and
 lag metrics with real processes: one Kafka cluster (one controller, three brokers, broker 103 answering
 Metadata 2 s old, as in test_spark_processes) and one Spark standalone cluster (a master and two one-core
-workers started with pyspark's own launcher) with one SparkSession on it, for the module; the Spark
-cluster starts in a thread while the Kafka cluster starts.
+workers started with pyspark's own launcher) with one SparkSession on it, for the module; the Kafka
+cluster starts in a thread while the Spark cluster and its session start.
 
 - a task's write run again after a first attempt wrote part of it (what a task retry, a lost executor
   or a restarted query does) leaves each record once on the target, without Spark;
@@ -20,8 +20,9 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -32,7 +33,7 @@ from client_epochs.spark.sink import write_task
 from client_epochs.spark.sink_options import check_columns, parse_sink_options
 from client_epochs.spark.stamps import TaskOrigin, origin_of
 from examples.spark_mirror import start_mirror
-from tests.client_epochs.spark_standalone import Standalone, cluster_session
+from tests.client_epochs.spark_standalone import Standalone, cluster_session, standalone_cluster
 from tests.client_epochs.test_spark_processes import (
     SETTINGS,
     STALE_BROKER,
@@ -52,43 +53,43 @@ RERUN_LINE = re.compile(r"task \d+ of query \S+ batch \d+: (\d+) records of an e
 
 
 @pytest.fixture(scope="module")
-def spark_starting(tmp_path_factory) -> Iterator[tuple[Standalone, Future]]:
-    """The Spark standalone cluster, started in a thread while the Kafka cluster starts (each start
-    waits on its own deadlines); stopped by pid at the end of the module."""
-    standalone = Standalone(tmp_path_factory.mktemp("pipeline-spark"), workers=2)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-start")
-    future = pool.submit(standalone.start)
-    try:
-        yield standalone, future
-    finally:
+def clusters(tmp_path_factory) -> Iterator[tuple[Cluster, Standalone, Any]]:
+    """The Kafka cluster, started in a thread while this one starts the Spark standalone cluster, one
+    SparkSession on it and a first small job that starts the executors' Python workers; all of it
+    stopped at the end of the module, each start bounded by its own deadlines."""
+    kafka = running_cluster(tmp_path_factory.mktemp("pipeline-kafka"), SETTINGS)
+    with ThreadPoolExecutor(1, thread_name_prefix="kafka-start") as pool:
+        kafka_started = pool.submit(next, kafka)
         try:
-            future.exception()  # waits for the start to end, bounded by its own deadlines
+            with standalone_cluster(tmp_path_factory.mktemp("pipeline-spark")) as standalone:
+                session = cluster_session(standalone, "pipeline-test")
+                try:
+                    imported = session.sparkContext.parallelize(range(4), 4).map(
+                        lambda n: __import__("client_epochs.spark.sink") and n
+                    )
+                    assert imported.count() == 4
+                    yield kafka_started.result(), standalone, session
+                finally:
+                    session.stop()
         finally:
-            standalone.stop()
-            pool.shutdown()
+            if kafka_started.exception() is None:  # waits for the start to end
+                kafka.close()  # running_cluster's finally: the brokers and the controller stopped
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, spark_starting) -> Iterator[Cluster]:
-    yield from running_cluster(tmp_path_factory.mktemp("pipeline-kafka"), SETTINGS)
+def cluster(clusters) -> Cluster:
+    return clusters[0]
 
 
 @pytest.fixture(scope="module")
-def spark_cluster(spark_starting) -> Standalone:
-    standalone, future = spark_starting
-    future.result()
-    return standalone
+def spark_cluster(clusters) -> Standalone:
+    return clusters[1]
 
 
 @pytest.fixture(scope="module")
-def spark(spark_cluster):
-    """The module's one SparkSession, on the standalone cluster (created in this thread: a session
-    created in another one does not find the registered kafka_epochs as a streaming sink)."""
-    session = cluster_session(spark_cluster, "pipeline-test")
-    try:
-        yield session
-    finally:
-        session.stop()
+def spark(clusters):
+    """The module's one SparkSession, on the standalone cluster."""
+    return clusters[2]
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> list:
@@ -195,10 +196,16 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
         spark_cluster.kill_executor(executor)
         event(f"executor {executor} killed mid-batch")
         done = len(first.recentProgress)
-        wait_for_query(first, "a batch after the executor kill", lambda: len(first.recentProgress) > done, 240)
-        event("a batch done after the executor kill")
-        event(f"source leader {cluster.kill_leader(source, 0)} killed and restarted")
-        event(f"target leader {cluster.kill_leader(target, 1)} killed and restarted")
+        with ThreadPoolExecutor(1, thread_name_prefix="leader-kills") as pool:  # while the batch is retried
+
+            def kill_leaders() -> None:
+                event(f"source leader {cluster.kill_leader(source, 0)} killed and restarted")
+                event(f"target leader {cluster.kill_leader(target, 1)} killed and restarted")
+
+            killed = pool.submit(kill_leaders)
+            wait_for_query(first, "a batch after the executor kill", lambda: len(first.recentProgress) > done, 240)
+            event("a batch done after the executor kill")
+            killed.result(timeout=150)  # each kill_leader waits at most 60 s for a new leader
         more = [f"m-{n}" for n in range(2000, 3000)]  # the first 2,000 may all be copied by now
         cluster.produce(source, more, 4)
         sent += more
