@@ -22,6 +22,7 @@ DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 LONGEST_MODULES_FIRST = (
     "tests/client_epochs/test_spark_pipeline_processes.py",  # a Spark standalone cluster and a pipeline
     "tests/client_epochs/test_spark_processes.py",  # about 3 minutes (a Spark session, six streams)
+    "tests/client_epochs/test_spark_pipeline_processes.py",  # about 2.5 minutes (Spark standalone + Kafka)
     "tests/test_demo.py",  # about 2 minutes
     "tests/test_soak_slice.py",  # about a minute, one process tree of 9 nodes and 5 clients
     "tests/security/test_secured_cluster_processes.py",

@@ -20,6 +20,10 @@ import pyspark
 SPARK_HOME = Path(pyspark.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The JVM options of every process here (master, workers, driver, executors): a test's JVMs live for a
+minute or two and move little data, so the C1 compiler only (a faster start, no C2 compile threads) and
+one GC thread, on two cores shared by five JVMs, Kafka and the test."""
 
 
 def free_port() -> int:
@@ -43,6 +47,7 @@ class Standalone:
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOG_DIR": str(directory / "logs"),
             "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
         }
         self.workers = workers
 
@@ -168,9 +173,15 @@ def cluster_session(cluster: Standalone, app: str, log_level: str = "ERROR"):
             "spark.ui.enabled": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.extraJavaOptions": QUICK_JVM,
+            "spark.executor.extraJavaOptions": QUICK_JVM,
             "spark.executor.cores": "1",
             "spark.executor.memory": "512m",
             "spark.cores.max": str(cluster.workers),
             "spark.executorEnv.PYTHONPATH": str(REPO),
+            # what only makes a test wait: Python tasks have no preferred executor, so no locality wait;
+            # an idle query reports its progress (numInputRows 0) each second, not each 10 s
+            "spark.locality.wait": "0",
+            "spark.sql.streaming.noDataProgressEventInterval": "1000",
         },
     )
