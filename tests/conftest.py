@@ -20,7 +20,6 @@ settings.load_profile("suite")
 DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 
 LONGEST_MODULES_FIRST = (
-    "tests/client_epochs/test_spark_pipeline_processes.py",  # a Spark standalone cluster and a pipeline
     "tests/client_epochs/test_spark_processes.py",  # about 3 minutes (a Spark session, six streams)
     "tests/client_epochs/test_spark_pipeline_processes.py",  # about 2.5 minutes (Spark standalone + Kafka)
     "tests/test_demo.py",  # about 2 minutes
