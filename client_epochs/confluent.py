@@ -351,8 +351,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
 
         if self._partitions_watch is not None and self._subscribed:
             self._partitions_watch.check(self._subscribed, self._delivered or bool(assignment()))
-        if self._guard.watch_due():
-            watched = self._guard.watch(assignment())
+        if self._guard.watch_due():  # not partitions whose commits are unread: their floors will decide
+            watched = self._guard.watch([tp for tp in assignment() if tp not in self._pending])
             self._pause_keys(watched.held)
             self._reset(watched.recreated)
         if self._stopped:
@@ -494,9 +494,27 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         return partition.offset if partition.offset >= 0 else self._positions.get(tp, OFFSET_INVALID)
 
     def _reset(self, partitions: Iterable[TopicPartition]) -> None:
+        """Move recreated topics' partitions to the new topic's beginning or end (`on_topic_recreated`).
+        librdkafka refuses to seek a partition whose fetch has not started yet (just assigned, its
+        committed offset still being asked for) or that it stopped (_STATE): those are started again
+        there instead. Under KIP-848 that is the common case: the broker revokes a deleted topic's
+        partitions and assigns the new topic's, which the next metadata check finds recreated."""
         offset = OFFSET_BEGINNING if self._guard.policy == "earliest" else OFFSET_END
+        refused: dict[TopicPartition, int] = {}
         for tp in partitions:
-            super().seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
+            self._positions.pop(tp, None)
+            if tp in self._stopped:  # librdkafka stopped it: seeking would be refused
+                del self._stopped[tp]
+                refused[tp] = offset
+                continue
+            try:
+                super().seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._STATE:
+                    raise
+                refused[tp] = offset
+        if refused:
+            self._restart(refused)
 
     def _step(self, deadline: float | None) -> float:
         left = 3600.0 if deadline is None else max(0.0, deadline - time.monotonic())

@@ -12,6 +12,7 @@ import pytest
 from client_epochs.consumer_guard import EpochGuard
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.model import ClusterMetadata, PartitionMetadata, TopicPartition
+from client_epochs.offset_fetch import CommittedOffset
 from quorum.wire.internal_metadata import InternalMetadata, topic_id_text
 
 TP = TopicPartition("rc", 0)
@@ -106,3 +107,60 @@ def test_a_reset_policy_moves_commits_to_the_new_id():
     now(metadata, NEW, 11)
     assert epoch_guard.watch([TP], force=True).recreated == (TP,)
     assert epoch_guard.internal_metadata(TP) == InternalMetadata(11, 0, NEW)
+
+
+
+def wrapped_consumer() -> Any:
+    """The confluent wrapper (on_topic_recreated="earliest") on a bootstrap address where no broker listens,
+    so librdkafka never starts a partition's fetch (no committed offset read, no reset done): the state a
+    partition just assigned is in. It read topic "rc" under OLD; its metadata checks now answer NEW."""
+    from client_epochs.confluent import Consumer
+
+    config = {"bootstrap.servers": "127.0.0.1:1", "group.id": "rc-group", "log_level": 0}
+    consumer = Consumer(config, on_topic_recreated="earliest", no_partitions_warning_s=None)
+    metadata = FakeMetadata()
+    consumer._guard.metadata = metadata  # type: ignore[assignment]
+    consumer._guard.topic_ids["rc"] = OLD
+    now(metadata, NEW, 5)
+    return consumer
+
+
+def test_the_confluent_wrapper_restarts_a_recreated_partition_librdkafka_will_not_seek_yet():
+    """librdkafka refuses to seek a partition whose fetch has not started (_STATE). Under KIP-848 the broker
+    revokes a deleted topic's partitions and assigns the new topic's, and the wrapper's next metadata check
+    finds the topic recreated (another id than the one it read) while the partition is in that state: the
+    wrapper used to seek and raise librdkafka's _STATE error from poll (a member process died of it in
+    test_kip848_processes.py); it assigns the partition again at the new topic's beginning instead."""
+    import confluent_kafka
+
+    consumer = wrapped_consumer()
+    consumer._offsets.fetch = lambda group, partitions, timeout: {  # nothing committed, the wrapper reads
+        tp: CommittedOffset(-1, -1, None) for tp in partitions
+    }
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("rc", 0)])
+        assert consumer.poll(0.1) is None
+        assert [(p.topic, p.partition, p.offset) for p in consumer.assignment()] == [
+            ("rc", 0, confluent_kafka.OFFSET_BEGINNING)
+        ]
+        assert consumer.read_topic_id(TP) == NEW
+    finally:
+        consumer.close()
+
+
+def test_the_confluent_wrapper_leaves_a_partition_whose_commit_is_unread_to_the_commit():
+    """A partition assigned afresh whose committed offset the wrapper could not read yet (the coordinator
+    does not answer) is not judged by the ids the consumer saw before: its commit names the topic id it
+    was made under (another member may have committed on the new topic already), and that decides once
+    read. The wrapper used to reset it on the older id it remembered, and to die of librdkafka's _STATE."""
+    import confluent_kafka
+
+    consumer = wrapped_consumer()
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("rc", 0)])
+        assert consumer.poll(0.1) is None
+        assert consumer.waiting_for_committed == {TP}
+        assert [(p.topic, p.partition) for p in consumer.assignment()] == [("rc", 0)]
+        assert consumer.assignment()[0].offset != confluent_kafka.OFFSET_BEGINNING, "reset before the commit was read"
+    finally:
+        consumer.close()

@@ -1,14 +1,19 @@
 """A confluent-kafka consumer with `group.protocol=consumer`, run as its own process by the KIP-848
 process test so that it can be killed -9. It prints one JSON line per event (assign, revoke, lost,
-record, committed, commit_failed, error, closed) with the system-wide monotonic time, commits each
-record synchronously after printing it, and closes (leaving the group) on SIGTERM.
+record, committed, commit_failed, error, refusals, closed) with the system-wide monotonic time, commits
+each record synchronously after printing it, and closes (leaving the group) on SIGTERM.
 
-Usage: python kip848_member.py NAME BOOTSTRAP GROUP SUBSCRIPTION...
+With --wrapper the consumer is `client_epochs.confluent.Consumer` (KIP-232 commits and waits) reading a
+recreated topic from its beginning (`on_topic_recreated="earliest"`, the README's documented option), its
+metadata checked every 0.5 s; it prints its metadata client's count of refused stale answers as it grows.
+
+Usage: python kip848_member.py NAME BOOTSTRAP GROUP [--wrapper] SUBSCRIPTION...
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -16,6 +21,9 @@ import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from client_epochs import TopicRecreatedError
+from client_epochs.confluent import Consumer as EpochConsumer
 
 stopping = False
 DEBUG = {"debug": "cgrp", "log_level": 7} if os.environ.get("KIP848_MEMBER_DEBUG") else {"log_level": 0}
@@ -30,24 +38,30 @@ def partitions(parts: list[TopicPartition]) -> list[list[Any]]:
     return [[p.topic, p.partition] for p in parts]
 
 
-def main(name: str, bootstrap: str, group: str, subscription: list[str]) -> None:
+def main(name: str, bootstrap: str, group: str, subscription: list[str], wrapper: bool = False) -> None:
+    if os.environ.get("KIP848_MEMBER_DEBUG"):  # the wrapper's log too
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
     def stop(*_: object) -> None:
         global stopping
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "client.id": name,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "topic.metadata.refresh.interval.ms": 1000,
-            "reconnect.backoff.max.ms": 500,  # back within the test cluster's 6 s session after a broker restart
-            **DEBUG,
-        }
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "client.id": name,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "topic.metadata.refresh.interval.ms": 1000,
+        "reconnect.backoff.max.ms": 500,  # back within the test cluster's 6 s session after a broker restart
+        **DEBUG,
+    }
+    consumer = (
+        EpochConsumer(config, on_topic_recreated="earliest", metadata_check_interval_s=0.5)
+        if wrapper
+        else Consumer(config)
     )
     consumer.subscribe(
         subscription,
@@ -56,18 +70,27 @@ def main(name: str, bootstrap: str, group: str, subscription: list[str]) -> None
         on_lost=lambda c, parts: out(event="lost", partitions=partitions(parts)),
     )
     out(event="started")
+    refusals = 0
     while not stopping:
         message = consumer.poll(0.2)
+        if wrapper and consumer.metadata_client.refusals != refusals:
+            refusals = consumer.metadata_client.refusals
+            out(event="refusals", count=refusals)
         if message is None:
             continue
         if message.error():
             out(event="error", error=str(message.error()))
             continue
-        where = {"topic": message.topic(), "partition": message.partition(), "offset": message.offset()}
+        where = {
+            "topic": message.topic(),
+            "partition": message.partition(),
+            "offset": message.offset(),
+            "value": message.value().decode(),
+        }
         out(event="record", **where)
         try:
             consumer.commit(message=message, asynchronous=False)
-        except KafkaException as exc:
+        except (KafkaException, TopicRecreatedError) as exc:
             out(event="commit_failed", error=str(exc), **where)
         else:
             out(event="committed", **where)
@@ -76,4 +99,5 @@ def main(name: str, bootstrap: str, group: str, subscription: list[str]) -> None
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    wrapped = sys.argv[4:5] == ["--wrapper"]
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4 + wrapped :], wrapped)

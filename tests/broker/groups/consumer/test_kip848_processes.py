@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, Producer
 from confluent_kafka.admin import NewPartitions, NewTopic
 
+from quorum import reassign
 from quorum.broker.groups.config import partition_for
 from tests.broker.groups.group_cluster import BROKERS, GroupCluster, group_cluster
 from tests.test_broker_processes import QUIET
@@ -33,6 +34,8 @@ from tests.test_controller_processes import create, metadata, wait_until
 pytestmark = pytest.mark.timeout(300)
 
 MEMBER_SCRIPT = Path(__file__).with_name("kip848_member.py")
+ROOT = Path(__file__).resolve().parents[4]
+"""The project the member processes import (`client_epochs` from this checkout, not an installed copy)."""
 SETTINGS = {
     "offsets.topic.replication.factor": "3",
     "group.consumer.session.timeout.ms": "6000",
@@ -43,18 +46,21 @@ SETTINGS = {
 """A killed member's partitions move after 6 s instead of Kafka's 45 s; `__consumer_offsets` has a replica
 on every broker, so a killed coordinator's partition gets a new leader that loads the group."""
 TopicPartition = tuple[str, int]
+STALE = BROKERS[-1]
+"""The broker whose Metadata answers the wrapper's run freezes (the last in the members' bootstrap lists)."""
 
 
 class MemberProcess:
     """One consumer process and the events it printed."""
 
-    def __init__(self, name: str, bootstrap: str, group: str, subscription: list[str]) -> None:
+    def __init__(self, name: str, bootstrap: str, group: str, subscription: list[str], wrapper: bool = False) -> None:
         self.name = name
         self.events: list[dict[str, Any]] = []
         self.killed_at: float | None = None
         self._lock = threading.Lock()
         self.process = subprocess.Popen(
-            [sys.executable, str(MEMBER_SCRIPT), name, bootstrap, group, *subscription],
+            [sys.executable, str(MEMBER_SCRIPT), name, bootstrap, group, *(["--wrapper"] * wrapper), *subscription],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
             stdout=subprocess.PIPE,
             stderr=open(os.environ["KIP848_MEMBER_STDERR"] + "-" + name, "w")  # noqa: SIM115
             if "KIP848_MEMBER_STDERR" in os.environ
@@ -83,6 +89,10 @@ class MemberProcess:
             elif event["event"] in ("revoke", "lost"):
                 owned -= parts
         return owned
+
+    def refusals(self) -> int:
+        """Stale Metadata answers the wrapped member's metadata client refused so far."""
+        return max((e["count"] for e in self.snapshot() if e["event"] == "refusals"), default=0)
 
     def kill(self) -> None:
         self.killed_at = time.monotonic()
@@ -124,13 +134,30 @@ def ownership_intervals(members: list[MemberProcess]) -> dict[TopicPartition, li
     return intervals
 
 
+Record = tuple[str, int, int, str]
+"""(topic, partition, offset, value): the value tells a recreated topic's records from the deleted one's."""
+
+
+@pytest.mark.parametrize("wrapper", [False, True], ids=["confluent", "client_epochs-wrapper"])
 def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_record_once(
-    cluster: GroupCluster,
+    cluster: GroupCluster, wrapper: bool
 ) -> None:
-    group, regex = "kip848-flow", "^kip848-.*"
-    cluster.topics(4, "kip848-a")
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, **QUIET})
-    produced: set[tuple[str, int, int]] = set()
+    """The scenario of the module docstring, with bare confluent-kafka consumers or with the `client_epochs`
+    confluent wrapper (KIP-232 commits and waits), whose run goes on through a stale broker: broker STALE's
+    Metadata answers are frozen (its PAUSE_METADATA file) while every partition moves to another broker;
+    the members already running ask a current broker first, so their commits carry the new leader epochs;
+    a member added then lists STALE first and must refuse its answers (older than the commits of the
+    partitions it is given) before it fetches; then every record is still consumed once per commit.
+    Records are told apart by value too (a recreated topic reuses offsets; the members print values)."""
+    prefix = "kip848w-" if wrapper else "kip848-"
+    group, regex, topic_a, topic_b = f"{prefix}flow", f"^{prefix}.*", f"{prefix}a", f"{prefix}b"
+    stale = cluster.cluster.specs[STALE]
+    pause_file = stale.directory / "data" / "__cluster_metadata-0" / "PAUSE_METADATA"
+    current_first = ",".join(cluster.cluster.specs[b].address for b in BROKERS if b != STALE)
+    current_first += "," + stale.address
+    cluster.topics(4, topic_a)
+    producer = Producer({"bootstrap.servers": current_first, **QUIET})
+    produced: set[Record] = set()
 
     def produce(topic: str, partitions: int, count: int) -> None:
         for i in range(count):
@@ -138,20 +165,25 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
                 topic,
                 f"{topic}-{i}".encode(),
                 partition=i % partitions,
-                on_delivery=lambda err, msg: err is None and produced.add((msg.topic(), msg.partition(), msg.offset())),
+                on_delivery=lambda err, msg: (
+                    err is None and produced.add((msg.topic(), msg.partition(), msg.offset(), msg.value().decode()))
+                ),
             )
         assert producer.flush(30) == 0, "records left undelivered"
 
     members: list[MemberProcess] = []
 
-    def start(name: str) -> MemberProcess:
-        member = MemberProcess(name, cluster.bootstrap, group, [regex])
+    def start(name: str, bootstrap: str = current_first) -> MemberProcess:
+        member = MemberProcess(name, bootstrap, group, [regex], wrapper)
         members.append(member)
         return member
 
-    def consumed() -> set[tuple[str, int, int]]:
+    def consumed() -> set[Record]:
         return {
-            (e["topic"], e["partition"], e["offset"]) for m in members for e in m.snapshot() if e["event"] == "record"
+            (e["topic"], e["partition"], e["offset"], e["value"])
+            for m in members
+            for e in m.snapshot()
+            if e["event"] == "record"
         }
 
     def owners_cover(wanted: set[TopicPartition], alive: list[MemberProcess]) -> bool:
@@ -160,60 +192,116 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
 
     try:
         a, b, c = start("a"), start("b"), start("c")
-        topic_a = {("kip848-a", p) for p in range(4)}
-        wait_until("three members to share kip848-a's 4 partitions", lambda: owners_cover(topic_a, [a, b, c]))
-        produce("kip848-a", 4, 40)
+        partitions_a = {(topic_a, p) for p in range(4)}
+        wait_until(f"three members to share {topic_a}'s 4 partitions", lambda: owners_cover(partitions_a, [a, b, c]))
+        produce(topic_a, 4, 40)
         wait_until("every record of the first batch to be consumed", lambda: produced <= consumed())
 
         b.kill()
-        produce("kip848-a", 4, 40)
+        produce(topic_a, 4, 40)
         wait_until(
             "a and c to own b's partitions after its session lapsed, and consume the second batch",
-            lambda: owners_cover(topic_a, [a, c]) and produced <= consumed(),
+            lambda: owners_cover(partitions_a, [a, c]) and produced <= consumed(),
         )
 
         d = start("d")
-        wait_until("the new member d to be given partitions", lambda: owners_cover(topic_a, [a, c, d]))
-        produce("kip848-a", 4, 40)
+        wait_until("the new member d to be given partitions", lambda: owners_cover(partitions_a, [a, c, d]))
+        produce(topic_a, 4, 40)
 
-        cluster.admin.create_partitions([NewPartitions("kip848-a", 6)])["kip848-a"].result(timeout=30)
-        cluster.topics(2, "kip848-b")
-        wanted = {("kip848-a", p) for p in range(6)} | {("kip848-b", 0), ("kip848-b", 1)}
+        cluster.admin.create_partitions([NewPartitions(topic_a, 6)])[topic_a].result(timeout=30)
+        cluster.topics(2, topic_b)
+        wanted = {(topic_a, p) for p in range(6)} | {(topic_b, 0), (topic_b, 1)}
+        alive = [a, c, d]
         wait_until(
             "the new partitions and the new topic matching the regex to be assigned",
-            lambda: owners_cover(wanted, [a, c, d]),
+            lambda: owners_cover(wanted, alive),
         )
         wait_until(
-            "the producer to see kip848-a's 6 partitions",
-            lambda: len(producer.list_topics("kip848-a", timeout=5).topics["kip848-a"].partitions) == 6,
+            f"the producer to see {topic_a}'s 6 partitions",
+            lambda: len(producer.list_topics(topic_a, timeout=5).topics[topic_a].partitions) == 6,
         )
-        produce("kip848-a", 6, 60)
-        produce("kip848-b", 2, 20)
+        produce(topic_a, 6, 60)
+        produce(topic_b, 2, 20)
         wait_until("every record to be consumed", lambda: produced <= consumed(), timeout_s=90)
+
+        if wrapper:
+            # Broker STALE answers Metadata as it is now, while every partition of both topics moves to another
+            # broker (a new leader, a higher leader epoch): the records consumed and committed afterwards
+            # carry epochs newer than anything STALE says, whichever partitions the next member is given.
+            # librdkafka skips STALE's answers by their older leader epochs (KIP-320); the wrappers must refuse
+            # them too before fetching (KIP-232).
+            pause_file.touch()
+            metadata(stale.address)
+            move_every_partition(cluster, topic_a)
+            move_every_partition(cluster, topic_b)
+            produce(topic_a, 6, 60)
+            produce(topic_b, 2, 20)
+            wait_until("every record to be consumed after the moves", lambda: produced <= consumed(), timeout_s=90)
+            e = start("e", f"{stale.address},{current_first}")
+            alive.append(e)
+            wait_until(
+                "the member e, asking the stale broker first, to be given partitions and refuse its answers",
+                lambda: owners_cover(wanted, alive) and e.refusals() >= 1,
+            )
+            produce(topic_a, 6, 60)
+            produce(topic_b, 2, 20)
+            wait_until("every record to be consumed by four members", lambda: produced <= consumed(), timeout_s=90)
+            assert metadata(stale.address)[1][topic_a].partitions[0].leader_epoch < leader_epoch(cluster, topic_a, 0)
+            pause_file.unlink()
+
     finally:
+        pause_file.unlink(missing_ok=True)
         for member in members:
             if member.killed_at is None:
                 member.stop()
 
-    assert all(m.snapshot()[-1]["event"] == "closed" for m in (a, c, d)), "a member did not close cleanly"
+    assert all(m.snapshot()[-1]["event"] == "closed" for m in alive), "a member did not close cleanly"
     for tp, spans in ownership_intervals(members).items():
         spans.sort()
         for (_, end, first), (start_, _, second) in zip(spans, spans[1:], strict=False):
             assert end <= start_, f"{tp} held by {first} until {end} and by {second} from {start_}"
-    deliveries: dict[tuple[str, int, int], list[tuple[str, bool]]] = {}
+    deliveries: dict[Record, list[tuple[str, bool]]] = {}
     for member in members:
         events = member.snapshot()
         for i, event in enumerate(events):
             if event["event"] == "record":
-                key = (event["topic"], event["partition"], event["offset"])
+                key = (event["topic"], event["partition"], event["offset"], event["value"])
                 committed = any(
-                    e["event"] == "committed" and (e["topic"], e["partition"], e["offset"]) == key
+                    e["event"] == "committed" and (e["topic"], e["partition"], e["offset"], e["value"]) == key
                     for e in events[i + 1 :]
                 )
                 deliveries.setdefault(key, []).append((member.name, committed))
     assert set(deliveries) == produced
     twice = {key: who for key, who in deliveries.items() if len(who) > 1}
     assert all(not committed for who in twice.values() for _, committed in who[:-1]), twice
+
+
+def current_address(cluster: GroupCluster) -> str:
+    return cluster.cluster.specs[BROKERS[0]].address
+
+
+def leader_epoch(cluster: GroupCluster, topic: str, partition: int) -> int:
+    return metadata(current_address(cluster))[1][topic].partitions[partition].leader_epoch
+
+
+def move_every_partition(cluster: GroupCluster, topic: str) -> None:
+    """Move each partition's one replica to the next broker (KIP-455, `quorum reassign-partitions`) and wait
+    until a current broker names the new leaders."""
+    partitions = metadata(current_address(cluster))[1][topic].partitions
+    moves = {p: BROKERS[(BROKERS.index(meta.leader) + 1) % len(BROKERS)] for p, meta in partitions.items()}
+    document = json.dumps(
+        {"version": 1, "partitions": [{"topic": topic, "partition": p, "replicas": [b]} for p, b in moves.items()]}
+    )
+    lines, code = reassign.run("execute", current_address(cluster), document)
+    assert code == 0, lines
+    wait_until(
+        f"the moves of {topic}'s partitions to complete",
+        lambda: reassign.run("verify", current_address(cluster), document)[1] == 0,
+    )
+    wait_until(
+        f"a current broker to name {topic}'s new leaders",
+        lambda: {p: m.leader for p, m in metadata(current_address(cluster))[1][topic].partitions.items()} == moves,
+    )
 
 
 def test_a_classic_consumer_is_refused_by_a_consumer_group_with_kafkas_error(cluster: GroupCluster) -> None:
