@@ -474,16 +474,25 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path, mechani
         target.stop()
 
 
+@pytest.fixture(scope="module")
+def spark_session():
+    """One local Spark session for the module's Spark reads: its start is the dearest part of each."""
+    pytest.importorskip("pyspark")
+    from client_epochs.spark import local_session
+
+    session = local_session("kafka-epochs-secured")
+    yield session
+    session.stop()
+
+
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "OAUTHBEARER"])
-def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster, mechanism):
+def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authenticated(cluster, spark_session,
+                                                                                        mechanism):
     """The `kafka_epochs` Spark source given the user's SASL_SSL settings as `kafka.*` options (as Spark's
     Kafka source takes them) reads every record a producer wrote: the driver's own metadata and log-bounds
     connections and the executors' consumers log in with them (the listener serves nothing before a SCRAM
     login). With a wrong password (OAUTHBEARER: a token without the required scope) the read fails, naming
     the refused login."""
-    pytest.importorskip("pyspark")
-    from client_epochs.spark import local_session
-
     topic = new_topic(cluster, "SASL_SSL", "SCRAM-SHA-512")
     producer = Producer(settings_of(cluster, "SASL_SSL", "SCRAM-SHA-512", **{"acks": "all"}))
     for n in range(90):
@@ -491,23 +500,20 @@ def test_the_spark_source_reads_a_sasl_ssl_topic_with_its_own_connections_authen
     assert producer.flush(WAIT_S) == 0
     settings = cluster.client_settings("SASL_SSL", mechanism=mechanism)
     options = {f"kafka.{key}": value for key, value in settings.items()}
-    session = local_session("kafka-epochs-secured")
-    try:
-        def read(**more: str) -> list:
-            reader = session.read.format("kafka_epochs").option("subscribe", topic)
-            for key, value in {**options, **more}.items():
-                reader = reader.option(key, value)
-            return reader.load().select("partition", "value").collect()
 
-        rows = read()
-        assert sorted(bytes(row.value) for row in rows) == sorted(f"s{n}".encode() for n in range(90))
-        assert {row.partition for row in rows} == {0, 1, 2}
-        wrong = ({"kafka.sasl.password": "wrong"} if mechanism != "OAUTHBEARER" else
-                 {"kafka.sasl.oauthbearer.config": "principal=alice scope=other"})
-        with pytest.raises(Exception, match="SASL login refused.*SASL_AUTHENTICATION_FAILED"):
-            read(**wrong)
-    finally:
-        session.stop()
+    def read(**more: str) -> list:
+        reader = spark_session.read.format("kafka_epochs").option("subscribe", topic)
+        for key, value in {**options, **more}.items():
+            reader = reader.option(key, value)
+        return reader.load().select("partition", "value").collect()
+
+    rows = read()
+    assert sorted(bytes(row.value) for row in rows) == sorted(f"s{n}".encode() for n in range(90))
+    assert {row.partition for row in rows} == {0, 1, 2}
+    wrong = ({"kafka.sasl.password": "wrong"} if mechanism != "OAUTHBEARER" else
+             {"kafka.sasl.oauthbearer.config": "principal=alice scope=other"})
+    with pytest.raises(Exception, match="SASL login refused.*SASL_AUTHENTICATION_FAILED"):
+        read(**wrong)
 
 
 # -- OAUTHBEARER (issue 33): Kafka's unsecured tokens -------------------------------------------------
