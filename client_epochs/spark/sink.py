@@ -336,8 +336,7 @@ def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
         config.pop(producer_only, None)
     consumer = Consumer(config)
     try:
-        listed = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        partitions = [] if listed is None or listed.error is not None else sorted(listed.partitions)
+        partitions = _partitions(consumer, topic, deadline)
         bounds = {p: _watermarks(consumer, topic, p, deadline) for p in partitions}
         scan = TailScan(origin, bounds, chunk=options.tail_chunk, limit=options.tail_limit, first=FIRST_SCAN_STEP)
         while not scan.done:
@@ -347,6 +346,24 @@ def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
         return scan
     finally:
         consumer.close()
+
+
+def _partitions(consumer: Consumer, topic: str, deadline: float) -> list[int]:
+    """`topic`'s partitions, asked again while the answer carries an error: an empty scan would make the
+    task write again what an earlier attempt wrote. Only a topic the cluster does not know counts as
+    empty (nothing was written to it)."""
+    while True:
+        timeout = max(min(5.0, deadline - time.monotonic()), 0.1)
+        listed = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if listed is None:
+            return []
+        if listed.error is None:
+            return sorted(listed.partitions)
+        if listed.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return []
+        if time.monotonic() >= deadline:
+            raise SinkWriteError(f"{topic}: no partition list for the tail scan: {listed.error.str()}")
+        time.sleep(0.2)
 
 
 def _watermarks(consumer: Consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:

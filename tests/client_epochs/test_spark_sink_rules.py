@@ -200,3 +200,44 @@ def test_the_driver_refuses_a_producer_setting_librdkafka_does_not_know_and_an_u
     writer.commit([SinkCommit(0, 0, 5, 0, 0)], 3)
     with pytest.raises(SinkWriteError, match=r"batch 3: task\(s\) \[1\] returned no acknowledgement"):
         writer.commit([SinkCommit(0, 0, 5, 0, 0), None], 3)
+
+
+def test_the_tail_scan_asks_again_while_the_topic_listing_carries_an_error(monkeypatch) -> None:
+    """A transient metadata error (here LEADER_NOT_AVAILABLE) must not read as an empty topic: the task
+    would write again everything an earlier attempt wrote (a fresh clone's run wrote 300 of 300 so)."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError
+
+    from client_epochs.spark import sink
+
+    answers = [KafkaError(KafkaError.LEADER_NOT_AVAILABLE), None]
+
+    class FakeConsumer:
+        def __init__(self, config: dict) -> None:
+            pass
+
+        def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+            error = answers.pop(0)
+            partitions = {} if error is not None else {0: object()}
+            return SimpleNamespace(topics={topic: SimpleNamespace(error=error, partitions=partitions)})
+
+        def get_watermark_offsets(self, tp: object, timeout: float) -> tuple[int, int]:
+            return (0, 0)
+
+        def assign(self, tps: list) -> None:
+            pass
+
+        def consume(self, n: int, timeout: float) -> list:
+            return []
+
+        def position(self, tps: list) -> list:
+            return [SimpleNamespace(partition=tp.partition, offset=0) for tp in tps]
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(sink, "Consumer", FakeConsumer)
+    options = parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t"})
+    scan = sink.read_tail(options, sink.TaskOrigin("q", 1, 0), "t")
+    assert answers == [] and scan.done
