@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tiered_follower.chunk_cache import DEFAULT_CHUNK_SIZE
+from tiered_follower.int_settings import int_setting
 from tiered_follower.s3_client import DEFAULT_PREFIX, S3_KEYS, S3Config, S3ConfigError
 
 MAX_CHUNK_SIZE = (1 << 30) - 1  # Aiven's bound
@@ -128,13 +129,9 @@ def transform_config(properties: Mapping[str, str], prefix: str = DEFAULT_PREFIX
     backend = properties.get(prefix + "storage.backend.class", S3_BACKEND).strip()
     if backend != S3_BACKEND:
         raise S3ConfigError(f"{prefix}storage.backend.class={backend}: only S3 is implemented ({S3_BACKEND})")
-    chunk_text = properties.get(prefix + "chunk.size", str(DEFAULT_CHUNK_SIZE)).strip()
-    try:
-        chunk_size = int(chunk_text)
-    except ValueError:
-        raise S3ConfigError(f"{prefix}chunk.size must be an integer, got {chunk_text!r}") from None
-    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
-        raise S3ConfigError(f"{prefix}chunk.size must be in [1, {MAX_CHUNK_SIZE}], got {chunk_size}")
+    chunk_size = int_setting(properties, prefix + "chunk.size", DEFAULT_CHUNK_SIZE, 1, S3ConfigError)
+    if chunk_size > MAX_CHUNK_SIZE:
+        raise S3ConfigError(f"{prefix}chunk.size must be at most {MAX_CHUNK_SIZE}, got {chunk_size}")
     compression = _flag(properties, prefix + "compression.enabled")
     pairs = _key_pairs(properties, prefix)
     active: KeyPair | None = None
