@@ -143,6 +143,34 @@ class MetadataClient:
             return metadata
         raise MetadataUnavailableError(failures)
 
+    def fetch_from_each(self, topics: Iterable[str], timeout: float | None = None) -> list[ClusterMetadata]:
+        """One Metadata response for `topics` from each broker: the bootstrap ones, then those the answers
+        list, each asked once; a broker that fails is skipped. For a caller that must not act on one
+        broker's outdated view (a topic it has not learnt yet, partitions it has not seen added) and so
+        compares them all. MetadataUnavailableError when none answers within `timeout`."""
+        wanted = sorted(set(topics))
+        budget = timeout if timeout is not None else self._request_timeout_s * len(self._addresses)
+        deadline = time.monotonic() + budget
+        answers: list[ClusterMetadata] = []
+        failures: list[BrokerError] = []
+        asked: set[tuple[str, int]] = set()
+        while time.monotonic() < deadline:
+            address = next((a for a in self._addresses if a not in asked), None)
+            if address is None:
+                break
+            asked.add(address)
+            try:
+                metadata = self._fetch_from(address, wanted, deadline)
+            except BrokerError as exc:
+                log.debug("Metadata from %s failed: %s", exc.address, exc.reason)
+                failures.append(exc)
+                continue
+            self._learn_brokers(metadata)
+            answers.append(metadata)
+        if not answers:
+            raise MetadataUnavailableError(failures)
+        return answers
+
     def refresh_until_current(self, topics: Iterable[str], floors: Mapping[TopicPartition, EpochSource] | None = None,
                               timeout: float = DEFAULT_REQUEST_TIMEOUT_S) -> ClusterMetadata:
         """Metadata for `topics` that is not outdated, merged into `cache` and returned.

@@ -37,8 +37,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError
 from client_epochs.spark.sink_options import Columns, SinkOptionError, SinkOptions, check_columns, parse_sink_options
 from client_epochs.spark.stamps import ScannedRecord, TailScan, TaskOrigin, Written, stamped
+from quorum.wire.errors import ErrorCode
+from quorum.wire.sasl_client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +339,7 @@ def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
         config.pop(producer_only, None)
     consumer = Consumer(config)
     try:
-        partitions = _partitions(consumer, topic, deadline)
+        partitions = _partitions(options, topic, deadline)
         bounds = {p: _watermarks(consumer, topic, p, deadline) for p in partitions}
         scan = TailScan(origin, bounds, chunk=options.tail_chunk, limit=options.tail_limit, first=FIRST_SCAN_STEP)
         while not scan.done:
@@ -348,22 +351,32 @@ def read_tail(options: SinkOptions, origin: TaskOrigin, topic: str) -> TailScan:
         consumer.close()
 
 
-def _partitions(consumer: Consumer, topic: str, deadline: float) -> list[int]:
-    """`topic`'s partitions, asked again while the answer carries an error: an empty scan would make the
-    task write again what an earlier attempt wrote. Only a topic the cluster does not know counts as
-    empty (nothing was written to it)."""
-    while True:
-        timeout = max(min(5.0, deadline - time.monotonic()), 0.1)
-        listed = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-        if listed is None:
-            return []
-        if listed.error is None:
-            return sorted(listed.partitions)
-        if listed.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return []
-        if time.monotonic() >= deadline:
-            raise SinkWriteError(f"{topic}: no partition list for the tail scan: {listed.error.str()}")
-        time.sleep(0.2)
+def _partitions(options: SinkOptions, topic: str, deadline: float) -> list[int]:
+    """`topic`'s partitions in the newest view any broker has. One broker's answer is not enough: a broker
+    behind the metadata log does not know a topic created a moment ago, or partitions just added, and an
+    empty scan makes the task write again what an earlier attempt wrote. Partitions are never removed, so
+    the view with the highest topic epoch (then the most partitions) is the newest; the topic counts as
+    empty only when every broker that answers says it does not exist (the brokers that lead its
+    partitions know it). Asked again while answers carry only other errors (a leader being elected)."""
+    security = ClientSecurity.of_client_properties(options.producer)
+    with MetadataClient(options.bootstrap, client_id="kafka-epochs-sink-tail", security=security) as client:
+        while True:
+            try:
+                answers = client.fetch_from_each([topic], timeout=max(deadline - time.monotonic(), 0.1))
+            except MetadataUnavailableError as exc:
+                answers, why = [], str(exc)
+            views = [view for view in (answer.partitions_of(topic) for answer in answers) if view]
+            if views:
+                newest = max(views, key=lambda view: (max(m.topic_epoch for m in view.values()), len(view)))
+                return sorted(tp.partition for tp in newest)
+            errors = {answer.answered_by: answer.topic_errors.get(topic) for answer in answers}
+            if answers and set(errors.values()) == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}:
+                return []
+            if answers:
+                why = f"brokers answered error codes {errors}"
+            if time.monotonic() >= deadline:
+                raise SinkWriteError(f"{topic}: no partition list for the tail scan: {why}")
+            time.sleep(0.2)
 
 
 def _watermarks(consumer: Consumer, topic: str, partition: int, deadline: float) -> tuple[int, int]:
@@ -384,8 +397,14 @@ def _watermarks(consumer: Consumer, topic: str, partition: int, deadline: float)
 def _read_ranges(
     consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], scan: TailScan, deadline: float
 ) -> None:
-    """Feed `scan` every record of `ranges` (assigned at their starts), calling range_read as each ends."""
+    """Feed `scan` every record of `ranges` (assigned at their starts), calling range_read as each ends.
+
+    A range also ends when the consumer's position reaches its end without a record (control records),
+    but only once that position is this assignment's: right after a re-assign, librdkafka may still
+    report the end of the previous (later) range until its fetcher has stopped, which would end the new
+    range unread. A record delivered, or a position of "none yet", says the old one is gone."""
     left = dict(ranges)
+    current: set[int] = set()
     while left:
         if time.monotonic() >= deadline:
             raise SinkWriteError(
@@ -397,11 +416,15 @@ def _read_ranges(
                 log.info("sink tail scan of %s: %s", topic, message.error())
                 continue
             p = message.partition()
+            current.add(p)
             scan.record(ScannedRecord(p, message.offset(), message.headers(), message.key(), message.value()))
             if p in left and message.offset() + 1 >= left[p][1]:
                 del left[p]
                 scan.range_read(p)
         for position in consumer.position([KafkaTopicPartition(topic, p) for p in list(left)]):
-            if position.offset >= left[position.partition][1]:  # control records end a range without a message
-                del left[position.partition]
-                scan.range_read(position.partition)
+            p = position.partition
+            if position.offset < 0:
+                current.add(p)
+            elif p in current and position.offset >= left[p][1]:  # control records end a range without a record
+                del left[p]
+                scan.range_read(p)

@@ -3,10 +3,13 @@ scan's stopping rule, the re-run check, the options and the input columns."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from client_epochs.model import ClusterMetadata, PartitionMetadata, TopicPartition
 from client_epochs.spark.sink_options import SinkOptionError, check_columns, parse_sink_options
 from client_epochs.spark.stamps import (
     ORIGIN_HEADER,
@@ -202,42 +205,84 @@ def test_the_driver_refuses_a_producer_setting_librdkafka_does_not_know_and_an_u
         writer.commit([SinkCommit(0, 0, 5, 0, 0), None], 3)
 
 
-def test_the_tail_scan_asks_again_while_the_topic_listing_carries_an_error(monkeypatch) -> None:
-    """A transient metadata error (here LEADER_NOT_AVAILABLE) must not read as an empty topic: the task
-    would write again everything an earlier attempt wrote (a fresh clone's run wrote 300 of 300 so)."""
-    from types import SimpleNamespace
+def _answer(broker: str, partitions: int, topic_epoch: int = -1, error: int = 0) -> ClusterMetadata:
+    """A Metadata answer for topic "t" from `broker`: `partitions` partitions, or the topic's error."""
+    parts = {
+        TopicPartition("t", p): PartitionMetadata(101, 0, None, topic_epoch, (101,), (101,)) for p in range(partitions)
+    }
+    return ClusterMetadata(broker, 12, "c", 1, {}, parts, {"t": error} if error else {})
 
-    from confluent_kafka import KafkaError
 
+@pytest.mark.parametrize(
+    ("rounds", "expected"),
+    [
+        ([[_answer("stale", 0, error=3), _answer("fresh", 3)]], [0, 1, 2]),  # a topic one broker has not learnt
+        ([[_answer("stale", 4, 1), _answer("fresh", 6, 1)]], [0, 1, 2, 3, 4, 5]),  # partitions just added
+        ([[_answer("old", 4, 1), _answer("new", 2, 2)]], [0, 1]),  # recreated: the newer topic epoch wins
+        ([[_answer("a", 0, error=3), _answer("b", 0, error=3)]], []),  # nobody knows it: nothing was written
+        ([[_answer("a", 0, error=5), _answer("b", 0, error=3)], [_answer("a", 2)]], [0, 1]),  # asked again
+    ],
+)
+def test_the_tail_scan_takes_the_newest_view_of_the_topic_any_broker_has(monkeypatch, rounds, expected) -> None:
+    """One broker's outdated answer must not shrink the scan: an empty or partial scan writes again what
+    an earlier attempt wrote (a fresh clone's run wrote 300 of 300 when the lagging broker answered)."""
     from client_epochs.spark import sink
 
-    answers = [KafkaError(KafkaError.LEADER_NOT_AVAILABLE), None]
-
-    class FakeConsumer:
-        def __init__(self, config: dict) -> None:
+    class FakeMetadataClient:
+        def __init__(self, bootstrap: str, **_: object) -> None:
             pass
 
-        def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
-            error = answers.pop(0)
-            partitions = {} if error is not None else {0: object()}
-            return SimpleNamespace(topics={topic: SimpleNamespace(error=error, partitions=partitions)})
+        def __enter__(self) -> FakeMetadataClient:
+            return self
 
-        def get_watermark_offsets(self, tp: object, timeout: float) -> tuple[int, int]:
-            return (0, 0)
-
-        def assign(self, tps: list) -> None:
+        def __exit__(self, *exc: object) -> None:
             pass
 
+        def fetch_from_each(self, topics: list[str], timeout: float) -> list[ClusterMetadata]:
+            return rounds.pop(0)
+
+    monkeypatch.setattr(sink, "MetadataClient", FakeMetadataClient)
+    monkeypatch.setattr(sink.time, "sleep", lambda s: None)
+    options = parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t"})
+    assert sink._partitions(options, "t", time.monotonic() + 30) == expected
+    assert rounds == []
+
+
+def test_a_position_left_from_the_previous_range_does_not_end_the_next_one_unread() -> None:
+    """After a re-assign librdkafka may report the previous range's end until its fetcher stops: the
+    scan must wait for this assignment's records rather than take the range for read."""
+    from types import SimpleNamespace
+
+    from client_epochs.spark import sink
+    from client_epochs.spark.stamps import stamped
+
+    origin = sink.TaskOrigin("q", 1, 0)
+    scan = sink.TailScan(origin, {0: (0, 20)}, first=10)
+    scan.reads()  # [10, 20): read, then [0, 10) is next
+    scan.range_read(0)
+    ranges = scan.reads()
+    assert ranges == {0: (0, 10)}
+    headers = stamped(None, origin.prefix + b"3")
+    polls = [
+        [],
+        [
+            SimpleNamespace(
+                partition=lambda: 0,
+                offset=lambda: 9,
+                error=lambda: None,
+                headers=lambda: headers,
+                key=lambda: None,
+                value=lambda: b"v",
+            )
+        ],
+    ]
+
+    class StaleConsumer:
         def consume(self, n: int, timeout: float) -> list:
-            return []
+            return polls.pop(0) if polls else []
 
         def position(self, tps: list) -> list:
-            return [SimpleNamespace(partition=tp.partition, offset=0) for tp in tps]
+            return [SimpleNamespace(partition=tp.partition, offset=20) for tp in tps]  # the old range's end
 
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(sink, "Consumer", FakeConsumer)
-    options = parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t"})
-    scan = sink.read_tail(options, sink.TaskOrigin("q", 1, 0), "t")
-    assert answers == [] and scan.done
+    sink._read_ranges(StaleConsumer(), "t", ranges, scan, time.monotonic() + 30)
+    assert polls == [] and len(scan.written) == 1
