@@ -24,7 +24,7 @@ the enclosing call is waiting for, pass as confluent-kafka lets them): the wrapp
 (floors, positions, stopped partitions) is then never touched by two pool threads at once. The
 properties (`waiting_for_metadata`, `resets`, ...) only read it, and may be read at any time. A call
 whose caller is cancelled runs to its end on its thread all the same (as confluent-kafka's own calls
-do), so the wrapper's state always matches librdkafka's.
+do), so the wrapper's state always matches librdkafka's, and it holds the lock until then.
 """
 
 from __future__ import annotations
@@ -74,8 +74,22 @@ class AIOConsumer(GuardedConsumer, _RawAIOConsumer):
     async def _call(self, blocking_task: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if _common.ReentryContext.current_lock() is not None:  # from a rebalance callback: its caller holds the lock
             return await super()._call(blocking_task, *args, **kwargs)
-        async with self._serial:
-            return await super()._call(blocking_task, *args, **kwargs)
+        await self._serial.acquire()
+        try:
+            call = asyncio.ensure_future(super()._call(blocking_task, *args, **kwargs))
+        except BaseException:
+            self._serial.release()
+            raise
+        call.add_done_callback(self._end_serial_call)
+        return await asyncio.shield(call)  # a cancelled caller leaves the call running, and the lock held
+
+    def _end_serial_call(self, call: asyncio.Future[Any]) -> None:
+        """The lock is released when the call ends on its thread, not when its caller stops waiting: a
+        cancelled poll still runs on, and a call let in beside it would change the wrapper's bookkeeping
+        under it (a stopped partition resolved twice at once raised KeyError)."""
+        self._serial.release()
+        if not call.cancelled():
+            call.exception()  # the caller was cancelled: nobody else reads the error
 
     # --- what the epoch-aware consumer adds ------------------------------------------------------------
 
