@@ -308,16 +308,17 @@ def test_an_oauthbearer_tokens_subject_is_the_principal_the_authorizer_sees(clus
 
 
 def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster) -> None:
-    """KIP-368 bound to the token: on SASL_SSL (no connections.max.reauth.ms) a token living 5 s makes a
-    session of at most 5 s; librdkafka refreshes its token (oauth_cb, served by poll and flush, at 80% of
+    """KIP-368 bound to the token: on SASL_SSL (no connections.max.reauth.ms) a token living 10 s makes a
+    session of at most 10 s; librdkafka refreshes its token (oauth_cb, served by poll and flush, at 80% of
     its life) and re-authenticates before the session ends, and a producer sending across several
-    re-authentications has every record delivered. (With 3 s tokens librdkafka sometimes re-authenticated
-    with its expired token before the poll that refreshes it: refused invalid_token, as Kafka refuses it.)"""
+    re-authentications has every record delivered. (With 3 s, and on a loaded machine 5 s, tokens
+    librdkafka sometimes re-authenticated with its expired token before the poll that refreshes it, 10%
+    of the life being too short a margin: refused invalid_token, as Kafka refuses it.)"""
     lines, logger = log_lines("oauth-reauth")
     topic = f"oauth-reauth-{uuid.uuid4().hex[:6]}"
     create(AdminClient(client(cluster, "admin")), NewTopic(topic, 1, 1))
     calls: list = []
-    producer = Producer(_oauth_client(cluster, _tokens("admin", 5, calls), debug="security", logger=logger,
+    producer = Producer(_oauth_client(cluster, _tokens("admin", 10, calls), debug="security", logger=logger,
                                       **{"message.timeout.ms": "30000", "log_level": 7}))
     errors: list = []
     sent = 0
@@ -329,7 +330,7 @@ def test_librdkafka_reauthenticates_before_its_short_lived_tokens_expire(cluster
         assert producer.flush(WAIT_S) == 0, f"record {sent} of {topic} undelivered"
         return sum("Auth in state REAUTH" in line for line in lines.lines) >= 2
 
-    wait_until(f"2 re-authentications of a producer of {topic} whose OAUTHBEARER tokens live 5 s",
+    wait_until(f"2 re-authentications of a producer of {topic} whose OAUTHBEARER tokens live 10 s",
                produce_one, timeout_s=WAIT_S)
     assert errors == [None] * sent
     assert len(calls) >= 2 and not any("SASL authentication error" in line for line in lines.lines)
