@@ -20,8 +20,9 @@ triggerExecution time. The raw consumer's clock runs from its first call to the 
 query reads the two partitions in two tasks at once (local[2]); the raw consumer is one Python loop
 over both (librdkafka fetches in its own threads). With fewer records the query's fixed start and
 stop weigh more: at 300,000 records the start-to-end ratio was 0.44x here, the in-batches one 0.76x.
-Goal: the noop query reads at
-least 0.5x the raw consumer's rows per second. Then the sink and the Kafka-to-Kafka pipeline, each
+Goal (issue 35): the noop query reads at
+least 0.6x the raw consumer's rows per second, start to end (the query's start included).
+Then the sink and the Kafka-to-Kafka pipeline, each
 beside its peers (`benchmarks.spark_sink_rates`): the sink at least 0.5x a raw producer. The cores
 are shared by the broker, the producer, Spark's JVM and Python workers, and whatever else runs on the
 machine, so rates move from run to run; the ratio is what to read.
@@ -42,7 +43,8 @@ from benchmarks.table import print_table, progress
 RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "1000000"))
 PARTITIONS = 2
 VALUE_BYTES = 100
-GOAL = 0.5
+GOAL = 0.6
+"""The source's rows per second, start to end, at least 0.6x a raw confluent-kafka consumer's (issue 35)."""
 SINK_GOAL = 0.5
 """The sink's rows per second at least half a raw confluent-kafka producer's (issue 35)."""
 TOPIC = "spark-bench"
