@@ -158,11 +158,15 @@ def test_a_broker_with_stale_metadata_is_refused_until_it_catches_up(broker):
     assert metadata_client.refusals == caught.value.refusals >= 1
     assert metadata_client.cache.get(P0).leader_epoch == 5, "the cache kept its view"
 
-    refused_before = metadata_client.refusals
+    refused_before, served_before = metadata_client.refusals, broker.served[0]
     broker.serve(0, stale, stale, broker.image(topic_epoch=2, leader_epoch=6))
     got = metadata_client.refresh_until_current([TOPIC], timeout=30)
     assert got.partitions[P0].leader_epoch == 6 and metadata_client.cache.get(P0).leader_epoch == 6
-    assert metadata_client.refusals - refused_before == 2
+    # Every stale answer this refresh received was refused. On a loaded machine the request the 0.3 s
+    # refresh gave up on may reach the broker only now and take one of the stale answers: not this refresh's.
+    refused = metadata_client.refusals - refused_before
+    late = broker.served[0] - served_before - refused - 1
+    assert refused + late == 2 and late in (0, 1), (refused, late)
     metadata_client.close()
 
 
