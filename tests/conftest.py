@@ -20,25 +20,28 @@ settings.load_profile("suite")
 DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 
 LONGEST_MODULES_FIRST = (
-    "tests/client_epochs/test_spark_processes.py",  # about 3 minutes (a Spark session, six streams)
-    "tests/client_epochs/test_spark_pipeline_processes.py",  # about 2.5 minutes (Spark standalone + Kafka)
-    "tests/test_demo.py",  # about 2 minutes
-    "tests/test_soak_slice.py",  # about a minute, one process tree of 9 nodes and 5 clients
-    "tests/security/test_secured_cluster_processes.py",
-    "tests/tiered/test_tiered_processes.py",
+    "tests/client_epochs/test_spark_processes.py",  # about 6 minutes at the suite's load (a Spark session, six streams)
+    "tests/tiered/test_tiered_processes.py",  # about 3 minutes
+    "tests/security/test_secured_cluster_processes.py",  # about 2.5 minutes, a local Spark session for two reads
+    "tests/tiered/test_follower_bootstrap_processes.py",  # about 2 minutes
+    "tests/test_demo.py",  # about 4.5 minutes at the suite's load (its part 7 starts Spark)
     "tests/test_bootstrap_chaos.py",
-    "tests/tiered/test_follower_bootstrap_processes.py",
-    "tests/test_log_cleaner_processes.py",
-    "tests/image/test_image_histories.py",
-    "tests/test_replication_chaos.py",
-    "tests/client_epochs/test_mirror_processes.py",
     "tests/client_epochs/test_mirror_flows_processes.py",  # about 1.5 minutes: three MM2-style runs
+    "tests/client_epochs/test_spark_pipeline_processes.py",  # about 4 minutes (Spark standalone + Kafka)
+    "tests/client_epochs/test_mirror_processes.py",
+    "tests/test_soak_slice.py",  # about a minute, one process tree of 9 nodes and 5 clients
     "tests/broker/groups/consumer/test_kip848_processes.py",
+    "tests/test_log_cleaner_processes.py",
+    "tests/test_replication_chaos.py",
+    "tests/image/test_image_histories.py",
     "tests/tiered/test_remote_storage_processes.py",
 )
 """`./run test` hands modules to its workers in collection order (xdist's loadscope): the demo,
 collected near the end, kept one worker busy alone for the suite's last two minutes. The longest
-modules go first, the rest keep their order (longest-first scheduling)."""
+modules go first, the rest keep their order (longest-first scheduling). The three that start Spark
+(the Spark modules and the demo) are spread out, not started together: a Spark query's driver-side
+Python worker must connect back to the JVM within Spark's fixed 10 s, which three Spark starts at
+once on two cores (load 15-20) sometimes missed ("Python worker failed to connect back")."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
