@@ -413,7 +413,8 @@ def test_a_recreated_topic_fails_the_query_or_starts_the_new_topic(spark, either
             .trigger(processingTime="500 milliseconds")
             .start()
         )
-        wait_until(
+        wait_for_query(
+            queries[mode],
             f"{mode} query read the old topic",
             lambda m=mode: spark.sql(f"select count(*) c from {table[m]}").collect()[0].c == 10,
             timeout_s=120,
