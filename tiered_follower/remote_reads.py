@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Protocol
 
 from quorum.broker.partition_view import TimestampOffset
@@ -79,18 +80,37 @@ def read_batches(
 ) -> bytes:
     """Whole batches from the one holding `offset` (or the first after it) to at most
     `max_bytes`, the first whole however large; b"" past the segment's end."""
-    return read_batches_at(storage, indexes, segment, offset, max_bytes)[0]
+    return read_batches_at(storage, indexes, segment, offset, max_bytes).data
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesRead:
+    """What `read_batches_at` returned: `data`, the byte position in the segment where it ends
+    (where a consumer's next read starts: what to fetch ahead from), and the offset after its last
+    batch (`offset` itself when it is empty)."""
+
+    data: bytes
+    end: int
+    next_offset: int
 
 
 def read_batches_at(
-    storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int, max_bytes: int
-) -> tuple[bytes, int]:
-    """`read_batches`, and the byte position in the segment where what it returned ends (where a
-    consumer's next read starts: what to fetch ahead from)."""
-    position = indexes.position_for(segment, offset)
+    storage: LogReader,
+    indexes: RemoteIndexCache,
+    segment: RemoteSegmentMetadata,
+    offset: int,
+    max_bytes: int,
+    position: int | None = None,
+) -> BatchesRead:
+    """`read_batches`, with where what it returned ends. `position`, when given, is a byte position
+    at or before the batch holding `offset` known without the index (where the reader's previous
+    read of this segment ended), which spares a sequential reader the index lookup."""
+    if position is None:
+        position = indexes.position_for(segment, offset)
     size = segment.size_in_bytes
     out = bytearray()
     end = position
+    next_offset = offset
     while position < size:
         want = max(READ_CHUNK, max_bytes - len(out)) if not out else max_bytes - len(out)
         if want <= 0:
@@ -105,9 +125,10 @@ def read_batches_at(
                     continue
                 whole = bytes(data[batch.position : walker.position])
                 if out and len(out) + len(whole) > max_bytes:
-                    return _checked(bytes(out), segment), end
+                    return BatchesRead(_checked(bytes(out), segment), end, next_offset)
                 out += whole
                 end = position + walker.position
+                next_offset = batch.last_offset + 1
         except CorruptRecordError as exc:
             raise RemoteStorageError(
                 f"remote segment {segment.object_name} of {segment.partition}: bad batch "
@@ -129,6 +150,7 @@ def read_batches_at(
             if header.last_offset >= offset:
                 out += whole
                 end = position + len(whole)
+                next_offset = header.last_offset + 1
                 if len(out) >= max_bytes:
                     break
             consumed = len(whole)
@@ -137,7 +159,7 @@ def read_batches_at(
         position += consumed
         if len(out) >= max_bytes:
             break
-    return _checked(bytes(out), segment), end
+    return BatchesRead(_checked(bytes(out), segment), end, next_offset)
 
 
 def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
