@@ -90,6 +90,8 @@ class _LastRead:
     segment_id: Hashable
     position: int
     depth: int
+    start_offset: int
+    start_position: int
 
 
 class SequentialReads:
@@ -118,15 +120,28 @@ class SequentialReads:
     def start(self, stream: Hashable, segment_id: Hashable, offset: int) -> ReadStart:
         """A read of `stream` at `offset` in segment `segment_id`: see ReadStart."""
         last = self._last.get(stream)
+        if last is not None and last.start_offset == offset and last.segment_id == segment_id:
+            # the same read again: its answer never reached the consumer (remote.fetch.max.wait.ms
+            # ran out, the connection broke), which asks again from where it was
+            return ReadStart(last.start_position, last.depth)
         if last is None or last.next_offset != offset:
             return ReadStart(None, self.base)
         depth = min(self.maximum, max(last.depth * 2, self.base, 1))
         return ReadStart(last.position if last.segment_id == segment_id else None, depth)
 
-    def ended(self, stream: Hashable, segment_id: Hashable, next_offset: int, position: int, depth: int) -> None:
+    def ended(
+        self,
+        stream: Hashable,
+        segment_id: Hashable,
+        next_offset: int,
+        position: int,
+        depth: int,
+        start: tuple[int, int] = (-1, -1),
+    ) -> None:
         """The read that `start` planned with `depth` ended before `next_offset`, at byte `position`
-        of segment `segment_id`."""
-        self._last[stream] = _LastRead(next_offset, segment_id, position, depth)
+        of segment `segment_id`; it started at offset `start[0]`, byte `start[1]` (remembered for a
+        read of the same offset again)."""
+        self._last[stream] = _LastRead(next_offset, segment_id, position, depth, *start)
         self._last.move_to_end(stream)
         while len(self._last) > self._streams:
             self._last.popitem(last=False)

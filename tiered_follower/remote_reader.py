@@ -177,7 +177,7 @@ class RemoteReader:
             return None
         except RemoteStorageError:
             return None  # read again on the pool, which GETs the chunk afresh and reports it
-        self._ended(segment, following, read, start.depth)
+        self._ended(segment, following, read, start.depth, (offset, position))
         self.stats["cached"] += 1
         return read.data
 
@@ -187,11 +187,12 @@ class RemoteReader:
         following: Sequence[RemoteSegmentMetadata],
         read: remote_reads.BatchesRead,
         depth: int,
+        start: tuple[int, int],
     ) -> None:
-        """A read is done: where it ended kept for the partition's next read, its bytes counted
-        against the fetch quota, and the fetch-ahead run on from its end."""
+        """A read is done: where it started and ended kept for the partition's next read (offset
+        and byte), its bytes counted against the fetch quota, and the fetch-ahead run on from its end."""
         with self._lock:
-            self._sequential.ended(segment.partition, segment.segment_id, read.next_offset, read.end, depth)
+            self._sequential.ended(segment.partition, segment.segment_id, read.next_offset, read.end, depth, start)
         self._record_fetch(len(read.data))
         self.chunks.read_ahead(segment, read.end, following, depth)
 
@@ -202,21 +203,23 @@ class RemoteReader:
         quota, with fetch-ahead as deep as the reader's history says (`fetch_ahead.SequentialReads`).
 
         Where the read starts is known without the offset index when it continues the partition's
-        previous read or starts the segment; the fetch-ahead is then started before the read, so a
-        chunk the read lacks is fetched beside the ones after it instead of before them. After the
+        previous read (or repeats it) or starts the segment, else the index says; the fetch-ahead
+        is started before the read, so a chunk the read lacks is fetched beside the ones after it
+        instead of before them. After the
         read, the fetch-ahead runs on from where it ended. A sequential reader never needs the next
         segment's index (it starts that segment at its first offset, byte 0), so none is fetched."""
         with self._lock:
             start = self._sequential.start(segment.partition, segment.segment_id, offset)
         position = 0 if start.position is None and offset <= segment.start_offset else start.position
-        if position is not None:
-            self.chunks.read_ahead(segment, position, following, start.depth)
         try:
+            if position is None:
+                position = self.indexes.position_for(segment, offset)
+            self.chunks.read_ahead(segment, position, following, start.depth)
             read = remote_reads.read_batches_at(self.chunks, self.indexes, segment, offset, max_bytes, position)
         except Exception:
             self._record_fetch(0, failed=True)
             raise
-        self._ended(segment, following, read, start.depth)
+        self._ended(segment, following, read, start.depth, (offset, position))
         return read.data
 
     def close(self) -> None:

@@ -82,6 +82,8 @@ def test_a_sequential_reader_gets_a_deeper_fetch_ahead_each_read_and_any_other_r
     assert reads.start("p", "s1", 250) == ReadStart(None, 16 * MB)  # a seek: shallow again
     assert reads.start("p", "s2", 300) == ReadStart(None, 64 * MB)  # the next segment: sequential, its byte 0 is
     assert reads.start("q", "s1", 300) == ReadStart(None, 16 * MB)  # the caller's (offset <= its first offset)
+    reads.ended("p", "s1", 400, 4 * MB, 64 * MB, start=(300, 3 * MB))
+    assert reads.start("p", "s1", 300) == ReadStart(3 * MB, 64 * MB)  # asked again (its answer was lost): as deep
 
 
 def test_sequential_reads_remember_a_bounded_number_of_streams():
