@@ -116,11 +116,11 @@ class ChunkCache:
                 f"[{start_position}, {end_position}) are outside its {size} bytes"
             )
         chunk_size = self.config.chunk_size
-        parts = []
+        parts: list[memoryview] = []  # views, joined once
         for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
             chunk = self._chunk(segment, index)
             base = index * chunk_size
-            parts.append(chunk[max(start_position - base, 0) : end_position - base])
+            parts.append(memoryview(chunk)[max(start_position - base, 0) : end_position - base])
         return b"".join(parts)
 
     def cached(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes | None:
@@ -141,7 +141,7 @@ class ChunkCache:
                 self._chunks.move_to_end((segment.segment_id, index))
             self.stats["hits"] += len(chunks)
         return b"".join(
-            chunk[max(start_position - index * chunk_size, 0) : end_position - index * chunk_size]
+            memoryview(chunk)[max(start_position - index * chunk_size, 0) : end_position - index * chunk_size]
             for index, chunk in chunks
         )
 
