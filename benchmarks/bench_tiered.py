@@ -10,7 +10,9 @@
   the active one (`local.retention.bytes`=1), beside the same records read from a partition on
   the broker's disk, from a `quorum start` broker of `LocalCluster` with tiered storage on, and
   beside raw boto3 ranged GETs of the same `.log` objects (chunks of the broker's chunk size,
-  as many at a time as its fetch-ahead runs). Goal: S3 at 0.8x the local disk or better.
+  as many at a time as its fetch-ahead runs). Goal: S3 at 0.8x the local disk or better. Beside
+  each: how long the first records took, and the CPU seconds the broker, the S3 server and the
+  consumer used meanwhile (on a shared machine a read's CPU decides its speed as much as a wait).
 * a backfill under a fetch quota: the p99 of an acks=all producer (librdkafka's own delivery
   latency) alone, then while a consumer reads the tiered topic from offset 0 over and over; first
   without a quota, then with `remote.log.manager.fetch.max.bytes.per.second` at each of
@@ -20,7 +22,9 @@
   windows are BENCH_TIERED_P99_S seconds each (default 10), not a minute: the minute-long quota
   checks are tests in virtual time (tests/tiered/test_rlm_quota.py).
 
-Run: `.venv/bin/python -m benchmarks.bench_tiered`. BENCH_TIERED_MB (default 128) sets the bytes
+Run: `.venv/bin/python -m benchmarks.bench_tiered`. BENCH_TIERED_PARTS (default upload,consume,p99)
+picks the parts to run (p99 needs consume: it reuses its cluster), so that one part can be measured
+again, or profiled, without the others' three minutes. BENCH_TIERED_MB (default 128) sets the bytes
 uploaded per round and consumed per topic, BENCH_TIERED_SEGMENT_MB (default 16) the segment size
 (the part size is 8 MiB, so each segment goes up in two parts). moto keeps objects in memory and is
 Python: it is the ceiling of both sides here, which is why the task is compared with boto3 on it.
@@ -51,6 +55,7 @@ from benchmarks.table import print_table, progress  # noqa: E402
 from quorum.broker.log_config import LogConfig  # noqa: E402
 from quorum.broker.partition import Partition  # noqa: E402
 from quorum.wire.records import Record, build_batch, patch_base_offset  # noqa: E402
+from tiered_follower.chunk_cache import DEFAULT_CHUNK_SIZE, DEFAULT_PREFETCH_SIZE, MAX_AHEAD_THREADS  # noqa: E402
 from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties  # noqa: E402
 from tiered_follower.remote_log_manager import RemoteLogManager  # noqa: E402
 
@@ -58,11 +63,15 @@ MB = 1_000_000
 TOTAL_BYTES = int(os.environ.get("BENCH_TIERED_MB", "128")) * MB
 SEGMENT_BYTES = int(os.environ.get("BENCH_TIERED_SEGMENT_MB", "16")) * (1 << 20)
 PART_SIZE = 8 << 20
-CHUNK_SIZE = 8 << 20  # the broker's rsm.config.chunk.size default (tiered_follower.chunk_cache)
-AHEAD = 2  # its fetch.chunk.cache.prefetch.max.size default (16 MiB) over the chunk size
+CHUNK_SIZE = DEFAULT_CHUNK_SIZE  # the broker's rsm.config.chunk.size default (tiered_follower.chunk_cache)
+AHEAD = min(MAX_AHEAD_THREADS, 1 + DEFAULT_PREFETCH_SIZE // CHUNK_SIZE)
+"""GETs in flight at most for a sequential reader: the broker's fetch-ahead threads (its
+fetch.chunk.cache.prefetch.max.size default over the chunk size, one more for a partial chunk)"""
 P99_SECONDS = float(os.environ.get("BENCH_TIERED_P99_S", "10"))
 FETCH_QUOTAS = [int(float(q) * MB) for q in os.environ.get("BENCH_TIERED_FETCH_QUOTAS_MB", "20,5").split(",")]
 """remote.log.manager.fetch.max.bytes.per.second values the producer's p99 is measured under (a broker restart each)"""
+PARTS = {part.strip() for part in os.environ.get("BENCH_TIERED_PARTS", "upload,consume,p99").split(",")}
+"""Which parts run: "upload", "consume", "p99" (the last within consume's cluster, so only beside it)"""
 ROUNDS = 3
 BROKER = 101
 _buckets = itertools.count()
@@ -233,7 +242,11 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
             "every rolled segment of the tiered topic uploaded and deleted locally", all_rolled_in_s3, timeout_s=600
         )
         local_start = list_offsets(bootstrap, "tiered", [0], -4)[0][0]
+        broker_pid = cluster.processes[next(n for n, spec in cluster.specs.items() if spec.role == "broker")].pid
+        s3_pid = s3.server.process.pid if isinstance(s3.server, _MotoProcess) else None
+        warm_up_group_coordinator(bootstrap)
         for topic in ("tiered", "local"):
+            progress(f"consuming {topic} from offset 0")
             consumer = Consumer(
                 {
                     "bootstrap.servers": bootstrap,
@@ -244,26 +257,70 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
             )
             consumer.assign([TopicPartition(topic, 0, 0)])
             got = 0
+            first_ms: float | None = None
+            cpu = cpu_seconds(broker_pid, s3_pid)
             start = time.perf_counter()
             while got < count:
-                for message in consumer.consume(10_000, 1.0):
+                # never more than what is left: consume(n) waits out its timeout for n records, and
+                # asking 10 000 when fewer were left added up to a second to both rows; the first
+                # call asks for one, so that the first records' time is the first record's
+                for message in consumer.consume(min(10_000, count - got) if got else 1, 1.0):
                     if message.error() is not None:
                         raise SystemExit(f"{topic}: {message.error()}")
                     got += 1
+                if got and first_ms is None:
+                    first_ms = (time.perf_counter() - start) * 1000
             seconds = time.perf_counter() - start
+            used = [after - before for before, after in zip(cpu, cpu_seconds(broker_pid, s3_pid), strict=True)]
             consumer.close()
             where = f"S3 below offset {local_start} of {count}" if topic == "tiered" else "local disk"
-            rows.append([topic, where, count * len(value) / MB, seconds, count * len(value) / MB / seconds])
-        rows.append(raw_ranged_gets(s3, settings["rsm.config.storage.s3.bucket.name"]))
+            rows.append([topic, where, count * len(value) / MB, seconds, count * len(value) / MB / seconds,
+                         first_ms, *used])  # fmt: skip
+        raw = raw_ranged_gets(s3, settings["rsm.config.storage.s3.bucket.name"])
+        rows.append([*raw, "-", "-", "-", "-"])
         local_rate = rows[1][4]
         for row, goal in zip(rows, (">= 0.8x local", "(the peer)", "(S3's ceiling here)"), strict=True):
-            row += [row[4] / local_rate, goal]
+            row[5:5] = [row[4] / local_rate, goal]
         rows = [rows[0], rows[1], rows[2]]
         del producer  # its connections would log every refusal while the broker restarts
-        p99_rows = producer_p99_rows(cluster, bootstrap, value, local_start - 1)
+        p99_rows = producer_p99_rows(cluster, bootstrap, value, local_start - 1) if "p99" in PARTS else []
     finally:
         cluster.stop()
     return rows, p99_rows
+
+
+def warm_up_group_coordinator(bootstrap: str) -> None:
+    """A consumer of a group reads one record and goes: the broker creates `__consumer_offsets`
+    (50 partitions, each log opened and its files synced) when a group first asks for its
+    coordinator. Without this the first consumer measured (the tiered topic's) paid for it: the
+    broker's profile showed those logs opening during its first records (~0.5 s of them)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    progress("warming up: a group consumer reads one record (the broker creates __consumer_offsets)")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-warm-up", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("local", 0, 0)])
+    deadline = time.monotonic() + 60
+    while not [m for m in consumer.consume(1, 1.0) if m.error() is None]:
+        if time.monotonic() > deadline:
+            raise SystemExit("the warm-up consumer read nothing in 60 s")
+    consumer.commit(asynchronous=False)  # the group's coordinator found and its offsets written
+    consumer.close()
+
+
+def cpu_seconds(*pids: int | None) -> list[float]:
+    """CPU seconds (user + system) used so far by each process (0 for None), then by this one (the
+    consumer, librdkafka's threads included): what a read costs each side, which on a shared
+    machine decides its speed as much as any wait does."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = []
+    for pid in pids:
+        if pid is None:
+            used.append(0.0)
+            continue
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used.append((int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    times = os.times()
+    return [*used, times.user + times.system]
 
 
 def raw_ranged_gets(s3: EmbeddedS3, bucket: str) -> list[object]:
@@ -445,29 +502,33 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(dir=".") as tmp:
             directory = Path(tmp)
-            uploads = upload_rows(s3, directory)
-            consumes, p99s = consume_rows(s3, directory)
+            uploads = upload_rows(s3, directory) if "upload" in PARTS else []
+            consumes, p99s = consume_rows(s3, directory) if "consume" in PARTS else ([], [])
     finally:
         s3.stop()
-    print_table(
-        f"Upload to S3 (moto on 127.0.0.1), best of {ROUNDS} rounds, segments of {SEGMENT_BYTES >> 20} "
-        f"MiB, parts of {PART_SIZE >> 20} MiB (goal: the task at >= 0.8x raw boto3)",
-        ["path", "segments", "MB", "seconds", "MB/s", "vs raw"],
-        uploads,
-    )
-    print_table(
-        "Consume from offset 0 with confluent-kafka, one broker (remote reads: chunk cache, fetch-ahead)",
-        ["topic", "records read from", "MB", "seconds", "MB/s", "vs local", "goal"],
-        consumes,
-        left=(1, 6),
-    )
-    print_table(
-        f"acks=all producer (200 records/s of 1 KB, {P99_SECONDS:g} s each) beside a backfill of the tiered "
-        "topic from S3",
-        ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal"],
-        p99s,
-        left=(6,),
-    )
+    if uploads:
+        print_table(
+            f"Upload to S3 (moto on 127.0.0.1), best of {ROUNDS} rounds, segments of {SEGMENT_BYTES >> 20} "
+            f"MiB, parts of {PART_SIZE >> 20} MiB (goal: the task at >= 0.8x raw boto3)",
+            ["path", "segments", "MB", "seconds", "MB/s", "vs raw"],
+            uploads,
+        )
+    if consumes:
+        print_table(
+            "Consume from offset 0 with confluent-kafka, one broker (remote reads: chunk cache, fetch-ahead)",
+            ["topic", "records read from", "MB", "seconds", "MB/s", "vs local", "goal", "first records ms",
+             "broker CPU s", "S3 CPU s", "consumer CPU s"],  # fmt: skip
+            consumes,
+            left=(1, 6),
+        )
+    if p99s:
+        print_table(
+            f"acks=all producer (200 records/s of 1 KB, {P99_SECONDS:g} s each) beside a backfill of the tiered "
+            "topic from S3",
+            ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal"],
+            p99s,
+            left=(6,),
+        )
     print("(figures taken on a shared machine are indicative; moto, the broker and the clients each in a process)")
 
 

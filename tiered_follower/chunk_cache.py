@@ -11,11 +11,13 @@ the chunk GETs it again itself, with the S3 client's retries.
 Settings, under `rsm.config.` (Aiven's names; a memory cache, as its MemoryChunkCache):
 
 ========================================== ===================================================
-`chunk.size`                               bytes per range GET and cache entry (default 4 MiB)
+`chunk.size`                               bytes per range GET and cache entry (default 8 MiB)
 `fetch.chunk.cache.size`                   bytes of chunks kept, least recently used evicted
                                            (default 256 MiB)
-`fetch.chunk.cache.prefetch.max.size`      bytes fetched ahead of a read (default 16 MiB; Aiven's
-                                           default is 0, no fetch-ahead)
+`fetch.chunk.cache.prefetch.max.size`      bytes fetched ahead of a sequential reader at most
+                                           (default 64 MiB; Aiven's default is 0, no
+                                           fetch-ahead); a read elsewhere gets two chunks
+                                           (`fetch_ahead.SequentialReads`)
 ========================================== ===================================================
 """
 
@@ -26,7 +28,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 8 << 20
 DEFAULT_CACHE_SIZE = 256 << 20
-DEFAULT_PREFETCH_SIZE = 16 << 20
+DEFAULT_PREFETCH_SIZE = 64 << 20
 MAX_AHEAD_THREADS = 8
 WAIT_FOR_GET_S = 300
 """How long a read waits for another's GET of the chunk it needs: longer than the S3 client's own
@@ -114,12 +116,34 @@ class ChunkCache:
                 f"[{start_position}, {end_position}) are outside its {size} bytes"
             )
         chunk_size = self.config.chunk_size
-        parts = []
+        parts: list[memoryview] = []  # views, joined once
         for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
             chunk = self._chunk(segment, index)
             base = index * chunk_size
-            parts.append(chunk[max(start_position - base, 0) : end_position - base])
+            parts.append(memoryview(chunk)[max(start_position - base, 0) : end_position - base])
         return b"".join(parts)
+
+    def cached(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes | None:
+        """Bytes [start, end) of the segment's `.log` when every chunk holding them is cached, else
+        None: never a GET, never a wait, so it may run on the event loop (`remote_reader`)."""
+        end_position = min(end_position, segment.size_in_bytes)
+        if not 0 <= start_position <= end_position:
+            return None
+        chunk_size = self.config.chunk_size
+        with self._lock:
+            chunks = []
+            for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
+                chunk = self._chunks.get((segment.segment_id, index))
+                if chunk is None:
+                    return None
+                chunks.append((index, chunk))
+            for index, _ in chunks:
+                self._chunks.move_to_end((segment.segment_id, index))
+            self.stats["hits"] += len(chunks)
+        return b"".join(
+            memoryview(chunk)[max(start_position - index * chunk_size, 0) : end_position - index * chunk_size]
+            for index, chunk in chunks
+        )
 
     def _chunk(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
         """Chunk `index` from the cache, else from the GET already on its way, else with a GET of
@@ -196,28 +220,39 @@ class ChunkCache:
     # -- fetch-ahead ------------------------------------------------------------------------------
 
     def read_ahead(
-        self, segment: RemoteSegmentMetadata, position: int, following: RemoteSegmentMetadata | None = None
+        self,
+        segment: RemoteSegmentMetadata,
+        position: int,
+        following: Sequence[RemoteSegmentMetadata] = (),
+        depth: int | None = None,
     ) -> int:
-        """Start fetching the chunks after byte `position` of `segment` (then of `following`) that
-        are neither cached nor on their way, up to the prefetch size; returns how many started."""
+        """Start fetching the chunks after byte `position` of `segment` (then of the `following`
+        segments, in order) that are neither cached nor on their way, `depth` bytes of them (the
+        prefetch size at most, and by default); returns how many started. Running on through
+        several segments matters when the depth is larger than a segment: with one segment of
+        look-ahead the GETs of a segment's first chunks started only once the reader was in the
+        one before it, and it caught up with them at each segment boundary."""
         if not self.config.prefetch_max_size or not self.config.cache_size:
             return 0
         chunk_size = self.config.chunk_size
+        budget = self.config.prefetch_max_size if depth is None else min(depth, self.config.prefetch_max_size)
         with self._lock:
             plan = fetch_ahead.plan_read(
                 segment.size_in_bytes,
                 chunk_size,
                 position,
                 position,
-                self.config.prefetch_max_size,
+                budget,
                 self._present_fn(segment),
             )
             started = self._start(segment, plan.ahead)
-            if following is not None and plan.ahead_left > 0:
-                ahead = fetch_ahead.plan_next_segment(
-                    following.size_in_bytes, chunk_size, plan.ahead_left, self._present_fn(following)
-                )
-                started += self._start(following, ahead)
+            left = plan.ahead_left
+            for after in following:
+                if left <= 0:
+                    break
+                ahead = fetch_ahead.plan_next_segment(after.size_in_bytes, chunk_size, left, self._present_fn(after))
+                started += self._start(after, ahead)
+                left -= after.size_in_bytes
         return started
 
     def _present_fn(self, segment: RemoteSegmentMetadata) -> Callable[[int], bool]:

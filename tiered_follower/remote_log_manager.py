@@ -263,7 +263,11 @@ class RemoteLogManager:
         if segment is None or remote is None:
             raise RemoteReadError(f"{partition.name}: no remote segment holds offset {offset}")
         self.metrics.mark("RemoteFetchRequestsPerSec", partition.topic)
-        following = remote.segment_after(segment.end_offset)
+        following: list[RemoteSegmentMetadata] = []  # those the fetch-ahead may reach into
+        reach, after = self.reader.chunks.config.prefetch_max_size, segment
+        while reach > 0 and (after := remote.segment_after(after.end_offset)) is not None:
+            following.append(after)
+            reach -= after.size_in_bytes
         try:
             data = await self.reader.read(segment, following, offset, max(max_bytes, 1))
         except RemoteStorageError as exc:

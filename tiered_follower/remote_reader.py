@@ -1,8 +1,9 @@
 """Consumers' reads of remote segments: Kafka's RemoteLogReader and its pool, and what bounds them.
 
 A Fetch below the local log start is read on the reader pool (`remote.log.reader.threads`),
-through the chunk cache with fetch-ahead (`chunk_cache`), never on the event loop, and answered
-with what is ready rather than making the broker wait:
+through the chunk cache with fetch-ahead (`chunk_cache`), and answered with what is ready rather
+than making the broker wait. Only a read that needs no S3 call at all (its bytes all in the chunk
+cache, where it starts known without the index) is answered on the event loop, as a local read is:
 
 * the fetch quota (`remote.log.manager.fetch.max.bytes.per.second`, KIP-956) is checked first:
   while it is exceeded the partition is answered empty, as Kafka's ReplicaManager does, after
@@ -12,11 +13,15 @@ with what is ready rather than making the broker wait:
 * a read that finds `remote.log.reader.threads` busy and `remote.log.reader.max.pending.tasks`
   queued is not queued: the partition is answered empty at once (Kafka answers it with an error
   when its pool rejects the task; an empty answer is retried by every client without backoff);
+* the fetch-ahead is as deep as the reader is sequential (`fetch_ahead.SequentialReads`): two
+  chunks for a read that starts somewhere new, doubled on each read that goes on where the last
+  one ended, up to `fetch.chunk.cache.prefetch.max.size`;
 * a read that has not finished after `remote.fetch.max.wait.ms` (KIP-1018) is answered empty;
   if it had not started it is cancelled, else it runs on into the chunk cache, where the
   consumer's next Fetch finds it.
 
-`stats` counts what happened ("reads", "bytes", "throttled", "rejected", "expired", "errors").
+`stats` counts what happened ("reads", "bytes", "throttled", "rejected", "expired", "errors",
+"cached": reads answered from the cache on the event loop).
 """
 
 from __future__ import annotations
@@ -26,19 +31,24 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from quorum.broker.remote_tier import IndexType, RemoteSegmentMetadata, RemoteStorage
+from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
 from tiered_follower import remote_reads
 from tiered_follower.chunk_cache import ChunkCache, ChunkCacheConfig
+from tiered_follower.fetch_ahead import SequentialReads
 from tiered_follower.rlm_config import RemoteLogManagerConfig
 from tiered_follower.rlm_quota import ByteRateQuota
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+BASE_AHEAD_CHUNKS = 2
+"""Chunks fetched ahead of a read that does not continue its partition's previous one (the depth a
+sequential reader starts from, doubled on each read that continues, up to the prefetch size)."""
 
 
 class ReaderQueueFull(Exception):
@@ -70,6 +80,8 @@ class RemoteReader:
         self._lock = threading.Lock()
         self.indexes = remote_reads.RemoteIndexCache(storage)
         self.chunks = ChunkCache(storage, chunks, name)
+        self._sequential = SequentialReads(BASE_AHEAD_CHUNKS * chunks.chunk_size, chunks.prefetch_max_size)
+        """Each partition's last read: how deep to fetch ahead, where the next read starts."""
         self.fetch_quota = ByteRateQuota(config.fetch_quota)
         self.stats: Counter[str] = Counter()
 
@@ -116,7 +128,7 @@ class RemoteReader:
     # -- reads --------------------------------------------------------------------------------------
 
     async def read(
-        self, segment: RemoteSegmentMetadata, following: RemoteSegmentMetadata | None, offset: int, max_bytes: int
+        self, segment: RemoteSegmentMetadata, following: Sequence[RemoteSegmentMetadata], offset: int, max_bytes: int
     ) -> bytes:
         """Whole batches from `segment` at `offset` (see `remote_reads.read_batches`), or b"" when
         the quota, the pool or `remote.fetch.max.wait.ms` says to answer without them; raises
@@ -126,6 +138,9 @@ class RemoteReader:
             self.stats["throttled"] += 1
             await self._sleep(min(throttle_ms, self.config.fetch_max_wait_ms) / 1000)
             return b""
+        data = self._read_cached(segment, following, offset, max_bytes)
+        if data is not None:
+            return data
         try:
             future = self.submit(self._read, segment, following, offset, max_bytes)
         except ReaderQueueFull as exc:
@@ -141,21 +156,71 @@ class RemoteReader:
             waiting.add_done_callback(_retrieve)
             return b""
 
+    def _read_cached(
+        self, segment: RemoteSegmentMetadata, following: Sequence[RemoteSegmentMetadata], offset: int, max_bytes: int
+    ) -> bytes | None:
+        """The read on the caller's thread (the event loop) when it needs no S3 call: where it starts
+        is known without the index and every byte it returns is in the chunk cache; else None (read
+        it on the pool). Why: such a read is ~1 ms of slicing and CRC checks, as a local read, while
+        its hop to a reader thread and back cost more than that under load (a backfill's timeline:
+        0.74 s of 3.6 s between the Fetch handler asking and getting its cached bytes)."""
+        with self._lock:
+            start = self._sequential.start(segment.partition, segment.segment_id, offset)
+        position = 0 if start.position is None and offset <= segment.start_offset else start.position
+        if position is None:
+            return None
+        try:
+            read = remote_reads.read_batches_at(
+                _CachedOnly(self.chunks), self.indexes, segment, offset, max_bytes, position
+            )
+        except _NotCached:
+            return None
+        except RemoteStorageError:
+            return None  # read again on the pool, which GETs the chunk afresh and reports it
+        self._ended(segment, following, read, start.depth, (offset, position))
+        self.stats["cached"] += 1
+        return read.data
+
+    def _ended(
+        self,
+        segment: RemoteSegmentMetadata,
+        following: Sequence[RemoteSegmentMetadata],
+        read: remote_reads.BatchesRead,
+        depth: int,
+        start: tuple[int, int],
+    ) -> None:
+        """A read is done: where it started and ended kept for the partition's next read (offset
+        and byte), its bytes counted against the fetch quota, and the fetch-ahead run on from its end."""
+        with self._lock:
+            self._sequential.ended(segment.partition, segment.segment_id, read.next_offset, read.end, depth, start)
+        self._record_fetch(len(read.data))
+        self.chunks.read_ahead(segment, read.end, following, depth)
+
     def _read(
-        self, segment: RemoteSegmentMetadata, following: RemoteSegmentMetadata | None, offset: int, max_bytes: int
+        self, segment: RemoteSegmentMetadata, following: Sequence[RemoteSegmentMetadata], offset: int, max_bytes: int
     ) -> bytes:
         """On a reader thread: the read through the chunk cache, its bytes recorded against the
-        quota, then fetch-ahead from where it ended (and the next segment's index, when near its end)."""
+        quota, with fetch-ahead as deep as the reader's history says (`fetch_ahead.SequentialReads`).
+
+        Where the read starts is known without the offset index when it continues the partition's
+        previous read (or repeats it) or starts the segment, else the index says; the fetch-ahead
+        is started before the read, so a chunk the read lacks is fetched beside the ones after it
+        instead of before them. After the
+        read, the fetch-ahead runs on from where it ended. A sequential reader never needs the next
+        segment's index (it starts that segment at its first offset, byte 0), so none is fetched."""
+        with self._lock:
+            start = self._sequential.start(segment.partition, segment.segment_id, offset)
+        position = 0 if start.position is None and offset <= segment.start_offset else start.position
         try:
-            data, end = remote_reads.read_batches_at(self.chunks, self.indexes, segment, offset, max_bytes)
+            if position is None:
+                position = self.indexes.position_for(segment, offset)
+            self.chunks.read_ahead(segment, position, following, start.depth)
+            read = remote_reads.read_batches_at(self.chunks, self.indexes, segment, offset, max_bytes, position)
         except Exception:
             self._record_fetch(0, failed=True)
             raise
-        self._record_fetch(len(data))
-        self.chunks.read_ahead(segment, end, following)
-        if following is not None and segment.size_in_bytes - end < self.chunks.config.prefetch_max_size:
-            self.chunks.run_ahead(self.indexes.get, following, IndexType.OFFSET)
-        return data
+        self._ended(segment, following, read, start.depth, (offset, position))
+        return read.data
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -166,3 +231,20 @@ def _retrieve(future: asyncio.Future[object]) -> None:
     """An expired read's outcome, taken so that asyncio does not log it as never retrieved."""
     if not future.cancelled():
         future.exception()
+
+
+class _NotCached(Exception):
+    """A byte range `_CachedOnly` does not hold: the read goes to the reader pool instead."""
+
+
+class _CachedOnly:
+    """`remote_reads.LogReader` over the chunk cache's cached chunks only: no GET, no wait."""
+
+    def __init__(self, chunks: ChunkCache) -> None:
+        self._chunks = chunks
+
+    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes:
+        data = self._chunks.cached(segment, start_position, end_position)
+        if data is None:
+            raise _NotCached
+        return data

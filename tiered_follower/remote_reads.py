@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Protocol
 
 from quorum.broker.partition_view import TimestampOffset
@@ -79,43 +80,76 @@ def read_batches(
 ) -> bytes:
     """Whole batches from the one holding `offset` (or the first after it) to at most
     `max_bytes`, the first whole however large; b"" past the segment's end."""
-    return read_batches_at(storage, indexes, segment, offset, max_bytes)[0]
+    return read_batches_at(storage, indexes, segment, offset, max_bytes).data
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesRead:
+    """What `read_batches_at` returned: `data`, the byte position in the segment where it ends
+    (where a consumer's next read starts: what to fetch ahead from), and the offset after its last
+    batch (`offset` itself when it is empty)."""
+
+    data: bytes
+    end: int
+    next_offset: int
 
 
 def read_batches_at(
-    storage: LogReader, indexes: RemoteIndexCache, segment: RemoteSegmentMetadata, offset: int, max_bytes: int
-) -> tuple[bytes, int]:
-    """`read_batches`, and the byte position in the segment where what it returned ends (where a
-    consumer's next read starts: what to fetch ahead from)."""
-    position = indexes.position_for(segment, offset)
+    storage: LogReader,
+    indexes: RemoteIndexCache,
+    segment: RemoteSegmentMetadata,
+    offset: int,
+    max_bytes: int,
+    position: int | None = None,
+) -> BatchesRead:
+    """`read_batches`, with where what it returned ends. `position`, when given, is a byte position
+    at or before the batch holding `offset` known without the index (where the reader's previous
+    read of this segment ended), which spares a sequential reader the index lookup."""
+    if position is None:
+        position = indexes.position_for(segment, offset)
     size = segment.size_in_bytes
-    out = bytearray()
+    # what is returned, as views of what was fetched: the batches taken from one fetch are one run
+    # of bytes, joined once at the end (copying each batch, then the whole, cost three copies a byte)
+    parts: list[bytes | memoryview] = []
+    taken = 0
     end = position
+    next_offset = offset
     while position < size:
-        want = max(READ_CHUNK, max_bytes - len(out)) if not out else max_bytes - len(out)
+        want = max(READ_CHUNK, max_bytes - taken) if not taken else max_bytes - taken
         if want <= 0:
             break
         data = storage.fetch_log(segment, position, min(size, position + want))
         walker = iter_batches(data)
         consumed = 0
+        run_start = run_end = -1
+        full = False
         try:
             for batch in walker:
                 consumed = walker.position
                 if batch.last_offset < offset:
                     continue
-                whole = bytes(data[batch.position : walker.position])
-                if out and len(out) + len(whole) > max_bytes:
-                    return _checked(bytes(out), segment), end
-                out += whole
+                length = walker.position - batch.position
+                if taken and taken + length > max_bytes:
+                    full = True
+                    break
+                if run_start < 0:
+                    run_start = batch.position
+                run_end = walker.position
+                taken += length
                 end = position + walker.position
+                next_offset = batch.last_offset + 1
         except CorruptRecordError as exc:
             raise RemoteStorageError(
                 f"remote segment {segment.object_name} of {segment.partition}: bad batch "
                 f"at byte {position + (exc.position or 0)}: {exc.reason}",
                 retriable=True,
             ) from exc
+        if run_start >= 0:
+            parts.append(memoryview(data)[run_start:run_end])
+        if full:
+            break
         if walker.truncated is not None and consumed == 0:
-            if out:
+            if taken:
                 break  # the next batch does not fit what is left; only a response's first may exceed it
             # the batch at `position` is larger than what was read: fetch it whole
             header = RecordBatch(data[:BATCH_HEADER_SIZE]) if len(data) >= BATCH_HEADER_SIZE else None
@@ -127,17 +161,19 @@ def read_batches_at(
                 )
             whole = storage.fetch_log(segment, position, position + header.size_in_bytes)
             if header.last_offset >= offset:
-                out += whole
+                parts.append(whole)
+                taken += len(whole)
                 end = position + len(whole)
-                if len(out) >= max_bytes:
+                next_offset = header.last_offset + 1
+                if taken >= max_bytes:
                     break
             consumed = len(whole)
         if consumed == 0:
             break
         position += consumed
-        if len(out) >= max_bytes:
+        if taken >= max_bytes:
             break
-    return _checked(bytes(out), segment), end
+    return BatchesRead(_checked(b"".join(parts), segment), end, next_offset)
 
 
 def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:

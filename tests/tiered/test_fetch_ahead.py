@@ -1,11 +1,19 @@
 """Fetch-ahead planning (tiered_follower.fetch_ahead, sans-IO): which chunks a read needs and which
-to fetch ahead of it, within one segment and on into the next."""
+to fetch ahead of it, within one segment and on into the next; how deep, by whether the reader
+goes on where it left off."""
 
 from __future__ import annotations
 
 import pytest
 
-from tiered_follower.fetch_ahead import chunk_bounds, chunks_covering, plan_next_segment, plan_read
+from tiered_follower.fetch_ahead import (
+    ReadStart,
+    SequentialReads,
+    chunk_bounds,
+    chunks_covering,
+    plan_next_segment,
+    plan_read,
+)
 
 MB = 1 << 20
 
@@ -61,3 +69,29 @@ def test_fetch_ahead_from_inside_a_cached_chunk_counts_only_what_lies_past_the_r
     plan = plan_read(40 * MB, 4 * MB, 5 * MB, 5 * MB, 16 * MB, {1}.__contains__)
     assert plan.needed == ()
     assert plan.ahead == (2, 3, 4, 5)
+
+
+def test_a_sequential_reader_gets_a_deeper_fetch_ahead_each_read_and_any_other_read_starts_shallow():
+    reads = SequentialReads(base=16 * MB, maximum=64 * MB)
+    assert reads.start("p", "s1", 0) == ReadStart(None, 16 * MB)  # nothing known: where it starts needs the index
+    reads.ended("p", "s1", next_offset=100, position=1 * MB, depth=16 * MB)
+    assert reads.start("p", "s1", 100) == ReadStart(1 * MB, 32 * MB)  # goes on: no index, twice as deep
+    reads.ended("p", "s1", 200, 2 * MB, 32 * MB)
+    reads.ended("p", "s1", 300, 3 * MB, 64 * MB)
+    assert reads.start("p", "s1", 300) == ReadStart(3 * MB, 64 * MB)  # never past the maximum
+    assert reads.start("p", "s1", 250) == ReadStart(None, 16 * MB)  # a seek: shallow again
+    assert reads.start("p", "s2", 300) == ReadStart(None, 64 * MB)  # the next segment: sequential, its byte 0 is
+    assert reads.start("q", "s1", 300) == ReadStart(None, 16 * MB)  # the caller's (offset <= its first offset)
+    reads.ended("p", "s1", 400, 4 * MB, 64 * MB, start=(300, 3 * MB))
+    assert reads.start("p", "s1", 300) == ReadStart(3 * MB, 64 * MB)  # asked again (its answer was lost): as deep
+
+
+def test_sequential_reads_remember_a_bounded_number_of_streams():
+    reads = SequentialReads(base=1, maximum=8, streams=2)
+    for stream in ("a", "b", "c"):
+        reads.ended(stream, "s", 10, 100, 4)
+    assert reads.start("a", "s", 10) == ReadStart(None, 1)  # the least recently read, forgotten
+    assert reads.start("c", "s", 10) == ReadStart(100, 8)
+    assert SequentialReads(base=32, maximum=8).base == 8  # the base never above the maximum
+    with pytest.raises(ValueError, match="streams must be positive"):
+        SequentialReads(1, 8, streams=0)

@@ -134,3 +134,62 @@ def test_reads_of_a_chunk_on_its_way_wait_for_that_get_instead_of_sending_anothe
     assert cache.stats["waited_ahead"] + cache.stats["hits"] == 2
     cache.close()
     partition.close()
+
+
+def test_a_sequential_reader_needs_no_index_reads_cached_bytes_on_the_loop_and_fetches_ahead_across_segments(tmp_path):
+    partition, tier = uploaded(tmp_path)
+    # a fetch-ahead up to 30 000 bytes deep: several segments of ~5 000 here
+    deep = {**SMALL_CHUNKS, "rsm.config.fetch.chunk.cache.size": "80000",
+            "rsm.config.fetch.chunk.cache.prefetch.max.size": "30000"}  # fmt: skip
+    manager = RemoteLogManager(BROKER, tier, tier, deep)
+    assert partition.remote is not None
+    segments = partition.remote.finished
+    assert segments[0].size_in_bytes < 30_000
+    last = segments[-1].end_offset
+    indexes: list[object] = []  # the manager's index lookups (direct_read has its own)
+    index_get = manager.reader.indexes.get
+    manager.reader.indexes.get = lambda segment, kind: indexes.append(segment) or index_get(segment, kind)  # type: ignore[method-assign]
+    reading = [0]  # the offset the consumer is reading at
+    first_get: dict[int, int] = {}  # a segment's first offset -> where the consumer was when its first GET started
+
+    class Counted:
+        def fetch_log(self, segment, start, end):  # noqa: ANN001, ANN202
+            first_get.setdefault(segment.start_offset, reading[0])
+            return tier.fetch_log(segment, start, end)
+
+    manager.reader.chunks._storage = Counted()  # type: ignore[assignment]
+
+    async def consume() -> None:
+        offset = 0
+        while offset <= last:
+            reading[0] = offset
+            data = await manager.read(partition, offset, 3000)
+            assert data == direct_read(tier, partition, offset)
+            offset = list(iter_batches(data))[-1].next_offset
+            await asyncio.sleep(0.02)  # the consumer's time: fetch-ahead runs meanwhile
+
+    asyncio.run(consume())
+    assert indexes == []  # each read went on from where the last ended, or started a segment at byte 0
+    assert manager.reader.stats["cached"] > 0  # answered on the loop, every byte already in the cache
+    # the fourth segment's first GET started while the consumer was still in the first one
+    assert first_get[segments[3].start_offset] < segments[1].start_offset
+    asyncio.run(manager.close())
+    partition.close()
+
+
+def test_a_read_elsewhere_looks_its_position_up_in_the_index_and_is_served_the_same_bytes(tmp_path):
+    partition, tier = uploaded(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier, SMALL_CHUNKS)
+    assert partition.remote is not None
+    segment = partition.remote.finished[1]
+    middle = (segment.start_offset + segment.end_offset) // 2
+
+    async def run() -> None:
+        first = await manager.read(partition, 0, 3000)
+        assert first == direct_read(tier, partition, 0)
+        for offset in (middle, middle, 0):  # a seek, a re-read of the same offset, back to the start
+            assert await manager.read(partition, offset, 3000) == direct_read(tier, partition, offset)
+        await manager.close()
+
+    asyncio.run(run())
+    partition.close()
