@@ -86,7 +86,10 @@ State = Unattached | Follower | Prospective | Candidate | LeaderState | Resigned
 _MAX_TRANSITIONS_PER_POLL = 16
 GONE_LEADER_JITTER_MS = 50
 """A follower whose leader's connection was refused or reset starts its pre-vote within this many
-ms (uniformly at random): loopback round trips take well under one, so two followers rarely tie."""
+ms (uniformly at random): loopback round trips take well under one on an idle machine, so two
+followers rarely tie there. On a loaded one they often do (issue 38: most kill -9 failovers under
+load split the vote in the first epoch); `_vote_undelivered` makes such a split cost a backoff,
+not an election timeout."""
 # Answers to FetchSnapshot after which the follower goes back to Fetch to learn what to fetch now.
 _SNAPSHOT_REFETCH_ERRORS = frozenset({ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE,
                                       ErrorCode.NOT_LEADER_OR_FOLLOWER})
