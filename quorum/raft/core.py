@@ -86,7 +86,10 @@ State = Unattached | Follower | Prospective | Candidate | LeaderState | Resigned
 _MAX_TRANSITIONS_PER_POLL = 16
 GONE_LEADER_JITTER_MS = 50
 """A follower whose leader's connection was refused or reset starts its pre-vote within this many
-ms (uniformly at random): loopback round trips take well under one, so two followers rarely tie."""
+ms (uniformly at random): loopback round trips take well under one on an idle machine, so two
+followers rarely tie there. On a loaded one they often do (issue 38: most kill -9 failovers under
+load split the vote in the first epoch); `_vote_undelivered` makes such a split cost a backoff,
+not an election timeout."""
 # Answers to FetchSnapshot after which the follower goes back to Fetch to learn what to fetch now.
 _SNAPSHOT_REFETCH_ERRORS = frozenset({ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE,
                                       ErrorCode.NOT_LEADER_OR_FOLLOWER})
@@ -298,7 +301,8 @@ class RaftCore:
         """A request could not be delivered or timed out: retry the Fetch after a backoff.
 
         Votes, BeginQuorumEpoch and EndQuorumEpoch are not retried here: their rounds and
-        periodic resends cover a lost one. `peer_gone`: the destination's connection was refused,
+        periodic resends cover a lost one. A candidate's Vote that failed counts as not granted in
+        its round, though (`_vote_undelivered`). `peer_gone`: the destination's connection was refused,
         reset or closed (the kernel's word that its process is gone, as right after a `kill -9`).
         A voter following that leader does not wait out `quorum.fetch.timeout.ms` then: it starts
         a pre-vote at once (issue 17). A false alarm stays harmless, as KIP-996 means it to: voters
@@ -315,6 +319,9 @@ class RaftCore:
             # Every follower of the dead leader hears of it in the same millisecond: a random head
             # start keeps them from all campaigning at once and splitting the vote.
             self._become_prospective(retries=1, delay_ms=self._rng.randrange(GONE_LEADER_JITTER_MS))
+            return self._finish()
+        if isinstance(message, VoteRequest) and isinstance(state, Candidate):
+            self._vote_undelivered(state, destination, message)
             return self._finish()
         fetching = self._fetching()
         if (isinstance(message, (FetchRequest, FetchSnapshotRequest)) and fetching is not None
@@ -624,7 +631,7 @@ class RaftCore:
             self._poll_prospective(state)
         elif isinstance(state, Candidate):
             if now >= state.deadline_ms:
-                self._become_prospective(state.retries + 1, self._backoff(state.retries))
+                self._lose_vote(state)
         elif isinstance(state, LeaderState):
             self._poll_leader(state)
         elif isinstance(state, Resigned):
@@ -768,7 +775,31 @@ class RaftCore:
             if isinstance(state, Prospective):
                 self._lose_pre_vote(state)
             else:
-                self._become_prospective(state.retries + 1, self._backoff(state.retries))
+                self._lose_vote(state)
+
+    def _lose_vote(self, state: Candidate) -> None:
+        """Too many voters refused (or cannot answer): back off at once and campaign again, as
+        Kafka's candidate does when its vote is rejected, not after the election timeout."""
+        self._become_prospective(state.retries + 1, self._backoff(state.retries))
+
+    def _vote_undelivered(self, state: Candidate, voter: int, request: VoteRequest) -> None:
+        """The Vote of this round to `voter` failed (refused, reset, timed out): no answer can come.
+
+        Votes are sent once per round, so that voter's grant is out of this round's reach: counted
+        with the refusals. After kill -9 of the leader the two survivors of a 3-voter quorum often
+        pre-vote for each other at the same moment (they learn of the death from the same reset)
+        and split the vote; each then refused the other while the dead voter never answered, and
+        both waited out a whole election timeout before trying again (issue 38: "leader of epoch
+        3" after most loaded failovers). With the dead voter counted, the split is a lost round at
+        once and the randomized, doubling backoff (Kafka's binaryExponentialElectionBackoffMs)
+        separates the two, which is what Kafka's candidate does when its vote is rejected.
+        """
+        campaign = state.campaign
+        if campaign.sent.get(voter) is not request or voter in campaign.granted or voter in campaign.rejected:
+            return  # an earlier round's, or already answered
+        campaign.rejected.add(voter)
+        if len(campaign.rejected) > len(self._voters) - self._majority:
+            self._lose_vote(state)
 
     # -----------------------------------------------------------------------------------------
     # BeginQuorumEpoch and EndQuorumEpoch.

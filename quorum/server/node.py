@@ -255,12 +255,22 @@ class RaftNode:
         async with self._core_lock:
             if self._fatal is not None:
                 return  # stopping: the log may not be what the core believes
+            before = (self.core.role, self.core.epoch)
             try:
                 await self._carry_out(call)
             except OSError as exc:
                 self._stop_on_disk_failure(exc)
             finally:
                 self._core_moved.set()
+                self._log_transition(before)
+
+    def _log_transition(self, before: tuple[Role, int]) -> None:
+        """One line per change of role or epoch, as KafkaRaftClient logs "Completed transition to
+        ...": without them a failover that takes long cannot be told apart from one that never ran."""
+        core = self.core
+        if (core.role, core.epoch) != before:
+            log.info("raft: %s in epoch %d -> %s in epoch %d (leader %d)", before[0].value, before[1],
+                     core.role.value, core.epoch, core.leader_id)
 
     async def _carry_out(self, call: Callable[[], list[raft.Action]]) -> None:
         """`drive`'s body, under the core lock."""
