@@ -257,6 +257,9 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         """`partitions` to assign, those the group never committed set to start where `auto.offset.reset`
         says (the log's beginning or end), and the commits read to decide it (None: not read).
 
+        The start is the offset the current leader's log bounds give (`_policy_starts`), as the restart
+        of a stopped partition used; a recreated topic's is the logical beginning or end.
+
         Why before assigning: librdkafka is given `auto.offset.reset=error`, so a partition assigned at
         its committed offset without one would be stopped (_AUTO_OFFSET_RESET), and a stopped partition
         can only be started by assigning it again (and one of a recreated topic needs a seek that
@@ -282,11 +285,31 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             return partitions, None
         fresh = [tp for tp in from_committed if tp in committed and committed[tp].offset < 0]
         held = {tp.topic for tp in (*self._positions, *self._guard.waiting) if tp not in fresh}
-        offsets = {"reset": _POLICY_STARTS[normalize_policy(self._policy)],
-                   "recreated": OFFSET_BEGINNING if self._guard.policy == "earliest" else OFFSET_END}
-        starts = {tp: offsets[how] for tp, how in self._guard.fresh_starts(fresh, held).items() if how is not None}
+        how = self._guard.fresh_starts(fresh, held)
+        recreated = OFFSET_BEGINNING if self._guard.policy == "earliest" else OFFSET_END
+        starts = {tp: recreated for tp, start in how.items() if start == "recreated"}
+        starts.update(self._policy_starts(sorted(tp for tp, start in how.items() if start == "reset")))
         return [p if (start := starts.get(_key(p))) is None else confluent_kafka.TopicPartition(
             p.topic, p.partition, start) for p in partitions], committed
+
+    def _policy_starts(self, fresh: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where `auto.offset.reset` starts each partition of `fresh` (nothing committed), as its current
+        leader's log bounds say (EpochGuard.resolve_out_of_range, the lookup a stopped partition's restart
+        made), within `_RESOLVE_MIN_S` for all of them. A partition not resolved in time, or under policy
+        error/none, is left out: it is assigned as before, and librdkafka's stop decides it from poll."""
+        if _POLICY_STARTS[normalize_policy(self._policy)] is None:
+            return {}
+        deadline = time.monotonic() + _RESOLVE_MIN_S
+        starts: dict[TopicPartition, int] = {}
+        for tp in fresh:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                starts[tp] = self._guard.resolve_out_of_range(tp, None, self._policy, timeout=left).offset
+            except (LogBoundsUnavailableError, LogBoundsError, InvalidOffsetError) as exc:
+                log.info("%s: its start is left to librdkafka's stop: %s", tp, exc)
+        return starts
 
     def _wait_for_committed_epochs(self, partitions: Sequence[confluent_kafka.TopicPartition],
                                    committed: _Commits | None = None) -> None:

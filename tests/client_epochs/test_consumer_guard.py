@@ -13,6 +13,7 @@ import pytest
 from client_epochs.committed import encode
 from client_epochs.consumer_guard import EpochGuard
 from client_epochs.errors import TopicRecreatedError
+from client_epochs.log_bounds import LogBounds
 from client_epochs.model import ClusterMetadata, PartitionMetadata, TopicPartition
 from client_epochs.offset_fetch import CommittedOffset
 from quorum.wire.internal_metadata import InternalMetadata, topic_id_text
@@ -129,9 +130,20 @@ def wrapped_consumer(reset: str | None = None, spy: bool = False) -> Any:
     consumer = (Spied if spy else Consumer)(config, on_topic_recreated="earliest", no_partitions_warning_s=None)
     metadata = FakeMetadata()
     consumer._guard.metadata = metadata  # type: ignore[assignment]
+    consumer._guard.log_bounds = FakeBounds()
     consumer._guard.topic_ids["rc"] = OLD
     now(metadata, NEW, 5)
     return consumer
+
+
+class FakeBounds:
+    """Every partition's current leader (broker 1) holds records [0, 10]."""
+
+    def fetch(self, tp: TopicPartition, floor: Any = None, timeout: float = 30.0) -> LogBounds:
+        return LogBounds(tp, 0, 10, 1, 0, "fake:1")
+
+    def close(self) -> None:
+        pass
 
 
 class LibrdkafkaCalls(confluent_kafka.Consumer):
@@ -177,14 +189,15 @@ def test_a_partition_the_group_never_committed_is_assigned_where_auto_offset_res
     callback, librdkafka's KIP-848 state machine took that assignment for the answer to a rebalance it had
     just handed over (it acknowledged a revocation it never carried out: a partition held by two members in
     test_kip848_processes.py). The wrapper reads the commits first and assigns such a partition once, at
-    the start auto.offset.reset names, so poll never assigns it again."""
+    the start auto.offset.reset names (the log start its current leader gives), so poll never assigns it
+    again."""
     consumer = wrapped_consumer(reset="earliest", spy=True)
     nothing_committed(consumer)
     consumer._guard.topic_ids.clear()  # a topic it never read
     try:
         consumer.incremental_assign([confluent_kafka.TopicPartition("rc", 0)])
         assert consumer.poll(0.1) is None
-        assert consumer.calls == [("incremental_assign", [("rc", 0, confluent_kafka.OFFSET_BEGINNING)])]
+        assert consumer.calls == [("incremental_assign", [("rc", 0, 0)])]
         assert consumer.waiting_for_committed == set() and consumer.paused == set()
     finally:
         consumer.close()
