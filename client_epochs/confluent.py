@@ -147,6 +147,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._assigned_in_callback = False
         self._delivered = False
         """Whether a record was delivered since the last poll's checks: the consumer holds partitions."""
+        self._read: set[TopicPartition] = set()
+        """Assigned partitions a record was delivered from since their assignment (they were fetched)."""
 
     @property
     def waiting_for_metadata(self) -> frozenset[TopicPartition]:
@@ -239,6 +241,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             self._stopped.pop(tp, None)
             self._user_paused.discard(tp)
             self._pending.discard(tp)
+            self._read.discard(tp)
 
     def pause(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         super().pause(partitions)
@@ -473,13 +476,17 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         coordinator that just moved answers NOT_COORDINATOR for the whole request, and the partitions
         stay assigned, never fetched, until assigned again (librdkafka issue 5586, open; the soak's
         replicator copied nothing for minutes, seed 61). Java's consumer asks the new coordinator.
-        Assigned again without an offset, librdkafka asks again once it knows the coordinator."""
+        Assigned again at the committed offset the wrapper read itself, or without an offset (librdkafka
+        asks again once it knows the coordinator). A partition counts as unstarted while librdkafka has no
+        position for it and nothing was delivered from it, whether or not the wrapper read its commit
+        (it used to count only partitions whose commit it had not read, and missed the others)."""
         error = message.error()
         if error is None or not error.str().startswith(_COMMITTED_FETCH_FAILED):
             return
         named = None if message.topic() is None else TopicPartition(message.topic(), message.partition())
-        unstarted = {tp: OFFSET_INVALID for p in self.position(self.assignment())
-                     if (tp := _key(p)) not in self._positions and p.offset < 0 and named in (None, tp)}
+        # at the position the wrapper knows (its own read of the commit), else without one
+        unstarted = {tp: self._positions.get(tp, OFFSET_INVALID) for p in self.position(self.assignment())
+                     if (tp := _key(p)) not in self._read and p.offset < 0 and named in (None, tp)}
         if unstarted:
             log.warning("%s; assigning %s again, so that librdkafka asks the group's coordinator again",
                         error.str(), ", ".join(str(tp) for tp in sorted(unstarted)))
@@ -612,6 +619,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                 del self._stopped[tp]
                 log.info("%s delivers again from %d: its stop predates its last restart", tp, message.offset())
             self._positions[tp] = message.offset() + 1
+            self._read.add(tp)
             self._delivered = True
             epoch = message.leader_epoch()
             if epoch is not None:
