@@ -620,6 +620,10 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                 log.info("%s delivers again from %d: its stop predates its last restart", tp, message.offset())
             self._positions[tp] = message.offset() + 1
             self._read.add(tp)
+            if not self._delivered and self._partitions_watch is not None and self._subscribed:
+                # a partition assigned within this very poll delivers at once (started where it starts, not
+                # stopped first): the wait ends now, not at the next poll's check
+                self._partitions_watch.check(self._subscribed, True)
             self._delivered = True
             epoch = message.leader_epoch()
             if epoch is not None:
