@@ -62,7 +62,7 @@ from client_epochs.errors import InvalidOffsetError
 from client_epochs.log_bounds import READ_COMMITTED, READ_UNCOMMITTED, LogBoundsError, LogBoundsUnavailableError
 from client_epochs.metadata_client import MetadataClient
 from client_epochs.model import TopicPartition
-from client_epochs.offset_fetch import OffsetFetcher, is_retriable
+from client_epochs.offset_fetch import CommittedOffset, OffsetFetcher, is_retriable
 from client_epochs.out_of_range import normalize_policy
 from quorum.wire.internal_metadata import InternalMetadata
 from quorum.wire.sasl_client import ClientSecurity
@@ -83,6 +83,9 @@ _COMMITTED_TRY_S = 1.0
 coordinator cannot answer yet, they stay paused and the next poll asks again."""
 _COMMITTED_NOTE_S = 10.0
 """How often a consumer still waiting for its group's committed offsets says so."""
+_POLICY_STARTS: dict[str, int | None] = {"earliest": OFFSET_BEGINNING, "latest": OFFSET_END, "error": None}
+"""Where a partition the group never committed starts, by `auto.offset.reset` (error: librdkafka stops it)."""
+_Commits = dict[TopicPartition, CommittedOffset]
 
 
 def _key(partition: confluent_kafka.TopicPartition) -> TopicPartition:
@@ -144,6 +147,8 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         self._assigned_in_callback = False
         self._delivered = False
         """Whether a record was delivered since the last poll's checks: the consumer holds partitions."""
+        self._read: set[TopicPartition] = set()
+        """Assigned partitions a record was delivered from since their assignment (they were fetched)."""
 
     @property
     def waiting_for_metadata(self) -> frozenset[TopicPartition]:
@@ -190,17 +195,21 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
 
     def assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         self._forget([*self._guard.waiting, *self._positions, *self._stopped, *self._user_paused])
+        partitions, committed = self._start_uncommitted(partitions)
+        self._unpause_carried_over(partitions)
         super().assign(partitions)
         self._assigned_in_callback = True
         self._note_starts(partitions)
-        self._wait_for_committed_epochs(partitions)
+        self._wait_for_committed_epochs(partitions, committed)
 
     def incremental_assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         self._forget([_key(p) for p in partitions])
+        partitions, committed = self._start_uncommitted(partitions)
+        self._unpause_carried_over(partitions)
         super().incremental_assign(partitions)
         self._assigned_in_callback = True
         self._note_starts(partitions)
-        self._wait_for_committed_epochs(partitions)
+        self._wait_for_committed_epochs(partitions, committed)
 
     def unassign(self) -> None:
         self._forget([*self._guard.waiting, *self._positions, *self._stopped, *self._user_paused])
@@ -209,6 +218,16 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
     def incremental_unassign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         self._forget([_key(p) for p in partitions])
         super().incremental_unassign(partitions)
+
+    def _unpause_carried_over(self, partitions: Sequence[confluent_kafka.TopicPartition]) -> None:
+        """Clear librdkafka's pause of partitions about to be assigned: it keeps a partition's pause through
+        an unassignment and a later assignment (Java's consumer forgets it with the partition), and the
+        wrapper, which forgets its pauses with the partition too, would never resume it. A partition the
+        wrapper held while its topic was gone, then revoked (KIP-848 revokes a deleted topic's partitions)
+        and assigned again in the topic created again, was never fetched (a member silent for 90 s).
+        Before the assignment, so that the fetch starts unpaused; the wrapper pauses what must wait after."""
+        if partitions:
+            super().resume([confluent_kafka.TopicPartition(p.topic, p.partition) for p in partitions])
 
     def _note_starts(self, partitions: Sequence[confluent_kafka.TopicPartition]) -> None:
         """Positions given with an assignment are known positions (see `_stopped_by`)."""
@@ -222,6 +241,7 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
             self._stopped.pop(tp, None)
             self._user_paused.discard(tp)
             self._pending.discard(tp)
+            self._read.discard(tp)
 
     def pause(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         super().pause(partitions)
@@ -235,9 +255,70 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         if free:
             super().resume(free)
 
-    def _wait_for_committed_epochs(self, partitions: Sequence[confluent_kafka.TopicPartition]) -> None:
+    def _start_uncommitted(self, partitions: Sequence[confluent_kafka.TopicPartition]
+                           ) -> tuple[list[confluent_kafka.TopicPartition], _Commits | None]:
+        """`partitions` to assign, those the group never committed set to start where `auto.offset.reset`
+        says (the log's beginning or end), and the commits read to decide it (None: not read).
+
+        The start is the offset the current leader's log bounds give (`_policy_starts`), as the restart
+        of a stopped partition used; a recreated topic's is the logical beginning or end.
+
+        Why before assigning: librdkafka is given `auto.offset.reset=error`, so a partition assigned at
+        its committed offset without one would be stopped (_AUTO_OFFSET_RESET), and a stopped partition
+        can only be started by assigning it again (and one of a recreated topic needs a seek that
+        librdkafka refuses before its fetch started). Done from poll, outside the rebalance callback, that
+        assignment is taken by librdkafka's group state machine for the application's answer to a
+        rebalance it has just handed over and the application has not served yet (it looks only at its
+        join state): under KIP-848 it then acknowledged a revocation it never carried out, and the
+        coordinator gave a partition still fetched here to another member, or left a partition of a
+        recreated topic unstarted. Every new partition of a KIP-848 group, of a recreated topic above
+        all, starts without a commit; a recreated topic's starts where `on_topic_recreated` says
+        (EpochGuard.fresh_starts). Policy error/none keeps librdkafka's stop: poll raises there.
+        The commits read are the ones `_wait_for_committed_epochs` takes floors from; when the
+        coordinator cannot answer in `_COMMITTED_TRY_S`, nothing changes and poll asks again."""
+        partitions = list(partitions)
+        from_committed = sorted({_key(p) for p in partitions if p.offset in (OFFSET_INVALID, _OFFSET_STORED)})
+        if not from_committed or not self._group:
+            return partitions, None
+        try:
+            committed = self._offsets.fetch(self._group, from_committed, timeout=_COMMITTED_TRY_S)
+        except BrokerError as exc:
+            if not is_retriable(exc):
+                raise
+            return partitions, None
+        fresh = [tp for tp in from_committed if tp in committed and committed[tp].offset < 0]
+        held = {tp.topic for tp in (*self._positions, *self._guard.waiting) if tp not in fresh}
+        how = self._guard.fresh_starts(fresh, held)
+        recreated = OFFSET_BEGINNING if self._guard.policy == "earliest" else OFFSET_END
+        starts = {tp: recreated for tp, start in how.items() if start == "recreated"}
+        starts.update(self._policy_starts(sorted(tp for tp, start in how.items() if start == "reset")))
+        return [p if (start := starts.get(_key(p))) is None else confluent_kafka.TopicPartition(
+            p.topic, p.partition, start) for p in partitions], committed
+
+    def _policy_starts(self, fresh: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where `auto.offset.reset` starts each partition of `fresh` (nothing committed), as its current
+        leader's log bounds say (EpochGuard.resolve_out_of_range, the lookup a stopped partition's restart
+        made), within `_RESOLVE_MIN_S` for all of them. A partition not resolved in time, or under policy
+        error/none, is left out: it is assigned as before, and librdkafka's stop decides it from poll."""
+        if _POLICY_STARTS[normalize_policy(self._policy)] is None:
+            return {}
+        deadline = time.monotonic() + _RESOLVE_MIN_S
+        starts: dict[TopicPartition, int] = {}
+        for tp in fresh:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                starts[tp] = self._guard.resolve_out_of_range(tp, None, self._policy, timeout=left).offset
+            except (LogBoundsUnavailableError, LogBoundsError, InvalidOffsetError) as exc:
+                log.info("%s: its start is left to librdkafka's stop: %s", tp, exc)
+        return starts
+
+    def _wait_for_committed_epochs(self, partitions: Sequence[confluent_kafka.TopicPartition],
+                                   committed: _Commits | None = None) -> None:
         """Partitions starting from their committed offset pause until its epochs are read and taken as
-        floors: here if the coordinator answers within `_COMMITTED_TRY_S`, else at a later poll."""
+        floors: here with `committed` (read before assigning) or if the coordinator answers within
+        `_COMMITTED_TRY_S`, else at a later poll."""
         from_committed = [_key(p) for p in partitions if p.offset in (OFFSET_INVALID, _OFFSET_STORED)]
         if not from_committed or not self._group:
             return
@@ -245,24 +326,26 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         if not self._pending:
             self._pending_since = time.monotonic()
         self._pending.update(from_committed)
-        self._take_committed_floors()
+        self._take_committed_floors(committed)
 
-    def _take_committed_floors(self) -> None:
-        """Read the pending partitions' commits; their epochs become floors (those with epochs stay
-        paused in the guard), the others resume. A coordinator that cannot answer yet leaves them
-        pending, said at a slow pace; an error that asking again cannot cure is raised."""
+    def _take_committed_floors(self, committed: _Commits | None = None) -> None:
+        """Read the pending partitions' commits (unless `committed` has them all); their epochs become
+        floors (those with epochs stay paused in the guard), the others resume. A coordinator that cannot
+        answer yet leaves them pending, said at a slow pace; an error that asking again cannot cure is raised."""
         assigned = {_key(p) for p in self.assignment()}
         self._pending &= assigned
         if not self._pending:
             return
         wanted = sorted(self._pending)
-        try:
-            committed = self._offsets.fetch(self._group, wanted, timeout=_COMMITTED_TRY_S)
-        except BrokerError as exc:
-            if not is_retriable(exc):
-                raise
-            self._note_pending(wanted, exc)
-            return
+        if committed is None or not self._pending <= committed.keys():
+            try:
+                committed = self._offsets.fetch(self._group, wanted, timeout=_COMMITTED_TRY_S)
+            except BrokerError as exc:
+                if not is_retriable(exc):
+                    raise
+                self._note_pending(wanted, exc)
+                return
+        committed = {tp: committed[tp] for tp in wanted if tp in committed}
         self._pending.clear()
         self._positions.update({tp: entry.offset for tp, entry in committed.items() if entry.offset >= 0})
         floors = {tp: split(tp, entry.metadata)[1] for tp, entry in committed.items()}
@@ -393,13 +476,17 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
         coordinator that just moved answers NOT_COORDINATOR for the whole request, and the partitions
         stay assigned, never fetched, until assigned again (librdkafka issue 5586, open; the soak's
         replicator copied nothing for minutes, seed 61). Java's consumer asks the new coordinator.
-        Assigned again without an offset, librdkafka asks again once it knows the coordinator."""
+        Assigned again at the committed offset the wrapper read itself, or without an offset (librdkafka
+        asks again once it knows the coordinator). A partition counts as unstarted while librdkafka has no
+        position for it and nothing was delivered from it, whether or not the wrapper read its commit
+        (it used to count only partitions whose commit it had not read, and missed the others)."""
         error = message.error()
         if error is None or not error.str().startswith(_COMMITTED_FETCH_FAILED):
             return
         named = None if message.topic() is None else TopicPartition(message.topic(), message.partition())
-        unstarted = {tp: OFFSET_INVALID for p in self.position(self.assignment())
-                     if (tp := _key(p)) not in self._positions and p.offset < 0 and named in (None, tp)}
+        # at the position the wrapper knows (its own read of the commit), else without one
+        unstarted = {tp: self._positions.get(tp, OFFSET_INVALID) for p in self.position(self.assignment())
+                     if (tp := _key(p)) not in self._read and p.offset < 0 and named in (None, tp)}
         if unstarted:
             log.warning("%s; assigning %s again, so that librdkafka asks the group's coordinator again",
                         error.str(), ", ".join(str(tp) for tp in sorted(unstarted)))
@@ -532,6 +619,11 @@ class Consumer(GuardedConsumer, confluent_kafka.Consumer):
                 del self._stopped[tp]
                 log.info("%s delivers again from %d: its stop predates its last restart", tp, message.offset())
             self._positions[tp] = message.offset() + 1
+            self._read.add(tp)
+            if not self._delivered and self._partitions_watch is not None and self._subscribed:
+                # a partition assigned within this very poll delivers at once (started where it starts, not
+                # stopped first): the wait ends now, not at the next poll's check
+                self._partitions_watch.check(self._subscribed, True)
             self._delivered = True
             epoch = message.leader_epoch()
             if epoch is not None:

@@ -53,6 +53,8 @@ from quorum.wire.sasl_client import ClientSecurity
 log = logging.getLogger(__name__)
 
 RecreatedPolicy = Literal["raise", "earliest", "latest"]
+FreshStart = Literal["reset", "recreated"] | None
+"""How a partition with nothing committed starts (EpochGuard.fresh_starts)."""
 RECREATED_POLICIES = ("raise", "earliest", "latest")
 WAIT_LOG_INTERVAL_S = 10.0
 """How often a consumer waiting for current metadata logs what it waits for."""
@@ -138,6 +140,41 @@ class EpochGuard:
             self.floors.pop(tp, None)
         if not self.floors:
             self._waiting_since = None
+
+    def fresh_starts(self, partitions: Iterable[TopicPartition], held_topics: Iterable[str] = (),
+                     timeout: float = 1.0) -> dict[TopicPartition, FreshStart]:
+        """How each of `partitions`, about to be assigned with nothing committed, starts: "reset" where
+        auto.offset.reset says; "recreated" where `on_topic_recreated` says (earliest/latest), because
+        this guard read the topic under another id than the one it has now, which it takes from here on;
+        None to leave it as before (librdkafka stops it, and the next metadata check decides): under
+        policy "raise", while the consumer holds positions read under the old id (`held_topics`), or when
+        no current metadata came within `timeout`.
+
+        Decided before the partitions are assigned, so that they are assigned once, where they start:
+        a start decided later needs a seek librdkafka refuses before its fetch started, or an assignment
+        made again outside the rebalance callback (see client_epochs.confluent._start_uncommitted)."""
+        wanted = sorted(set(partitions))
+        known = {tp.topic: self.topic_ids[tp.topic] for tp in wanted if tp.topic in self.topic_ids}
+        starts: dict[TopicPartition, FreshStart] = {tp: "reset" for tp in wanted}
+        if not known:
+            return starts
+        try:
+            current = self.metadata.refresh_until_current(sorted(known), timeout=timeout)
+        except (StaleMetadataError, MetadataUnavailableError) as exc:
+            log.info("start of %s left to the metadata check: %s", ", ".join(map(str, wanted)), exc)
+            return {tp: None if tp.topic in known else start for tp, start in starts.items()}
+        held = set(held_topics)
+        for topic, known_id in known.items():
+            ids = {meta.topic_id for meta in current.partitions_of(topic).values()} - {None, ZERO_UUID}
+            if not ids or ids == {known_id}:
+                continue
+            start: FreshStart = None if self.policy == "raise" or topic in held else "recreated"
+            if start is not None:
+                (self.topic_ids[topic],) = ids
+                log.warning("%s was recreated (topic id %s, now %s): its partitions start by on_topic_recreated=%s",
+                            topic, known_id, self.topic_ids[topic], self.policy)
+            starts.update({tp: start for tp in wanted if tp.topic == topic})
+        return starts
 
     def settle(self, timeout: float) -> Settled:
         """Try, for up to `timeout` seconds, to get metadata at least as new as every floor.

@@ -6,14 +6,16 @@ with a consumer error event, and then neither asks again nor starts the partitio
 stay assigned and are never fetched until assigned again (librdkafka issue 5586, open in 2.16). In
 the soak the replicator's group coordinator was killed while it asked, and the replicator copied
 nothing for five minutes. A proxy in front of a real broker refuses the first OffsetFetch the way a
-broker that just lost the group does."""
+broker that just lost the group does. The group has a commit (offset 0), so the wrapper leaves the
+partition to librdkafka's lookup; the proxy refuses librdkafka's and spares the wrapper's own."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client_epochs.confluent import Consumer
@@ -28,7 +30,10 @@ TOPIC = "refused"
 
 
 def test_partitions_whose_committed_offsets_a_moved_coordinator_refused_are_fetched(tmp_path):
-    with behind_proxy(tmp_path, lambda host, port: OffsetFetchRefusingProxy(host, port, refusals=1)) as proxy:
+    def refusing(host: str, port: int) -> OffsetFetchRefusingProxy:
+        return OffsetFetchRefusingProxy(host, port, refusals=1, spare_client_id="client-epochs")
+
+    with behind_proxy(tmp_path, refusing) as proxy:
         consumer = None
         try:
             create(AdminClient({"bootstrap.servers": proxy.address, **QUIET}), NewTopic(TOPIC, 1, 1))
@@ -36,6 +41,9 @@ def test_partitions_whose_committed_offsets_a_moved_coordinator_refused_are_fetc
             for n in range(10):
                 producer.produce(TOPIC, f"r{n}".encode(), partition=0)
             assert producer.flush(30) == 0
+            committer = RawConsumer({"bootstrap.servers": proxy.address, "group.id": "refused-group", **QUIET})
+            committer.commit(offsets=[TopicPartition(TOPIC, 0, 0)], asynchronous=False)
+            committer.close()
             consumer = Consumer({"bootstrap.servers": proxy.address, "group.id": "refused-group",
                                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **QUIET})
             consumer.subscribe([TOPIC])

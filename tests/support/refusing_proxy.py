@@ -17,14 +17,19 @@ OFFSET_FETCH = 9
 
 
 class OffsetFetchRefusingProxy(FrameProxy):
-    def __init__(self, target_host: str, target_port: int, refusals: int) -> None:
+    def __init__(self, target_host: str, target_port: int, refusals: int, spare_client_id: str | None = None) -> None:
+        """`spare_client_id`: OffsetFetch requests from a client with this id are passed on, not refused
+        (the client_epochs wrappers' own lookups, when a test is about librdkafka's)."""
         super().__init__(target_host, target_port)
         self._lock = threading.Lock()
         self._left = refusals
+        self._spare = spare_client_id
         self.refused = 0
 
     def _answer(self, payload: bytes) -> bytes | None:
         if peek_api(payload)[0] != OFFSET_FETCH:
+            return None
+        if self._spare is not None and decode_request(payload).header.client_id == self._spare:
             return None
         with self._lock:
             if self._left <= 0:

@@ -13,13 +13,20 @@ done here, and the answer is the error Kafka gives when the member's protocols a
 
 Every change to a consumer group is written to `__consumer_offsets` as Kafka's records
 (`consumer.records`), and a heartbeat is answered once they are durable, so a coordinator that
-loads the partition later resumes the group where it was. Deviation from Kafka: a failed write is
-answered with its error but the group keeps the change in memory (Kafka reverts it); the log, which
-a later load reads, does not have it.
+loads the partition later resumes the group where it was. A heartbeat whose write fails is answered
+with its error and its change is reverted, as Kafka's CoordinatorRuntime reverts its timeline to the
+snapshot before a failed write: the group in memory stays what the log says, and the member, told
+the error, sends its change again. Heartbeats of the same group answered after the failed one were
+computed from the reverted state, so they are answered with the same error too (Kafka's revert
+takes their changes back with it); their records, already on their way to the log, may still land
+there (Kafka would not have written them), the one way the log and memory can differ. Session timers
+are not reverted (Kafka's timers are not part of its timeline): a member whose heartbeat arrived
+keeps the session it renewed. Expirations' writes are not tracked.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,11 +58,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class PendingConsumerAnswer:
-    """A heartbeat answer that waits for its group's records to be durable."""
+    """A heartbeat answer that waits for its group's records to be durable, and how to take the
+    heartbeat's change back if they will not be."""
 
     handle: Any
     partition: int
     answer: ConsumerHeartbeatAnswer
+    group: ConsumerGroup | None = None
+    """The live group the heartbeat changed (None: nothing to revert)."""
+    before: ConsumerGroup | None = None
+    """A copy of `group` as it was before the heartbeat; None when the heartbeat created it."""
+    token: int = 0
 
 
 class ConsumerCommands:
@@ -103,7 +116,11 @@ class ConsumerCommands:
                 classic.state = GroupState.DEAD
                 self._append(state.partition, [encode_record(GroupKey(request.group_id), None)])
             group = state.consumer_groups[request.group_id] = ConsumerGroup(request.group_id)
+            created = True
+        else:
+            created = False
         self._expire_consumer_group(state, group, now_ms)
+        snapshot = None if created else copy.deepcopy(group)
         before = image(group)
         answer = self.consumer_rules.heartbeat(group, request, now_ms, self.topics)
         if group.group_epoch != before.group_epoch:
@@ -112,12 +129,40 @@ class ConsumerCommands:
         if not written:
             return self._reply(handle, answer)
         token = self._append(state.partition, written)
-        self._pending[token] = PendingConsumerAnswer(handle, state.partition, answer)
+        self._pending[token] = PendingConsumerAnswer(handle, state.partition, answer, group, snapshot, token)
         return self._flush()
 
     def _settle_consumer(self, pending: PendingConsumerAnswer, error: int) -> None:
-        """A heartbeat's records are durable (NONE) or will not be (`error`): answer it."""
+        """A heartbeat's records are durable (NONE) or will not be (`error`): answer it; on an error, take its
+        change back first (see the module docstring)."""
+        if error != E.NONE and pending.group is not None:
+            self._revert_consumer(pending, error)
         self._answer(pending.handle, pending.answer if error == E.NONE else ConsumerHeartbeatAnswer(error))
+
+    def _revert_consumer(self, failed: PendingConsumerAnswer, error: int) -> None:
+        """Put the group back as it was before the failed heartbeat (Kafka's revertLastWrittenOffset), in
+        place, so that later heartbeats' pending answers still name it; those are answered `error` and
+        revert nothing themselves (their snapshots hold the failed change). A group the heartbeat created
+        is removed. Nothing is done when the partition or the group is no longer the one changed."""
+        group = failed.group
+        assert group is not None
+        state = self._partitions.get(failed.partition)
+        if state is None or state.loading or state.consumer_groups.get(group.group_id) is not group:
+            return
+        for later in self._pending.values():
+            if isinstance(later, PendingConsumerAnswer) and later.group is group and later.token > failed.token:
+                later.answer, later.group = ConsumerHeartbeatAnswer(error), None
+        if failed.before is None:
+            del state.consumer_groups[group.group_id]
+            group.dead = True
+            log.info("group %s: its creation could not be written (error %d); removed", group.group_id, error)
+            return
+        sessions = group.session_deadlines
+        for name in ConsumerGroup.__slots__:
+            setattr(group, name, getattr(failed.before, name))
+        group.session_deadlines = {m: sessions.get(m, d) for m, d in group.session_deadlines.items()}
+        log.info("group %s: a heartbeat's change could not be written (error %d); back to group epoch %d",
+                 group.group_id, error, group.group_epoch)
 
     def _resume_consumer_groups(self, state: PartitionState, now_ms: int) -> None:
         """A loaded partition's consumer groups start their timers (`ConsumerGroupRules.resume`)."""

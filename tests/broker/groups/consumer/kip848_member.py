@@ -26,6 +26,11 @@ from client_epochs import TopicRecreatedError
 from client_epochs.confluent import Consumer as EpochConsumer
 
 stopping = False
+REVOKE_WORK_S = float(os.environ.get("KIP848_REVOKE_WORK_S", "0"))
+"""Seconds an on_revoke callback works before it gives its partitions up (an application committing or
+flushing there); the revoke event is printed once it is done. librdkafka acknowledges a revocation to the
+coordinator only after the callback returned, so a new owner given the partition during that work shows
+a revocation acknowledged early: two owners at once."""
 DEBUG = {"debug": "cgrp", "log_level": 7} if os.environ.get("KIP848_MEMBER_DEBUG") else {"log_level": 0}
 """KIP848_MEMBER_DEBUG=1: librdkafka logs its group protocol to stderr (KIP848_MEMBER_STDERR names a file for it)."""
 
@@ -66,7 +71,7 @@ def main(name: str, bootstrap: str, group: str, subscription: list[str], wrapper
     consumer.subscribe(
         subscription,
         on_assign=lambda c, parts: out(event="assign", partitions=partitions(parts)),
-        on_revoke=lambda c, parts: out(event="revoke", partitions=partitions(parts)),
+        on_revoke=lambda c, parts: (time.sleep(REVOKE_WORK_S), out(event="revoke", partitions=partitions(parts))),
         on_lost=lambda c, parts: out(event="lost", partitions=partitions(parts)),
     )
     out(event="started")

@@ -239,3 +239,64 @@ def test_a_heartbeat_whose_records_cannot_be_written_answers_the_error() -> None
     append = h.pending_appends.pop()
     h.take(h.core.append_failed(append.token, E.NOT_LEADER_OR_FOLLOWER, h.now))
     assert h.answers[handle].error == E.NOT_COORDINATOR
+
+
+def group_fields(h: Harness) -> tuple:
+    """What a group's records carry: compared before and after a revert, and with a reload of the log."""
+    group = h.core.consumer_group(GROUP)
+    assert group is not None
+    return group.group_epoch, group.assignment_epoch, dict(group.members), dict(group.target), dict(group.owners)
+
+
+def join_unanswered(h: Harness, member_id: str) -> int:
+    """A member's join sent, its records not yet durable: the handle its answer will come to."""
+    request = ConsumerHeartbeat(
+        GROUP, member_id, 0, rebalance_timeout_ms=5000, subscribed_topic_names=("t",), owned=frozenset()
+    )
+    return h.send("consumer_group_heartbeat", request)
+
+
+def test_a_heartbeat_whose_records_cannot_be_written_is_taken_back() -> None:
+    """Kafka's CoordinatorRuntime reverts its state to the snapshot before a write that failed: a member
+    joining whose records did not reach the log is not in the group, the group epoch and the target are
+    what they were, and the group in memory is the one a reload of the log gives. Before, the coordinator
+    answered the error but kept the member."""
+    h = consumer_harness()
+    join(h, "m1")
+    before = group_fields(h)
+    handle = join_unanswered(h, "m2")
+    (append,) = h.pending_appends
+    h.pending_appends.clear()
+    h.take(h.core.append_failed(append.token, E.NOT_LEADER_OR_FOLLOWER, h.now))
+    assert h.answers[handle].error == E.NOT_COORDINATOR
+    assert group_fields(h) == before
+    h.load_all()
+    assert group_fields(h) == before
+    assert join(h, "m2").error == E.NONE, "the member joins when it asks again"
+
+
+def test_a_group_whose_creation_cannot_be_written_is_not_there() -> None:
+    h = consumer_harness()
+    handle = join_unanswered(h, "m1")
+    (append,) = h.pending_appends
+    h.pending_appends.clear()
+    h.take(h.core.append_failed(append.token, E.NOT_LEADER_OR_FOLLOWER, h.now))
+    assert h.answers[handle].error == E.NOT_COORDINATOR
+    assert h.core.consumer_group(GROUP) is None
+    assert h.core.describe_consumer_group(GROUP).error == E.GROUP_ID_NOT_FOUND
+
+
+def test_heartbeats_after_a_failed_one_are_answered_its_error() -> None:
+    """m3's join was computed from a group that had m2 in it; m2's write failed, so m3's change goes with it
+    (Kafka's revert takes every later change back): m3 is answered the error even though its own records
+    were written, and the group is as before m2 asked."""
+    h = consumer_harness()
+    join(h, "m1")
+    before = group_fields(h)
+    m2, m3 = join_unanswered(h, "m2"), join_unanswered(h, "m3")
+    first, second = h.pending_appends
+    h.pending_appends.clear()
+    h.take(h.core.append_failed(first.token, E.NOT_LEADER_OR_FOLLOWER, h.now))
+    h.take(h.core.append_done(second.token, h.now))
+    assert h.answers[m2].error == E.NOT_COORDINATOR and h.answers[m3].error == E.NOT_COORDINATOR
+    assert group_fields(h) == before
