@@ -125,22 +125,15 @@ class MetadataClient:
         none answers within `timeout` (default: one request timeout per broker). Never creates topics.
         """
         wanted = None if topics is None else sorted(set(topics))
-        budget = timeout if timeout is not None else self._request_timeout_s * len(self._addresses)
-        deadline = time.monotonic() + budget
+        deadline = self._deadline(timeout)
         failures: list[BrokerError] = []
         for _ in range(len(self._addresses)):
             if time.monotonic() >= deadline:
                 break
-            address = self._addresses[self._cursor]
-            try:
-                metadata = self._fetch_from(address, wanted, deadline)
-            except BrokerError as exc:
-                log.debug("Metadata from %s failed: %s", exc.address, exc.reason)
-                failures.append(exc)
-                self._advance()
-                continue
-            self._learn_brokers(metadata)
-            return metadata
+            metadata = self._answer_of(self._addresses[self._cursor], wanted, deadline, failures)
+            if metadata is not None:
+                return metadata
+            self._advance()
         raise MetadataUnavailableError(failures)
 
     def fetch_from_each(self, topics: Iterable[str], timeout: float | None = None) -> list[ClusterMetadata]:
@@ -149,27 +142,34 @@ class MetadataClient:
         broker's outdated view (a topic it has not learnt yet, partitions it has not seen added) and so
         compares them all. MetadataUnavailableError when none answers within `timeout`."""
         wanted = sorted(set(topics))
-        budget = timeout if timeout is not None else self._request_timeout_s * len(self._addresses)
-        deadline = time.monotonic() + budget
+        deadline = self._deadline(timeout)
         answers: list[ClusterMetadata] = []
         failures: list[BrokerError] = []
-        asked: set[tuple[str, int]] = set()
-        while time.monotonic() < deadline:
-            address = next((a for a in self._addresses if a not in asked), None)
-            if address is None:
+        for address in self._addresses:  # grows as answers name brokers: those are asked too
+            if time.monotonic() >= deadline:
                 break
-            asked.add(address)
-            try:
-                metadata = self._fetch_from(address, wanted, deadline)
-            except BrokerError as exc:
-                log.debug("Metadata from %s failed: %s", exc.address, exc.reason)
-                failures.append(exc)
-                continue
-            self._learn_brokers(metadata)
-            answers.append(metadata)
+            metadata = self._answer_of(address, wanted, deadline, failures)
+            if metadata is not None:
+                answers.append(metadata)
         if not answers:
             raise MetadataUnavailableError(failures)
         return answers
+
+    def _deadline(self, timeout: float | None) -> float:
+        """`timeout` from now; by default one request timeout per broker known."""
+        return time.monotonic() + (timeout if timeout is not None else self._request_timeout_s * len(self._addresses))
+
+    def _answer_of(self, address: tuple[str, int], wanted: list[str] | None, deadline: float,
+                   failures: list[BrokerError]) -> ClusterMetadata | None:
+        """`address`'s Metadata answer, its brokers learnt; None (and its error in `failures`) if it failed."""
+        try:
+            metadata = self._fetch_from(address, wanted, deadline)
+        except BrokerError as exc:
+            log.debug("Metadata from %s failed: %s", exc.address, exc.reason)
+            failures.append(exc)
+            return None
+        self._learn_brokers(metadata)
+        return metadata
 
     def refresh_until_current(self, topics: Iterable[str], floors: Mapping[TopicPartition, EpochSource] | None = None,
                               timeout: float = DEFAULT_REQUEST_TIMEOUT_S) -> ClusterMetadata:

@@ -241,6 +241,20 @@ def test_brokers_named_in_responses_join_the_rotation(two_brokers):
         assert metadata_client.brokers == [two_brokers.address_of(0), two_brokers.address_of(1)]
 
 
+def test_fetch_from_each_asks_every_broker_once_the_named_ones_too_and_skips_a_dead_one(two_brokers):
+    """For a caller that compares views (the Spark sink's tail scan): the bootstrap broker's answer names
+    the second broker, which is asked too; a dead bootstrap address only adds a failure."""
+    two_brokers.serve(0, two_brokers.image(topic_epoch=1, leader_epoch=0))
+    two_brokers.serve(1, two_brokers.image(topic_epoch=2, leader_epoch=3, partitions=3))
+    with client(f"127.0.0.1:{closed_port()}", two_brokers.address_of(0)) as metadata_client:
+        answers = metadata_client.fetch_from_each([TOPIC], timeout=10)
+    assert [a.answered_by for a in answers] == [two_brokers.address_of(0), two_brokers.address_of(1)]
+    assert [len(a.partitions_of(TOPIC)) for a in answers] == [2, 3]
+    assert two_brokers.served == [1, 1]
+    with client(f"127.0.0.1:{closed_port()}") as nobody, pytest.raises(MetadataUnavailableError):
+        nobody.fetch_from_each([TOPIC], timeout=5)
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
