@@ -771,7 +771,7 @@ class RaftCore:
                 self._become_candidate(state.retries)
             else:
                 self._become_leader(state)
-        elif len(campaign.rejected) > len(self._voters) - self._majority:
+        elif self._out_of_reach(campaign):
             if isinstance(state, Prospective):
                 self._lose_pre_vote(state)
             else:
@@ -798,8 +798,12 @@ class RaftCore:
         if campaign.sent.get(voter) is not request or voter in campaign.granted or voter in campaign.rejected:
             return  # an earlier round's, or already answered
         campaign.rejected.add(voter)
-        if len(campaign.rejected) > len(self._voters) - self._majority:
+        if self._out_of_reach(campaign):
             self._lose_vote(state)
+
+    def _out_of_reach(self, campaign: Campaign) -> bool:
+        """So many voters refused this round that the others cannot make a majority any more."""
+        return len(campaign.rejected) > len(self._voters) - self._majority
 
     # -----------------------------------------------------------------------------------------
     # BeginQuorumEpoch and EndQuorumEpoch.
