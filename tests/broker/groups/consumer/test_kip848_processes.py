@@ -154,6 +154,31 @@ Record = tuple[str, int, int, str]
 """(topic, partition, offset, value): the value tells a recreated topic's records from the deleted one's."""
 
 
+def produce_recorded(producer: Producer, produced: set[Record], topic: str, partitions: int, count: int,
+                     tag: str = "") -> None:
+    """`count` records round-robin over `partitions`, each acknowledged one added to `produced`."""
+    for i in range(count):
+        producer.produce(
+            topic,
+            f"{topic}-{tag}{i}".encode(),
+            partition=i % partitions,
+            on_delivery=lambda err, msg: (
+                err is None and produced.add((msg.topic(), msg.partition(), msg.offset(), msg.value().decode()))
+            ),
+        )
+    assert producer.flush(30) == 0, "records left undelivered"
+
+
+def records_consumed(members: list[MemberProcess]) -> set[Record]:
+    """Every record any of `members` reported consuming."""
+    return {
+        (e["topic"], e["partition"], e["offset"], e["value"])
+        for m in members
+        for e in m.snapshot()
+        if e["event"] == "record"
+    }
+
+
 @pytest.mark.parametrize("wrapper", [False, True], ids=["confluent", "client_epochs-wrapper"])
 def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_record_once(
     cluster: GroupCluster, wrapper: bool
@@ -176,16 +201,7 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
     produced: set[Record] = set()
 
     def produce(topic: str, partitions: int, count: int) -> None:
-        for i in range(count):
-            producer.produce(
-                topic,
-                f"{topic}-{i}".encode(),
-                partition=i % partitions,
-                on_delivery=lambda err, msg: (
-                    err is None and produced.add((msg.topic(), msg.partition(), msg.offset(), msg.value().decode()))
-                ),
-            )
-        assert producer.flush(30) == 0, "records left undelivered"
+        produce_recorded(producer, produced, topic, partitions, count)
 
     members: list[MemberProcess] = []
 
@@ -195,12 +211,7 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
         return member
 
     def consumed() -> set[Record]:
-        return {
-            (e["topic"], e["partition"], e["offset"], e["value"])
-            for m in members
-            for e in m.snapshot()
-            if e["event"] == "record"
-        }
+        return records_consumed(members)
 
     def owners_cover(wanted: set[TopicPartition], alive: list[MemberProcess]) -> bool:
         held = [m.owned() for m in alive]
@@ -317,26 +328,12 @@ def test_wrapped_members_through_a_subscribed_topic_deleted_and_created_again_co
     produced: set[Record] = set()
 
     def produce(topic: str, partitions: int, count: int, tag: str) -> None:
-        for i in range(count):
-            producer.produce(
-                topic,
-                f"{topic}-{tag}-{i}".encode(),
-                partition=i % partitions,
-                on_delivery=lambda err, msg: (
-                    err is None and produced.add((msg.topic(), msg.partition(), msg.offset(), msg.value().decode()))
-                ),
-            )
-        assert producer.flush(30) == 0, "records left undelivered"
+        produce_recorded(producer, produced, topic, partitions, count, f"{tag}-")
 
     members: list[MemberProcess] = []
 
     def consumed() -> set[Record]:
-        return {
-            (e["topic"], e["partition"], e["offset"], e["value"])
-            for m in members
-            for e in m.snapshot()
-            if e["event"] == "record"
-        }
+        return records_consumed(members)
 
     def missing() -> str:
         return f"records not consumed: {sorted(produced - consumed())[:10]}"
