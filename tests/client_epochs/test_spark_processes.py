@@ -3,7 +3,7 @@ controller, three brokers, broker 103 answering Metadata 2 s old) for the module
 
 - a streaming query copies a topic into Parquet while partition leaders are killed with kill -9, and
   is stopped and restarted from its checkpoint twice: the table holds every acknowledged record
-  exactly once, and the driver's counters show the stale answers it refused;
+  exactly once (the stale answers the driver refuses are asserted where they are certain: the paused broker);
 - a batch read with endingOffsets returns exactly the range;
 - a broker whose Metadata answers are paused (PAUSE_METADATA) while the leader moves: the source
   refuses its answers and never plans a batch backwards; a plain raw-client loop is recorded beside;
@@ -355,14 +355,12 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
             )
             killed.append(cluster.kill_leader(topic, run))
             done = len(query.recentProgress)
-            # a few batches after the kill, more while no stale answer was refused yet (2 s is a short window)
+            # a few batches planned after the kill; whether one of them meets the stale broker's 2 s old
+            # answer is a race, so refusals are asserted by test_paused_metadata, where they are certain
             wait_for_query(
                 query,
                 "batches after the kill",
-                lambda q=query, d=done: (
-                    len(q.recentProgress) >= d + 8
-                    or (len(q.recentProgress) >= d + 2 and counters_of(q).get("staleMetadataRefused", 0) > 0)
-                ),
+                lambda q=query, d=done: len(q.recentProgress) >= d + 3,
                 timeout_s=180,
             )
             query.stop()
@@ -383,8 +381,7 @@ def test_stream_into_parquet_exactly_once_through_leader_kills_and_two_restarts(
     assert len(values) == len(set(values)), "a record was written to the table twice"
     assert sorted(values) == expected, f"{len(expected) - len(set(values) & set(expected))} acknowledged missing"
     print(f"copied {len(values)} records; killed leaders {killed}; driver counters per run {counters}")
-    assert any(c.get("batchesPlanned", 0) > 0 for c in counters)
-    assert sum(c.get("staleMetadataRefused", 0) for c in counters) >= 1, counters
+    assert any(c.get("batchesPlanned", 0) > 0 for c in counters), counters
     # commitOffsetsToGroup: the group holds end offsets the job planned, with KIP-232 internal metadata
     fetcher = OffsetFetcher(cluster.bootstrap)
     try:
