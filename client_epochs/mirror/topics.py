@@ -118,6 +118,27 @@ def _too_few(topic: str, have: int, need: int) -> str:
             f"partition p, so add partitions to the target topic (kafka-topics --alter --partitions {need})")
 
 
+def _target_bounds(reader: confluent_kafka.Consumer, tp: TopicPartition, timeout_s: float) -> tuple[int, int] | None:
+    """The target partition's (low, high) watermarks; None when the target has no such partition.
+
+    A source partition added a moment ago is assigned to the replicator as soon as the source group
+    sees it, while the flow's topic sync may not have grown the target topic yet: librdkafka then
+    refuses the watermark request at once (_UNKNOWN_PARTITION, from its own metadata), which must
+    not end the replicator. The target's own metadata is asked, so that only a partition the
+    target really does not list counts as holding nothing."""
+    partition = confluent_kafka.TopicPartition(tp.topic, tp.partition)
+    try:
+        return reader.get_watermark_offsets(partition, timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+            raise
+    listed = reader.list_topics(tp.topic, timeout=timeout_s).topics.get(tp.topic)
+    if listed is None or listed.error is not None or tp.partition not in listed.partitions:
+        log.info("target partition %s is not there yet: it holds no copy", tp)
+        return None
+    return reader.get_watermark_offsets(partition, timeout=timeout_s)
+
+
 def read_tails(target: str, sources: Sequence[TopicPartition], records: int, config: dict[str, Any] | None = None,
                timeout_s: float = 30.0, target_topic: Callable[[str], str] = str
                ) -> dict[TopicPartition, list[Headers]]:
@@ -137,8 +158,10 @@ def read_tails(target: str, sources: Sequence[TopicPartition], records: int, con
         starts = []
         tails: dict[TopicPartition, list[Headers]] = {tp: [] for tp in keys}
         for tp in keys:
-            partition = confluent_kafka.TopicPartition(tp.topic, tp.partition)
-            low, high = reader.get_watermark_offsets(partition, timeout=timeout_s)
+            bounds = _target_bounds(reader, tp, timeout_s)
+            if bounds is None:
+                continue  # the partition is not on the target yet: it holds no copy
+            low, high = bounds
             if high > low:
                 ends[tp] = high
                 starts.append(confluent_kafka.TopicPartition(tp.topic, tp.partition, max(low, high - records)))

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
 from client_epochs.mirror import translate_offsets
+from client_epochs.mirror.topics import read_tails
 from client_epochs.model import TopicPartition as Key
 from quorum.launcher import LocalCluster
 from quorum.wire.mm2_records import Heartbeat
@@ -229,6 +230,21 @@ def heartbeats(address: str) -> list[Heartbeat]:
         return found
     finally:
         reader.close()
+
+
+def test_a_target_partition_not_grown_yet_holds_no_copy_and_the_tail_read_goes_on(clusters) -> None:
+    """A source partition added a moment ago reaches the replicator's assignment before the flow's topic
+    sync grows the target topic: its tail read finds no copy there (it ended the flow with librdkafka's
+    _UNKNOWN_PARTITION before), while the partition that is there is read as usual."""
+    b = clusters["B"]
+    create(AdminClient({"bootstrap.servers": b, **QUIET}), NewTopic("A.tails", 1, 1))
+    producer = Producer({"bootstrap.servers": b, **QUIET})
+    producer.produce("A.tails", b"copy", partition=0, headers=[("origin", b"tails-0")])
+    assert producer.flush(30) == 0
+    tails = read_tails(b, [Key("tails", 0), Key("tails", 1)], 5, dict(QUIET), timeout_s=20,
+                       target_topic=lambda topic: f"A.{topic}")
+    assert tails[Key("tails", 1)] == []
+    assert [dict(headers or []) for headers in tails[Key("tails", 0)]] == [{"origin": b"tails-0"}]
 
 
 def test_two_way_flows_copy_nothing_back(clusters, tmp_path) -> None:
