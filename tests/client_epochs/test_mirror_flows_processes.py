@@ -84,7 +84,7 @@ class MirrorProcess:
         try:
             wait_until(what, condition, timeout_s=timeout_s)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; the replicator's last lines:\n" + "\n".join(self.lines[-25:])) from None
+            raise AssertionError(f"{exc}; the replicator's last lines:\n" + "\n".join(self.lines[-60:])) from None
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -149,7 +149,7 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         "refresh.topics.interval.seconds": "2", "sync.topic.configs.interval.seconds": "2",
         "emit.heartbeats.interval.seconds": "1", "emit.checkpoints.interval.seconds": "1",
         "sync.group.offsets.enabled": "true", "sync.group.offsets.interval.seconds": "1", "groups": "billing"})
-    mirror = MirrorProcess(config, "--metrics-port", "0")
+    mirror = MirrorProcess(config, "--metrics-port", "0", "--verbose")  # resume decisions in a failure's lines
     try:
         mirror.wait_until("A.orders and A.payments copied", lambda: copied(b, "A.orders", orders)
                           and copied(b, "A.payments", payments))
