@@ -108,7 +108,9 @@ def run_part(cluster: LocalCluster, directory: Path) -> None:
         f"--checkpoint {checkpoint}   (the same query, started in this process)",
         flush=True,
     )
-    spark = spark_session("kafka-epochs-demo", log_level="FATAL")
+    from client_epochs.spark import SHORT_LIVED_JVM
+
+    spark = spark_session("kafka-epochs-demo", log_level="FATAL", jvm_options=SHORT_LIVED_JVM)  # a minute's work
     try:
         writer = threading.Thread(target=produce, daemon=True)
         writer.start()

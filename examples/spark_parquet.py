@@ -22,11 +22,11 @@ import sys
 from typing import Any
 
 
-def spark_session(app: str = "kafka-epochs-example", log_level: str = "ERROR") -> Any:
+def spark_session(app: str = "kafka-epochs-example", log_level: str = "ERROR", jvm_options: str | None = None) -> Any:
     """A local[2] SparkSession with the `kafka_epochs` source registered (client_epochs.spark.local_session)."""
     from client_epochs.spark import local_session
 
-    return local_session(app, log_level)
+    return local_session(app, log_level, jvm_options)
 
 
 def start_copy(spark: Any, bootstrap: str, topic: str, table: str, checkpoint: str, *, available_now: bool = False,

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pyspark
 
+from client_epochs.spark.source import SHORT_LIVED_JVM
+
 SPARK_HOME = Path(pyspark.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+QUICK_JVM = SHORT_LIVED_JVM
 """The JVM options of every process here (master, workers, driver, executors): a test's JVMs live for a
 minute or two and move little data, so the C1 compiler only (a faster start, no C2 compile threads) and
 one GC thread, on two cores shared by five JVMs, Kafka and the test."""

@@ -201,9 +201,9 @@ def either_cluster(request) -> Cluster:
 
 @pytest.fixture(scope="module")
 def spark():
-    from client_epochs.spark import local_session
+    from client_epochs.spark import SHORT_LIVED_JVM, local_session
 
-    session = local_session("kafka-epochs-tests")
+    session = local_session("kafka-epochs-tests", jvm_options=SHORT_LIVED_JVM)
     try:
         yield session
     finally:

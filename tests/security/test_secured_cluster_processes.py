@@ -478,9 +478,9 @@ def test_the_replicator_copies_from_a_sasl_ssl_source(cluster, tmp_path, mechani
 def spark_session():
     """One local Spark session for the module's Spark reads: its start is the dearest part of each."""
     pytest.importorskip("pyspark")
-    from client_epochs.spark import local_session
+    from client_epochs.spark import SHORT_LIVED_JVM, local_session
 
-    session = local_session("kafka-epochs-secured")
+    session = local_session("kafka-epochs-secured", jvm_options=SHORT_LIVED_JVM)
     yield session
     session.stop()
 
