@@ -8,10 +8,21 @@ reassignment), `short_logs` (which replicas' local logs are short, from heartbea
 metadata records written) and `view` (what the controller reads of the metadata image).
 """
 
-from quorum.controller.controller import ControllerConfig, QuorumController, TickOutcome
-from quorum.controller.results import ApiError, ControllerResult
-from quorum.controller.view import ControllerView
+from __future__ import annotations
 
-__all__ = [
-    "ApiError", "ControllerConfig", "ControllerResult", "ControllerView", "QuorumController", "TickOutcome",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {"ControllerConfig": "controller", "QuorumController": "controller", "TickOutcome": "controller",
+            "ApiError": "results", "ControllerResult": "results", "ControllerView": "view"}
+"""The package's names, looked up in their modules on first use (PEP 562): a broker imports
+`quorum.controller.validation` for topic-name checks, which must not load the whole controller."""
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quorum.controller' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"quorum.controller.{module}"), name)

@@ -28,12 +28,11 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quorum.broker.metadata import memo_difference
 from quorum.broker.remote_tier import RemoteTier
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
-from quorum.controller.controller import ControllerConfig
 from quorum.controller.snapshot_coordinator import OwnSnapshot
 from quorum.image.image import MetadataImage
 from quorum.image.image_state import ImageState
@@ -59,7 +58,6 @@ from quorum.server.bootstrap_metadata import NodeScramCredentials, read_bootstra
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
 from quorum.server.config import NodeConfig
-from quorum.server.controller_service import ControllerService
 from quorum.server.listener import KafkaListener
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.refusals import refuse
@@ -68,6 +66,9 @@ from quorum.server.stop_watch import StopWatch
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
 from quorum.wire.protocol import Request
+
+if TYPE_CHECKING:
+    from quorum.server.controller_service import ControllerService
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,10 @@ class RaftNode:
                 log.warning("test setting quorum.test.metadata.writes.enable: any client that reaches this "
                             "controller can commit records to __cluster_metadata")
                 register_metadata_writes(self)
+            # imported here: a broker-only process never loads the controller (a fifth of its imports)
+            from quorum.controller.controller import ControllerConfig
+            from quorum.server.controller_service import ControllerService
+
             self.controller_service: ControllerService | None = ControllerService(
                 self, ControllerConfig.from_properties(config.extra), bootstrap=read_bootstrap(config.log_dirs[0]))
             self.controller_service.register(self.dispatcher)
