@@ -38,7 +38,7 @@ from quorum.net.dispatch import Reply
 from quorum.net.secure_connection import ListenerSecurity
 from quorum.security.certificates import CertificateAuthority
 from quorum.server.listener import KafkaListener
-from quorum.server.reply_writer import write_reply
+from quorum.server.reply_writer import SENDFILE_MIN_BYTES, write_reply
 from quorum.server.standalone import metadata_dispatcher
 from quorum.wire.framing import RequestHeader
 from quorum.wire.protocol import APIS, decode_request, decode_response, encode_request
@@ -269,12 +269,18 @@ class _Sink:
         pass
 
 
-def _spliced(tmp_path: Path) -> tuple[object, SplicedBody, bytes]:
+SPAN_SIZES = [pytest.param(8, id="read-and-written"), pytest.param(SENDFILE_MIN_BYTES, id="sendfile")]
+"""A span below SENDFILE_MIN_BYTES is read and written with the answer, one at or above it goes through
+sendfile(2): each test of the writer runs both ways."""
+
+
+def _spliced(tmp_path: Path, span_bytes: int = 8) -> tuple[object, SplicedBody, bytes]:
     path = tmp_path / "segment"
-    path.write_bytes(b"x" * 100 + b"records!" + b"y" * 100)
+    records = (b"records!" * (span_bytes // 8 + 1))[:span_bytes]
+    path.write_bytes(b"x" * 100 + records + b"y" * 100)
     fd = os.open(path, os.O_RDONLY)
     request = decode_request(encode_request(FETCH, RequestHeader(1, 12, 9, "t"), fetch_request(12, 0, 1))[4:])
-    return request, SplicedBody([b"head", FileRecords(fd, 100, 8), b"tail"]), b"headrecords!tail"
+    return request, SplicedBody([b"head", FileRecords(fd, 100, span_bytes), b"tail"]), b"head" + records + b"tail"
 
 
 def test_a_tls_connection_gets_the_spans_read_and_written(tmp_path):
@@ -285,8 +291,9 @@ def test_a_tls_connection_gets_the_spans_read_and_written(tmp_path):
     assert all(span.fd == -1 for span in body.spans())
 
 
-def test_a_span_cut_short_ends_the_connection(tmp_path):
-    request, body, _ = _spliced(tmp_path)
+@pytest.mark.parametrize("span_bytes", SPAN_SIZES)
+def test_a_span_cut_short_ends_the_connection(tmp_path, span_bytes):
+    request, body, _ = _spliced(tmp_path, span_bytes)
     os.truncate(tmp_path / "segment", 104)
 
     async def send() -> None:

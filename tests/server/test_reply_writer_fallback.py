@@ -15,14 +15,17 @@ import socket
 import pytest
 
 from quorum.net.dispatch import Reply
-from quorum.server.reply_writer import write_reply
+from quorum.server.reply_writer import SENDFILE_MIN_BYTES, write_reply
 from tests.broker.test_zero_copy_fetch import _spliced
 
 
 def test_a_span_the_kernel_will_not_send_is_read_and_written(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    request, body, expected = _spliced(tmp_path)
+    request, body, expected = _spliced(tmp_path, SENDFILE_MIN_BYTES)  # a span sendfile is asked to send
+
+    refused = []
 
     def refuse(*_: object) -> int:
+        refused.append(True)
         raise OSError(errno.EINVAL, "sendfile refused")
 
     monkeypatch.setattr(os, "sendfile", refuse)
@@ -43,5 +46,6 @@ def test_a_span_the_kernel_will_not_send_is_read_and_written(tmp_path, monkeypat
         return received
 
     received = asyncio.run(send())
+    assert refused, "the span went through sendfile(2) first"
     assert received.endswith(expected) and len(received) == 4 + 5 + len(expected)
     assert all(span.fd == -1 for span in body.spans())
