@@ -97,8 +97,11 @@ def _checked(options: Mapping[str, str], schema: Any) -> tuple[SinkOptions, Colu
     librdkafka does not know fails the query at its start, named, instead of every task."""
     parsed = parse_sink_options(options)
     columns = check_columns(_fields(schema), parsed)
-    try:  # no bootstrap.servers: the settings are checked and nothing is connected to
-        Producer({k: v for k, v in producer_config(parsed).items() if k != "bootstrap.servers"}).flush(0)
+    # no bootstrap.servers: the settings are checked and nothing is connected to; log_level 4 keeps
+    # librdkafka's notice about that ("No `bootstrap.servers` configured") out of the user's output
+    checked = {k: v for k, v in producer_config(parsed).items() if k != "bootstrap.servers"}
+    try:
+        Producer({**checked, "log_level": 4}).flush(0)
     except KafkaException as exc:
         raise SinkOptionError(f"a kafka.* option of the sink: {exc.args[0].str()}") from None
     return parsed, columns
