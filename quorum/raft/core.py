@@ -216,7 +216,7 @@ class RaftCore:
         elif isinstance(state, Prospective):
             deadlines.append(state.deadline_ms if state.started else state.start_ms)
         elif isinstance(state, Candidate):
-            deadlines.append(state.deadline_ms)
+            deadlines.append(state.deadline_ms if state.backoff_until_ms is None else state.backoff_until_ms)
         elif isinstance(state, LeaderState):
             deadlines += [state.next_deadline_ms(), self._check_quorum_deadline(state), self._log_start_deadline(),
                           *(self._begin_quorum_due(state, v) for v in state.voters if v != self._id)]
@@ -630,7 +630,10 @@ class RaftCore:
         elif isinstance(state, Prospective):
             self._poll_prospective(state)
         elif isinstance(state, Candidate):
-            if now >= state.deadline_ms:
+            if state.backoff_until_ms is not None:
+                if now >= state.backoff_until_ms:
+                    self._become_prospective(state.retries + 1)
+            elif now >= state.deadline_ms:
                 self._lose_vote(state)
         elif isinstance(state, LeaderState):
             self._poll_leader(state)
@@ -771,6 +774,8 @@ class RaftCore:
                 self._become_candidate(state.retries)
             else:
                 self._become_leader(state)
+        elif isinstance(state, Candidate) and state.backoff_until_ms is not None:
+            return  # lost already: backing off, only a late grant still counts
         elif self._out_of_reach(campaign):
             if isinstance(state, Prospective):
                 self._lose_pre_vote(state)
@@ -778,9 +783,11 @@ class RaftCore:
                 self._lose_vote(state)
 
     def _lose_vote(self, state: Candidate) -> None:
-        """Too many voters refused (or cannot answer): back off at once and campaign again, as
-        Kafka's candidate does when its vote is rejected, not after the election timeout."""
-        self._become_prospective(state.retries + 1, self._backoff(state.retries))
+        """Too many voters refused (or cannot answer), or the election timeout ran out: back off,
+        then pre-vote again, as Kafka's candidate backs off when its vote is rejected (at once, not
+        after the election timeout). It stays a candidate of its epoch while it backs off, so a
+        grant still on its way wins the round (`Candidate.backoff_until_ms`)."""
+        state.backoff_until_ms = self._now + self._backoff(state.retries)
 
     def _vote_undelivered(self, state: Candidate, voter: int, request: VoteRequest) -> None:
         """The Vote of this round to `voter` failed (refused, reset, timed out): no answer can come.
@@ -797,6 +804,8 @@ class RaftCore:
         campaign = state.campaign
         if campaign.sent.get(voter) is not request or voter in campaign.granted or voter in campaign.rejected:
             return  # an earlier round's, or already answered
+        if state.backoff_until_ms is not None:
+            return  # lost already
         campaign.rejected.add(voter)
         if self._out_of_reach(campaign):
             self._lose_vote(state)

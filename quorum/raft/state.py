@@ -135,6 +135,11 @@ class Candidate:
     retries: int
     deadline_ms: int
     campaign: Campaign = field(default_factory=Campaign)
+    backoff_until_ms: int | None = None
+    """Set once the round is lost (refused, or its election timeout ran out): the candidate waits
+    until then before its next pre-vote, and a grant that still arrives meanwhile wins the round,
+    as Kafka's CandidateState counts votes while it backs off. Where a round trip is as long as an
+    election timeout, the grants of a round arrive just after it ends."""
 
     role = Role.CANDIDATE
 

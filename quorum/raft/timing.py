@@ -28,10 +28,15 @@ def binary_exponential_backoff(config: QuorumConfig, rng: random.Random, retries
     """Pause before campaigning again after `retries` failed attempts (1 for the first retry).
 
     A uniform draw from a window that doubles with every failure, capped at
-    quorum.election.backoff.max.ms: split votes become rarer the longer they go on.
+    quorum.election.backoff.max.ms: split votes become rarer the longer they go on. The window is
+    Kafka's (0 to RETRY_BACKOFF_BASE_MS * (2^retries - 1)), but the draw is any millisecond in it,
+    where Kafka's binaryExponentialElectionBackoffMs draws whole multiples of 100 ms: two survivors
+    that split the vote after a kill -9 drew the same one of Kafka's two first choices (0 or
+    100 ms) half the time, campaigned together again and split again (issue 37: a 0.675 s SIGKILL
+    failover was three splits in a row). Drawn apart by more than a round trip, they do not tie.
     """
-    window = 2 << (min(max(retries, 1), 16) - 1)
-    return min(RETRY_BACKOFF_BASE_MS * rng.randrange(window), config.election_backoff_max_ms)
+    window = (2 << (min(max(retries, 1), 16) - 1)) - 1
+    return min(rng.randint(0, RETRY_BACKOFF_BASE_MS * window), config.election_backoff_max_ms)
 
 
 def strict_exponential_backoff(config: QuorumConfig, position: int, successors: int) -> int:

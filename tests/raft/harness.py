@@ -28,7 +28,7 @@ from quorum.raft.interface import (
     VoteResponse,
     WriteSnapshotChunk,
 )
-from quorum.raft.state import Role
+from quorum.raft.state import Candidate, Role
 from quorum.sim.memory_log import MemoryLog
 from quorum.wire.records import Record, build_batch
 
@@ -194,3 +194,10 @@ def elect(node: Node) -> list[Action]:
         assert node.core.role is Role.LEADER, node.core.role
         return actions
     return []
+
+
+def backing_off(node: Node) -> bool:
+    """The node lost its vote round and waits out the backoff, still a candidate of its epoch
+    (a late grant can still make it leader), before it pre-votes again."""
+    state = node.core._state
+    return isinstance(state, Candidate) and state.backoff_until_ms is not None

@@ -32,7 +32,7 @@ from quorum.raft.interface import (
 from quorum.raft.state import Role
 from quorum.sim.memory_log import MemoryLog
 from quorum.wire.errors import ErrorCode
-from tests.raft.harness import MemorySnapshots, Node, elect, grant, log_with, of_type, replied, sent
+from tests.raft.harness import MemorySnapshots, Node, backing_off, elect, grant, log_with, of_type, replied, sent
 
 ID = "MkU3OEVBNTcwNTJENDM2Qk"
 OTHER = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -120,7 +120,7 @@ def test_a_candidate_counts_inconsistent_cluster_id_as_a_rejection() -> None:
         out = node.response(send.destination, VoteResponse(ErrorCode.INCONSISTENT_CLUSTER_ID, -1, 1, False),
                             send.message)
         assert of_type(out, Fatal) == []
-    assert node.core.role is Role.PROSPECTIVE and node.core.fatal is None
+    assert backing_off(node) and node.core.fatal is None
 
 
 def test_begin_quorum_epoch_from_a_leader_with_another_cluster_id_is_fatal() -> None:
