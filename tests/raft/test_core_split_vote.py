@@ -17,7 +17,7 @@ import random
 from quorum.raft.interface import QuorumConfig, VoteRequest, VoteResponse
 from quorum.raft.state import Role
 from quorum.raft.timing import RETRY_BACKOFF_BASE_MS, binary_exponential_backoff
-from tests.raft.harness import Node, backing_off, sent
+from tests.raft.harness import Node, backing_off, replied, sent
 from tests.raft.test_core_leader_gone import follower_fetching, pre_vote_after_gone_leader
 
 DEAD, SURVIVOR = 1, 3
@@ -104,3 +104,16 @@ def test_survivors_that_split_the_vote_draw_backoffs_more_than_a_round_trip_apar
              for _ in range(1000)]
     assert all(0 <= a <= RETRY_BACKOFF_BASE_MS and 0 <= b <= RETRY_BACKOFF_BASE_MS for a, b in draws)
     assert sum(abs(a - b) <= 10 for a, b in draws) < 250
+
+
+def test_a_candidate_refuses_the_pre_vote_of_the_other_survivor_for_its_own_epoch():
+    # The other survivor's pre-vote for epoch 2 came after node 2 had voted for itself in epoch 2:
+    # granted, both were candidates of epoch 2 and split the vote. Refused, the other survivor
+    # waits, node 2's Vote reaches it, and it grants that instead.
+    node, _ = candidate_after_the_leaders_death()
+    pre_vote = VoteRequest(None, 2, SURVIVOR, 1, node.core.high_watermark, True)
+    [answer] = replied(node.request(SURVIVOR, pre_vote))
+    assert not answer.vote_granted and node.core.role is Role.CANDIDATE
+    later = VoteRequest(None, 3, SURVIVOR, 1, node.core.high_watermark, True)  # a later epoch's is another matter
+    [answer] = replied(node.request(SURVIVOR, later))
+    assert answer.vote_granted
