@@ -17,6 +17,7 @@ from quorum.admin import METADATA_WRITES_FOR_TESTS, QuorumStatus, commit_values
 from quorum.admin import wait_for_leader as admin_wait_for_leader
 from quorum.launcher import LocalCluster
 from quorum.log.log import Log
+from quorum.log.quorum_state import QUORUM_STATE_NAME, read_quorum_state
 from quorum.server.config import node_config
 
 pytestmark = pytest.mark.timeout(240)
@@ -86,6 +87,15 @@ def test_three_voters_and_an_observer_survive_kill_of_the_leader(tmp_path):
                                                        "LastCaughtUpTimestamp", "Status"]
         assert {line.split()[-1] for line in replication.splitlines()[1:]} == {"Leader", "Follower", "Observer"}
         high_watermark = status.high_watermark
+
+        # SIGTERM: the leader resigns and, as Kafka's graceful shutdown, serves on until it follows
+        # its successor (it grants the successor's vote), so it stops knowing the new leader.
+        cluster.kill(status.leader_id, signal.SIGTERM)
+        stopped = read_quorum_state(node_config(cluster.properties(cluster.specs[status.leader_id])).metadata_log_dir
+                                    / QUORUM_STATE_NAME)
+        assert stopped is not None and stopped.leader_epoch > status.leader_epoch
+        assert stopped.leader_id not in (-1, status.leader_id)
+        assert wait_for_leader(cluster, not_node=status.leader_id).leader_id == stopped.leader_id
     finally:
         cluster.stop()
 

@@ -64,6 +64,7 @@ from quorum.server.refusals import refuse
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.stop_watch import StopWatch
 from quorum.server.storage import check_storage, record_cluster_id
+from quorum.server.successor_wait import wait_for_successor
 from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
 from quorum.wire.protocol import Request
 
@@ -159,6 +160,7 @@ class RaftNode:
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
         self._core_lock = asyncio.Lock()
+        self._leader_changed = asyncio.Event()  # set at every LeaderChanged (a resigned leader waits for one)
         self._core_moved = asyncio.Event()
         """Set by every `drive`: the core's next deadline may have moved (`_tick_forever` waits on it)."""
         self._flusher: asyncio.Task[None] | None = None
@@ -444,6 +446,7 @@ class RaftNode:
             log.info("cluster id %s is committed; recorded in meta.properties", action.cluster_id)
         elif isinstance(action, raft.LeaderChanged):
             log.info("leader of epoch %d is node %d", action.epoch, action.leader_id)
+            self._leader_changed.set()
         elif isinstance(action, raft.Fatal):
             log.critical("fatal: %s", action.reason)
             self._fatal = action.reason
@@ -684,8 +687,14 @@ class RaftNode:
         return 1
 
     async def _resign_gracefully(self) -> None:
-        """A leader told to stop hands over at once (EndQuorumEpoch) instead of letting followers time out."""
+        """A leader told to stop hands over at once (EndQuorumEpoch) instead of letting followers time
+        out, and serves on until the quorum has a new leader, as Kafka's (`quorum.server.successor_wait`)."""
+        was_leader = self.core.role is Role.LEADER
         await self.drive(lambda: self.core.resign(wall_clock_ms()))
+        if was_leader and self.peers:
+            me = self.config.node_id
+            await wait_for_successor(lambda: self.core.leader_id not in (-1, me), self._leader_changed,
+                                     self.peers.values())
         if self._sends:
             await asyncio.wait(set(self._sends), timeout=1.0)
 
