@@ -330,7 +330,19 @@ class RaftCore:
             fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
             if isinstance(self._state, Unattached):
                 fetching.destination = NO_NODE  # an observer looking for the leader asks someone else
+            elif isinstance(state, Follower) and destination == state.leader_id:
+                self._leader_fetch_failed(fetching)
         return self._finish()
+
+    def _leader_fetch_failed(self, fetching: Fetching) -> None:
+        """An observer's Fetch to its leader failed or timed out: while the leader backs off, it asks
+        the other voters at once (Kafka's observer fetches from any voter then), so it learns of a
+        new leader as soon as one is elected instead of retrying a dead one every
+        quorum.retry.backoff.ms until quorum.fetch.timeout.ms (2 s) runs out. Voters do not: they
+        keep to their leader, and its death starts their pre-vote."""
+        if not self._is_voter and self._snapshot_fetch is None:
+            fetching.leader_backoff_until_ms = self._now + self._config.retry_backoff_ms
+            fetching.retry_at_ms = self._now
 
     def on_appended(self, now_ms: int) -> list[Action]:
         """The log holds what AppendBatches asked for, not yet durable (the driver flushes next).
@@ -1049,11 +1061,17 @@ class RaftCore:
             fetching.outstanding = None  # timed out: whatever answers it later is ignored
             if leader_id == NO_NODE:
                 fetching.destination = NO_NODE
+            elif fetching.destination == leader_id:
+                self._leader_fetch_failed(fetching)
         if now < fetching.retry_at_ms or self._log_stale or self._pending_append_end is not None:
             return
         if self._log.flushed_offset < self._log.end_offset:
             return  # progress is reported for durable data only; on_flushed will come
         destination = leader_id
+        if destination != NO_NODE and now < fetching.leader_backoff_until_ms and self._snapshot_fetch is None:
+            others = [v for v in self._voters if v not in (self._id, leader_id)]
+            if others:
+                destination = self._rng.choice(others)
         if destination == NO_NODE:
             destination = fetching.destination
             if destination == NO_NODE:

@@ -54,6 +54,9 @@ class Fetching:
     destination: int = NO_NODE
     sent_ms: int = 0
     retry_at_ms: int = 0
+    leader_backoff_until_ms: int = 0
+    """An observer whose Fetch to its leader failed asks the other voters until then (Kafka's
+    pollFollowerAsObserver while the leader's connection backs off)."""
 
 
 @dataclass(slots=True)

@@ -87,3 +87,37 @@ def test_the_leader_reports_observers_apart_from_voters() -> None:
     assert observer_9.last_caught_up_timestamp == node.now
     voter_3 = description.voters[2]
     assert voter_3.log_end_offset == -1 and voter_3.last_fetch_timestamp == -1
+
+
+def test_an_observer_whose_leader_is_gone_asks_the_other_voters_at_once() -> None:
+    # Issue 38's broker stall after a controller failover: the observer retried its dead leader every
+    # 20 ms until the 2 s fetch timeout. As Kafka's observer, it asks another voter while the
+    # leader's connection backs off, and follows the new leader that voter names.
+    node = observer()
+    (fetch,) = sent(node.start(), FetchRequest)
+    actions = node.response(fetch.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0),
+                            fetch.message)
+    (to_leader,) = sent(actions, FetchRequest)
+    assert to_leader.destination == 1
+    actions = node.apply(node.core.on_send_failed(1, to_leader.message, node.now, peer_gone=True))
+    (elsewhere,) = sent(actions, FetchRequest)
+    assert elsewhere.destination in (2, 3) and node.core.leader_id == 1
+    fenced = FetchResponse(ErrorCode.FENCED_LEADER_EPOCH, elsewhere.destination, 5, 0, 0)
+    actions = node.response(elsewhere.destination, fenced, elsewhere.message)
+    assert node.core.role is Role.FOLLOWER and node.core.leader_id == elsewhere.destination and node.core.epoch == 5
+    (to_new,) = sent(actions, FetchRequest)
+    assert to_new.destination == elsewhere.destination and to_new.message.current_leader_epoch == 5
+
+
+def test_an_observer_goes_back_to_its_leader_after_the_backoff() -> None:
+    node = observer()
+    (fetch,) = sent(node.start(), FetchRequest)
+    actions = node.response(fetch.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0),
+                            fetch.message)
+    (to_leader,) = sent(actions, FetchRequest)
+    (elsewhere,) = sent(node.apply(node.core.on_send_failed(1, to_leader.message, node.now)), FetchRequest)
+    actions = node.response(elsewhere.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0),
+                            elsewhere.message)  # that voter still knows the same leader
+    assert sent(actions, FetchRequest) == []
+    (again,) = sent(node.tick(node.now + 20), FetchRequest)
+    assert again.destination == 1 and node.core.leader_id == 1
