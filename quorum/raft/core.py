@@ -850,13 +850,9 @@ class RaftCore:
             self._reply(request_id, BeginQuorumEpochResponse(int(error), self.leader_id, self.epoch))
 
         if ids_conflict(request.cluster_id, self._cluster.committed):
+            # Refused, never fatal, as Kafka's handleBeginQuorumEpochRequest: a leader of another
+            # cluster whose voter address is now one of ours (reused ports) must not stop this node.
             answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
-            # Fatal only from what can be an elected leader: another voter, in our epoch or a later one. Any
-            # other sender (a stray or forged request: the protocol fuzzer sent leader 9, epoch -32768) is refused.
-            elected = request.leader_id != self._id and request.leader_id in self._voters
-            if elected and request.leader_epoch >= self.epoch:
-                self._die(f"BeginQuorumEpoch from elected leader {request.leader_id} (epoch {request.leader_epoch}) "
-                          f"carries cluster id {request.cluster_id}, ours is {self._cluster.committed}")
             return
         if request.leader_epoch < self.epoch:
             answer(ErrorCode.FENCED_LEADER_EPOCH)
@@ -1145,8 +1141,16 @@ class RaftCore:
         """What Fetch and FetchSnapshot answers have in common: the cluster id check, learning the
         leader and epoch, errors; returns the follower state when the answer is our leader's data."""
         if error == ErrorCode.INCONSISTENT_CLUSTER_ID:
-            self._die(f"Fetch from {sender_id} (epoch {leader_epoch}) refused our cluster id "
-                      f"{self._cluster.committed}")
+            # Kafka's KafkaRaftClient logs it (handleUnexpectedError) and fetches again after the
+            # backoff, learning nothing from the answer: the node that gave it belongs to another
+            # cluster (a port a stale process of another cluster still holds, as test clusters'
+            # ports get reused), which says nothing about ours. It used to stop this node.
+            fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
+            state = self._state
+            if isinstance(state, Follower) and sender_id == state.leader_id:
+                self._leader_fetch_failed(fetching)
+            elif not isinstance(state, Follower):
+                fetching.destination = NO_NODE
             return None
         if self._handle_common_response(leader_id, leader_epoch):
             return None

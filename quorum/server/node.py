@@ -565,6 +565,9 @@ class RaftNode:
             log.warning("%s answer from node %d refused: %s", api.name, destination, exc)
             await self.drive(lambda: self.core.on_send_failed(destination, message, wall_clock_ms()))
             return
+        if getattr(response, "error", ErrorCode.NONE) == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            log.error("%s to node %d (%s:%d) refused our cluster id %s: another cluster's node holds that address; "
+                      "retrying, as Kafka does", api.name, destination, peer.host, peer.port, self.core.cluster_id)
         if report is not None:
             self.snapshot_turns.on_fetch_answer(raft_rpc.snapshot_granted_of(body), wall_clock_ms())
         await self.drive(lambda: self.core.on_response(destination, response, wall_clock_ms(), request=message))
@@ -581,6 +584,9 @@ class RaftNode:
         self._replies[request_id] = future
         await self.drive(lambda: self.core.on_request(request_id, sender, message, wall_clock_ms()))
         answer = await future
+        if getattr(answer, "error", ErrorCode.NONE) == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            log.warning("%s from node %d refused: its cluster id is not ours (%s)", request.api.name, sender,
+                        self.core.cluster_id)
         granted = False
         if isinstance(message, raft.FetchRequest):  # KIP-631: a replica's Fetch is its heartbeat
             granted = self.snapshot_turns.answer_fetch(sender, raft_rpc.snapshot_report_of(request.body),
