@@ -1118,6 +1118,7 @@ class RaftCore:
                                          response.leader_epoch)
         if state is None:
             return
+        fetching = state.fetching  # a new one if the answer made this observer a follower
         if response.diverging_epoch is not None:
             state.leader_high_watermark = None
             self._truncate_to_divergence(response.diverging_epoch)
@@ -1152,8 +1153,17 @@ class RaftCore:
             elif not isinstance(state, Follower):
                 fetching.destination = NO_NODE
             return None
+        epoch_before, knew_leader = self.epoch, self.leader_id != NO_NODE
         if self._handle_common_response(leader_id, leader_epoch):
-            return None
+            # Kafka's maybeHandleCommonResponse: an observer that learns the leader of its own epoch
+            # from that leader's successful answer appends its data at once, "to discover the leader
+            # and append to the log in the same Fetch request". Dropped, the next Fetch had to go and
+            # come back again: where that round trip outlasts the request timeout (the simulator's
+            # 300-1500 ms delays) an observer found the leader again and again and never caught up.
+            state = self._state
+            if not (error == ErrorCode.NONE and leader_epoch == epoch_before and not knew_leader
+                    and isinstance(state, Follower) and state.leader_id == sender_id):
+                return None
         state = self._state
         if error != ErrorCode.NONE:
             fetching.retry_at_ms = self._now + self._config.retry_backoff_ms
@@ -1262,6 +1272,7 @@ class RaftCore:
                 # epoch errors alike: a Fetch finds out what, and from whom, to fetch now.
                 self._abandon_snapshot_fetch()
             return
+        fetching = state.fetching
         data = response.data
         consistent = (response.snapshot_id == fetch.snapshot_id and response.position == fetch.position
                       and response.size > 0 and fetch.size in (None, response.size)
