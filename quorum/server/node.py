@@ -58,6 +58,7 @@ from quorum.server.bootstrap_metadata import NodeScramCredentials, read_bootstra
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
 from quorum.server.config import NodeConfig
+from quorum.server.image_check import BackgroundImageCheck
 from quorum.server.listener import KafkaListener
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.refusals import refuse
@@ -112,6 +113,8 @@ class RaftNode:
         # Test only (issue 21): after each catch-up, the image must equal a replay of snapshot plus log.
         self.verifier = (ImageVerifier(config.node_id, directory, self.log, self.snapshots)
                          if verify_image_enabled(config.extra) else None)  # fmt: skip
+        self.image_check = (BackgroundImageCheck(self._image_divergence, self._stop_on_image_divergence)
+                            if self.verifier is not None else None)  # fmt: skip
         if self.verifier is not None:
             log.warning("test setting quorum.test.verify.image: each catch-up is checked against a replay of "
                         "snapshot plus log")
@@ -411,14 +414,12 @@ class RaftNode:
         elif isinstance(action, raft.HighWatermarkAdvanced):
             # Replayed first: whoever waited for this commit then reads a state that holds it.
             self._update_lag_metrics(action.high_watermark)
-            if (self.verifier is None
-                    and action.high_watermark - self.replayer.applied_offset <= INLINE_REPLAY_RECORDS):
-                divergence = self._verified(self.snapshot_actions.catch_up, action.high_watermark)  # cheaper inline
+            if action.high_watermark - self.replayer.applied_offset <= INLINE_REPLAY_RECORDS:
+                captured = self._replayed(self.snapshot_actions.catch_up, action.high_watermark)  # cheaper inline
             else:
-                divergence = await asyncio.to_thread(self._verified, self.snapshot_actions.catch_up,
-                                                     action.high_watermark)
-            if self._stop_on_divergence(divergence):
-                return []
+                captured = await asyncio.to_thread(self._replayed, self.snapshot_actions.catch_up,
+                                                   action.high_watermark)
+            self._check_later(captured)
             self._update_lag_metrics(action.high_watermark)
             if self.broker is not None:
                 self.broker.image_replayed()
@@ -431,13 +432,16 @@ class RaftNode:
         elif isinstance(action, raft.AbandonSnapshotFetch):
             await asyncio.to_thread(self.snapshot_actions.abandon, action.snapshot_id)
         elif isinstance(action, raft.InstallSnapshot):
-            divergence = await asyncio.to_thread(self._verified, self.snapshot_actions.install, action.snapshot_id)
-            if self._stop_on_divergence(divergence):
-                return []
+            if self.image_check is not None:
+                await self.image_check.idle()  # the log it reads is about to be replaced
+            captured = await asyncio.to_thread(self._replayed, self.snapshot_actions.install, action.snapshot_id)
+            self._check_later(captured)
             self._update_lag_metrics(self.core.high_watermark)
             if self.broker is not None:
                 self.broker.image_replayed()
         elif isinstance(action, raft.AdvanceLogStartOffset):
+            if self.image_check is not None:
+                await self.image_check.idle()  # segments and snapshots it may be reading are deleted
             await asyncio.to_thread(self.snapshot_actions.advance_log_start, action.offset)
         elif isinstance(action, raft.ClusterIdCommitted):
             self.replayer.cluster_id = action.cluster_id
@@ -476,28 +480,35 @@ class RaftNode:
             await asyncio.to_thread(write_quorum_state, self._state_path, state)
             self._durable_vote = vote
 
-    def _verified(self, step: Callable[[Any], object], argument: Any) -> str | None:
-        """Run a replay step (on a worker thread); with `quorum.test.verify.image`, then compare the
-        image with a replay of snapshot plus log: the difference, naming the field, or None."""
+    def _replayed(self, step: Callable[[Any], object], argument: Any) -> tuple[MetadataImage, int] | None:
+        """Run a replay step (on a worker thread); with `quorum.test.verify.image`, the image it built
+        and the offset it reached, for `image_check` to compare off the core lock."""
         step(argument)
         if self.verifier is None:
             return None
-        image = self.image_state.image
+        return self.image_state.image, self.replayer.applied_offset
+
+    def _check_later(self, captured: tuple[MetadataImage, int] | None) -> None:
+        if captured is not None and self.image_check is not None:
+            self.image_check.submit(captured)
+
+    def _image_divergence(self, captured: tuple[MetadataImage, int]) -> str | None:
+        """Compare a captured image with a replay of snapshot plus log (on a worker thread, off the
+        core lock): the difference, naming the field, or None."""
+        image, applied_offset = captured
+        assert self.verifier is not None
         try:
-            self.verifier.check(image, self.replayer.applied_offset)
+            self.verifier.check(image, applied_offset)
         except ImageDivergenceError as exc:
             return str(exc)
         stale = memo_difference(image, self.config.kip232_enabled) if self.broker is not None else None
         return None if stale is None else f"node {self.config.node_id} at offset {image.offset}: {stale}"
 
-    def _stop_on_divergence(self, divergence: str | None) -> bool:
-        """Stop the node (exit 1) when the image check found a difference; True then."""
-        if divergence is None:
-            return False
+    def _stop_on_image_divergence(self, divergence: str) -> None:
+        """Stop the node (exit 1): the image check found a difference."""
         log.critical("fatal: %s", divergence)
-        self._fatal = divergence
+        self._fatal = self._fatal or divergence
         self._stopped.set()
-        return True
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -664,6 +675,9 @@ class RaftNode:
             await self.broker.close()
         self.snapshot_actions.drop_writers()  # a fetch in flight stays a .part, removed at the next start
         self.metrics.close()
+        if self.image_check is not None:
+            stop.begin("finishing the image check under way")
+            await self.image_check.idle()
         stop.begin("making the metadata log and quorum state durable")
         if self._flusher is not None:  # what was appended is made durable before the log closes
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -675,9 +689,11 @@ class RaftNode:
             log.error("the metadata log could not be flushed as it closed: %s", exc)
             self._fatal = self._fatal or f"the metadata log could not be flushed as it closed: {exc}"
         watching.cancel()
-        if self.verifier is not None:
+        if self.verifier is not None and self.image_check is not None:
             log.warning("image checked %d times against snapshot plus log (%d full replays, %d skipped: log start "
-                        "past the snapshot)", self.verifier.checks, self.verifier.full_replays, self.verifier.skipped)
+                        "past the snapshot; %d catch-ups' images superseded by a later one before their check)",
+                        self.verifier.checks, self.verifier.full_replays, self.verifier.skipped,
+                        self.image_check.superseded)
         print(f"node {self.config.node_id} stopped" + (f": {self._fatal}" if self._fatal else ""), flush=True)
         return 1 if self._fatal else 0
 
