@@ -75,7 +75,9 @@ def test_a_difference_found_off_the_lock_stops_the_node_naming_it(node: RaftNode
     async def test() -> None:
         running = await _leading(node)
         node.verifier.check = diverging  # type: ignore[method-assign]
-        await node.commit([b"value"], DEADLINE_S)
+        writing = asyncio.create_task(node.commit([b"value"], DEADLINE_S))  # a check is pending, or comes
         assert await asyncio.wait_for(running, DEADLINE_S) == 1
+        writing.cancel()
+        await asyncio.gather(writing, return_exceptions=True)
         assert node._fatal is not None and "image.topics['t']" in node._fatal
     asyncio.run(test())
