@@ -24,7 +24,8 @@
 
 Run: `.venv/bin/python -m benchmarks.bench_tiered`. BENCH_TIERED_PARTS (default upload,consume,p99)
 picks the parts to run (p99 needs consume: it reuses its cluster), so that one part can be measured
-again, or profiled, without the others' three minutes. BENCH_TIERED_MB (default 128) sets the bytes
+again, or profiled, without the others' three minutes (BENCH_TIERED_PYSPY=path/to/py-spy samples the
+broker while each topic is consumed, into bench_tiered-<topic>.pyspy.txt). BENCH_TIERED_MB (default 128) sets the bytes
 uploaded per round and consumed per topic, BENCH_TIERED_SEGMENT_MB (default 16) the segment size
 (the part size is 8 MiB, so each segment goes up in two parts). moto keeps objects in memory and is
 Python: it is the ceiling of both sides here, which is why the task is compared with boto3 on it.
@@ -70,6 +71,10 @@ fetch.chunk.cache.prefetch.max.size default over the chunk size, one more for a 
 P99_SECONDS = float(os.environ.get("BENCH_TIERED_P99_S", "10"))
 FETCH_QUOTAS = [int(float(q) * MB) for q in os.environ.get("BENCH_TIERED_FETCH_QUOTAS_MB", "20,5").split(",")]
 """remote.log.manager.fetch.max.bytes.per.second values the producer's p99 is measured under (a broker restart each)"""
+PROFILER = os.environ.get("BENCH_TIERED_PYSPY")
+"""A py-spy binary: when set, the broker is sampled (raw collapsed stacks, 500 Hz, idle threads
+left out) while each topic is consumed, into bench_tiered-<topic>.pyspy.txt in the current
+directory, so that a change to the read path can be profiled before and after in the same way"""
 PARTS = {part.strip() for part in os.environ.get("BENCH_TIERED_PARTS", "upload,consume,p99").split(",")}
 """Which parts run: "upload", "consume", "p99" (the last within consume's cluster, so only beside it)"""
 ROUNDS = 3
@@ -247,6 +252,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
         warm_up_group_coordinator(bootstrap)
         for topic in ("tiered", "local"):
             progress(f"consuming {topic} from offset 0")
+            profiler = start_profiler(broker_pid, topic)  # before the consumer, which fetches once assigned
             consumer = Consumer(
                 {
                     "bootstrap.servers": bootstrap,
@@ -272,6 +278,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
                     first_ms = (time.perf_counter() - start) * 1000
             seconds = time.perf_counter() - start
             used = [after - before for before, after in zip(cpu, cpu_seconds(broker_pid, s3_pid), strict=True)]
+            stop_profiler(profiler)
             consumer.close()
             where = f"S3 below offset {local_start} of {count}" if topic == "tiered" else "local disk"
             rows.append([topic, where, count * len(value) / MB, seconds, count * len(value) / MB / seconds,
@@ -287,6 +294,34 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
     finally:
         cluster.stop()
     return rows, p99_rows
+
+
+def start_profiler(pid: int, topic: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling `pid` while `topic` is consumed (BENCH_TIERED_PYSPY), once it has attached."""
+    if not PROFILER:
+        return None
+    output = Path(f"bench_tiered-{topic}.pyspy.txt").resolve()
+    extra = os.environ.get("BENCH_TIERED_PYSPY_ARGS", "").split()  # --gil, --native, ...
+    command = [PROFILER, "record", "--pid", str(pid), "--format", "raw", "--rate", "500", "--output", str(output)]
+    process = subprocess.Popen([*command, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # py-spy reads the interpreter's memory layout before its first sample
+    if process.poll() is not None:
+        raise SystemExit(f"py-spy exited with {process.returncode}: {process.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
+    return process
+
+
+def stop_profiler(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGINT makes py-spy write its samples; it is waited for 30 s, then killed."""
+    if process is None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+        raise SystemExit("py-spy did not stop within 30 s of SIGINT") from None
+    progress(f"py-spy: {process.stderr.read().decode().strip().splitlines()[-1:]}")  # type: ignore[union-attr]
 
 
 def warm_up_group_coordinator(bootstrap: str) -> None:

@@ -107,7 +107,9 @@ class ChunkCache:
 
     # -- RemoteStorage.fetch_log, through the cache -------------------------------------------------
 
-    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes:
+    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes | memoryview:
+        """Bytes [start, end) of the segment's `.log`: a view of the cached chunk when one chunk holds
+        them all (the common case: no copy of a megabyte per read), else the chunks' pieces joined."""
         size = segment.size_in_bytes
         end_position = min(end_position, size)
         if not 0 <= start_position <= end_position:
@@ -121,9 +123,11 @@ class ChunkCache:
             chunk = self._chunk(segment, index)
             base = index * chunk_size
             parts.append(memoryview(chunk)[max(start_position - base, 0) : end_position - base])
-        return b"".join(parts)
+        return _one_piece(parts)
 
-    def cached(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes | None:
+    def cached(
+        self, segment: RemoteSegmentMetadata, start_position: int, end_position: int
+    ) -> bytes | memoryview | None:
         """Bytes [start, end) of the segment's `.log` when every chunk holding them is cached, else
         None: never a GET, never a wait, so it may run on the event loop (`remote_reader`)."""
         end_position = min(end_position, segment.size_in_bytes)
@@ -140,9 +144,11 @@ class ChunkCache:
             for index, _ in chunks:
                 self._chunks.move_to_end((segment.segment_id, index))
             self.stats["hits"] += len(chunks)
-        return b"".join(
-            memoryview(chunk)[max(start_position - index * chunk_size, 0) : end_position - index * chunk_size]
-            for index, chunk in chunks
+        return _one_piece(
+            [
+                memoryview(chunk)[max(start_position - index * chunk_size, 0) : end_position - index * chunk_size]
+                for index, chunk in chunks
+            ]
         )
 
     def _chunk(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
@@ -284,3 +290,9 @@ class ChunkCache:
 
     def close(self) -> None:
         self._ahead.shutdown(wait=False, cancel_futures=True)
+
+
+def _one_piece(parts: list[memoryview]) -> bytes | memoryview:
+    """The one view as it is, several joined: a view keeps its chunk alive (immutable bytes, so
+    an eviction meanwhile changes nothing it holds)."""
+    return parts[0] if len(parts) == 1 else b"".join(parts)  # none: b""

@@ -62,6 +62,7 @@ from quorum.broker.remote_tier import (
 from quorum.log.epoch_cache import EpochEntry, encode_checkpoint
 from quorum.log.log import SegmentFiles
 from quorum.wire.producer_snapshot import decode_producer_snapshot, encode_producer_snapshot
+from quorum.wire.spliced import BufferRecords
 from tiered_follower import remote_reads
 from tiered_follower.chunk_cache import ChunkCacheConfig
 from tiered_follower.remote_metrics import RemoteStorageMetrics
@@ -255,9 +256,9 @@ class RemoteLogManager:
 
     # -- RemoteTier: reads --------------------------------------------------------------------------
 
-    async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes:
+    async def read(self, partition: Partition, offset: int, max_bytes: int) -> BufferRecords:
         """See RemoteTier.read; b"" when the fetch quota, the reader pool or `remote.fetch.max.wait.ms`
-        answers the partition without records (`remote_reader`)."""
+        answers the partition without records (`remote_reader`): an empty BufferRecords."""
         remote = partition.remote
         segment = None if remote is None else remote.segment_for(offset) or remote.segment_after(offset)
         if segment is None or remote is None:

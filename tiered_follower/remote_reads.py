@@ -72,7 +72,9 @@ class RemoteIndexCache:
 class LogReader(Protocol):
     """Where `.log` bytes come from: the storage itself, or `chunk_cache.ChunkCache` in front of it."""
 
-    def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes: ...
+    def fetch_log(
+        self, segment: RemoteSegmentMetadata, start_position: int, end_position: int
+    ) -> bytes | memoryview: ...
 
 
 def read_batches(
@@ -80,18 +82,27 @@ def read_batches(
 ) -> bytes:
     """Whole batches from the one holding `offset` (or the first after it) to at most
     `max_bytes`, the first whole however large; b"" past the segment's end."""
-    return read_batches_at(storage, indexes, segment, offset, max_bytes).data
+    return read_batches_at(storage, indexes, segment, offset, max_bytes).data()
 
 
 @dataclass(frozen=True, slots=True)
 class BatchesRead:
-    """What `read_batches_at` returned: `data`, the byte position in the segment where it ends
-    (where a consumer's next read starts: what to fetch ahead from), and the offset after its last
-    batch (`offset` itself when it is empty)."""
+    """What `read_batches_at` returned: its batches as `parts` (runs of whole batches, views of what
+    was fetched, in order: the Fetch answer sends them without joining them), the byte position in
+    the segment where it ends (where a consumer's next read starts: what to fetch ahead from), and
+    the offset after its last batch (`offset` itself when it is empty)."""
 
-    data: bytes
+    parts: tuple[bytes | memoryview, ...]
     end: int
     next_offset: int
+
+    @property
+    def size(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def data(self) -> bytes:
+        """The batches as one bytes object (a copy: for callers that want bytes, not the Fetch path)."""
+        return b"".join(self.parts)
 
 
 def read_batches_at(
@@ -109,7 +120,7 @@ def read_batches_at(
         position = indexes.position_for(segment, offset)
     size = segment.size_in_bytes
     # what is returned, as views of what was fetched: the batches taken from one fetch are one run
-    # of bytes, joined once at the end (copying each batch, then the whole, cost three copies a byte)
+    # of bytes, never copied here (copying each batch, then the whole, cost three copies a byte)
     parts: list[bytes | memoryview] = []
     taken = 0
     end = position
@@ -173,11 +184,14 @@ def read_batches_at(
         position += consumed
         if taken >= max_bytes:
             break
-    return BatchesRead(_checked(b"".join(parts), segment), end, next_offset)
+    for part in parts:
+        _check(part, segment)
+    return BatchesRead(tuple(parts), end, next_offset)
 
 
-def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
-    """Every batch whole and its CRC right, else a retriable RemoteStorageError."""
+def _check(data: bytes | memoryview, segment: RemoteSegmentMetadata) -> None:
+    """Every batch of `data` (a run of whole batches) whole and its CRC right, else a retriable
+    RemoteStorageError."""
     try:
         for batch in iter_batches(data, strict=True):
             if batch.compute_crc() != batch.crc:
@@ -186,7 +200,6 @@ def _checked(data: bytes, segment: RemoteSegmentMetadata) -> bytes:
         raise RemoteStorageError(
             f"remote segment {segment.object_name} of {segment.partition}: {exc}", retriable=True
         ) from exc
-    return data
 
 
 def offset_for_timestamp(

@@ -25,7 +25,9 @@ What a consumer sees is what Kafka's ReplicaManager.fetchMessages gives it:
 * Zero copy, as Kafka's FileRecords: a partition's batches are a span of its segment file
   (`ServedPartition.read_records`), found from the indexes and a few batch headers, never read;
   the answer is a `quorum.wire.spliced.SplicedBody` whose spans the listener sends with
-  sendfile (`quorum.server.reply_writer`). Followers' fetches take the same path.
+  sendfile (`quorum.server.reply_writer`). Followers' fetches take the same path. Batches read
+  from the remote tier are views of its cached chunks (`BufferRecords`), written to the socket
+  as they are, never copied into the encoded answer.
 * KIP-951 (v16+): a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer names the current leader
   and its endpoint from the metadata image, so the client can move without a Metadata round trip.
 
@@ -69,7 +71,7 @@ from quorum.security.acl import AclOperation
 from quorum.security.authorization import refused
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
-from quorum.wire.spliced import FileRecords, encode_spliced
+from quorum.wire.spliced import BufferRecords, FileRecords, encode_spliced
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +122,9 @@ class PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | FileRecords = b""
-    """The batches read: bytes, or a span of a segment file the answer sends without reading it."""
+    records: bytes | FileRecords | BufferRecords = b""
+    """The batches read: bytes, a span of a segment file the answer sends without reading it, or
+    buffers (a remote read's views of its cached chunks) the answer sends without copying them."""
     diverging: EpochEndOffset | None = None
     remote: ServedPartition | None = None
     """Set when the records are only in the remote tier: the partition to read them from there."""
@@ -290,7 +293,7 @@ class FetchHandler:
                 continue
             partition = read.remote
             max_bytes = min(position.partition_max_bytes, max(remaining, 0))
-            records = b""
+            records: BufferRecords | bytes = b""
             error = ErrorCode.NONE
             if self._remote is None:
                 error = ErrorCode.KAFKA_STORAGE_ERROR
@@ -360,7 +363,7 @@ class FetchHandler:
         image = self._image() if discover else None
         endpoints: dict[int, Any] = {}
         topics: list[Any] = []
-        spliced: list[Any] = []  # the entries whose records are file spans, in encoding order
+        spliced: list[Any] = []  # the entries whose records are file spans or buffers, in encoding order
         previous: str | uuid.UUID | None = None
         for key in named:
             topic, index = key
@@ -373,7 +376,7 @@ class FetchHandler:
                                last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
                                aborted_transactions=[] if isolation_level == READ_COMMITTED else None,
                                preferred_read_replica=-1, records=read.records)
-            if isinstance(read.records, FileRecords):
+            if isinstance(read.records, (FileRecords, BufferRecords)):
                 spliced.append(entry)
             if read.diverging is not None:
                 entry.diverging_epoch = _Partition.EpochEndOffset(epoch=read.diverging.leader_epoch,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from quorum.log.epoch_cache import EpochEntry
+from quorum.wire.spliced import BufferRecords
 
 if TYPE_CHECKING:
     from quorum.broker.partition import Partition
@@ -339,9 +340,9 @@ class RemoteTier(Protocol):
         """The topic was deleted (or re-created): delete its remote data, off the event loop."""
         ...
 
-    async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from the remote segment holding `offset` (the first whole however large);
-        raises RemoteReadError."""
+    async def read(self, partition: Partition, offset: int, max_bytes: int) -> BufferRecords:
+        """Whole batches from the remote segment holding `offset` (the first whole however large),
+        as buffers in order that the Fetch answer sends without copying them; raises RemoteReadError."""
         ...
 
     async def offset_for_timestamp(self, partition: Partition, timestamp: int) -> TimestampOffset | None:

@@ -3,8 +3,11 @@
 Most answers are encoded whole and written. A `SplicedBody` (a Fetch answer, `quorum.wire.spliced`)
 is written as Kafka's `FileRecords.writeTo` does with `transferTo`: the frame size and response
 header, the encoded pieces, and each file span handed to the kernel (`loop.sendfile`: `sendfile(2)`
-from the page cache to the socket, never read into Python). A connection that encrypts (TLS) cannot
-take bytes the kernel sends past its cipher, so there the spans are read and written like any bytes.
+from the page cache to the socket, never read into Python). Large buffers (a remote read's views of
+its cached chunks) are handed to the transport as they are, not joined with the pieces around them:
+on loopback the socket takes a megabyte in one send, so they are never copied in Python. A
+connection that encrypts (TLS) cannot take bytes the kernel sends past its cipher, so there the
+spans are read and written like any bytes.
 
 The frame's size is on the wire before its spans are sent, so a span that comes up short (its file
 was cut meanwhile) or a peer that goes away mid-transfer ends the connection; the client retries
@@ -19,6 +22,10 @@ import asyncio
 from quorum.net.dispatch import Reply
 from quorum.wire.protocol import Request, encode_response, response_head
 from quorum.wire.spliced import FileRecords, Piece, ShortSpanError, SplicedBody
+
+WRITE_APART_FROM = 32 << 10
+"""Buffers this large are written on their own; smaller ones (frame and partition headers, a
+rebased batch's base offset) are joined into one write, as a syscall costs more than their copy."""
 
 
 async def write_reply(writer: asyncio.StreamWriter, request: Request, reply: Reply) -> None:
@@ -52,7 +59,12 @@ async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[P
     pending: list[bytes | memoryview] = [head]
     for piece in pieces:
         if not isinstance(piece, FileRecords):
-            pending.append(piece)
+            if len(piece) < WRITE_APART_FROM:
+                pending.append(piece)
+            else:
+                _write_joined(writer, pending)
+                pending = []
+                writer.write(piece)
             continue
         if piece.length < SENDFILE_MIN_BYTES:
             try:
@@ -60,7 +72,7 @@ async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[P
             except ShortSpanError:
                 raise _cut_short(piece, "read") from None
             continue
-        writer.write(b"".join(pending))
+        _write_joined(writer, pending)
         pending = []
         if writer.transport.is_closing():
             raise ConnectionResetError("the connection closed while a Fetch answer was being written")
@@ -76,8 +88,12 @@ async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[P
             continue
         if sent != piece.length:
             raise _cut_short(piece, f"sent only {sent}")
+    _write_joined(writer, pending)
+
+
+def _write_joined(writer: asyncio.StreamWriter, pending: list[bytes | memoryview]) -> None:
     if pending:
-        writer.write(b"".join(pending))
+        writer.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
 
 def _cut_short(span: FileRecords, what: str) -> ShortSpanError:

@@ -240,7 +240,7 @@ def test_kip_950_copy_disable_stops_uploads_and_local_retention_follows_retentio
     assert manager.metrics.gauge("RemoteCopyLagSegments") == 0  # reset, as Kafka does when copies stop
     assert manager.metrics.gauge("RemoteLogMetadataCount") == len(partition.remote.finished) > 0
     # what is in the tier is still read
-    data = asyncio.run(manager.read(partition, 0, 1000))
+    data = asyncio.run(manager.read(partition, 0, 1000)).read()
     assert data == tier.fetch_log(partition.remote.finished[0], 0, len(data)) and data
 
 

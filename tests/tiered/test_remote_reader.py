@@ -48,7 +48,7 @@ def test_reads_through_the_chunk_cache_are_the_local_logs_bytes_fetched_ahead_wi
     async def consume() -> None:
         offset = 0
         while offset <= last:
-            data = await manager.read(partition, offset, 3000)
+            data = (await manager.read(partition, offset, 3000)).read()
             assert data == direct_read(tier, partition, offset)
             offset = list(iter_batches(data))[-1].next_offset
             await asyncio.sleep(0.01)  # the consumer's time: fetch-ahead runs meanwhile
@@ -82,12 +82,12 @@ def test_a_full_reader_queue_answers_at_once_with_nothing_and_a_slow_read_after_
         # second is queued (max.pending.tasks=1), the third finds the queue full and is answered at
         # once; the first two are answered empty after remote.fetch.max.wait.ms (50 ms)
         answers = await asyncio.gather(*(manager.read(partition, 0, 3000) for _ in range(3)))
-        assert answers == [b"", b"", b""]
+        assert [answer.read() for answer in answers] == [b"", b"", b""]
         assert (manager.reader.stats["rejected"], manager.reader.stats["expired"]) == (1, 2)
         gate.set()
         # the expired read went on into the chunk cache: the consumer's next Fetch gets the records
         deadline = asyncio.get_running_loop().time() + 30
-        while not (data := await manager.read(partition, 0, 3000)):
+        while not (data := (await manager.read(partition, 0, 3000)).read()):
             assert asyncio.get_running_loop().time() < deadline, "the read never finished after the gate opened"
         tier.fetch_log = inner  # type: ignore[method-assign]
         assert data == direct_read(tier, partition, 0)
@@ -163,7 +163,7 @@ def test_a_sequential_reader_needs_no_index_reads_cached_bytes_on_the_loop_and_f
         offset = 0
         while offset <= last:
             reading[0] = offset
-            data = await manager.read(partition, offset, 3000)
+            data = (await manager.read(partition, offset, 3000)).read()
             assert data == direct_read(tier, partition, offset)
             offset = list(iter_batches(data))[-1].next_offset
             await asyncio.sleep(0.02)  # the consumer's time: fetch-ahead runs meanwhile
@@ -185,11 +185,12 @@ def test_a_read_elsewhere_looks_its_position_up_in_the_index_and_is_served_the_s
     middle = (segment.start_offset + segment.end_offset) // 2
 
     async def run() -> None:
-        first = await manager.read(partition, 0, 3000)
+        first = (await manager.read(partition, 0, 3000)).read()
         assert first == direct_read(tier, partition, 0)
         for offset in (middle, middle, 0):  # a seek, a re-read of the same offset, back to the start
-            assert await manager.read(partition, offset, 3000) == direct_read(tier, partition, offset)
+            assert (await manager.read(partition, offset, 3000)).read() == direct_read(tier, partition, offset)
         await manager.close()
 
     asyncio.run(run())
     partition.close()
+
