@@ -261,6 +261,11 @@ class ChunkCache:
                 left -= after.size_in_bytes
         return started
 
+    def holds(self, segment: RemoteSegmentMetadata, position: int) -> bool:
+        """Whether the chunk holding byte `position` of the segment is cached or on its way."""
+        with self._lock:
+            return self._present_fn(segment)(position // self.config.chunk_size)
+
     def _present_fn(self, segment: RemoteSegmentMetadata) -> Callable[[int], bool]:
         segment_id = segment.segment_id
         return lambda index: (segment_id, index) in self._chunks or (segment_id, index) in self._inflight

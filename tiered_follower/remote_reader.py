@@ -207,18 +207,23 @@ class RemoteReader:
         quota, with fetch-ahead as deep as the reader's history says (`fetch_ahead.SequentialReads`).
 
         Where the read starts is known without the offset index when it continues the partition's
-        previous read (or repeats it) or starts the segment, else the index says; the fetch-ahead
-        is started before the read, so a chunk the read lacks is fetched beside the ones after it
-        instead of before them. After the
-        read, the fetch-ahead runs on from where it ended. A sequential reader never needs the next
-        segment's index (it starts that segment at its first offset, byte 0), so none is fetched."""
+        previous read (or repeats it) or starts the segment, else the index says. When the chunk
+        it starts in is neither cached nor on its way (a cold start, a seek), that chunk is fetched
+        alone and the fetch-ahead starts when the read ends: GETs in parallel share the S3
+        endpoint, so the one chunk the consumer waits for came last with the others (bench_tiered:
+        the first records after 160-190 ms, the first chunk's GET beside the second's). Otherwise
+        the fetch-ahead is started before the read, so a chunk the read still lacks is fetched
+        beside the ones after it. After the read, the fetch-ahead runs on from where it ended. A
+        sequential reader never needs the next segment's index (it starts that segment at its
+        first offset, byte 0), so none is fetched."""
         with self._lock:
             start = self._sequential.start(segment.partition, segment.segment_id, offset)
         position = 0 if start.position is None and offset <= segment.start_offset else start.position
         try:
             if position is None:
                 position = self.indexes.position_for(segment, offset)
-            self.chunks.read_ahead(segment, position, following, start.depth)
+            if self.chunks.holds(segment, position):
+                self.chunks.read_ahead(segment, position, following, start.depth)
             read = remote_reads.read_batches_at(self.chunks, self.indexes, segment, offset, max_bytes, position)
         except Exception:
             self._record_fetch(0, failed=True)

@@ -194,3 +194,39 @@ def test_a_read_elsewhere_looks_its_position_up_in_the_index_and_is_served_the_s
     asyncio.run(run())
     partition.close()
 
+
+def test_a_cold_read_gets_its_own_chunk_alone_and_fetches_ahead_once_answered(tmp_path):
+    """The chunk a read starts in, neither cached nor on its way (a consumer's first Fetch, a
+    seek), is fetched alone: GETs started together share the endpoint, and the one chunk the
+    consumer waits for arrived as late as the others. The fetch-ahead starts when the read ends."""
+    partition, tier = uploaded(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier, SMALL_CHUNKS)
+    assert partition.remote is not None
+    lock = threading.Lock()
+    in_flight = [0]
+    gets: list[tuple[int, int, int]] = []  # (segment's first offset, byte, GETs already in flight)
+
+    class Slow:
+        def fetch_log(self, segment, start, end):  # noqa: ANN001, ANN202
+            with lock:
+                gets.append((segment.start_offset, start, in_flight[0]))
+                in_flight[0] += 1
+            try:
+                time.sleep(0.05)  # an S3 GET's latency: GETs started together overlap
+                return tier.fetch_log(segment, start, end)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    manager.reader.chunks._storage = Slow()  # type: ignore[assignment]
+
+    async def run() -> None:
+        assert (await manager.read(partition, 0, 3000)).read() == direct_read(tier, partition, 0)
+        assert manager.reader.chunks.stats["ahead"] > 0  # the fetch-ahead is on its way
+        await manager.close()
+
+    asyncio.run(run())
+    with lock:
+        assert gets[0] == (0, 0, 0)  # the read's own chunk, nothing else in flight
+        assert gets[1][2] == 0  # the first fetched ahead started after it ended
+    partition.close()
