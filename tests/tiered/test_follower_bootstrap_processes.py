@@ -6,6 +6,11 @@ every 200 ms. Each test makes a follower bootstrap and checks it from outside: t
 back in the ISR, its bootstrap report says what it fetched, every replica holds the same bytes
 where their logs overlap, and every record is readable. The last one checks that a wiped broker
 hands out no producer id that any producer got before (KIP-730: ids come from the controller).
+
+The KIP-1023 bootstrap of a wiped replica runs against s3rver too (`tests.support.s3rver_server`,
+a second S3 implementation), on a cluster of the same shape started for that test alone: the
+bootstrap's reads (manifest, indexes, ranged GETs, the remote metadata) lean on S3's API, not on
+one fake's answers. One scenario only, the cheapest that goes end to end: a cluster costs ~17 s.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from tests.test_server_bad_input import _recv_exactly
 from tests.tiered.fault_proxy import FaultProxy
 from tests.tiered.test_tiered_processes import list_offset, produce, read_confluent
 from tiered_follower.bootstrap_plugin import CRASH_STEPS
-from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties
+from tiered_follower.embedded_s3 import EmbeddedS3
 from tiered_follower.remote_log_manager import CRASH_FILE, CRASH_KNOB
 
 QUIET = {"log_level": 0}
@@ -40,10 +45,23 @@ DONE = re.compile(r"(\S+): bootstrap from offset (\d+) \((\S+)\): (\d+) bytes fe
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
+    yield from running_cluster(tmp_path_factory.mktemp("bootstrap"), s3_server)
+
+
+@pytest.fixture
+def s3rver_cluster(tmp_path_factory, s3rver_s3: EmbeddedS3) -> Iterator[LocalCluster]:
+    """The module's cluster on s3rver, for one test: stopped after it, not left idle beside the other."""
+    yield from running_cluster(tmp_path_factory.mktemp("bootstrap-s3rver"), s3rver_s3)
+
+
+def running_cluster(directory: Path, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
+    """The cluster on `s3_server` (through a fault proxy that injects nothing until a test turns it
+    up), its processes stopped when the generator is closed, or when it fails to start."""
     s3_server.create_bucket("bootstrap-cluster")
     faults = FaultProxy(s3_server.endpoint_url, kinds=("slow",), rate=0.0, seed=1023, slow_s=0.5)
     settings = {
-        **s3_properties(faults.endpoint_url, "bootstrap-cluster", key_prefix="cluster/"),
+        **s3_server.properties("bootstrap-cluster", key_prefix="cluster/"),
+        "rsm.config.storage.s3.endpoint.url": faults.endpoint_url,
         "offsets.topic.replication.factor": "1", "log.segment.bytes": str(SEGMENT_BYTES),
         "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "500",
         "follower.fetch.last.tiered.offset.enable": "true",
@@ -51,12 +69,17 @@ def cluster(tmp_path_factory, s3_server: EmbeddedS3) -> Iterator[LocalCluster]:
         "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500",
         "replica.lag.time.max.ms": "2000", "replica.fetch.backoff.ms": "200", "quorum.metrics.port": "0",
     }
-    running = LocalCluster(tmp_path_factory.mktemp("bootstrap"), controllers=1, brokers=len(BROKERS),
-                           settings=settings)  # fmt: skip
-    running.format_storage()
-    running.write_configs()
-    running.start()
+    running = LocalCluster(directory, controllers=1, brokers=len(BROKERS), settings=settings)
     running.faults = faults  # type: ignore[attr-defined]
+    running.created = []  # type: ignore[attr-defined]  # its topics so far: a wiped broker bootstraps them all
+    try:
+        running.format_storage()
+        running.write_configs()
+        running.start()
+    except BaseException:
+        running.stop()
+        faults.stop()
+        raise
     try:
         yield running
     finally:
@@ -151,26 +174,50 @@ def remote_pending(cluster: LocalCluster, topic: str, above: int) -> int:
                       lambda: (o := list_offset(cluster, topic, -6)) > above and o)
 
 
-CREATED: list[str] = []
-"""The module's topics so far: a wiped broker bootstraps every one of them again."""
-
-
 def new_topic(cluster: LocalCluster, name: str, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
     create(admin, NewTopic(name, 1, 3, config={"remote.storage.enable": "true", **config}))
-    CREATED.append(name)
+    cluster.created.append(name)  # type: ignore[attr-defined]
 
 
 def all_caught_up_and_identical(cluster: LocalCluster) -> None:
     """Every topic of the module: its three replicas end at the same offset and agree byte for
     byte where they overlap (a crash left no log that is half the old one and half the new)."""
-    for topic in CREATED:
+    for topic in cluster.created:  # type: ignore[attr-defined]
         wait_until(f"the replicas of {topic}-0 to end at the same offset",
                    lambda t=topic: len({local_end(cluster, b, t) for b in BROKERS}) == 1, 90)
         assert_identical_where_they_overlap(cluster, topic)
 
 
 # -- tests ------------------------------------------------------------------------------------------------------------
+
+
+# first in the module, s3rver before moto: its cluster runs and stops before the module's starts
+@pytest.mark.parametrize("s3", ["s3rver", "moto"])
+def test_a_wiped_replica_bootstraps_from_the_tiered_offset_and_fetches_a_fraction(
+        request: pytest.FixtureRequest, s3: str) -> None:  # fmt: skip
+    """KIP-1023: local retention keeps everything on the leader, yet the wiped follower fetches
+    only what is not in S3; on either S3 implementation."""
+    cluster: LocalCluster = request.getfixturevalue("cluster" if s3 == "moto" else "s3rver_cluster")
+    topic = "bootstrap-wiped"
+    new_topic(cluster, topic)
+    values = produce(cluster, topic, 1500)
+    pending = remote_pending(cluster, topic, 1000)
+    leader, follower = follower_of(cluster, topic)
+    total = sum(len(b) for b in local_batches(cluster, leader, topic).values())
+    since = restart_wiped(cluster, follower)
+    done = bootstrap_done(cluster, follower, topic, since)
+    start, path, fetched, not_fetched, requests = (int(done.group(2)), done.group(3), int(done.group(4)),
+                                                   int(done.group(5)), int(done.group(6)))  # fmt: skip
+    assert path == "tiered-offset" and start >= pending
+    assert fetched < total // 3 and not_fetched > total // 2, (fetched, not_fetched, total)
+    assert 1 <= requests <= 3
+    labels = f'{{partition="0",topic="{topic}"}}'
+    exposed = metrics_text(cluster, follower)
+    assert f"kafka_server_tiered_follower_bootstrap_bytes_fetched_total{labels} {float(fetched)}" in exposed
+    assert f"kafka_server_tiered_follower_bootstrap_bytes_not_fetched_total{labels} {float(not_fetched)}" in exposed
+    assert_identical_where_they_overlap(cluster, topic)
+    assert read_confluent(cluster, topic, len(values)) == values
 
 
 def test_a_follower_away_while_the_leader_tiered_and_deleted_locally_rejoins_and_serves_everything_as_leader(
@@ -201,30 +248,6 @@ def test_a_follower_away_while_the_leader_tiered_and_deleted_locally_rejoins_and
         for broker in others:
             cluster.start_node(broker)
         cluster.wait_ready()
-
-
-def test_a_wiped_replica_bootstraps_from_the_tiered_offset_and_fetches_a_fraction(cluster: LocalCluster) -> None:
-    """KIP-1023: local retention keeps everything on the leader, yet the wiped follower fetches
-    only what is not in S3."""
-    topic = "bootstrap-wiped"
-    new_topic(cluster, topic)
-    values = produce(cluster, topic, 1500)
-    pending = remote_pending(cluster, topic, 1000)
-    leader, follower = follower_of(cluster, topic)
-    total = sum(len(b) for b in local_batches(cluster, leader, topic).values())
-    since = restart_wiped(cluster, follower)
-    done = bootstrap_done(cluster, follower, topic, since)
-    start, path, fetched, not_fetched, requests = (int(done.group(2)), done.group(3), int(done.group(4)),
-                                                   int(done.group(5)), int(done.group(6)))  # fmt: skip
-    assert path == "tiered-offset" and start >= pending
-    assert fetched < total // 3 and not_fetched > total // 2, (fetched, not_fetched, total)
-    assert 1 <= requests <= 3
-    labels = f'{{partition="0",topic="{topic}"}}'
-    exposed = metrics_text(cluster, follower)
-    assert f"kafka_server_tiered_follower_bootstrap_bytes_fetched_total{labels} {float(fetched)}" in exposed
-    assert f"kafka_server_tiered_follower_bootstrap_bytes_not_fetched_total{labels} {float(not_fetched)}" in exposed
-    assert_identical_where_they_overlap(cluster, topic)
-    assert read_confluent(cluster, topic, len(values)) == values
 
 
 @pytest.mark.parametrize("step", CRASH_STEPS)
