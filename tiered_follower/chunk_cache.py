@@ -1,4 +1,4 @@
-"""A size-bounded memory cache of remote `.log` chunks, with fetch-ahead (Aiven's fetch chunk cache).
+"""A size-bounded cache of remote `.log` chunks, with fetch-ahead (Aiven's fetch chunk cache).
 
 `ChunkCache.fetch_log` has `RemoteStorage.fetch_log`'s contract, so `remote_reads.read_batches`
 reads through it unchanged: the bytes come from cached chunks, a chunk missing is fetched with
@@ -8,10 +8,15 @@ parallel, up to the prefetch size, into the next segment when this one ends firs
 (`fetch_ahead.plan_read` decides which). A failed fetch-ahead is forgotten: the read that needs
 the chunk GETs it again itself, with the S3 client's retries.
 
-Settings, under `rsm.config.` (Aiven's names; a memory cache, as its MemoryChunkCache):
+Settings, under `rsm.config.` (Aiven's names):
 
 ========================================== ===================================================
 `chunk.size`                               bytes per range GET and cache entry (default 8 MiB)
+`fetch.chunk.cache.class`                  where chunks are kept (`chunk_store`): `memory`
+                                           (default) or `disk`, or Aiven's class names
+                                           (`...fetch.cache.MemoryChunkCache`, `...DiskChunkCache`)
+`fetch.chunk.cache.path`                   the directory of a disk cache's chunk files (needed
+                                           with `disk`)
 `fetch.chunk.cache.size`                   bytes of chunks kept, least recently used evicted
                                            (default 256 MiB)
 `fetch.chunk.cache.prefetch.max.size`      bytes fetched ahead of a sequential reader at most
@@ -26,8 +31,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
 from tiered_follower import fetch_ahead
+from tiered_follower.chunk_store import ChunkKey, ChunkStore, DiskChunkStore, MemoryChunkStore
 from tiered_follower.int_settings import int_setting
 from tiered_follower.s3_client import DEFAULT_PREFIX
 
@@ -53,13 +57,28 @@ class ChunkCacheConfigError(ValueError):
     """A malformed chunk cache setting; names the key."""
 
 
+CACHE_CLASSES = {
+    "memory": "memory",
+    "disk": "disk",
+    "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache": "memory",
+    "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache": "disk",
+}
+"""`fetch.chunk.cache.class` values: ours, and Aiven's class names for the same two caches."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkCacheConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     cache_size: int = DEFAULT_CACHE_SIZE
     prefetch_max_size: int = DEFAULT_PREFETCH_SIZE
+    cache_class: str = "memory"
+    cache_path: str | None = None
 
     def __post_init__(self) -> None:
+        if self.cache_class not in ("memory", "disk"):
+            raise ChunkCacheConfigError(f"fetch.chunk.cache.class must be memory or disk, got {self.cache_class!r}")
+        if self.cache_class == "disk" and not self.cache_path:
+            raise ChunkCacheConfigError("fetch.chunk.cache.class is disk but fetch.chunk.cache.path is not set")
         if self.cache_size and self.cache_size < self.chunk_size + self.prefetch_max_size:
             raise ChunkCacheConfigError(
                 f"fetch.chunk.cache.size ({self.cache_size}) must hold at least one chunk (chunk.size "
@@ -74,36 +93,47 @@ class ChunkCacheConfig:
         def number(name: str, default: int, minimum: int) -> int:
             return int_setting(properties, prefix + name, default, minimum, ChunkCacheConfigError)
 
+        named = (properties.get(prefix + "fetch.chunk.cache.class") or "memory").strip()
+        if named not in CACHE_CLASSES:
+            raise ChunkCacheConfigError(
+                f"{prefix}fetch.chunk.cache.class must be one of {', '.join(CACHE_CLASSES)}, got {named!r}"
+            )
         return cls(
             chunk_size=number("chunk.size", DEFAULT_CHUNK_SIZE, 1),
             cache_size=number("fetch.chunk.cache.size", DEFAULT_CACHE_SIZE, 0),
             prefetch_max_size=number("fetch.chunk.cache.prefetch.max.size", DEFAULT_PREFETCH_SIZE, 0),
+            cache_class=CACHE_CLASSES[named],
+            cache_path=(properties.get(prefix + "fetch.chunk.cache.path") or "").strip() or None,
         )
 
-
-ChunkKey = tuple[uuid.UUID, int]
+    def store(self) -> ChunkStore:
+        if self.cache_class == "disk":
+            assert self.cache_path is not None
+            return DiskChunkStore(self.cache_path, self.cache_size)
+        return MemoryChunkStore(self.cache_size)
 
 
 class ChunkCache:
     """See the module docstring. Thread-safe: the reader pool's threads share it."""
 
-    def __init__(self, storage: RemoteStorage, config: ChunkCacheConfig, name: str = "chunks") -> None:
+    def __init__(
+        self, storage: RemoteStorage, config: ChunkCacheConfig, name: str = "chunks", store: ChunkStore | None = None
+    ) -> None:
         self._storage = storage
         self.config = config
-        self._chunks: OrderedDict[ChunkKey, bytes] = OrderedDict()
-        self._bytes = 0
+        self.store = config.store() if store is None else store
         self._inflight: dict[ChunkKey, Future[bytes]] = {}
         self._lock = threading.RLock()  # a done-callback may run inside submit, under the lock
         # the rest of the chunk a read ends in, and the whole chunks after it, all at once
         threads = min(MAX_AHEAD_THREADS, 1 + config.prefetch_max_size // config.chunk_size)
         self._ahead = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-ahead")
-        self.stats = {"hits": 0, "misses": 0, "ahead": 0, "waited_ahead": 0, "evicted": 0}
-        """Chunk reads served from the cache, GET on demand, fetched ahead, and waited for in flight."""
+        self.stats = {"hits": 0, "misses": 0, "ahead": 0, "waited_ahead": 0}
+        """Chunk reads served from the cache, GET on demand, fetched ahead, and waited for in flight
+        (evictions and refused files: `store.stats`)."""
 
     @property
     def cached_bytes(self) -> int:
-        with self._lock:
-            return self._bytes
+        return self.store.size
 
     # -- RemoteStorage.fetch_log, through the cache -------------------------------------------------
 
@@ -134,15 +164,13 @@ class ChunkCache:
         if not 0 <= start_position <= end_position:
             return None
         chunk_size = self.config.chunk_size
+        chunks = []
+        for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
+            chunk = self.store.get((segment.segment_id, index), memory_only=True)
+            if chunk is None:
+                return None
+            chunks.append((index, chunk))
         with self._lock:
-            chunks = []
-            for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
-                chunk = self._chunks.get((segment.segment_id, index))
-                if chunk is None:
-                    return None
-                chunks.append((index, chunk))
-            for index, _ in chunks:
-                self._chunks.move_to_end((segment.segment_id, index))
             self.stats["hits"] += len(chunks)
         return _one_piece(
             [
@@ -155,10 +183,9 @@ class ChunkCache:
         """Chunk `index` from the cache, else from the GET already on its way, else with a GET of
         our own (registered, so that a concurrent read of the same chunk waits for it)."""
         key = (segment.segment_id, index)
+        found = self.store.get(key)  # a disk store's file is read and checked: a refused one is a miss
         with self._lock:
-            found = self._chunks.get(key)
             if found is not None:
-                self._chunks.move_to_end(key)
                 self.stats["hits"] += 1
                 return found
             pending = self._inflight.get(key)
@@ -213,15 +240,10 @@ class ChunkCache:
     def _keep(self, key: ChunkKey, data: bytes) -> None:
         if not self.config.cache_size:
             return
-        with self._lock:
-            if key in self._chunks:
-                return
-            self._chunks[key] = data
-            self._bytes += len(data)
-            while self._bytes > self.config.cache_size and self._chunks:
-                _, evicted = self._chunks.popitem(last=False)
-                self._bytes -= len(evicted)
-                self.stats["evicted"] += 1
+        try:
+            self.store.put(key, data)
+        except OSError as exc:  # a full or failing disk: the read goes on with the bytes it has
+            logger.warning("chunk %s of segment %s not kept in the chunk cache: %s", key[1], key[0], exc)
 
     # -- fetch-ahead ------------------------------------------------------------------------------
 
@@ -268,7 +290,7 @@ class ChunkCache:
 
     def _present_fn(self, segment: RemoteSegmentMetadata) -> Callable[[int], bool]:
         segment_id = segment.segment_id
-        return lambda index: (segment_id, index) in self._chunks or (segment_id, index) in self._inflight
+        return lambda index: (segment_id, index) in self.store or (segment_id, index) in self._inflight
 
     def _start(self, segment: RemoteSegmentMetadata, indexes: tuple[int, ...]) -> int:
         """Called with the lock held."""

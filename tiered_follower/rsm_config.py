@@ -14,6 +14,8 @@ The S3 settings are `s3_client.S3Config`'s (listed in its docstring); beside the
                                                   compression and encryption when they are on, and
                                                   of the fetch cache's range GETs (default 8 MiB,
                                                   the multipart part size; `chunk_cache`)
+`fetch.chunk.cache.class`                         memory or disk (`chunk_cache`, `chunk_store`)
+`fetch.chunk.cache.path`                          a disk cache's directory
 `fetch.chunk.cache.size`                          the fetch cache's bound (`chunk_cache`)
 `fetch.chunk.cache.prefetch.max.size`             bytes fetched ahead of a read (`chunk_cache`)
 `compression.enabled`                             zstd per chunk (default false)
@@ -52,6 +54,8 @@ TRANSFORM_KEYS = frozenset(
         "encryption.enabled",
         "encryption.key.pair.id",
         "encryption.key.pairs",
+        "fetch.chunk.cache.class",
+        "fetch.chunk.cache.path",
         "fetch.chunk.cache.size",
         "fetch.chunk.cache.prefetch.max.size",
         "storage.backend.class",
