@@ -26,6 +26,15 @@ def test_large_buffers_small_pieces_and_file_spans_arrive_in_order(tmp_path) -> 
               view[WRITE_APART_FROM:], b"tail"]  # fmt: skip
     expected = b"".join(p.read() if isinstance(p, FileRecords) else bytes(p) for p in pieces)
     body = SplicedBody(pieces)
+    received = written(request, body)
+    assert len(received) == 4 + 5 + len(expected)  # the frame's size, the response header, the body
+    assert received[9:] == expected
+    assert all(span.fd == -1 for span in body.spans())
+
+
+def written(request: object, body: SplicedBody) -> bytes:
+    """What a client reads of `write_reply`'s answer to `request` over a socket pair (read on a
+    thread of its own, so that an answer larger than the socket's buffers does not stall)."""
     received = bytearray()
 
     def client(sock: socket.socket) -> None:
@@ -40,13 +49,11 @@ def test_large_buffers_small_pieces_and_file_spans_arrive_in_order(tmp_path) -> 
         reader.start()
         _, writer = await asyncio.open_connection(sock=server_sock)
         try:
-            await write_reply(writer, request, Reply(body, 12))
+            await write_reply(writer, request, Reply(body, 12))  # type: ignore[arg-type]
         finally:
             writer.close()
             await writer.wait_closed()
-        await asyncio.to_thread(reader.join, 60)
+            await asyncio.to_thread(reader.join, 60)
 
     asyncio.run(send())
-    assert len(received) == 4 + 5 + len(expected)  # the frame's size, the response header, the body
-    assert bytes(received[9:]) == expected
-    assert all(span.fd == -1 for span in body.spans())
+    return bytes(received)

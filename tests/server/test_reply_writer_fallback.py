@@ -7,16 +7,14 @@ span is not. The soak hit it after a SIGSTOP/SIGCONT of a broker (issue 19).
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
-import socket
 
 import pytest
 
-from quorum.net.dispatch import Reply
-from quorum.server.reply_writer import SENDFILE_MIN_BYTES, write_reply
+from quorum.server.reply_writer import SENDFILE_MIN_BYTES
 from tests.broker.test_zero_copy_fetch import _spliced
+from tests.server.test_reply_writer_buffers import written
 
 
 def test_a_span_the_kernel_will_not_send_is_read_and_written(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,22 +28,7 @@ def test_a_span_the_kernel_will_not_send_is_read_and_written(tmp_path, monkeypat
 
     monkeypatch.setattr(os, "sendfile", refuse)
 
-    async def send() -> bytes:
-        server_sock, client_sock = socket.socketpair()
-        _, writer = await asyncio.open_connection(sock=server_sock)
-        try:
-            await write_reply(writer, request, Reply(body, 12))
-        finally:
-            writer.close()
-            await writer.wait_closed()
-        client_sock.settimeout(60)
-        received = b""
-        while chunk := client_sock.recv(65536):
-            received += chunk
-        client_sock.close()
-        return received
-
-    received = asyncio.run(send())
+    received = written(request, body)
     assert refused, "the span went through sendfile(2) first"
     assert received.endswith(expected) and len(received) == 4 + 5 + len(expected)
     assert all(span.fd == -1 for span in body.spans())

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quorum.wire.records import iter_batches
-from tests.tiered.test_remote_reader import direct_read, uploaded
+from tests.tiered.test_remote_reader import consume_checked, uploaded
 from tiered_follower.chunk_cache import ChunkCache, ChunkCacheConfig, ChunkCacheConfigError
 from tiered_follower.chunk_store import DiskChunkStore
 from tiered_follower.remote_log_manager import RemoteLogManager
@@ -92,19 +91,9 @@ def test_a_consumer_reads_the_remote_segments_through_a_disk_cache(tmp_path):
     refuse_unknown(properties, "rsm.config.")  # the remote tier knows every one of these settings
     manager = RemoteLogManager(101, tier, tier, properties)
     assert isinstance(manager.reader.chunks.store, DiskChunkStore)
-    last = partition.remote.finished[-1].end_offset
-
-    async def consume() -> None:
-        offset = 0
-        while offset <= last:
-            data = (await manager.read(partition, offset, 3000)).read()
-            assert data == direct_read(tier, partition, offset)
-            offset = list(iter_batches(data))[-1].next_offset
-            await asyncio.sleep(0.01)  # the consumer's time: fetch-ahead runs meanwhile
-        await manager.close()
-
-    asyncio.run(consume())
-    assert 0 < manager.reader.chunks.cached_bytes <= 40_000
+    asyncio.run(consume_checked(manager, tier, partition, cache_bound=40_000))
+    asyncio.run(manager.close())
+    assert manager.reader.chunks.cached_bytes > 0
     assert len(list((tmp_path / "cache").glob("*.chunk"))) > 1
     partition.close()
 

@@ -36,25 +36,27 @@ def direct_read(tier: MemoryTier, partition, offset: int) -> bytes:  # noqa: ANN
     return remote_reads.read_batches(tier, remote_reads.RemoteIndexCache(tier), segment, offset, 3000)
 
 
+async def consume_checked(manager: RemoteLogManager, tier: MemoryTier, partition, cache_bound: int) -> None:  # noqa: ANN001
+    """A consumer reading every remote offset in 3 000-byte Fetches, each answer checked against a
+    read straight from the storage, the chunk cache within `cache_bound` bytes after each."""
+    offset, last = 0, partition.remote.finished[-1].end_offset
+    while offset <= last:
+        data = (await manager.read(partition, offset, 3000)).read()
+        assert data == direct_read(tier, partition, offset)
+        offset = list(iter_batches(data))[-1].next_offset
+        await asyncio.sleep(0.01)  # the consumer's time: fetch-ahead runs meanwhile
+        assert manager.reader.chunks.cached_bytes <= cache_bound
+
+
 def test_reads_through_the_chunk_cache_are_the_local_logs_bytes_fetched_ahead_within_its_bound(tmp_path):
     partition, tier = uploaded(tmp_path)
     manager = RemoteLogManager(BROKER, tier, tier, SMALL_CHUNKS)
     assert partition.remote is not None
-    last = partition.remote.finished[-1].end_offset
     fetched: list[tuple[int, int]] = []
     inner = tier.fetch_log
     tier.fetch_log = lambda segment, start, end: fetched.append((start, end)) or inner(segment, start, end)  # type: ignore[method-assign]
 
-    async def consume() -> None:
-        offset = 0
-        while offset <= last:
-            data = (await manager.read(partition, offset, 3000)).read()
-            assert data == direct_read(tier, partition, offset)
-            offset = list(iter_batches(data))[-1].next_offset
-            await asyncio.sleep(0.01)  # the consumer's time: fetch-ahead runs meanwhile
-            assert manager.reader.chunks.cached_bytes <= 40_000
-
-    asyncio.run(consume())
+    asyncio.run(consume_checked(manager, tier, partition, cache_bound=40_000))
     stats = manager.reader.chunks.stats
     assert stats["ahead"] > 0 and stats["hits"] > stats["misses"]
     assert all(end - start <= 5000 for start, end in fetched)  # one chunk per GET
