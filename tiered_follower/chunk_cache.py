@@ -183,16 +183,20 @@ class ChunkCache:
         """Chunk `index` from the cache, else from the GET already on its way, else with a GET of
         our own (registered, so that a concurrent read of the same chunk waits for it)."""
         key = (segment.segment_id, index)
-        found = self.store.get(key)  # a disk store's file is read and checked: a refused one is a miss
-        with self._lock:
-            if found is not None:
-                self.stats["hits"] += 1
-                return found
-            pending = self._inflight.get(key)
-            if pending is None:
-                mine: Future[bytes] = Future()
-                self._inflight[key] = mine
-                self.stats["misses"] += 1
+        while True:
+            found = self.store.get(key)  # a disk store's file is read and checked: a refused one is a miss
+            with self._lock:
+                if found is not None:
+                    self.stats["hits"] += 1
+                    return found
+                if key in self.store:
+                    continue  # kept just now by a GET that has ended (it leaves the in-flight ones after)
+                pending = self._inflight.get(key)
+                if pending is None:
+                    mine: Future[bytes] = Future()
+                    self._inflight[key] = mine
+                    self.stats["misses"] += 1
+            break
         if pending is not None:
             try:
                 data = pending.result(timeout=WAIT_FOR_GET_S)
