@@ -1,6 +1,7 @@
 """A Fetch answer's large buffers (a remote read's views of its cached chunks) are written to the
 socket as they are, apart from the small pieces around them: what the client reads must still be
-the answer, byte for byte and in order, around file spans too."""
+the answer, byte for byte and in order, around file spans too (sent with sendfile, or read when
+shorter than SENDFILE_MIN_BYTES)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import socket
 import threading
 
 from quorum.net.dispatch import Reply
-from quorum.server.reply_writer import WRITE_APART_FROM, write_reply
+from quorum.server.reply_writer import SENDFILE_MIN_BYTES, WRITE_APART_FROM, write_reply
 from quorum.wire.spliced import FileRecords, SplicedBody
 from tests.broker.test_zero_copy_fetch import _spliced
 
@@ -20,10 +21,11 @@ def test_large_buffers_small_pieces_and_file_spans_arrive_in_order(tmp_path) -> 
     chunk = os.urandom(3 * WRITE_APART_FROM)  # a cached chunk: the answer holds views of it
     view = memoryview(chunk)
     path = tmp_path / "segment"
-    path.write_bytes(os.urandom(4 * WRITE_APART_FROM))
-    fd = os.open(path, os.O_RDONLY)
-    pieces = [b"head", view[5 : 2 * WRITE_APART_FROM], b"p1", memoryview(b"p2"), FileRecords(fd, 7, WRITE_APART_FROM),
-              view[WRITE_APART_FROM:], b"tail"]  # fmt: skip
+    path.write_bytes(os.urandom(2 * SENDFILE_MIN_BYTES))
+    sent, read = os.open(path, os.O_RDONLY), os.open(path, os.O_RDONLY)
+    pieces = [b"head", view[5 : 2 * WRITE_APART_FROM], b"p1", memoryview(b"p2"),
+              FileRecords(sent, 7, SENDFILE_MIN_BYTES), view[WRITE_APART_FROM:], b"p3",
+              FileRecords(read, 9, WRITE_APART_FROM), view[1:], b"tail"]  # fmt: skip
     expected = b"".join(p.read() if isinstance(p, FileRecords) else bytes(p) for p in pieces)
     body = SplicedBody(pieces)
     received = written(request, body)
