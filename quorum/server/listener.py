@@ -3,9 +3,11 @@
 One request at a time per connection, as Kafka processes them (a connection is muted until its
 response is sent), so responses always leave in request order. The exception is an API whose
 handler was registered `pipelined` (the controller's requests, the broker's forwarded admin
-requests): up to MAX_PIPELINED of those are read and started while earlier ones wait, and their
-answers are still written in request order; any other request waits until every earlier one is
-answered, so it is processed alone as before. Bad input closes only the
+requests, Produce): up to MAX_PIPELINED of those, or the depth the API was registered with, are
+read and started while earlier ones wait, and their answers are still written in request order;
+any other request waits until every earlier one is answered, so it is processed alone as before.
+A handler starts when the one before it has run up to its first wait, so work done before that
+(a Produce's append) happens in request order. Bad input closes only the
 connection it came on, with the reason logged; every other connection keeps being served.
 
 Frames are read by `quorum.net.frame_reader.FrameReader`: each large one lands in a buffer of its own
@@ -106,6 +108,7 @@ class KafkaListener:
                      connection: ConnectionSecurity) -> None:
         started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
+        unanswered: dict[int, list[asyncio.Future[Reply | None]]] = {}  # of the APIs with a pipeline depth
         try:
             while not self._closing:
                 request = decode_request(await reader.next_frame(), self._dispatcher.served)
@@ -126,7 +129,13 @@ class KafkaListener:
                     continue
                 if answering is None:
                     answering = asyncio.create_task(self._answer_in_order(started, writer))
-                await started.put((request, asyncio.ensure_future(self._dispatcher.dispatch(request))))
+                depth = self._dispatcher.pipeline_depth(request.api.key)
+                if depth is not None:
+                    await self._room(unanswered.setdefault(request.api.key, []), depth, answering)
+                handled = asyncio.ensure_future(self._dispatcher.dispatch(request))
+                if depth is not None:
+                    unanswered[request.api.key].append(handled)
+                await started.put((request, handled))
                 if answering.done():
                     answering.result()  # a handler failed: raise its error here, which closes the connection
         finally:
@@ -134,6 +143,18 @@ class KafkaListener:
                 answering.cancel()
                 with suppress(asyncio.CancelledError):
                     await answering
+
+    @staticmethod
+    async def _room(running: list[asyncio.Future[Reply | None]], depth: int, answering: asyncio.Task[None]) -> None:
+        """Until fewer than `depth` of `running` (one API's requests on this connection) are
+        unanswered: a client's pipeline holds at most that many, the rest waits in its socket."""
+        while True:
+            running[:] = [handled for handled in running if not handled.done()]
+            if len(running) < depth:
+                return
+            await asyncio.wait((running[0], answering), return_when=asyncio.FIRST_COMPLETED)
+            if answering.done():
+                answering.result()  # a handler failed: raise its error here, which closes the connection
 
     @staticmethod
     async def _drained(started: asyncio.Queue[Any], answering: asyncio.Task[None]) -> None:
