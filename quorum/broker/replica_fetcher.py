@@ -24,10 +24,11 @@ changes this walks down one epoch per round trip until the logs agree. The follo
 truncates below its high watermark except on such an answer (or the out-of-range rules of an
 unclean election), and then says so in the log.
 
-Catch-up: a partition whose last fetch came back full (half of replica.fetch.max.bytes or more) while
-the leader's high watermark is past it asks for replica.fetch.response.max.bytes next, until it
-is near the leader again; a returning follower then copies in few large round trips, each
-response's batches appended at once.
+Catch-up: a partition whose last fetch came back full (half of replica.fetch.max.bytes or more)
+asks for replica.fetch.response.max.bytes next, until an answer is not full; a returning follower
+then copies in few large round trips, each response's batches appended at once, and so does the
+follower of a partition whose producer pipelines its acks=all requests (the leader's high
+watermark waits for the follower there, so it cannot tell that the leader has more; a full answer does).
 
 One Fetch and one OffsetForLeaderEpoch are in flight at a time, as in Kafka's fetcher thread, and
 each partition in at most one request. The next Fetch leaves as soon as the previous response is
@@ -138,7 +139,7 @@ class _Partition:
     reason: str = ""
     diverged_at: tuple[int, int | None] | None = None  # the position of the last divergence answer
     catching_up: bool = False
-    """The last fetch came back full and the leader has more: ask for a whole response's worth."""
+    """The last fetch came back full, so the leader has more: ask for a whole response's worth."""
 
     @property
     def tp(self) -> TopicPartition:
@@ -458,9 +459,11 @@ class ReplicaFetcher:
         self._actions.append(Send(request))
 
     def _partition_max_bytes(self, p: _Partition) -> int:
-        """replica.fetch.max.bytes; while the partition is far behind (its last fetch came back
-        full, at least half the limit, and the leader has more), replica.fetch.response.max.bytes, so that a returning
-        follower catches up in few large round trips instead of many 1 MiB ones."""
+        """replica.fetch.max.bytes; while the partition is behind (its last fetch came back full,
+        at least half the limit), replica.fetch.response.max.bytes, so that a returning follower
+        catches up in few large round trips instead of many 1 MiB ones, and a follower of a busy
+        partition takes every batch the leader appended since its last fetch in one. The long poll
+        answers as soon as anything is there, so asking for more never makes an answer wait."""
         config = self.config
         return max(config.fetch_max_bytes, config.fetch_response_max_bytes) if p.catching_up else config.fetch_max_bytes
 
@@ -561,8 +564,10 @@ class ReplicaFetcher:
             p.diverged_at = None
             self._partitions[p.tp] = self._partitions.pop(p.tp)  # to the back of the queue, as Kafka
         # Whole batches only, so a full answer may fall short of the limit by up to a batch: half counts.
-        p.catching_up = (2 * len(data.records or b"") >= self.config.fetch_max_bytes
-                         and data.high_watermark > p.fetch_offset)
+        # A full answer says the leader had more than the limit, whether or not its high watermark is
+        # past us: under acks=all it never is (it waits for us), yet pipelined Produce requests leave
+        # several client batches behind the one that filled the answer (issue 37).
+        p.catching_up = 2 * len(data.records or b"") >= self.config.fetch_max_bytes
         self._follow_leader(p, data.high_watermark, data.log_start_offset)
 
     def _parse(self, p: _Partition, records: bytes) -> _Parsed:

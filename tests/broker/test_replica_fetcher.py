@@ -116,7 +116,25 @@ def test_a_follower_far_behind_asks_for_a_whole_response_until_it_is_near_the_le
             break
     assert asked[0] == 200 and set(asked[1:]) == {4000}, "full fetches while behind ask for a whole response"
     assert follower.history() == leader.log.history()
+    response, _ = serve_fetch(leader, request)  # nothing more: the answer is empty
+    request = only_send(fetcher.on_fetch_response(request, response, 0))
     assert request.partitions[0].partition_max_bytes == 200, "back to replica.fetch.max.bytes once caught up"
+
+
+def test_a_full_answer_under_acks_all_asks_for_a_whole_response_though_the_high_watermark_waits() -> None:
+    """Under acks=all the leader's high watermark waits for this follower, so it is never past the
+    fetch offset; a full answer still says the leader holds more (pipelined Produce requests appended
+    several client batches), and the next fetch takes them all in one round trip (issue 37)."""
+    leader = LeaderSide(log_with("L", (1, 60), hw=0), epoch=1)
+    follower = MemoryLog("F")
+    fetcher = new_fetcher(2, 1, fetch_max_bytes=200, fetch_response_max_bytes=4000)
+    request = only_send(follow(fetcher, follower, 1))
+    response, _ = serve_fetch(leader, request)
+    assert response.partitions[0].high_watermark <= request.partitions[0].fetch_offset
+    out = fetcher.on_fetch_response(request, response, 0)
+    apply_follower_actions(follower, out)
+    assert 0 < follower.log_end_offset < 60
+    assert only_send(out).partitions[0].partition_max_bytes == 4000
 
 
 def test_follower_log_start_follows_the_leader_but_not_past_its_high_watermark() -> None:
