@@ -1020,9 +1020,11 @@ def _walk_records(
     ending exactly at its length, the body ending after `count` of them) but keys and values
     skipped by their lengths instead of sliced, and no Record built: the decode spent most of
     its time on those objects and copies. The same one- and two-byte varint inlining, for the
-    same reason (see `_decode_records`). It raises the same CorruptRecordErrors with the same
-    reasons and positions; `origin` lets it walk a whole buffer in place, positions in faults
-    being counted from there as if the body had been sliced out.
+    same reason (see `_decode_records`), and three-byte ones for the record and value lengths of
+    records from 8 KiB up (a call for each was a seventh of a 10 KiB-record produce's CPU). It
+    raises the same CorruptRecordErrors with the same reasons and positions; `origin` lets it walk
+    a whole buffer in place, positions in faults being counted from there as if the body had been
+    sliced out.
 
     Returns a `RecordsWalk`: the index of the first record whose offset delta is not its index
     and that delta, or (-1, 0); that fault is not raised here because the decode path reports a
@@ -1054,6 +1056,10 @@ def _walk_records(
                     varint = (second << 7) | (byte & 0x7F)
                     length = (varint >> 1) ^ -(varint & 1)
                     pos += 2
+                elif (third := body[pos + 2]) < 0x80:  # records of 8 KiB to 1 MiB
+                    varint = (third << 14) | ((second & 0x7F) << 7) | (byte & 0x7F)
+                    length = (varint >> 1) ^ -(varint & 1)
+                    pos += 3
                 else:
                     length, pos = read(body, pos, 5)
             end = pos + length
@@ -1114,6 +1120,10 @@ def _walk_records(
                     varint = (second << 7) | (byte & 0x7F)
                     value_length = (varint >> 1) ^ -(varint & 1)
                     pos += 2
+                elif (third := body[pos + 2]) < 0x80:
+                    varint = (third << 14) | ((second & 0x7F) << 7) | (byte & 0x7F)
+                    value_length = (varint >> 1) ^ -(varint & 1)
+                    pos += 3
                 else:
                     value_length, pos = read(body, pos, 5)
             if value_length > 0:

@@ -37,6 +37,8 @@ T0 = 1_763_700_000_000
 DIFFERENTIAL = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 payloads = st.none() | st.binary(max_size=200)
+values = payloads | st.integers(8192, 20_000).map(lambda size: b"v" * size)
+"""Record values, now and then of 8 KiB and more: their record and value lengths take three-byte varints."""
 # Keys that are not UTF-8 are drawn as bytes and smuggled in through the body mutations below;
 # str keys here give the encoder's UTF-8, including multi-byte characters a cut can split.
 header_lists = st.lists(st.tuples(st.text(max_size=6), payloads), max_size=3)
@@ -95,7 +97,7 @@ def produced_batches(draw: st.DrawFn) -> tuple[list[Record], Compression]:
         if index == gap_at:
             offset += draw(st.integers(1, 300))
         timestamp = T0 + draw(st.integers(-(2**20), 2**20))
-        records.append(Record(offset, timestamp, draw(payloads), draw(payloads), draw(header_lists)))
+        records.append(Record(offset, timestamp, draw(payloads), draw(values), draw(header_lists)))
         offset += 1
     return records, draw(codecs)
 
@@ -113,7 +115,8 @@ def mutated(draw: st.DrawFn, data: bytes) -> bytes:
         elif action == "insert":
             raw[position:position] = draw(st.binary(min_size=1, max_size=6))
         elif action == "varint":
-            raw[position:position] = draw(st.sampled_from([b"\x80", b"\xff\x01", b"\xff" * 11, b"\x01", b"\x7f"]))
+            raw[position:position] = draw(st.sampled_from([b"\x80", b"\xff\x01", b"\xff" * 11, b"\x01", b"\x7f",
+                                                           b"\xff\xff\x01", b"\x80\x80"]))
         else:
             del raw[position : position + draw(st.integers(1, 6))]
     return bytes(raw)
