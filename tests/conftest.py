@@ -19,6 +19,9 @@ settings.load_profile("suite")
 
 DEMO_TOPICS = ("orders:3", "payments:2", "audit:1")
 
+if os.environ.get("QUORUM_TEST_CPU_REPORT"):  # where the suite's CPU goes, per test (tests/support/cpu_report.py)
+    pytest_plugins = ["tests.support.cpu_report"]
+
 LONGEST_MODULES_FIRST = (
     "tests/client_epochs/test_spark_processes.py",  # about 6 minutes at the suite's load (a Spark session, six streams)
     "tests/tiered/test_tiered_processes.py",  # about 3 minutes
