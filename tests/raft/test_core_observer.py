@@ -7,6 +7,7 @@ from quorum.raft.interface import (
     FetchRequest,
     FetchResponse,
     PersistState,
+    Send,
     VoteRequest,
 )
 from quorum.raft.state import Role
@@ -89,16 +90,22 @@ def test_the_leader_reports_observers_apart_from_voters() -> None:
     assert voter_3.log_end_offset == -1 and voter_3.last_fetch_timestamp == -1
 
 
-def test_an_observer_whose_leader_is_gone_asks_the_other_voters_at_once() -> None:
-    # Issue 38's broker stall after a controller failover: the observer retried its dead leader every
-    # 20 ms until the 2 s fetch timeout. As Kafka's observer, it asks another voter while the
-    # leader's connection backs off, and follows the new leader that voter names.
+def observer_fetching_from_its_leader() -> tuple[Node, Send]:
+    """An observer told by a voter that node 1 leads epoch 4, and its first Fetch to node 1."""
     node = observer()
     (fetch,) = sent(node.start(), FetchRequest)
     actions = node.response(fetch.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0),
                             fetch.message)
     (to_leader,) = sent(actions, FetchRequest)
     assert to_leader.destination == 1
+    return node, to_leader
+
+
+def test_an_observer_whose_leader_is_gone_asks_the_other_voters_at_once() -> None:
+    # Issue 38's broker stall after a controller failover: the observer retried its dead leader every
+    # 20 ms until the 2 s fetch timeout. As Kafka's observer, it asks another voter while the
+    # leader's connection backs off, and follows the new leader that voter names.
+    node, to_leader = observer_fetching_from_its_leader()
     actions = node.apply(node.core.on_send_failed(1, to_leader.message, node.now, peer_gone=True))
     (elsewhere,) = sent(actions, FetchRequest)
     assert elsewhere.destination in (2, 3) and node.core.leader_id == 1
@@ -110,11 +117,7 @@ def test_an_observer_whose_leader_is_gone_asks_the_other_voters_at_once() -> Non
 
 
 def test_an_observer_goes_back_to_its_leader_after_the_backoff() -> None:
-    node = observer()
-    (fetch,) = sent(node.start(), FetchRequest)
-    actions = node.response(fetch.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0),
-                            fetch.message)
-    (to_leader,) = sent(actions, FetchRequest)
+    node, to_leader = observer_fetching_from_its_leader()
     (elsewhere,) = sent(node.apply(node.core.on_send_failed(1, to_leader.message, node.now)), FetchRequest)
     actions = node.response(elsewhere.destination, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0),
                             elsewhere.message)  # that voter still knows the same leader
