@@ -58,6 +58,11 @@ async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[P
     loop = asyncio.get_running_loop()
     pending: list[bytes | memoryview] = [head]
     for piece in pieces:
+        if isinstance(piece, FileRecords) and piece.length < SENDFILE_MIN_BYTES:
+            try:
+                piece = piece.read()  # then written as any buffer
+            except ShortSpanError:
+                raise _cut_short(piece, "read") from None
         if not isinstance(piece, FileRecords):
             if len(piece) < WRITE_APART_FROM:
                 pending.append(piece)
@@ -65,12 +70,6 @@ async def _send_pieces(writer: asyncio.StreamWriter, head: bytes, pieces: list[P
                 _write_joined(writer, pending)
                 pending = []
                 writer.write(piece)
-            continue
-        if piece.length < SENDFILE_MIN_BYTES:
-            try:
-                pending.append(piece.read())
-            except ShortSpanError:
-                raise _cut_short(piece, "read") from None
             continue
         _write_joined(writer, pending)
         pending = []
