@@ -147,13 +147,9 @@ class ChunkCache:
                 f"segment {segment.object_name} of {segment.partition}: bytes "
                 f"[{start_position}, {end_position}) are outside its {size} bytes"
             )
-        chunk_size = self.config.chunk_size
-        parts: list[memoryview] = []  # views, joined once
-        for index in fetch_ahead.chunks_covering(start_position, end_position, chunk_size):
-            chunk = self._chunk(segment, index)
-            base = index * chunk_size
-            parts.append(memoryview(chunk)[max(start_position - base, 0) : end_position - base])
-        return _one_piece(parts)
+        covering = fetch_ahead.chunks_covering(start_position, end_position, self.config.chunk_size)
+        chunks = [(index, self._chunk(segment, index)) for index in covering]
+        return self._range_of(chunks, start_position, end_position)
 
     def cached(
         self, segment: RemoteSegmentMetadata, start_position: int, end_position: int
@@ -172,12 +168,17 @@ class ChunkCache:
             chunks.append((index, chunk))
         with self._lock:
             self.stats["hits"] += len(chunks)
-        return _one_piece(
-            [
-                memoryview(chunk)[max(start_position - index * chunk_size, 0) : end_position - index * chunk_size]
-                for index, chunk in chunks
-            ]
-        )
+        return self._range_of(chunks, start_position, end_position)
+
+    def _range_of(self, chunks: list[tuple[int, bytes]], start_position: int, end_position: int) -> bytes | memoryview:
+        """Bytes [start, end) of a segment from the chunks (index, bytes) that cover them: a view of
+        the one chunk when one holds them all (no copy of a megabyte per read), else the pieces
+        joined once. A view keeps its chunk alive (immutable bytes, so an eviction meanwhile
+        changes nothing it holds)."""
+        size = self.config.chunk_size
+        parts = [memoryview(chunk)[max(start_position - index * size, 0) : end_position - index * size]
+                 for index, chunk in chunks]
+        return parts[0] if len(parts) == 1 else b"".join(parts)  # none: b""
 
     def _chunk(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
         """Chunk `index` from the cache, else from the GET already on its way, else with a GET of
@@ -322,8 +323,3 @@ class ChunkCache:
     def close(self) -> None:
         self._ahead.shutdown(wait=False, cancel_futures=True)
 
-
-def _one_piece(parts: list[memoryview]) -> bytes | memoryview:
-    """The one view as it is, several joined: a view keeps its chunk alive (immutable bytes, so
-    an eviction meanwhile changes nothing it holds)."""
-    return parts[0] if len(parts) == 1 else b"".join(parts)  # none: b""

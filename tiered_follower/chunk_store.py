@@ -161,13 +161,14 @@ class DiskChunkStore:
         """The chunk file's bytes when whole and matching its header, else None (logged)."""
         path = self.path(key)
         try:
-            raw = path.read_bytes()
+            with open(path, "rb") as file:  # the header, then the chunk: no copy of 8 MiB to drop it
+                header, data, extra = file.read(_HEADER.size), file.read(length), file.read(1)
         except FileNotFoundError:
             problem = "is gone"
         else:
-            problem = _problem(raw, length)
+            problem = _problem(header, data, extra, length)
             if problem is None:
-                return raw[_HEADER.size :]
+                return data
         logger.warning("chunk cache file %s %s: refused, the chunk is fetched again", path, problem)
         return None
 
@@ -205,15 +206,17 @@ class DiskChunkStore:
                 self.stats["evicted"] += 1
 
 
-def _problem(raw: bytes, length: int) -> str | None:
-    """What is wrong with a chunk file's bytes `raw` for a chunk of `length` bytes, or None."""
-    if len(raw) < _HEADER.size:
-        return f"holds {len(raw)} bytes, less than its header"
-    magic, said, crc = _HEADER.unpack_from(raw)
+def _problem(header: bytes, data: bytes, extra: bytes, length: int) -> str | None:
+    """What is wrong with a chunk file read as its `header`, the `length` bytes after it (`data`) and
+    whatever follows them (`extra`, empty in a whole file), or None."""
+    if len(header) < _HEADER.size:
+        return f"holds {len(header)} bytes, less than its header"
+    magic, said, crc = _HEADER.unpack(header)
     if magic != MAGIC:
         return f"starts with {magic!r}, not {MAGIC!r}"
-    if said != length or len(raw) - _HEADER.size != length:
-        return f"holds {len(raw) - _HEADER.size} bytes of chunk (header: {said}), not the {length} stored"
-    if crc32c(memoryview(raw)[_HEADER.size :]) != crc:
+    if said != length or len(data) != length or extra:
+        held = f"{len(data)}{' and more' if extra else ''}"
+        return f"holds {held} bytes of chunk (header: {said}), not the {length} stored"
+    if crc32c(data) != crc:
         return "does not match its CRC-32C"
     return None

@@ -39,7 +39,7 @@ from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, Remo
 from quorum.wire.spliced import BufferRecords
 from tiered_follower import remote_reads
 from tiered_follower.chunk_cache import ChunkCache, ChunkCacheConfig
-from tiered_follower.fetch_ahead import SequentialReads
+from tiered_follower.fetch_ahead import ReadStart, SequentialReads
 from tiered_follower.rlm_config import RemoteLogManagerConfig
 from tiered_follower.rlm_quota import ByteRateQuota
 
@@ -168,9 +168,7 @@ class RemoteReader:
         it on the pool). Why: such a read is ~1 ms of slicing and CRC checks, as a local read, while
         its hop to a reader thread and back cost more than that under load (a backfill's timeline:
         0.74 s of 3.6 s between the Fetch handler asking and getting its cached bytes)."""
-        with self._lock:
-            start = self._sequential.start(segment.partition, segment.segment_id, offset)
-        position = 0 if start.position is None and offset <= segment.start_offset else start.position
+        start, position = self._start_of(segment, offset)
         if position is None:
             return None
         try:
@@ -184,6 +182,15 @@ class RemoteReader:
         self._ended(segment, following, read, start.depth, (offset, position))
         self.stats["cached"] += 1
         return BufferRecords(read.parts)
+
+    def _start_of(self, segment: RemoteSegmentMetadata, offset: int) -> tuple[ReadStart, int | None]:
+        """How deep this read fetches ahead, and the byte where it starts when that is known without
+        the offset index: where the partition's previous read ended, or 0 at the segment's start."""
+        with self._lock:
+            start = self._sequential.start(segment.partition, segment.segment_id, offset)
+        if start.position is None and offset <= segment.start_offset:
+            return start, 0
+        return start, start.position
 
     def _ended(
         self,
@@ -216,9 +223,7 @@ class RemoteReader:
         beside the ones after it. After the read, the fetch-ahead runs on from where it ended. A
         sequential reader never needs the next segment's index (it starts that segment at its
         first offset, byte 0), so none is fetched."""
-        with self._lock:
-            start = self._sequential.start(segment.partition, segment.segment_id, offset)
-        position = 0 if start.position is None and offset <= segment.start_offset else start.position
+        start, position = self._start_of(segment, offset)
         try:
             if position is None:
                 position = self.indexes.position_for(segment, offset)
