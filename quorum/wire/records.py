@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from quorum.wire.compiled_walk import load_compiled_walk
 from quorum.wire.compression import Compression, CompressionError, compress, decompress
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from quorum.wire.varint import (
@@ -95,6 +96,9 @@ _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
 
 _INT32_MAX = 2**31 - 1
+_compiled_walk = load_compiled_walk()
+"""`quorum.wire._walk.walk`, or None: `RecordBatch._walk` asks it first and `_walk_records` when it
+has no answer (see `quorum.wire.compiled_walk`). Tests set it to force either path."""
 _NO_LOW, _NO_HIGH = 2**70, -(2**70)
 """Beyond any varlong: where a walk's lowest and highest timestamp delta start."""
 
@@ -719,7 +723,9 @@ class RecordBatch:
         uncompressed body is walked where it lies, so a 1 MB batch is not copied to be read: in
         the bytes or bytearray the view was made of when it covers all of it (indexing those is
         cheaper than indexing a memoryview), otherwise in the view. A compressed body has to be
-        decompressed, and is walked in that copy.
+        decompressed, and is walked in that copy. The compiled walk (`quorum.wire._walk`, when
+        built) answers first; whatever it leaves, a fault above all, is walked again here in Python,
+        so the error a caller sees is always `_walk_records`'s.
         """
         self._check_frame()
         codec = self.compression
@@ -740,6 +746,9 @@ class RecordBatch:
             raise CorruptRecordError(
                 f"records count {count} cannot fit in a {size}-byte records body", self._position + _COUNT_POS
             )
+        compiled = _compiled_walk
+        if compiled is not None and (summary := compiled(body, origin, count)) is not None:
+            return RecordsWalk._make(summary)
         return _walk_records(body, origin, count, where, start)
 
     def __repr__(self) -> str:

@@ -33,8 +33,12 @@ from quorum.wire.records import (
     validate_produced_batch,
 )
 
+# Every test twice: with the compiled walk (quorum.wire._walk) answering first, and with the Python
+# walk alone (tests/wire/conftest.py); each hypothesis test at half its former examples per path.
+pytestmark = pytest.mark.usefixtures("walk_path")
+
 T0 = 1_763_700_000_000
-DIFFERENTIAL = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DIFFERENTIAL = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 payloads = st.none() | st.binary(max_size=200)
 values = payloads | st.integers(8192, 20_000).map(lambda size: b"v" * size)
