@@ -60,56 +60,73 @@ def zigzag(value: int, padding: int = 0) -> bytes:
 
 lengths_and_deltas = st.integers(-3, 300) | st.integers(-(2**34), 2**34 - 1)
 """int32 varint fields: ordinary, and as wide as five bytes carry (past int32, as the readers keep)."""
-timestamp_deltas = st.one_of(
-    st.integers(-300, 300), st.integers(INT64_MIN, INT64_MAX), st.integers(-(2**69), INT64_MIN - 1),
-    st.integers(INT64_MAX + 1, 2**69 - 1),
-)
-"""Varlongs, up to the ten bytes' 70 bits that Python's walk reads and an int64 does not hold."""
-# Keys as producers write them (UTF-8, multi-byte characters too) and now and then bytes that are not UTF-8.
-header_keys = st.one_of(*[st.text(max_size=4).map(str.encode)] * 4, st.binary(max_size=4))
+timestamp_deltas = st.integers(-300, 300) | st.integers(INT64_MIN, INT64_MAX)
+beyond_int64 = st.integers(-(2**69), INT64_MIN - 1) | st.integers(INT64_MAX + 1, 2**69 - 1)
+"""Varlongs past 64 bits: Python's walk reads the ten bytes' 70 bits, the compiled one leaves them to it."""
+payloads = st.none() | st.binary(max_size=12)
+utf8_keys = st.text(max_size=4).map(str.encode)  # multi-byte characters too
+FAULTS = ("record length", "key length", "value length", "header count", "header length", "header key",
+          "over-long varint", "cut", "trailing byte", "count", "varlong past 64 bits")  # fmt: skip
+"""What one example gets wrong, at one record (a quarter get nothing wrong: the walk must accept those)."""
 
 
 @st.composite
-def field(draw: st.DrawFn, value: int) -> bytes:
-    return zigzag(value, draw(st.sampled_from([0] * 60 + [1, 3, 9])))  # 9: over-long even for a varlong
+def field(draw: st.DrawFn, value: int, width: int, over_long: bool = False) -> bytes:
+    """The zigzag varint of `value`: minimal, or padded to the field's full width (still valid),
+    or `over_long`, one byte past it."""
+    minimal = len(zigzag(value))
+    if over_long:
+        return zigzag(value, max(width + 1 - minimal, 0))
+    return zigzag(value, draw(st.sampled_from([0, 0, 0, max(width - minimal, 0)])))
 
 
 @st.composite
-def sized(draw: st.DrawFn, payload: bytes | None) -> bytes:
-    """A key or value: its length (now and then a wrong one or another negative) and its bytes."""
-    length = -1 if payload is None else len(payload)
-    if draw(st.integers(0, 29)) == 0:
-        length = draw(lengths_and_deltas)
-    return draw(field(length)) + (payload or b"")
+def wrong(draw: st.DrawFn, right: int) -> int:
+    return draw(st.sampled_from([right - 1, right + 1, right + 3, -2]) | lengths_and_deltas)
 
 
 @st.composite
-def record(draw: st.DrawFn, index: int) -> bytes:
-    """One record field by field, every field drawn around what a producer writes."""
-    offset_delta = index if draw(st.integers(0, 9)) else draw(lengths_and_deltas)
-    rest = b"\x00" + draw(field(draw(timestamp_deltas))) + draw(field(offset_delta))
-    rest += draw(sized(draw(st.none() | st.binary(max_size=12))))
-    rest += draw(sized(draw(st.none() | st.binary(max_size=12))))
-    headers = draw(st.lists(st.tuples(header_keys, st.none() | st.binary(max_size=4)), max_size=2))
-    count = len(headers) if draw(st.integers(0, 29)) else draw(lengths_and_deltas)
-    rest += draw(field(count))
-    for key, value in headers:
-        rest += draw(sized(key)) + draw(sized(value))
-    length = len(rest) if draw(st.integers(0, 29)) else len(rest) + draw(st.integers(-3, 3))
-    return draw(field(length)) + rest
+def record(draw: st.DrawFn, index: int, fault: str | None) -> bytes:
+    """One record field by field, as a producer writes it but for `fault`."""
+    over_long = draw(st.integers(0, 5)) if fault == "over-long varint" else -1
+
+    def varint(value: int, position: int) -> bytes:
+        return draw(field(value, 10 if position == 1 else 5, over_long == position))
+
+    def sized(payload: bytes | None, position: int, bad: bool) -> bytes:
+        length = -1 if payload is None else len(payload)
+        return varint(draw(wrong(length)) if bad else length, position) + (payload or b"")
+
+    offset_delta = index if draw(st.integers(0, 3)) else draw(wrong(index))  # not a fault: the summary names it
+    timestamp_delta = draw(beyond_int64 if fault == "varlong past 64 bits" else timestamp_deltas)
+    rest = b"\x00" + varint(timestamp_delta, 1) + varint(offset_delta, 2)
+    rest += sized(draw(payloads), 3, fault == "key length") + sized(draw(payloads), 4, fault == "value length")
+    headers = draw(st.lists(st.tuples(utf8_keys, st.none() | st.binary(max_size=4)), max_size=2))
+    if fault == "header key":
+        headers.append((draw(st.binary(min_size=1, max_size=4)), None))  # mostly not UTF-8
+    count = len(headers)
+    rest += varint(draw(wrong(count)) if fault == "header count" else count, 5)
+    bad_header = draw(st.integers(0, 2 * count)) if fault == "header length" else -1
+    for at, (key, value) in enumerate(headers):
+        rest += sized(key, 6, bad_header == 2 * at) + sized(value, 6, bad_header == 2 * at + 1)
+    length = len(rest)
+    return varint(draw(wrong(length)) if fault == "record length" else length, 0) + rest
 
 
 @st.composite
 def record_bodies(draw: st.DrawFn) -> tuple[bytes, int, int]:
-    """(buffer, origin, count): records behind a prefix the walk must not read, sometimes cut,
-    trailed, or counted wrong."""
+    """(buffer, origin, count): up to five records behind a prefix the walk must not read, with
+    at most one thing wrong."""
     prefix = draw(st.binary(max_size=3))
     size = draw(st.integers(0, 5))
-    body = b"".join(draw(record(index)) for index in range(size))
-    if draw(st.integers(0, 9)) == 0:
-        body = body[: draw(st.integers(0, len(body)))]
-    body += draw(st.sampled_from([b""] * 8 + [b"\x00", b"\xff"]))
-    count = size + draw(st.sampled_from([0] * 8 + [-1, 1]))
+    fault = draw(st.sampled_from((None,) * 4 + FAULTS))
+    at = draw(st.integers(0, max(size - 1, 0)))
+    body = b"".join(draw(record(index, fault if index == at else None)) for index in range(size))
+    if fault == "cut" and body:
+        body = body[: draw(st.integers(0, len(body) - 1))]
+    elif fault == "trailing byte":
+        body += draw(st.sampled_from([b"\x00", b"\xff"]))
+    count = size + draw(st.sampled_from([-1, 1])) if fault == "count" else size
     return prefix + body, len(prefix), max(count, 0)
 
 
@@ -147,6 +164,25 @@ def test_the_compiled_walk_answers_for_producer_batches_and_agrees_on_damaged_on
     assert compiled(batch, BATCH_HEADER_SIZE, len(records_)) == expected  # answered, not handed back
     damaged = batch[:BATCH_HEADER_SIZE] + data.draw(mutated(batch[BATCH_HEADER_SIZE:]))
     assert_agrees(damaged, BATCH_HEADER_SIZE, len(records_) + data.draw(st.sampled_from([0, 0, -1, 1])))
+
+
+@needs_compiled
+@pytest.mark.parametrize("over", [0, 1])
+@pytest.mark.parametrize("at", range(6))
+def test_a_varint_at_its_full_width_is_read_and_one_byte_more_is_refused(at, over):
+    """Record length, timestamp delta (ten bytes), offset delta, key and value lengths, header
+    count: each padded to its field's width (`over` bytes past it)."""
+    values, widths = [7, 0, -1, 1, 0], [10, 5, 5, 5, 5]
+
+    def varint(position: int, value: int, width: int) -> bytes:
+        minimal = len(zigzag(value))
+        return zigzag(value, width - minimal + over if position == at else 0)
+
+    fields = [varint(i + 1, value, width) for i, (value, width) in enumerate(zip(values, widths, strict=True))]
+    rest = b"\x00" + b"".join(fields[:4]) + b"v" + fields[4]  # a null key, a one-byte value
+    body = varint(0, len(rest), 5) + rest
+    assert_agrees(body, 0, 1)
+    assert (reference(body, 0, 1) is not None) is (over == 0)
 
 
 @needs_compiled
