@@ -12,13 +12,18 @@ so a compressed row shows how much the codec itself weighs next to the record fr
 "produce validation" is the leader's check of a Produce batch (`validate_produced_batch`: CRC,
 then every record's structure and offset delta walked without building records) beside the check
 it replaced, which decoded every record and then compared offsets, on batches of the size
-librdkafka sends (about 1 MB of 1 KiB values): the figure that bounds a broker's produce rate.
+librdkafka sends (about 1 MB of 1 KiB or 10 KiB values): the figure that bounds a broker's produce
+rate. The walk runs compiled (`quorum.wire._walk`) and, beside it, in Python alone (the reference,
+`QUORUM_PURE_PYTHON=1`'s path); "ms CPU/MB" is this process's CPU time per MB of values (issue 37's
+in-process measure), steadier than the rates on a shared machine.
 """
 
 from __future__ import annotations
 
 import random
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum` importable
@@ -27,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder  # noqa: E402
 
 from benchmarks.table import print_table, progress, rate  # noqa: E402
+from quorum.wire import records as records_module  # noqa: E402
 from quorum.wire.records import (  # noqa: E402
     Compression,
     Record,
@@ -37,8 +43,8 @@ from quorum.wire.records import (  # noqa: E402
 
 #: (records per batch, value bytes): a typical producer batch first, then small and large records.
 SHAPES = ((1_000, 100), (100, 100), (1_000, 10), (10, 10_000))
-#: Produce batches: librdkafka's 1 MB batch.size filled with 1 KiB values, then small records.
-VALIDATION_SHAPES = ((1_000, 1_024), (10_000, 100))
+#: Produce batches: librdkafka's 1 MB batch.size filled with 1 KiB and 10 KiB values, then small records.
+VALIDATION_SHAPES = ((1_000, 1_024), (100, 10_240), (10_000, 100))
 CODECS = (Compression.NONE, Compression.LZ4)
 SECONDS_PER_MEASUREMENT = 0.4
 BASE_TIMESTAMP = 1_763_700_000_000
@@ -91,18 +97,38 @@ def validate_by_decoding(data: bytes) -> RecordBatch:
     return batch
 
 
+def walked_in_python(check: Callable[[], object]) -> Callable[[], object]:
+    """`check` with the compiled walk switched off, as QUORUM_PURE_PYTHON=1 switches it off."""
+
+    def run() -> object:
+        compiled, records_module._compiled_walk = records_module._compiled_walk, None
+        try:
+            return check()
+        finally:
+            records_module._compiled_walk = compiled
+
+    return run
+
+
 def measure_validation(count: int, value_size: int, compression: Compression) -> tuple[object, ...]:
-    """One table row: records per second through the leader's check, walked against decoded, and
-    the walk's rate in MB of values per second, to set beside bench_broker's produce figures."""
+    """One table row: records per second through the leader's check, walked compiled, walked in
+    Python and decoded, and the CPU per MB of values of both walks, to set beside bench_broker's
+    produce figures."""
     data = build_batch(make_records(count, value_size), compression=compression)
     limit = len(data)
     assert validate_produced_batch(data, limit).records_count == validate_by_decoding(data).records_count == count
     shape = f"{count:,} x {value_size:,} B"
     progress(f"produce validation {shape}, {compression.name.lower()}: {len(data):,} bytes per batch")
-    walked = rate(lambda: validate_produced_batch(data, limit), SECONDS_PER_MEASUREMENT) * count
+    compiled = lambda: validate_produced_batch(data, limit)  # noqa: E731
+    python = walked_in_python(compiled)
+    rates = [rate(check, SECONDS_PER_MEASUREMENT) * count for check in (compiled, python)]
     decoded = rate(lambda: validate_by_decoding(data), SECONDS_PER_MEASUREMENT) * count
-    values_megabytes = walked * value_size / 1e6  # MB of values, as bench_broker counts them
-    return shape, compression.name.lower(), walked, decoded, f"{walked / decoded:.1f}x", values_megabytes
+    megabytes = count * value_size / 1e6  # MB of values, as bench_broker counts them
+    cpu = [1e3 / (rate(check, SECONDS_PER_MEASUREMENT, clock=time.process_time) * megabytes)
+           for check in (compiled, python)]  # fmt: skip
+    built = "" if records_module._compiled_walk is not None else " (not built)"
+    return (shape, compression.name.lower(), f"{rates[0]:,.0f}{built}", rates[1], decoded,
+            f"{rates[0] / rates[1]:.1f}x", f"{cpu[0]:.3f}", f"{cpu[1]:.3f}")  # fmt: skip
 
 
 def measure(count: int, value_size: int, compression: Compression) -> list[tuple[object, ...]]:
@@ -136,7 +162,8 @@ def main() -> None:
     validation = [measure_validation(count, size, codec) for count, size in VALIDATION_SHAPES for codec in CODECS]
     print_table(
         "Produce validation (records per second; one batch per call)",
-        ["batch", "codec", "walk (now)", "decode (before)", "walk / decode", "walk, MB/s of values"],
+        ["batch", "codec", "walk, compiled", "walk, Python", "decode", "compiled / Python",
+         "ms CPU/MB compiled", "ms CPU/MB Python"],
         validation,
     )
 
