@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("confluent_kafka")
 
+import confluent_kafka  # noqa: E402
 from confluent_kafka import KafkaError  # noqa: E402
 
 from client_epochs import TopicPartition  # noqa: E402
@@ -22,36 +23,18 @@ from client_epochs.spark.planning import Range  # noqa: E402
 TP = TopicPartition("t", 0)
 
 
-class Message:
-    def __init__(self, offset: int, error: Any = None) -> None:
-        self._offset, self._error = offset, error
-
-    def error(self) -> Any:
-        return self._error
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def value(self) -> bytes:
-        return f"v-{self._offset}".encode()
-
-    def topic(self) -> str:
-        return TP.topic
-
-    def partition(self) -> int:
-        return TP.partition
-
-    def timestamp(self) -> tuple[int, int]:
-        return 1, 1_700_000_000_000 + self._offset
-
-    def leader_epoch(self) -> int:
-        return 3
-
-    def headers(self) -> None:
-        return None
+def Message(offset: int, error: Any = None) -> confluent_kafka.Message:
+    """A record of the fake partition as librdkafka hands it (confluent-kafka's constructor for tests)."""
+    return confluent_kafka.Message(
+        topic=TP.topic,
+        partition=TP.partition,
+        offset=offset,
+        key=b"k",
+        value=f"v-{offset}".encode(),
+        timestamp=(1, 1_700_000_000_000 + offset),
+        leader_epoch=3,
+        error=error,
+    )
 
 
 class FakeConsumer:
@@ -74,7 +57,7 @@ class FakeConsumer:
         self.assigned.append(partitions[0].offset)
         self.next = partitions[0].offset
 
-    def consume(self, count: int, timeout: float) -> list[Message]:
+    def consume(self, count: int, timeout: float) -> list[confluent_kafka.Message]:
         assert not self.paused, "a cached consumer is resumed before its next task reads"
         if self.fail_at is not None and self.next >= self.fail_at:
             return [Message(self.next, KafkaError(KafkaError._LOG_TRUNCATION, "truncated", fatal=True))]
