@@ -35,11 +35,11 @@ def session(
     """A SparkSession on `master` (None: the one spark-submit gives) with `kafka_epochs` registered;
     Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise (a packed venv's
     python on a cluster)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from client_epochs.spark import KafkaEpochsSource, python_executable
+
+    os.environ.setdefault("PYSPARK_PYTHON", python_executable())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    from client_epochs.spark import KafkaEpochsSource
 
     builder = (
         SparkSession.builder.appName(app)

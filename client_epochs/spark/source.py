@@ -74,7 +74,7 @@ from client_epochs.spark.planning import (
     recreated_since,
     timestamps_to_ask,
 )
-from client_epochs.spark.read import read_range, spark_schema
+from client_epochs.spark.python_exec import python_executable
 from quorum.wire.internal_metadata import encode
 from quorum.wire.sasl_client import ClientSecurity
 
@@ -102,6 +102,8 @@ class KafkaEpochsSource(DataSource):
         return "kafka_epochs"
 
     def schema(self) -> str:
+        from client_epochs.spark.read import spark_schema
+
         return spark_schema(_include_headers(self.options))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -248,6 +250,10 @@ def _split(options: SourceOptions, tasks: Sequence[Range], observed: Mapping[Top
 
 
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[Any]:
+    # imported here, on the executor: the driver's planning process (one per query) has no use for
+    # confluent-kafka or pyarrow.compute, and importing them there would add to every query's start
+    from client_epochs.spark.read import read_range
+
     rng: Range = partition.value
     return read_range(
         rng,
@@ -485,12 +491,14 @@ def local_session(app: str = "kafka-epochs", log_level: str = "ERROR", jvm_optio
     with this source registered: what the examples, tests and benchmarks run on one machine.
 
     Spark's Python workers run this interpreter (PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are set to
-    it), so they import the same client_epochs; set them yourself when building your own session.
+    it), so they import the same client_epochs; set them yourself when building your own session
+    (PYSPARK_PYTHON to `client_epochs.spark.python_executable()` spares each query's start a compile of
+    pyspark: `client_epochs.spark.python_exec`).
     `log_level` FATAL hides the errors Spark logs when a query is stopped in the middle of a batch.
     `jvm_options` go to the driver's JVM when this call starts it (`spark.driver.extraJavaOptions`;
     SHORT_LIVED_JVM for a short session); a JVM already running keeps its own.
     """
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = python_executable()
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pyspark
 
+from client_epochs.spark.python_exec import python_executable
 from client_epochs.spark.source import SHORT_LIVED_JVM
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -46,7 +46,7 @@ class Standalone:
             **os.environ,
             "SPARK_HOME": str(SPARK_HOME),
             "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_PYTHON": python_executable(),
             "SPARK_LOG_DIR": str(directory / "logs"),
             "SPARK_NO_DAEMONIZE": "1",
             "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
