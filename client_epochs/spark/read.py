@@ -22,10 +22,12 @@ partition and how far it got, and Spark runs it again; a task never returns a si
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from array import array
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -146,7 +148,8 @@ def read_range(
         next_reopen = last_progress + stall_s
         while position < rng.end or position == EARLIEST:
             if not messages:
-                messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
+                with _collector_paused():
+                    messages = consumer.consume(min(BATCH_ROWS, max(rng.end - max(position, 0), 1)), 1.0)
             got, messages = messages, []
             if got and _all_in_range(got, position, rng.end):
                 # the common case, checked for the whole list at C speed: no error, all inside the range
@@ -172,7 +175,9 @@ def read_range(
                 last_progress = time.monotonic()
                 next_reopen = last_progress + stall_s
             if len(pending) >= BATCH_ROWS:
-                yield _batch(pending, schema, rng.topic_epoch, include_headers)
+                with _collector_paused():
+                    batch = _batch(pending, schema, rng.topic_epoch, include_headers)
+                yield batch
                 pending = []
             if not got:
                 position = max(position, _fetch_position(consumer, rng))  # past control records
@@ -200,7 +205,9 @@ def read_range(
                 consumer = _open(entry, client, rng, position)
                 next_reopen = time.monotonic() + stall_s
         if pending:
-            yield _batch(pending, schema, rng.topic_epoch, include_headers)
+            with _collector_paused():
+                batch = _batch(pending, schema, rng.topic_epoch, include_headers)
+            yield batch
         done = True
     finally:
         if done:  # a consumer that read its whole range serves the partition's next task on this worker
@@ -283,6 +290,22 @@ def _on_error(consumer: Consumer, rng: Range, position: int, error: KafkaError, 
 def _fetch_position(consumer: Consumer, rng: Range) -> int:
     [got] = consumer.position([KafkaTopicPartition(rng.partition.topic, rng.partition.partition)])
     return got.offset if got.offset >= 0 else -1
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a consume or a batch allocates its tens of thousands of
+    objects (messages, timestamp tuples, lists; none of them in a cycle): each allocation burst would
+    otherwise set off collections that walk every object of the Python worker, which measured as a
+    large share of the task's time. Never held across a yield, so Spark's own code runs with it on."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _all_in_range(got: list[Message], position: int, end: int) -> bool:
