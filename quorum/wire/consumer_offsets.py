@@ -32,6 +32,7 @@ from quorum.wire import consumer_group_records
 from quorum.wire.consumer_group_records import ConsumerGroupKey, ConsumerGroupValue
 from quorum.wire.metadata_records import decode_payload, encode_payload
 from quorum.wire.schema import define_data
+from quorum.wire.tags import TOPIC_EPOCH_TAG, TOPIC_ID_TAG
 
 OffsetCommitKey = define_data("OffsetCommitKey")
 OffsetCommitValue = define_data("OffsetCommitValue")
@@ -47,10 +48,6 @@ OFFSET_COMMIT_VALUE_TAGGED_VERSION = 4
 """The first flexible version: the one that can carry the KIP-232 topic_epoch tag."""
 GROUP_METADATA_VALUE_VERSION = 3
 
-TOPIC_EPOCH_TAG = 10232
-"""Tag number of the KIP-232 topic_epoch in OffsetCommitValue v4+ (the same as in TopicRecord)."""
-TOPIC_ID_TAG = 10233
-"""Tag number of the committed topic's id in OffsetCommitValue v4+."""
 _ZERO_UUID = uuid.UUID(int=0)
 
 _VERSION = struct.Struct(">h")

@@ -35,13 +35,11 @@ from kafka.protocol.schemas import BaseField, StructField
 from kafka.protocol.schemas.fields.codecs import EncodeBuffer, UnsignedVarInt32
 
 from quorum.wire.schema import define_data
+from quorum.wire.tags import TOPIC_EPOCH_TAG
 from quorum.wire.varint import TruncatedVarintError, VarintError, VarintTooLongError, decode_uvarint
 
 FRAME_VERSION = 1
 """The only metadata record frame version Kafka reads (0 was the KRaft preview in Kafka 2.8)."""
-
-TOPIC_EPOCH_TAG = 10232
-"""Tag number of the KIP-232 topic_epoch in TopicRecord (and in MetadataResponse topics)."""
 
 _MAX_SHORT = 0x7FFF
 

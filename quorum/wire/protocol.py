@@ -8,7 +8,10 @@ so clients that do not know the tag skip it and this SDK reads it.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
@@ -27,10 +30,10 @@ from quorum.wire.framing import (
     skip_tagged_fields,
 )
 from quorum.wire.kraft_messages import KRAFT_APIS
-from quorum.wire.metadata_records import TOPIC_EPOCH_TAG
 from quorum.wire.nulls import null_field
 from quorum.wire.records_field import decode_records_as_views
 from quorum.wire.schema import KAFKA_PYTHON_SCHEMAS, define_message
+from quorum.wire.tags import TOPIC_EPOCH_TAG
 
 API_VERSIONS_KEY = 18
 
@@ -116,20 +119,78 @@ def _api_from_classes(key: int, request: type[ApiMessage], response: type[ApiMes
     return Api(key, request.json["name"].removesuffix("Request"), request, response, low, high)
 
 
-def _build_api_table() -> dict[int, Api]:
-    table: dict[int, Api] = {}
-    for key, base in _KAFKA_SCHEMA_APIS.items():
-        request = define_message(f"{base}Request", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Request"))
-        response = define_message(f"{base}Response", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Response"))
-        table[key] = _api_from_classes(key, request, response)
-    for key, (request, response) in (KRAFT_APIS | CONSUMER_GROUP_APIS).items():
-        table[key] = _api_from_classes(key, request, response)
-    return dict(sorted(table.items()))
+def _kafka_schema_api(key: int, base: str) -> Api:
+    request = define_message(f"{base}Request", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Request"))
+    response = define_message(f"{base}Response", KAFKA_PYTHON_SCHEMAS, _SCHEMA_PATCHES.get(f"{base}Response"))
+    if key == 0:  # Produce: the batch as a view of the frame, not a copy
+        decode_records_as_views(request._struct)
+    return _api_from_classes(key, request, response)
 
 
-APIS: dict[int, Api] = _build_api_table()
-decode_records_as_views(APIS[0].request._struct)  # Produce: the batch as a view of the frame, not a copy
-APIS_BY_NAME: dict[str, Api] = {api.name: api for api in APIS.values()}
+class ApiTable(Mapping[int, Api]):
+    """API key -> Api, each built from its JSON schemas the first time it is looked up.
+
+    Why lazily: building all forty-odd request and response classes was most of the cost of importing
+    this module (~0.15 CPU-s), which every process pays at start (each node, tool and client, and a
+    Spark streaming query's planning process per query) while a client uses three or four APIs. The
+    keys, their order and the classes are those of building them all; iterating builds them all.
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[int, Api] = {}
+        self._builders: dict[int, Callable[[], Api]] = {
+            key: partial(_kafka_schema_api, key, base) for key, base in _KAFKA_SCHEMA_APIS.items()
+        }
+        for key, (request, response) in (KRAFT_APIS | CONSUMER_GROUP_APIS).items():
+            self._builders[key] = partial(_api_from_classes, key, request, response)
+        self._builders = dict(sorted(self._builders.items()))
+        self._lock = threading.Lock()
+
+    def __getitem__(self, key: int) -> Api:
+        api = self._made.get(key)
+        if api is not None:
+            return api
+        build = self._builders[key]  # KeyError: not an API this project knows
+        with self._lock:  # one class per schema even when two threads ask first
+            api = self._made.get(key)
+            if api is None:
+                api = self._made[key] = build()
+        return api
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._builders
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
+class _ApisByName(Mapping[str, Api]):
+    """APIS by name ("Metadata", "Fetch", ...): the whole table is built on first use."""
+
+    def __init__(self, table: ApiTable) -> None:
+        self._table = table
+        self._by_name: dict[str, Api] | None = None
+
+    def _names(self) -> dict[str, Api]:
+        if self._by_name is None:
+            self._by_name = {api.name: api for api in self._table.values()}
+        return self._by_name
+
+    def __getitem__(self, name: str) -> Api:
+        return self._names()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
+APIS: ApiTable = ApiTable()
+APIS_BY_NAME: Mapping[str, Api] = _ApisByName(APIS)
 
 
 @dataclass(slots=True)
@@ -146,7 +207,7 @@ class Request:
         return self.header.api_version
 
 
-def decode_request(payload: bytes | memoryview, served: dict[int, Api] = APIS) -> Request:
+def decode_request(payload: bytes | memoryview, served: Mapping[int, Api] = APIS) -> Request:
     """Header and body of one request frame (without its size prefix).
 
     Trailing bytes after the body are tolerated, as Kafka does: librdkafka pads an "all topics"
