@@ -56,7 +56,7 @@ from benchmarks.table import print_table, progress  # noqa: E402
 from quorum.broker.log_config import LogConfig  # noqa: E402
 from quorum.broker.partition import Partition  # noqa: E402
 from quorum.wire.records import Record, build_batch, patch_base_offset  # noqa: E402
-from tiered_follower.chunk_cache import DEFAULT_CHUNK_SIZE, DEFAULT_PREFETCH_SIZE, MAX_AHEAD_THREADS  # noqa: E402
+from tiered_follower.chunk_cache import AHEAD_STREAMS, DEFAULT_CHUNK_SIZE  # noqa: E402
 from tiered_follower.embedded_s3 import EmbeddedS3, s3_properties  # noqa: E402
 from tiered_follower.remote_log_manager import RemoteLogManager  # noqa: E402
 
@@ -65,9 +65,8 @@ TOTAL_BYTES = int(os.environ.get("BENCH_TIERED_MB", "128")) * MB
 SEGMENT_BYTES = int(os.environ.get("BENCH_TIERED_SEGMENT_MB", "16")) * (1 << 20)
 PART_SIZE = 8 << 20
 CHUNK_SIZE = DEFAULT_CHUNK_SIZE  # the broker's rsm.config.chunk.size default (tiered_follower.chunk_cache)
-AHEAD = min(MAX_AHEAD_THREADS, 1 + DEFAULT_PREFETCH_SIZE // CHUNK_SIZE)
-"""GETs in flight at most for a sequential reader: the broker's fetch-ahead threads (its
-fetch.chunk.cache.prefetch.max.size default over the chunk size, one more for a partial chunk)"""
+AHEAD = AHEAD_STREAMS
+"""GETs in flight at most for a sequential reader: the broker's fetch-ahead streams"""
 P99_SECONDS = float(os.environ.get("BENCH_TIERED_P99_S", "10"))
 FETCH_QUOTAS = [int(float(q) * MB) for q in os.environ.get("BENCH_TIERED_FETCH_QUOTAS_MB", "20,5").split(",")]
 """remote.log.manager.fetch.max.bytes.per.second values the producer's p99 is measured under (a broker restart each)"""

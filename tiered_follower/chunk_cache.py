@@ -3,10 +3,10 @@
 `ChunkCache.fetch_log` has `RemoteStorage.fetch_log`'s contract, so `remote_reads.read_batches`
 reads through it unchanged: the bytes come from cached chunks, a chunk missing is fetched with
 one range GET (and waited for, if a fetch-ahead of it is already on its way). `read_ahead`, called
-when a read has ended, starts range GETs of the chunks after it on the fetch-ahead pool, in
-parallel, up to the prefetch size, into the next segment when this one ends first
-(`fetch_ahead.plan_read` decides which). A failed fetch-ahead is forgotten: the read that needs
-the chunk GETs it again itself, with the S3 client's retries.
+when a read has ended, queues range GETs of the chunks after it, up to the prefetch size, into the
+next segment when this one ends first (`fetch_ahead.plan_read` decides which); AHEAD_STREAMS of
+them run at a time, in the order the reader will need them. A failed fetch-ahead is forgotten: the
+read that needs the chunk GETs it again itself, with the S3 client's retries.
 
 Settings, under `rsm.config.` (Aiven's names):
 
@@ -47,7 +47,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_CHUNK_SIZE = 8 << 20
 DEFAULT_CACHE_SIZE = 256 << 20
 DEFAULT_PREFETCH_SIZE = 64 << 20
-MAX_AHEAD_THREADS = 8
+AHEAD_STREAMS = 2
+"""Fetch-ahead GETs running at once; the others queue, first needed first. Why not one per chunk
+of the prefetch size (eight, before): GETs started together share the endpoint and the broker's
+interpreter lock, so the chunk the reader needed next came as late as the seventh after it, and the
+consumer stalled at every chunk boundary (bench_tiered's trace: eight 8 MiB GETs took 160-700 ms
+each against 24 ms for one alone, 64 MiB in 0.7 s). Two keep one GET's request latency hidden
+behind the other's body."""
 WAIT_FOR_GET_S = 300
 """How long a read waits for another's GET of the chunk it needs: longer than the S3 client's own
 worst case (8 attempts of 30 s with backoff), so it ends only if that GET is stuck."""
@@ -124,9 +130,7 @@ class ChunkCache:
         self.store = config.store() if store is None else store
         self._inflight: dict[ChunkKey, Future[bytes]] = {}
         self._lock = threading.RLock()  # a done-callback may run inside submit, under the lock
-        # the rest of the chunk a read ends in, and the whole chunks after it, all at once
-        threads = min(MAX_AHEAD_THREADS, 1 + config.prefetch_max_size // config.chunk_size)
-        self._ahead = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-ahead")
+        self._ahead = ThreadPoolExecutor(max_workers=AHEAD_STREAMS, thread_name_prefix=f"{name}-ahead")
         self.stats = {"hits": 0, "misses": 0, "ahead": 0, "waited_ahead": 0}
         """Chunk reads served from the cache, GET on demand, fetched ahead, and waited for in flight
         (evictions and refused files: `store.stats`)."""

@@ -14,7 +14,7 @@ import pytest
 from quorum.wire.records import iter_batches
 from tests.tiered.test_remote_log_manager import BROKER, MemoryTier, leader_partition
 from tiered_follower import remote_reads
-from tiered_follower.chunk_cache import ChunkCache, ChunkCacheConfig, ChunkCacheConfigError
+from tiered_follower.chunk_cache import AHEAD_STREAMS, ChunkCache, ChunkCacheConfig, ChunkCacheConfigError
 from tiered_follower.remote_log_manager import RemoteLogManager
 
 SMALL_CHUNKS = {"rsm.config.chunk.size": "5000", "rsm.config.fetch.chunk.cache.size": "40000",
@@ -231,4 +231,39 @@ def test_a_cold_read_gets_its_own_chunk_alone_and_fetches_ahead_once_answered(tm
     with lock:
         assert gets[0] == (0, 0, 0)  # the read's own chunk, nothing else in flight
         assert gets[1][2] == 0  # the first fetched ahead started after it ended
+    partition.close()
+
+
+def test_fetch_ahead_runs_two_gets_at_a_time_first_needed_first(tmp_path):
+    """A deep fetch-ahead queues its chunks and AHEAD_STREAMS GETs run at a time, in the reader's
+    order: all at once, they shared the endpoint and the chunk needed next came as late as the last."""
+    partition, tier = uploaded(tmp_path, batches=20)
+    segment = partition.remote.finished[0]
+    assert segment.size_in_bytes > 9 * 400
+    lock = threading.Lock()
+    in_flight, most, starts = [0], [0], []
+
+    class Slow:
+        def fetch_log(self, segment, start, end):  # noqa: ANN001, ANN202
+            with lock:
+                starts.append(start)
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            try:
+                time.sleep(0.02)  # GETs started together overlap
+                return tier.fetch_log(segment, start, end)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    cache = ChunkCache(Slow(), ChunkCacheConfig(chunk_size=400, cache_size=40_000, prefetch_max_size=3200))  # type: ignore[arg-type]
+    assert cache.read_ahead(segment, 0) == 8
+    deadline = time.monotonic() + 30
+    while cache.cached_bytes < 8 * 400:
+        assert time.monotonic() < deadline, f"8 chunks fetched ahead not cached within 30 s: {cache.cached_bytes} bytes"
+        time.sleep(0.01)
+    assert most[0] == AHEAD_STREAMS == 2
+    assert starts == [index * 400 for index in range(8)]
+    assert cache.fetch_log(segment, 0, 3200) == tier.fetch_log(segment, 0, 3200)
+    cache.close()
     partition.close()
