@@ -4,8 +4,10 @@
 reads through it unchanged: the bytes come from cached chunks, a chunk missing is fetched with
 one range GET (and waited for, if a fetch-ahead of it is already on its way). `read_ahead`, called
 when a read has ended, queues range GETs of the chunks after it, up to the prefetch size, into the
-next segment when this one ends first (`fetch_ahead.plan_read` decides which); AHEAD_STREAMS of
-them run at a time, in the order the reader will need them. A failed fetch-ahead is forgotten: the
+next segment when this one ends first (`fetch_ahead.plan_read` decides which), once half the
+window is missing (`fetch_ahead.worth_starting`); consecutive chunks of a segment go out as one
+ranged GET, each chunk usable as soon as its bytes have arrived (`log_pieces`), and AHEAD_STREAMS
+GETs run at a time, in the order the reader will need them. A failed fetch-ahead is forgotten: the
 read that needs the chunk GETs it again itself, with the S3 client's retries.
 
 Settings, under `rsm.config.` (Aiven's names):
@@ -31,10 +33,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from quorum.broker.remote_tier import RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
 from tiered_follower import fetch_ahead
@@ -57,6 +60,26 @@ behind the other's body."""
 WAIT_FOR_GET_S = 300
 """How long a read waits for another's GET of the chunk it needs: longer than the S3 client's own
 worst case (8 attempts of 30 s with backoff), so it ends only if that GET is stuck."""
+
+
+@runtime_checkable
+class PieceReader(Protocol):
+    """A storage that reads a range of a segment's `.log` with one request, in pieces as they arrive
+    (`S3RemoteStorage`); any other storage is read a piece per `fetch_log`."""
+
+    def fetch_log_pieces(
+        self, segment: RemoteSegmentMetadata, start_position: int, end_position: int, piece_size: int
+    ) -> Iterator[bytes]: ...
+
+
+def log_pieces(
+    storage: RemoteStorage, segment: RemoteSegmentMetadata, start_position: int, end_position: int, piece_size: int
+) -> Iterator[bytes]:
+    """Bytes [start, end) of the segment's `.log` in `piece_size` pieces (the last one shorter)."""
+    if isinstance(storage, PieceReader):
+        return storage.fetch_log_pieces(segment, start_position, end_position, piece_size)
+    return (storage.fetch_log(segment, position, min(end_position, position + piece_size))
+            for position in range(start_position, end_position, piece_size))  # fmt: skip
 
 
 class ChunkCacheConfigError(ValueError):
@@ -131,9 +154,9 @@ class ChunkCache:
         self._inflight: dict[ChunkKey, Future[bytes]] = {}
         self._lock = threading.RLock()  # a done-callback may run inside submit, under the lock
         self._ahead = ThreadPoolExecutor(max_workers=AHEAD_STREAMS, thread_name_prefix=f"{name}-ahead")
-        self.stats = {"hits": 0, "misses": 0, "ahead": 0, "waited_ahead": 0}
-        """Chunk reads served from the cache, GET on demand, fetched ahead, and waited for in flight
-        (evictions and refused files: `store.stats`)."""
+        self.stats = {"hits": 0, "misses": 0, "ahead": 0, "ahead_gets": 0, "waited_ahead": 0}
+        """Chunk reads served from the cache, GET on demand, fetched ahead (chunks, and the GETs that
+        fetched them), and waited for in flight (evictions and refused files: `store.stats`)."""
 
     @property
     def cached_bytes(self) -> int:
@@ -199,6 +222,7 @@ class ChunkCache:
                 pending = self._inflight.get(key)
                 if pending is None:
                     mine: Future[bytes] = Future()
+                    mine.set_running_or_notify_cancel()  # close() cancels only fetch-ahead chunks not started
                     self._inflight[key] = mine
                     self.stats["misses"] += 1
             break
@@ -236,7 +260,11 @@ class ChunkCache:
 
     def _get(self, segment: RemoteSegmentMetadata, index: int) -> bytes:
         start, end = fetch_ahead.chunk_bounds(index, self.config.chunk_size, segment.size_in_bytes)
-        data = self._storage.fetch_log(segment, start, end)
+        return self._kept(segment, index, self._storage.fetch_log(segment, start, end))
+
+    def _kept(self, segment: RemoteSegmentMetadata, index: int, data: bytes) -> bytes:
+        """Chunk `index`'s bytes, kept, once their length is checked."""
+        start, end = fetch_ahead.chunk_bounds(index, self.config.chunk_size, segment.size_in_bytes)
         if len(data) != end - start:
             raise RemoteStorageError(
                 f"segment {segment.object_name} of {segment.partition}: chunk {index} is "
@@ -274,23 +302,28 @@ class ChunkCache:
         chunk_size = self.config.chunk_size
         budget = self.config.prefetch_max_size if depth is None else min(depth, self.config.prefetch_max_size)
         with self._lock:
-            plan = fetch_ahead.plan_read(
-                segment.size_in_bytes,
-                chunk_size,
-                position,
-                position,
-                budget,
-                self._present_fn(segment),
-            )
-            started = self._start(segment, plan.ahead)
+            present = self._present_fn(segment)
+            plan = fetch_ahead.plan_read(segment.size_in_bytes, chunk_size, position, position, budget, present)
+            wanted = [(segment, plan.ahead)]
+            if position < segment.size_in_bytes:
+                next_missing = not present(position // chunk_size)
+            else:
+                next_missing = bool(following) and not self._present_fn(following[0])(0)
             left = plan.ahead_left
             for after in following:
                 if left <= 0:
                     break
-                ahead = fetch_ahead.plan_next_segment(after.size_in_bytes, chunk_size, left, self._present_fn(after))
-                started += self._start(after, ahead)
+                wanted.append((after, fetch_ahead.plan_next_segment(after.size_in_bytes, chunk_size, left,
+                                                                    self._present_fn(after))))  # fmt: skip
                 left -= after.size_in_bytes
-        return started
+            missing = sum(self._chunk_length(after, index) for after, ahead in wanted for index in ahead)
+            if not fetch_ahead.worth_starting(missing, budget, next_missing):
+                return 0
+            return sum(self._start(after, ahead) for after, ahead in wanted)
+
+    def _chunk_length(self, segment: RemoteSegmentMetadata, index: int) -> int:
+        start, end = fetch_ahead.chunk_bounds(index, self.config.chunk_size, segment.size_in_bytes)
+        return end - start
 
     def holds(self, segment: RemoteSegmentMetadata, position: int) -> bool:
         """Whether the chunk holding byte `position` of the segment is cached or on its way."""
@@ -302,17 +335,57 @@ class ChunkCache:
         return lambda index: (segment_id, index) in self.store or (segment_id, index) in self._inflight
 
     def _start(self, segment: RemoteSegmentMetadata, indexes: tuple[int, ...]) -> int:
-        """Called with the lock held."""
-        for index in indexes:
-            key = (segment.segment_id, index)
+        """Queue the chunks' GETs, a run of consecutive chunks in one; called with the lock held."""
+        started = 0
+        for run in fetch_ahead.runs(indexes):
+            futures: list[Future[bytes]] = [Future() for _ in run]
             try:
-                future = self._ahead.submit(self._get, segment, index)
+                self._ahead.submit(self._fetch_run, segment, run, futures)
             except RuntimeError:  # closed: the broker is stopping, nothing to fetch ahead for
-                return 0
-            self._inflight[key] = future
-            self.stats["ahead"] += 1
-            future.add_done_callback(lambda _f, key=key: self._done(key))
-        return len(indexes)
+                return started
+            for index, future in zip(run, futures, strict=True):
+                self._inflight[(segment.segment_id, index)] = future
+            self.stats["ahead"] += len(run)
+            self.stats["ahead_gets"] += 1
+            started += len(run)
+        return started
+
+    def _fetch_run(self, segment: RemoteSegmentMetadata, run: range, futures: list[Future[bytes]]) -> None:
+        """On a fetch-ahead stream: the run's chunks with one GET, each kept and handed to whoever
+        waits for it as soon as its bytes have arrived, not when the whole run has; a failure fails
+        the chunks not yet arrived (their readers GET them themselves)."""
+        keys = [(segment.segment_id, index) for index in run]
+        if not all([future.set_running_or_notify_cancel() for future in futures]):  # cancelled by close()
+            closing = RemoteStorageError("the chunk cache closed before this chunk's fetch-ahead started")
+            for key, future in zip(keys, futures, strict=True):
+                if future.running():
+                    future.set_exception(closing)
+                    future.exception()
+                self._done(key)
+            return
+        arrived = 0
+        try:
+            first = run.start * self.config.chunk_size
+            _, end = fetch_ahead.chunk_bounds(run[-1], self.config.chunk_size, segment.size_in_bytes)
+            for data in log_pieces(self._storage, segment, first, end, self.config.chunk_size):
+                if arrived == len(run):
+                    break
+                futures[arrived].set_result(self._kept(segment, run[arrived], data))
+                self._done(keys[arrived])
+                arrived += 1
+            if arrived < len(run):
+                raise RemoteStorageError(
+                    f"segment {segment.object_name} of {segment.partition}: chunks {run.start}..{run[-1]} "
+                    f"ended after {arrived} of them",
+                    retriable=True,
+                )
+        except BaseException as exc:
+            for future in futures[arrived:]:
+                future.set_exception(exc)
+                future.exception()  # retrieved: a waiter may never come
+        finally:
+            for key in keys[arrived:]:
+                self._done(key)
 
     def _done(self, key: ChunkKey) -> None:
         with self._lock:
@@ -325,5 +398,11 @@ class ChunkCache:
             self._ahead.submit(fn, *args)
 
     def close(self) -> None:
+        """Queued fetch-ahead GETs are dropped and the chunks they were to fetch cancelled: a read
+        waiting for one GETs it itself (the GETs under way end on their own)."""
         self._ahead.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            waiting = list(self._inflight.values())
+        for future in waiting:
+            future.cancel()  # only those not started: a GET under way, or a read's own, is running
 

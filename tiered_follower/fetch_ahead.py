@@ -69,6 +69,31 @@ def plan_read(
     return ChunkPlan(needed, tuple(ahead), max(budget, 0))
 
 
+def worth_starting(missing: int, depth: int, next_missing: bool) -> bool:
+    """Whether a read's fetch-ahead starts its `missing` bytes of chunks now, `depth` being the
+    window it keeps ahead of the reader: when the chunk right after the read is missing (the reader
+    would wait for it), or half the window is; else it waits until the reader has consumed that much.
+
+    Why: the window slides with every ~1 MiB read, so started at once each read's new chunk went out
+    on its own, a GET per chunk; waiting for half the window sends the chunks the reader consumed
+    meanwhile as runs of consecutive chunks, one ranged GET each (`runs`), and per byte a GET of
+    several chunks costs the broker (botocore's request) and the endpoint (moto reads the whole
+    object for any range) about half what a GET of one does (20 MiB objects: client 10 ms against
+    17-20, moto 12 ms against 28-30)."""
+    return missing > 0 and (next_missing or 2 * missing >= depth)
+
+
+def runs(indexes: tuple[int, ...]) -> list[range]:
+    """`indexes` (ascending) as runs of consecutive chunks: one ranged GET each."""
+    found: list[range] = []
+    for index in indexes:
+        if found and found[-1].stop == index:
+            found[-1] = range(found[-1].start, index + 1)
+        else:
+            found.append(range(index, index + 1))
+    return found
+
+
 def plan_next_segment(size: int, chunk_size: int, budget: int, present: Callable[[int], bool]) -> tuple[int, ...]:
     """The first chunks of the following segment that the leftover prefetch `budget` covers."""
     return plan_read(size, chunk_size, 0, 0, budget, present).ahead

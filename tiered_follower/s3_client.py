@@ -35,12 +35,13 @@ that the counts (`stats`) are the real ones. boto3 is blocking: callers run this
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -252,6 +253,50 @@ class S3Client:
         data = self.call("get_object", key, attempt)
         self._count("bytes_received", amount=len(data))
         return data
+
+    def get_pieces(self, key: str, start: int, end: int, piece_size: int) -> Iterator[bytes]:
+        """Bytes [start, end) of the object with one ranged GET, handed over `piece_size` bytes at a
+        time as the body arrives (the last piece shorter), so the caller can use the first before
+        the last has come. A body that breaks off (a transient fault) is asked for again from where
+        it broke, `attempts` times at most; a GET that fails is retried as `call` does."""
+        if piece_size <= 0 or not 0 <= start <= end:
+            raise ValueError(f"pieces of {piece_size} bytes of bytes [{start}, {end}) of {key}")
+        position, breaks = start, 0
+        while position < end:
+            body = self.call("get_object", key, functools.partial(self._open_range, key, position, end))
+            try:
+                while position < end:
+                    want = min(piece_size, end - position)
+                    try:
+                        data = body.read(want)
+                        if len(data) != want:
+                            raise botocore.exceptions.IncompleteReadError(actual_bytes=len(data), expected_bytes=want)
+                    except Exception as exc:
+                        breaks += 1
+                        where = f"s3://{self.config.bucket}/{key} at byte {position}"
+                        if not is_transient(exc) or breaks >= self.config.attempts:
+                            self._count("errors", "errors.get_object")
+                            raise RemoteStorageError(f"get_object {where}: the body broke off ({breaks} times), "
+                                                     f"last with {error_code(exc)}: {exc}",
+                                                     retriable=is_transient(exc)) from exc
+                        self._count("retries", f"retries.{error_code(exc)}")
+                        logger.info("get_object %s: the body broke off with %s: asking for the rest again", where,
+                                    error_code(exc))
+                        break
+                    self._count("bytes_received", amount=want)
+                    position += want
+                    yield data
+            finally:
+                body.close()
+
+    def _open_range(self, key: str, start: int, end: int) -> Any:
+        """The body of a GET of bytes [start, end), once S3 says it holds that many."""
+        answer = self.s3.get_object(Bucket=self.config.bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+        if answer["ContentLength"] != end - start:
+            answer["Body"].close()
+            raise RemoteStorageError(f"s3://{self.config.bucket}/{key}: asked for bytes [{start}, {end}), "
+                                     f"the answer holds {answer['ContentLength']}")
+        return answer["Body"]
 
     def upload_file(self, key: str, path: str, size: int) -> None:
         """A file as one PUT, or in `part_size` parts above that, `upload_concurrency` at a time

@@ -264,6 +264,24 @@ class S3RemoteStorage:
         except TransformError as exc:
             raise RemoteStorageError(str(exc)) from None
 
+    def fetch_log_pieces(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int,
+                         piece_size: int) -> Iterator[bytes]:
+        """`fetch_log` of bytes [start, end) handed over `piece_size` bytes at a time, with ONE ranged
+        GET as the body arrives (`S3Client.get_pieces`): the chunk cache's fetch-ahead of several
+        chunks. A transformed segment is read a piece per `fetch_log` (each its stored chunks'
+        span)."""
+        manifest, transform = self._opened(segment)
+        end_position = min(end_position, manifest["log"]["size"])
+        if not 0 <= start_position <= end_position:
+            raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: bytes "
+                                     f"[{start_position}, {end_position}) are outside its "
+                                     f"{manifest['log']['size']} bytes")
+        if transform is not None:
+            for position in range(start_position, end_position, piece_size):
+                yield self.fetch_log(segment, position, min(end_position, position + piece_size))
+            return
+        yield from self.client.get_pieces(self.key(segment, LOG_SUFFIX), start_position, end_position, piece_size)
+
     def fetch_indexes(self, segment: RemoteSegmentMetadata,
                       kinds: Sequence[IndexType]) -> tuple[dict[IndexType, bytes], int]:
         """Several parts of the segment's `.indexes` with ONE range GET over their span (they lie

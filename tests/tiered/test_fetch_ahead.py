@@ -13,6 +13,8 @@ from tiered_follower.fetch_ahead import (
     chunks_covering,
     plan_next_segment,
     plan_read,
+    runs,
+    worth_starting,
 )
 
 MB = 1 << 20
@@ -69,6 +71,20 @@ def test_fetch_ahead_from_inside_a_cached_chunk_counts_only_what_lies_past_the_r
     plan = plan_read(40 * MB, 4 * MB, 5 * MB, 5 * MB, 16 * MB, {1}.__contains__)
     assert plan.needed == ()
     assert plan.ahead == (2, 3, 4, 5)
+
+
+def test_the_fetch_ahead_waits_for_half_its_window_unless_the_next_chunk_is_missing():
+    # a 64 MiB window sliding by a read of 1 MiB: one 8 MiB chunk missing is not worth a GET yet
+    assert not worth_starting(missing=8 * MB, depth=64 * MB, next_missing=False)
+    assert worth_starting(missing=32 * MB, depth=64 * MB, next_missing=False)  # half consumed: a run of four
+    assert worth_starting(missing=8 * MB, depth=64 * MB, next_missing=True)  # the reader would wait for it
+    assert worth_starting(missing=8 * MB, depth=16 * MB, next_missing=False)  # a shallow window: each chunk
+    assert not worth_starting(missing=0, depth=64 * MB, next_missing=True)
+
+
+def test_chunks_go_out_as_runs_of_consecutive_chunks():
+    assert runs((2, 3, 4, 7, 9, 10)) == [range(2, 5), range(7, 8), range(9, 11)]
+    assert runs(()) == []
 
 
 def test_a_sequential_reader_gets_a_deeper_fetch_ahead_each_read_and_any_other_read_starts_shallow():

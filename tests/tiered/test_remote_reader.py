@@ -234,36 +234,75 @@ def test_a_cold_read_gets_its_own_chunk_alone_and_fetches_ahead_once_answered(tm
     partition.close()
 
 
-def test_fetch_ahead_runs_two_gets_at_a_time_first_needed_first(tmp_path):
-    """A deep fetch-ahead queues its chunks and AHEAD_STREAMS GETs run at a time, in the reader's
-    order: all at once, they shared the endpoint and the chunk needed next came as late as the last."""
-    partition, tier = uploaded(tmp_path, batches=20)
-    segment = partition.remote.finished[0]
-    assert segment.size_in_bytes > 9 * 400
+def test_fetch_ahead_runs_two_gets_at_a_time_first_needed_first_a_run_of_chunks_per_get(tmp_path):
+    """A deep fetch-ahead queues its chunks as runs of consecutive chunks, one GET each, and
+    AHEAD_STREAMS GETs run at a time, in the reader's order: all at once, they shared the endpoint and
+    the chunk needed next came as late as the last; a GET per chunk cost the endpoint and boto3
+    twice as much per byte."""
+    partition, tier = uploaded(tmp_path, batches=40)
+    segments = partition.remote.finished
+    assert len(segments) >= 4 and segments[0].size_in_bytes < 9 * 500
     lock = threading.Lock()
-    in_flight, most, starts = [0], [0], []
+    in_flight, most, gets = [0], [0], []
 
     class Slow:
         def fetch_log(self, segment, start, end):  # noqa: ANN001, ANN202
+            raise AssertionError("a fetch-ahead GETs its run of chunks with fetch_log_pieces")
+
+        def fetch_log_pieces(self, segment, start, end, piece_size):  # noqa: ANN001, ANN202
             with lock:
-                starts.append(start)
+                gets.append((segment.start_offset, start, end))
                 in_flight[0] += 1
                 most[0] = max(most[0], in_flight[0])
             try:
-                time.sleep(0.02)  # GETs started together overlap
-                return tier.fetch_log(segment, start, end)
+                for position in range(start, end, piece_size):
+                    time.sleep(0.01)  # GETs started together overlap
+                    yield tier.fetch_log(segment, position, min(end, position + piece_size))
             finally:
                 with lock:
                     in_flight[0] -= 1
 
-    cache = ChunkCache(Slow(), ChunkCacheConfig(chunk_size=400, cache_size=40_000, prefetch_max_size=3200))  # type: ignore[arg-type]
-    assert cache.read_ahead(segment, 0) == 8
+    cache = ChunkCache(Slow(), ChunkCacheConfig(chunk_size=500, cache_size=80_000, prefetch_max_size=20_000))  # type: ignore[arg-type]
+    first = segments[0]
+    # from byte 1000 of the first segment: the rest of it, then the next segments, whole
+    started = cache.read_ahead(first, 1000, segments[1:])
     deadline = time.monotonic() + 30
-    while cache.cached_bytes < 8 * 400:
-        assert time.monotonic() < deadline, f"8 chunks fetched ahead not cached within 30 s: {cache.cached_bytes} bytes"
+    while cache._inflight:  # noqa: SLF001 (every run ended)
+        assert time.monotonic() < deadline, "the fetch-ahead's GETs had not ended within 30 s"
         time.sleep(0.01)
     assert most[0] == AHEAD_STREAMS == 2
-    assert starts == [index * 400 for index in range(8)]
-    assert cache.fetch_log(segment, 0, 3200) == tier.fetch_log(segment, 0, 3200)
+    assert gets[0] == (first.start_offset, 1000, first.size_in_bytes)  # one GET for the rest of a segment
+    assert [get[0] for get in gets] == [segment.start_offset for segment in segments[: len(gets)]]
+    assert all(get[1:] == (0, segment.size_in_bytes) for get, segment in zip(gets[1:-1], segments[1:], strict=False))
+    assert started == cache.stats["ahead"] > 2 * len(gets) and cache.stats["ahead_gets"] == len(gets)
+    assert cache.fetch_log(first, 1000, 4000) == tier.fetch_log(first, 1000, 4000)
+    cache.close()
+    partition.close()
+
+
+def test_a_chunk_of_a_run_is_served_once_it_has_arrived_before_the_rest(tmp_path):
+    partition, tier = uploaded(tmp_path, batches=20)
+    segment = partition.remote.finished[0]
+    gate = threading.Event()
+
+    class Held:
+        def fetch_log(self, segment, start, end):  # noqa: ANN001, ANN202
+            raise AssertionError("the reader waits for the run's chunk instead of a GET of its own")
+
+        def fetch_log_pieces(self, segment, start, end, piece_size):  # noqa: ANN001, ANN202
+            yield tier.fetch_log(segment, start, start + piece_size)
+            if not gate.wait(timeout=30):
+                raise AssertionError("the test never opened the gate")
+            for position in range(start + piece_size, end, piece_size):
+                yield tier.fetch_log(segment, position, min(end, position + piece_size))
+
+    cache = ChunkCache(Held(), ChunkCacheConfig(chunk_size=500, cache_size=40_000, prefetch_max_size=2000))  # type: ignore[arg-type]
+    assert cache.read_ahead(segment, 0) == 4  # one run: chunks 0 to 3
+    try:
+        assert cache.fetch_log(segment, 10, 400) == tier.fetch_log(segment, 10, 400)  # while the run is held
+    finally:
+        gate.set()
+    assert cache.fetch_log(segment, 600, 1900) == tier.fetch_log(segment, 600, 1900)
+    assert cache.stats["ahead_gets"] == 1 and cache.stats["misses"] == 0
     cache.close()
     partition.close()

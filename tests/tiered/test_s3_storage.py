@@ -19,6 +19,7 @@ from quorum.broker.remote_tier import (
 from quorum.log.epoch_cache import EpochEntry
 from tests.tiered.fault_proxy import FaultProxy
 from tiered_follower.embedded_s3 import EmbeddedS3
+from tiered_follower.rsm_config import TransformConfig
 from tiered_follower.s3_client import MIN_PART_SIZE, S3Client, S3Config, S3ConfigError
 from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
 from tiered_follower.s3_storage import S3RemoteStorage
@@ -93,6 +94,47 @@ def test_a_manifest_that_disagrees_with_the_metadata_is_refused(s3_server: Embed
     other = RemoteSegmentMetadata(PARTITION, segment.segment_id, 0, 19, segment.leader_epochs, 500, 0, 101, 0)
     with pytest.raises(RemoteStorageError, match="does not describe segment"):
         S3RemoteStorage(storage.client).fetch_log(other, 0, 10)
+
+
+def test_a_range_read_in_pieces_is_one_get_and_the_same_bytes(s3_server: EmbeddedS3, bucket: str,
+                                                               tmp_path: Path) -> None:
+    """The chunk cache's fetch-ahead of several chunks: one ranged GET, handed over a chunk at a
+    time; a compressed segment is read a chunk per GET of its stored span, the same bytes."""
+    data = os.urandom(50_000)
+    plain = S3RemoteStorage(client_for(s3_server, bucket))
+    compressed = S3RemoteStorage(client_for(s3_server, bucket), transform=TransformConfig(chunk_size=4096,
+                                                                                         compression=True))
+    for storage in (plain, compressed):
+        segment = metadata(0, 99, len(data), RemoteSegmentState.COPY_SEGMENT_FINISHED)
+        storage.copy_segment(segment, upload(tmp_path, segment, data))
+        storage.manifest(segment)
+        gets = storage.client.stats["get_object"]
+        pieces = list(storage.fetch_log_pieces(segment, 8192, len(data) + 10, 8192))
+        assert [len(piece) for piece in pieces] == [8192] * 5 + [len(data) - 6 * 8192]
+        assert b"".join(pieces) == data[8192:]
+        assert storage.client.stats["get_object"] - gets == (1 if storage is plain else 6)
+
+
+def test_a_body_cut_short_midway_is_asked_for_again_from_where_it_broke(s3_server: EmbeddedS3, bucket: str,
+                                                                        tmp_path: Path) -> None:
+    data = os.urandom(20_000)
+    segment = metadata(0, 99, len(data), RemoteSegmentState.COPY_SEGMENT_FINISHED)
+    S3RemoteStorage(client_for(s3_server, bucket)).copy_segment(segment, upload(tmp_path, segment, data))
+    # every other GET of the .log: its headers promise the whole body, half of it comes
+    proxy = FaultProxy(s3_server.endpoint_url, rate=0.5, seed=3, kinds=("truncate",), methods=("GET",),
+                       path_filter=".log")
+    try:
+        storage = S3RemoteStorage(client_for(s3_server, bucket, endpoint=proxy.endpoint_url))
+        storage.manifest(segment)
+        before = storage.client.stats["bytes_received"]
+        for _ in range(4):
+            assert b"".join(storage.fetch_log_pieces(segment, 0, len(data), 3000)) == data
+    finally:
+        proxy.stop()
+    assert proxy.injected["truncate"] > 0
+    assert storage.client.stats["retries"] == proxy.injected["truncate"]
+    # the pieces before the cut were used, the rest asked for again: less than the whole again
+    assert storage.client.stats["bytes_received"] - before == 4 * len(data)
 
 
 def test_large_logs_go_up_in_parts(s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
@@ -170,6 +212,7 @@ def test_transient_faults_are_retried_until_the_data_is_right(s3_server: Embedde
             fresh = S3RemoteStorage(client)
             assert fresh.fetch_log(segment, 0, len(data)) == data
             assert fresh.fetch_log(segment, 777, 9999) == data[777:9999]
+            assert b"".join(fresh.fetch_log_pieces(segment, 500, len(data), 3000)) == data[500:]
             assert fresh.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT) == b"P" * 10
         listed = store.list_segments(PARTITION)
         assert [s.state for s in listed] == [RemoteSegmentState.COPY_SEGMENT_FINISHED] * 6
