@@ -317,7 +317,7 @@ class ChunkCache:
                                                                     self._present_fn(after))))  # fmt: skip
                 left -= after.size_in_bytes
             missing = sum(self._chunk_length(after, index) for after, ahead in wanted for index in ahead)
-            if not fetch_ahead.worth_starting(missing, budget, next_missing):
+            if not fetch_ahead.worth_starting(missing, budget, next_missing, at_end=left > 0):
                 return 0
             return sum(self._start(after, ahead) for after, ahead in wanted)
 

@@ -69,10 +69,12 @@ def plan_read(
     return ChunkPlan(needed, tuple(ahead), max(budget, 0))
 
 
-def worth_starting(missing: int, depth: int, next_missing: bool) -> bool:
+def worth_starting(missing: int, depth: int, next_missing: bool, at_end: bool = False) -> bool:
     """Whether a read's fetch-ahead starts its `missing` bytes of chunks now, `depth` being the
     window it keeps ahead of the reader: when the chunk right after the read is missing (the reader
-    would wait for it), or half the window is; else it waits until the reader has consumed that much.
+    would wait for it), or half the window is, or the window reaches past the last segment (`at_end`:
+    what is missing will never grow to half of it); else it waits until the reader has consumed that
+    much.
 
     Why: the window slides with every ~1 MiB read, so started at once each read's new chunk went out
     on its own, a GET per chunk; waiting for half the window sends the chunks the reader consumed
@@ -80,7 +82,7 @@ def worth_starting(missing: int, depth: int, next_missing: bool) -> bool:
     several chunks costs the broker (botocore's request) and the endpoint (moto reads the whole
     object for any range) about half what a GET of one does (20 MiB objects: client 10 ms against
     17-20, moto 12 ms against 28-30)."""
-    return missing > 0 and (next_missing or 2 * missing >= depth)
+    return missing > 0 and (next_missing or at_end or 2 * missing >= depth)
 
 
 def runs(indexes: tuple[int, ...]) -> list[range]:

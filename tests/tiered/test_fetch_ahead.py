@@ -80,6 +80,8 @@ def test_the_fetch_ahead_waits_for_half_its_window_unless_the_next_chunk_is_miss
     assert worth_starting(missing=8 * MB, depth=64 * MB, next_missing=True)  # the reader would wait for it
     assert worth_starting(missing=8 * MB, depth=16 * MB, next_missing=False)  # a shallow window: each chunk
     assert not worth_starting(missing=0, depth=64 * MB, next_missing=True)
+    # the window runs past the last segment: what is missing there will not grow, so it goes now
+    assert worth_starting(missing=8 * MB, depth=64 * MB, next_missing=False, at_end=True)
 
 
 def test_chunks_go_out_as_runs_of_consecutive_chunks():

@@ -306,3 +306,17 @@ def test_a_chunk_of_a_run_is_served_once_it_has_arrived_before_the_rest(tmp_path
     assert cache.stats["ahead_gets"] == 1 and cache.stats["misses"] == 0
     cache.close()
     partition.close()
+
+
+def test_the_fetch_ahead_near_the_end_of_the_remote_log_starts_what_is_left(tmp_path):
+    """Half a window is never missing past the last segment: the rest is fetched at once, or the
+    reader waited for a GET of the last chunk when it got there."""
+    partition, tier = uploaded(tmp_path, batches=20)
+    last = partition.remote.finished[-1]
+    cache = ChunkCache(tier, ChunkCacheConfig(chunk_size=500, cache_size=40_000, prefetch_max_size=8000))
+    position = last.size_in_bytes - 1200
+    cache.fetch_log(last, position, position + 1)  # the chunk the reader is in: cached
+    after = -(-last.size_in_bytes // 500) - (position // 500 + 1)  # the chunks after it: 2 or 3
+    assert cache.read_ahead(last, position, (), depth=8000) == after > 0
+    cache.close()
+    partition.close()
