@@ -28,8 +28,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import NewTopic
 
-from client_epochs.spark.sink import write_task
+from client_epochs.spark.sink import SinkWriteError, write_task
 from client_epochs.spark.sink_options import check_columns, parse_sink_options
 from client_epochs.spark.stamps import TaskOrigin, origin_of
 from examples.spark_mirror import start_mirror
@@ -38,6 +39,7 @@ from tests.client_epochs.test_spark_processes import (
     SETTINGS,
     STALE_BROKER,
     Cluster,
+    create,
     running_cluster,
     stream,
     wait_for_query,
@@ -152,6 +154,18 @@ def test_a_task_run_again_writes_only_what_its_first_attempt_did_not(cluster):
     stamps = Counter(origin_of(headers).encode() for _, _, _, headers in records)
     assert len(records) == 310 and max(stamps.values()) == 1
     assert sorted(v.decode() for _, _, v, h in records if origin_of(h).batch == 4) == sorted(values)
+
+
+def test_a_record_the_target_refuses_fails_its_task_naming_the_partition(cluster):
+    """Only refused records get a delivery report (the rest are counted once nothing is in flight): a
+    record over the topic's max.message.bytes must still fail the task, not be counted as written."""
+    create(cluster.admin, NewTopic("refusing", 1, 3, config={"max.message.bytes": "2000"}))
+    wait_until("refusing has a leader", lambda: len(cluster.leaders("refusing")) == 1)
+    options = parse_sink_options({"kafka.bootstrap.servers": cluster.bootstrap, "topic": "refusing"})
+    columns = check_columns([("value", "binary")], options)
+    batch = pa.record_batch([pa.array([b"small", b"x" * 5000, b"small too"], pa.binary())], names=["value"])
+    with pytest.raises(SinkWriteError, match=r"refusing-0: the target did not acknowledge a record of task 2"):
+        write_task(options, columns, TaskOrigin("query-2", 0, 2), iter([batch]), scan=False)
 
 
 def mid_batch(query, cluster: Cluster, committed: int, target: str) -> bool:
