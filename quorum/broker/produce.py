@@ -42,6 +42,7 @@ from quorum.broker.producer_ids import ProducerIdsUnavailable
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.pipeline_place import pipeline_place
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 
@@ -107,6 +108,49 @@ class ProduceHandlers:
         body = request.body
         version = request.version
         acks = body.acks
+        by_id = version >= 13
+        place = pipeline_place()
+        async with place.turn:  # decided in request order, as Kafka's muted connection decides them
+            if place.earlier_pending and self._refused_before_append(body, by_id):
+                # Decided now, a refusal may not be Kafka's: see quorum.net.pipeline_place.
+                await place.earlier_answered()
+            answers, waits, leaders, appended = self._decide(body, version)
+        image = self.replicas.image
+        now = self.clock_ms()
+        if appended:
+            self.replicas.notifier.appended()
+        if waits and self.replication is not None:
+            futures = [self.replication.await_replication(p, o, body.timeout_ms) for p, o, _ in waits]
+            for (partition, _, response), code in zip(waits, await asyncio.gather(*futures), strict=True):
+                if code != ErrorCode.NONE:
+                    message = f"{partition.name}: acks=all not satisfied within {body.timeout_ms} ms"
+                    self._fail(response, ErrorCode(code), message)
+                    self._log_refusal(partition.name, ErrorCode(code), f"after the append: {message}", now)
+        elif waits:
+            late = await self.replicas.wait_for_high_watermarks([(p, o) for p, o, _ in waits], body.timeout_ms / 1000)
+            for partition, _, response in waits:
+                if partition in late:
+                    code = ErrorCode.REQUEST_TIMED_OUT if partition.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    self._fail(response, code, f"{partition.name}: the high watermark did not reach the append "
+                                               f"within {body.timeout_ms} ms")  # fmt: skip
+        if acks == 0:
+            return None
+        topics = [_TopicResponse(topic_id=key, partition_responses=responses) if by_id
+                  else _TopicResponse(name=key, partition_responses=responses)
+                  for key, responses in answers]  # fmt: skip
+        response = _Response(responses=topics, throttle_time_ms=0)
+        if leaders and version >= 10 and image is not None:
+            response.node_endpoints = [
+                _NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack)
+                for node_id in sorted(leaders) if (broker := listener_brokers(image).get(node_id)) is not None
+            ]
+        return Reply(response, version)
+
+    def _decide(self, body: Any, version: int) -> tuple[list[tuple[Any, list[Any]]], list[tuple[Partition, int, Any]],
+                                                       set[int], bool]:
+        """Each partition's answer, or its append (with the acks=all waits to make): (answers, waits,
+        the leaders named in NOT_LEADER_OR_FOLLOWER answers, whether anything new was written)."""
+        acks = body.acks
         image = self.replicas.image
         now = self.clock_ms()
         by_id = version >= 13
@@ -153,34 +197,24 @@ class ProduceHandlers:
                 if acks == -1:
                     waits.append((partition, result.last_offset + 1, response))
             answers.append((topic_key, responses))
-        if appended:
-            self.replicas.notifier.appended()
-        if waits and self.replication is not None:
-            futures = [self.replication.await_replication(p, o, body.timeout_ms) for p, o, _ in waits]
-            for (partition, _, response), code in zip(waits, await asyncio.gather(*futures), strict=True):
-                if code != ErrorCode.NONE:
-                    message = f"{partition.name}: acks=all not satisfied within {body.timeout_ms} ms"
-                    self._fail(response, ErrorCode(code), message)
-                    self._log_refusal(partition.name, ErrorCode(code), f"after the append: {message}", now)
-        elif waits:
-            late = await self.replicas.wait_for_high_watermarks([(p, o) for p, o, _ in waits], body.timeout_ms / 1000)
-            for partition, _, response in waits:
-                if partition in late:
-                    code = ErrorCode.REQUEST_TIMED_OUT if partition.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    self._fail(response, code, f"{partition.name}: the high watermark did not reach the append "
-                                               f"within {body.timeout_ms} ms")  # fmt: skip
-        if acks == 0:
-            return None
-        topics = [_TopicResponse(topic_id=key, partition_responses=responses) if by_id
-                  else _TopicResponse(name=key, partition_responses=responses)
-                  for key, responses in answers]  # fmt: skip
-        response = _Response(responses=topics, throttle_time_ms=0)
-        if leaders and version >= 10 and image is not None:
-            response.node_endpoints = [
-                _NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack)
-                for node_id in sorted(leaders) if (broker := listener_brokers(image).get(node_id)) is not None
-            ]
-        return Reply(response, version)
+        return answers, waits, leaders, appended
+
+    def _refused_before_append(self, body: Any, by_id: bool) -> bool:
+        """Whether some partition of the request would be refused before its append, on the state
+        now: not led here (or unknown), or under min.insync.replicas for acks=all."""
+        if body.acks not in (-1, 0, 1):
+            return True
+        image = self.replicas.image
+        for topic_data in body.topic_data:
+            topic_key = topic_data.topic_id if by_id else topic_data.name
+            name = self._topic_name(image, topic_key, by_id)
+            for data in topic_data.partition_data:
+                partition, _ = self._find(image, name, topic_key, data.index, by_id)
+                if partition is None or not partition.is_leader:
+                    return True
+                if body.acks == -1 and self._under_min_isr(partition):
+                    return True
+        return False
 
     def _under_min_isr(self, partition: Partition) -> bool:
         if self.replication is not None:

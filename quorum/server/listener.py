@@ -26,6 +26,7 @@ from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.net.frame_reader import FrameReader
+from quorum.net.pipeline_place import PipelinePlace, set_pipeline_place
 from quorum.net.secure_connection import ConnectionSecurity, ListenerSecurity
 from quorum.server.reply_writer import write_reply
 from quorum.wire.errors import WireError
@@ -108,7 +109,8 @@ class KafkaListener:
                      connection: ConnectionSecurity) -> None:
         started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
-        unanswered: dict[int, list[asyncio.Future[Reply | None]]] = {}  # of the APIs with a pipeline depth
+        unanswered: dict[int, list[asyncio.Future[Reply | None]]] = {}  # per pipelined API
+        turns: dict[int, asyncio.Lock] = {}  # per pipelined API: see quorum.net.pipeline_place
         try:
             while not self._closing:
                 request = decode_request(await reader.next_frame(), self._dispatcher.served)
@@ -130,11 +132,16 @@ class KafkaListener:
                 if answering is None:
                     answering = asyncio.create_task(self._answer_in_order(started, writer))
                 depth = self._dispatcher.pipeline_depth(request.api.key)
+                running = unanswered.setdefault(request.api.key, [])
                 if depth is not None:
-                    await self._room(unanswered.setdefault(request.api.key, []), depth, answering)
+                    await self._room(running, depth, answering)
+                running[:] = [earlier for earlier in running if not earlier.done()]
+                turn = turns.get(request.api.key)
+                if turn is None:
+                    turn = turns[request.api.key] = asyncio.Lock()
+                set_pipeline_place(PipelinePlace(tuple(running), turn))  # the handler's task keeps a copy
                 handled = asyncio.ensure_future(self._dispatcher.dispatch(request))
-                if depth is not None:
-                    unanswered[request.api.key].append(handled)
+                running.append(handled)
                 await started.put((request, handled))
                 if answering.done():
                     answering.result()  # a handler failed: raise its error here, which closes the connection

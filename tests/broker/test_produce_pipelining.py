@@ -115,3 +115,78 @@ def test_no_more_than_the_pipeline_depth_of_a_connections_produce_requests_are_s
     assert waiting == PIPELINE_DEPTH  # the rest waited in the socket until an answer left
     assert ends == [2 * (n + 1) for n in range(requests)]
     assert bases == [2 * n for n in range(requests)]
+
+
+class UnderMinIsrOnce(HeldReplication):
+    """A leader whose ISR, once `refuse_next` is set, is under min.insync.replicas for the next
+    acks=all check and back to full from the one after on (a follower rejoined meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse_next = False
+        self.refused = asyncio.Event()
+
+    def check_append(self, partition: Partition, acks: int) -> int:
+        if self.refuse_next:
+            self.refuse_next = False
+            self.refused.set()
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        return ErrorCode.NONE
+
+
+def idempotent_body(first_sequence: int) -> Any:
+    data = PRODUCE.request.TopicProduceData
+    batch = client_batch(count=2, pid=7, epoch=0, seq=first_sequence, first=first_sequence)
+    return PRODUCE.request(transactional_id=None, acks=-1, timeout_ms=int(WAIT_S * 1000), topic_data=[
+        data(name="orders", partition_data=[data.PartitionProduceData(index=0, records=batch)])])
+
+
+async def answer_every_wait(replication: HeldReplication, sent: list[asyncio.Future[Any]]) -> list[Any]:
+    """Answer each acks=all wait as it begins, until every request in `sent` is answered."""
+    gathered = asyncio.ensure_future(asyncio.gather(*sent))
+    while not gathered.done():
+        replication.waited.clear()
+        for _, future in replication.waits:
+            if not future.done():
+                future.set_result(ErrorCode.NONE)
+        waited = asyncio.ensure_future(replication.waited.wait())
+        done, _ = await asyncio.wait((gathered, waited), timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+        waited.cancel()
+        assert done, f"no answer and no acks=all wait for {WAIT_S} s"
+    return gathered.result()
+
+
+async def refused_behind_a_waiting_request(tmp_path: Any) -> list[tuple[int, int]]:
+    """An idempotent producer's three acks=all requests on one connection: the first waits for its
+    followers; the ISR is under min.insync.replicas when the second comes and full again for the
+    third. Returns each answer's (error code, base offset)."""
+    dispatcher = Dispatcher()
+    replicas = ReplicaManager(1, [tmp_path])
+    replication = UnderMinIsrOnce()
+    register_produce(dispatcher, replicas, replication=replication)  # type: ignore[arg-type]
+    listener = KafkaListener(dispatcher)
+    await listener.start()
+    replicas.apply_image(single_node_image(1, "127.0.0.1", listener.port, {"orders": 1}))
+    client = PeerClient("127.0.0.1", listener.port, "producer", int(WAIT_S * 1000))
+    try:
+        sent = [asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(0)))]
+        await replication.until_waits(1)
+        replication.refuse_next = True
+        sent += [asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(seq))) for seq in (2, 4)]
+        await asyncio.wait_for(replication.refused.wait(), WAIT_S)  # the second was looked at, the first waits
+        answers = await answer_every_wait(replication, sent)
+        return [(a.responses[0].partition_responses[0].error_code, a.responses[0].partition_responses[0].base_offset)
+                for a in answers]
+    finally:
+        await client.close()
+        await listener.close()
+        replicas.close()
+
+
+def test_a_refusal_behind_a_waiting_request_is_decided_once_it_is_answered(tmp_path):
+    # Kafka reads the second request only once the first is answered, when the ISR is full again:
+    # all three are appended. Refused early (NOT_ENOUGH_REPLICAS), the second left a gap that the
+    # third was refused for (OUT_OF_ORDER_SEQUENCE_NUMBER), and librdkafka answers that with an
+    # epoch bump that writes again records already written (issue 38).
+    answers = asyncio.run(refused_behind_a_waiting_request(tmp_path))
+    assert answers == [(ErrorCode.NONE, 0), (ErrorCode.NONE, 2), (ErrorCode.NONE, 4)]
