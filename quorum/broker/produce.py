@@ -15,7 +15,11 @@ appended as it arrives, in request order, and the answers leave in request order
 request waiting for the followers does not keep the next ones from being read and appended, as
 Kafka's muted connection does. What a client sees is Kafka's: the same answers in the same order,
 appends in the order sent; only a batch behind an acks=all one is in the log sooner, which the
-followers then copy in the same round trip.
+followers then copy in the same round trip. A request that would be refused before its append (not
+led here, under min.insync.replicas) while earlier ones of its connection are unanswered is decided
+once they are, as Kafka decides it (`quorum.net.pipeline_place`): refused early, it left a sequence
+gap that the next request was refused for, and librdkafka bumps its epoch on that refusal and
+writes again records already written (issue 38).
 
 Kafka closes the connection of an acks=0 producer whose batch failed, so that it refreshes its
 metadata; the handler interface cannot, so such failures are only logged here.

@@ -7,7 +7,9 @@ requests, Produce): up to MAX_PIPELINED of those, or the depth the API was regis
 read and started while earlier ones wait, and their answers are still written in request order;
 any other request waits until every earlier one is answered, so it is processed alone as before.
 A handler starts when the one before it has run up to its first wait, so work done before that
-(a Produce's append) happens in request order. Bad input closes only the
+(a Produce's append) happens in request order; it learns which earlier requests of its API are
+still unanswered from its `quorum.net.pipeline_place`, to decide after them what Kafka would
+decide only then. Bad input closes only the
 connection it came on, with the reason logged; every other connection keeps being served.
 
 Frames are read by `quorum.net.frame_reader.FrameReader`: each large one lands in a buffer of its own
