@@ -34,9 +34,12 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 QUIET = {"log_level": 3}
-PRODUCER_NOTES = {"log_level": 5}
-"""librdkafka's producer notices too (a partition's sequence reset, its idempotent epoch bumped, a
-batch retried): a record written twice in the end check is traced from them."""
+PRODUCER_NOTES = {"log_level": 5, "debug": "eos"}
+"""librdkafka's producer notices, and its idempotence steps (debug lines, a few per leader change):
+which refusal made it bump its epoch ("failed due to skipped sequence numbers ... caused by previous
+failed request (NOT_ENOUGH_REPLICAS ...)"), "bumped epoch to PID{...}", each partition's sequences
+renumbered from which message. A record written twice under two producer epochs in the end check is
+traced from them (librdkafka#4953: a bump writes possibly persisted retries again; issue 38)."""
 DELIVERY_TIMEOUT_MS = 300_000
 """How long a producer retries a record through the faults before it gives up on it."""
 
