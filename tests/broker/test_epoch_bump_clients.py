@@ -19,8 +19,6 @@ client to get there, never for a time.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,7 +29,6 @@ import pytest
 from confluent_kafka import Producer
 
 from quorum.broker.metadata import encoded_metadata_response
-from quorum.broker.partition import Partition
 from quorum.broker.produce import PIPELINE_DEPTH, register_produce
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import BrokerInfo, MetadataImage, PartitionInfo, single_node_image
@@ -41,6 +38,7 @@ from quorum.server.listener import KafkaListener
 from quorum.server.standalone import metadata_dispatcher
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import Request
+from tests.broker.test_produce_pipelining import UnderMinIsrOnce
 from tests.support.background_loop import BackgroundServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,28 +49,6 @@ WAIT_S = 30.0
 """A deadline for each wait below, never reached while the broker and the client work."""
 
 
-class HeldReplication:
-    """acks=all waits held until the test answers them; `refuse_next` makes the next acks=all check
-    find the ISR under min.insync.replicas (and the one after it full again)."""
-
-    def __init__(self) -> None:
-        self.waits: list[asyncio.Future[int]] = []
-        self.refuse_next = False
-        self.refused = threading.Event()
-
-    def check_append(self, partition: Partition, acks: int) -> int:
-        if self.refuse_next:
-            self.refuse_next = False
-            self.refused.set()
-            return ErrorCode.NOT_ENOUGH_REPLICAS
-        return ErrorCode.NONE
-
-    def await_replication(self, partition: Partition, required_offset: int, timeout_ms: int) -> asyncio.Future[int]:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.waits.append(future)
-        return future
-
-
 class Brokers(BackgroundServer):
     """Two brokers on one loop: broker 1 leads partition 0, broker 2 partition 1 (connections of
     their own, as two leaders are); Metadata from either names both, Produce over a ReplicaManager
@@ -81,7 +57,7 @@ class Brokers(BackgroundServer):
     def __init__(self, log_dir: Path) -> None:
         super().__init__()
         self.log_dir = log_dir
-        self.replication = {1: HeldReplication(), 2: HeldReplication()}
+        self.replication = {1: UnderMinIsrOnce(), 2: UnderMinIsrOnce()}
         self.replicas: dict[int, ReplicaManager] = {}
         self.produce_requests = {1: 0, 2: 0}
 
@@ -132,14 +108,14 @@ class Brokers(BackgroundServer):
     def answer(self, broker: int, code: int) -> None:
         """Answer every acks=all wait begun so far on `broker` with `code`."""
         def answer() -> None:
-            for future in self.replication[broker].waits:
+            for _, future in self.replication[broker].waits:
                 if not future.done():
                     future.set_result(code)
 
         self.call(answer)
 
     def waiting(self, broker: int) -> int:
-        return sum(1 for future in self.replication[broker].waits if not future.done())
+        return sum(1 for _, future in self.replication[broker].waits if not future.done())
 
     def lead(self, broker: int, partition: int, leading: bool) -> None:
         """Whether `broker`'s replica of `partition` takes Produce requests (Metadata still names it)."""

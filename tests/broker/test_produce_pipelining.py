@@ -10,6 +10,9 @@ order of events, never a time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 from quorum.broker.partition import Partition
@@ -64,13 +67,11 @@ def produce_body(first: int) -> Any:
         data(name="orders", partition_data=[data.PartitionProduceData(index=0, records=batch)])])
 
 
-async def scenario(tmp_path: Any, requests: int) -> tuple[list[int], int, list[int]]:
-    """`requests` acks=all Produce requests of two records each, sent at once on one connection.
-    Returns the offset each acks=all wait was for (in the order they began), how many requests
-    had begun to wait while none was answered, and the base offsets answered (in answer order)."""
+@contextlib.asynccontextmanager
+async def leader_of_orders(tmp_path: Any, replication: HeldReplication) -> AsyncIterator[tuple[Partition, PeerClient]]:
+    """A listener serving Produce for `orders-0`, led here, with `replication`; a client connected to it."""
     dispatcher = Dispatcher()
     replicas = ReplicaManager(1, [tmp_path])
-    replication = HeldReplication()
     register_produce(dispatcher, replicas, replication=replication)  # type: ignore[arg-type]
     listener = KafkaListener(dispatcher)
     await listener.start()
@@ -79,6 +80,19 @@ async def scenario(tmp_path: Any, requests: int) -> tuple[list[int], int, list[i
     assert partition is not None
     client = PeerClient("127.0.0.1", listener.port, "producer", int(WAIT_S * 1000))
     try:
+        yield partition, client
+    finally:
+        await client.close()
+        await listener.close()
+        replicas.close()
+
+
+async def scenario(tmp_path: Any, requests: int) -> tuple[list[int], int, list[int]]:
+    """`requests` acks=all Produce requests of two records each, sent at once on one connection.
+    Returns the offset each acks=all wait was for (in the order they began), how many requests
+    had begun to wait while none was answered, and the base offsets answered (in answer order)."""
+    replication = HeldReplication()
+    async with leader_of_orders(tmp_path, replication) as (partition, client):
         sent = [asyncio.ensure_future(client.request(PRODUCE, VERSION, produce_body(2 * n))) for n in range(requests)]
         started = min(requests, PIPELINE_DEPTH)
         await replication.until_waits(started)
@@ -95,10 +109,6 @@ async def scenario(tmp_path: Any, requests: int) -> tuple[list[int], int, list[i
         bases = [a.responses[0].partition_responses[0].base_offset for a in answers]
         assert all(a.responses[0].partition_responses[0].error_code == ErrorCode.NONE for a in answers)
         return ends_at_waits, waiting, bases
-    finally:
-        await client.close()
-        await listener.close()
-        replicas.close()
 
 
 def test_acks_all_requests_behind_a_waiting_one_are_appended_in_order_and_answered_in_order(tmp_path):
@@ -124,7 +134,7 @@ class UnderMinIsrOnce(HeldReplication):
     def __init__(self) -> None:
         super().__init__()
         self.refuse_next = False
-        self.refused = asyncio.Event()
+        self.refused = threading.Event()  # set on the broker's loop, waited for on any thread
 
     def check_append(self, partition: Partition, acks: int) -> int:
         if self.refuse_next:
@@ -160,27 +170,17 @@ async def refused_behind_a_waiting_request(tmp_path: Any) -> list[tuple[int, int
     """An idempotent producer's three acks=all requests on one connection: the first waits for its
     followers; the ISR is under min.insync.replicas when the second comes and full again for the
     third. Returns each answer's (error code, base offset)."""
-    dispatcher = Dispatcher()
-    replicas = ReplicaManager(1, [tmp_path])
     replication = UnderMinIsrOnce()
-    register_produce(dispatcher, replicas, replication=replication)  # type: ignore[arg-type]
-    listener = KafkaListener(dispatcher)
-    await listener.start()
-    replicas.apply_image(single_node_image(1, "127.0.0.1", listener.port, {"orders": 1}))
-    client = PeerClient("127.0.0.1", listener.port, "producer", int(WAIT_S * 1000))
-    try:
+    async with leader_of_orders(tmp_path, replication) as (_, client):
         sent = [asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(0)))]
         await replication.until_waits(1)
         replication.refuse_next = True
         sent += [asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(seq))) for seq in (2, 4)]
-        await asyncio.wait_for(replication.refused.wait(), WAIT_S)  # the second was looked at, the first waits
+        # the second was looked at while the first waits
+        assert await asyncio.to_thread(replication.refused.wait, WAIT_S), "the second request never looked at"
         answers = await answer_every_wait(replication, sent)
         return [(a.responses[0].partition_responses[0].error_code, a.responses[0].partition_responses[0].base_offset)
                 for a in answers]
-    finally:
-        await client.close()
-        await listener.close()
-        replicas.close()
 
 
 def test_a_refusal_behind_a_waiting_request_is_decided_once_it_is_answered(tmp_path):
