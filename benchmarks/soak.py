@@ -123,6 +123,8 @@ class Soak:
         self.children: list[Child] = []
         self.producers: dict[str, Child] = {}
         self.consumers: dict[str, list[Child]] = {}
+        self.copies: dict[bytes, list[checks.Copy]] = {}
+        """Where each record found twice lies in the segment files, and under which producer epochs."""
         self.replicator: Child | None = None
         self.samples: dict[str, list[dict[int, int]]] = {g: [] for g in (*GROUPS.values(), MIRROR_GROUP)}
         self.sample_failures: dict[str, tuple[int, str]] = {}
@@ -313,6 +315,8 @@ class Soak:
         replica_dirs = {p: {b: self.source.specs[b].directory / "data" / f"{TOPIC}-{p}" for b in BROKERS}
                         for p in range(PARTITIONS)}
         replicas = checks.compare_replicas(replica_dirs, ends)
+        self.copies = checks.copies_of(set(records.duplicated_values),
+                                       {p: dirs[min(dirs)] for p, dirs in replica_dirs.items()}, ends)
         crashes = checks.unexpected_errors({n: s.log_path for c in (self.source, self.target)
                                             for n, s in c.specs.items()})
         return self.report(acked, records, groups, mirror, replicas, crashes)
@@ -323,6 +327,10 @@ class Soak:
         if all(sample[p] >= ends[p] for p in range(PARTITIONS)):
             return True
         raise NotHealed(f"group {group} has committed {[sample[p] for p in range(PARTITIONS)]}")
+
+    def bumped(self) -> list[bytes]:
+        """The duplicated values whose copies differ in producer epoch (`checks.written_again_under_a_new_epoch`)."""
+        return [value for value, copies in self.copies.items() if checks.written_again_under_a_new_epoch(copies)]
 
     def _compacted_segments(self) -> int:
         return sum(_segments_compacted(self.source.specs[b].log_path) for b in BROKERS)
@@ -340,7 +348,7 @@ class Soak:
             ("deliveries failed (not acknowledged)", f"{acked.failed:,}"),
             ("records checked at their offset", f"{records.checked:,}"),
             ("lost", str(records.lost)), ("at another offset", str(records.moved)),
-            ("duplicated", str(records.duplicated)),
+            ("duplicated", f"{records.duplicated} ({len(self.bumped())} written again under a bumped producer epoch)"),
         ]
         for client, group in groups.items():
             rewinds = checks.committed_rewinds(self.samples[GROUPS[client]])
@@ -365,6 +373,9 @@ class Soak:
         for key, value in rows:
             print(f"  {key.ljust(width)}  {value}")
         problems = records.examples + [e for g in groups.values() for e in g.examples] + replicas.mismatches
+        problems += [f"{value.decode()}: {', '.join(map(str, copies))}" + (
+            ": written again under a bumped producer epoch (librdkafka#4953)"
+            if checks.written_again_under_a_new_epoch(copies) else "") for value, copies in self.copies.items()]
         problems += self.faults.findings + crashes
         problems += [f"group {group}: the last failed committed-offset sample: {last}"
                      for group, (_, last) in self.sample_failures.items()]

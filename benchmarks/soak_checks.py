@@ -100,6 +100,7 @@ class RecordCheck:
     """Acknowledged records present, but at another offset than the one acknowledged."""
     duplicated: int = 0
     """Values present more than once (acknowledged or not)."""
+    duplicated_values: list[bytes] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
 
 
@@ -115,6 +116,7 @@ def check_acked(acked: Acked, partitions: dict[int, list[tuple[int, bytes, dict[
             seen[value] += 1
     twice = [value for value, count in seen.items() if count > 1]
     check.duplicated = len(twice)
+    check.duplicated_values = twice
     check.examples += [f"{value.decode()} is in the topic {seen[value]} times" for value in twice[:5]]
     for value, (partition, offset) in acked.records.items():
         check.checked += 1
@@ -129,6 +131,43 @@ def check_acked(acked: Acked, partitions: dict[int, list[tuple[int, bytes, dict[
         if len(check.examples) < 5:
             check.examples.append(problem)
     return check
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One copy of a record in a replica's segment files, with what its producer wrote it under."""
+
+    partition: int
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+    def __str__(self) -> str:
+        return (f"{self.partition}/{self.offset} (producer {self.producer_id} epoch {self.producer_epoch} "
+                f"sequence {self.sequence})")
+
+
+def copies_of(values: set[bytes], replica_dirs: dict[int, Path], ends: list[int]) -> dict[bytes, list[Copy]]:
+    """Where each of `values` lies below the high watermark in one replica of each partition
+    (partition -> its directory), read after the cluster stopped."""
+    found: dict[bytes, list[Copy]] = defaultdict(list)
+    for partition, directory in sorted(replica_dirs.items()):
+        for _, raw in replica_batches(directory, ends[partition]):
+            (batch,) = iter_batches(raw)
+            for index, record in enumerate(batch):
+                if record.value in values:
+                    found[record.value].append(Copy(partition, record.offset, batch.producer_id,
+                                                    batch.producer_epoch, batch.base_sequence + index))
+    return found
+
+
+def written_again_under_a_new_epoch(copies: list[Copy]) -> bool:
+    """Copies that one idempotent producer wrote under different epochs: the client bumped its epoch
+    and sent a retry that had been written already (librdkafka#4953), which no broker can take for a
+    duplicate, as sequences count per epoch. The confluent producer's .err names the refusal it followed."""
+    return (len(copies) > 1 and len({c.producer_id for c in copies}) == 1 and copies[0].producer_id >= 0
+            and len({c.producer_epoch for c in copies}) > 1)
 
 
 @dataclass

@@ -83,3 +83,20 @@ def test_tracebacks_in_node_logs_are_listed(tmp_path: Path) -> None:
                    "'seek'\nINFO after\n")
     (found,) = checks.unexpected_errors({101: log, 102: tmp_path / "missing.log"})
     assert found.startswith("node 101: ERROR closing connection") and "AttributeError" in found
+
+
+def test_a_record_written_again_under_a_bumped_producer_epoch_is_named_so(tmp_path: Path) -> None:
+    def batch(offset: int, value: bytes, producer_id: int, epoch: int, sequence: int) -> bytes:
+        return build_batch([Record(offset=offset, timestamp=1000, value=value)], base_offset=offset,
+                           producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+
+    directory = tmp_path / "soak-1"
+    directory.mkdir()
+    (directory / "00000000000000000000.log").write_bytes(
+        batch(0, b"c-418", 7, 0, 139) + batch(1, b"c-419", 7, 0, 140) + batch(2, b"k-5", 8, 0, 5)
+        + batch(3, b"k-5", 8, 0, 9) + batch(4, b"c-418", 7, 1, 0) + batch(5, b"c-420", 7, 1, 1))
+    copies = checks.copies_of({b"c-418", b"k-5"}, {1: directory}, [0, 5])
+    assert [str(c) for c in copies[b"c-418"]] == ["1/0 (producer 7 epoch 0 sequence 139)",
+                                                  "1/4 (producer 7 epoch 1 sequence 0)"]
+    assert checks.written_again_under_a_new_epoch(copies[b"c-418"])
+    assert not checks.written_again_under_a_new_epoch(copies[b"k-5"])  # one epoch: not the bump's window
