@@ -115,9 +115,11 @@ class ProduceHandlers:
         by_id = version >= 13
         place = pipeline_place()
         async with place.turn:  # decided in request order, as Kafka's muted connection decides them
-            if place.earlier_pending and self._refused_before_append(body, by_id):
-                # Decided now, a refusal may not be Kafka's: see quorum.net.pipeline_place.
-                await place.earlier_answered()
+            # Decided now, a refusal may not be Kafka's (quorum.net.pipeline_place): decided after the
+            # earlier ones, or not at all when the connection ends first (Kafka never read this one).
+            if (place.earlier_pending and self._refused_before_append(body, by_id)
+                    and not await place.earlier_answered()):
+                return None
             answers, waits, leaders, appended = self._decide(body, version)
         image = self.replicas.image
         now = self.clock_ms()

@@ -29,15 +29,25 @@ class PipelinePlace:
     """The handlers of the same API on this connection started before this one and unanswered then."""
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One per connection and API: held while a request is decided (FIFO, so in request order)."""
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the connection ended: a request still waiting to be decided is dropped, as Kafka
+    never reads the requests behind a muted connection that closes."""
 
     @property
     def earlier_pending(self) -> bool:
         return any(not answered.done() for answered in self.earlier)
 
-    async def earlier_answered(self) -> None:
-        """Until every earlier request is answered (however: an error counts as an answer)."""
-        if self.earlier:
-            await asyncio.wait(self.earlier)
+    async def earlier_answered(self) -> bool:
+        """Until every earlier request is answered (however: an error counts as an answer); False
+        when the connection ended first."""
+        ended = asyncio.ensure_future(self.closed.wait())
+        try:
+            while self.earlier_pending and not ended.done():
+                pending = [answered for answered in self.earlier if not answered.done()]
+                await asyncio.wait((*pending, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        return not self.closed.is_set()
 
 
 _CURRENT: ContextVar[PipelinePlace | None] = ContextVar("quorum_pipeline_place", default=None)

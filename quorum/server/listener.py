@@ -113,6 +113,7 @@ class KafkaListener:
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
         unanswered: dict[int, list[asyncio.Future[Reply | None]]] = {}  # per pipelined API
         turns: dict[int, asyncio.Lock] = {}  # per pipelined API: see quorum.net.pipeline_place
+        closed = asyncio.Event()
         try:
             while not self._closing:
                 request = decode_request(await reader.next_frame(), self._dispatcher.served)
@@ -141,13 +142,14 @@ class KafkaListener:
                 turn = turns.get(request.api.key)
                 if turn is None:
                     turn = turns[request.api.key] = asyncio.Lock()
-                set_pipeline_place(PipelinePlace(tuple(running), turn))  # the handler's task keeps a copy
+                set_pipeline_place(PipelinePlace(tuple(running), turn, closed))  # the handler's task keeps a copy
                 handled = asyncio.ensure_future(self._dispatcher.dispatch(request))
                 running.append(handled)
                 await started.put((request, handled))
                 if answering.done():
                     answering.result()  # a handler failed: raise its error here, which closes the connection
         finally:
+            closed.set()
             if answering is not None:
                 answering.cancel()
                 with suppress(asyncio.CancelledError):
