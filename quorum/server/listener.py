@@ -57,6 +57,11 @@ class KafkaListener:
         self.closed_for_bad_input = 0
 
     @property
+    def open_connections(self) -> int:
+        """Connections being served now (accepted, not yet ended)."""
+        return len(self._connections)
+
+    @property
     def port(self) -> int:
         """The bound port (useful when asked for port 0)."""
         assert self._server is not None, "listener not started"

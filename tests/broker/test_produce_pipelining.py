@@ -68,7 +68,8 @@ def produce_body(first: int) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def leader_of_orders(tmp_path: Any, replication: HeldReplication) -> AsyncIterator[tuple[Partition, PeerClient]]:
+async def leader_of_orders(tmp_path: Any, replication: HeldReplication
+                           ) -> AsyncIterator[tuple[Partition, PeerClient, KafkaListener]]:
     """A listener serving Produce for `orders-0`, led here, with `replication`; a client connected to it."""
     dispatcher = Dispatcher()
     replicas = ReplicaManager(1, [tmp_path])
@@ -80,7 +81,7 @@ async def leader_of_orders(tmp_path: Any, replication: HeldReplication) -> Async
     assert partition is not None
     client = PeerClient("127.0.0.1", listener.port, "producer", int(WAIT_S * 1000))
     try:
-        yield partition, client
+        yield partition, client, listener
     finally:
         await client.close()
         await listener.close()
@@ -92,7 +93,7 @@ async def scenario(tmp_path: Any, requests: int) -> tuple[list[int], int, list[i
     Returns the offset each acks=all wait was for (in the order they began), how many requests
     had begun to wait while none was answered, and the base offsets answered (in answer order)."""
     replication = HeldReplication()
-    async with leader_of_orders(tmp_path, replication) as (partition, client):
+    async with leader_of_orders(tmp_path, replication) as (partition, client, _):
         sent = [asyncio.ensure_future(client.request(PRODUCE, VERSION, produce_body(2 * n))) for n in range(requests)]
         started = min(requests, PIPELINE_DEPTH)
         await replication.until_waits(started)
@@ -171,7 +172,7 @@ async def refused_behind_a_waiting_request(tmp_path: Any) -> list[tuple[int, int
     followers; the ISR is under min.insync.replicas when the second comes and full again for the
     third. Returns each answer's (error code, base offset)."""
     replication = UnderMinIsrOnce()
-    async with leader_of_orders(tmp_path, replication) as (_, client):
+    async with leader_of_orders(tmp_path, replication) as (_, client, _):
         sent = [asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(0)))]
         await replication.until_waits(1)
         replication.refuse_next = True
@@ -190,3 +191,32 @@ def test_a_refusal_behind_a_waiting_request_is_decided_once_it_is_answered(tmp_p
     # epoch bump that writes again records already written (issue 38).
     answers = asyncio.run(refused_behind_a_waiting_request(tmp_path))
     assert answers == [(ErrorCode.NONE, 0), (ErrorCode.NONE, 2), (ErrorCode.NONE, 4)]
+
+
+async def deferred_then_closed(tmp_path: Any) -> int:
+    """A request refused early behind a waiting one, then the client goes away before the first is
+    answered. Returns the log end offset once the first is answered."""
+    replication = UnderMinIsrOnce()
+    async with leader_of_orders(tmp_path, replication) as (partition, client, listener):
+        first = asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(0)))
+        await replication.until_waits(1)
+        replication.refuse_next = True
+        second = asyncio.ensure_future(client.request(PRODUCE, VERSION, idempotent_body(2)))
+        assert await asyncio.to_thread(replication.refused.wait, WAIT_S), "the second request never looked at"
+        await client.close()
+        await asyncio.gather(first, second, return_exceptions=True)
+        for _ in range(int(WAIT_S / 0.01)):  # until the listener has seen the connection end
+            if listener.open_connections == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert listener.open_connections == 0
+        answer = replication.waits[0][1]
+        if not answer.done():  # the connection's end may have cancelled the first one's wait
+            answer.set_result(ErrorCode.NONE)
+        await asyncio.sleep(0.1)  # a chance for the second to be decided, which it must not take
+        return partition.log_end_offset
+
+
+def test_a_request_waiting_to_be_decided_is_dropped_when_its_connection_ends(tmp_path):
+    # Kafka never reads a request behind a muted connection that closed: only the first is written.
+    assert asyncio.run(deferred_then_closed(tmp_path)) == 2
