@@ -200,7 +200,10 @@ def test_acknowledged_records_survive_wiped_brokers_and_a_killed_leader_under_ac
     create(AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET}),
            NewTopic(topic, count, 3, config=TIERED))
     wait_until(f"full ISRs of {topic}", lambda: full_isrs(cluster, topic, count))
-    producer = BackgroundProducer(cluster.bootstrap_servers, topic)
+    # about 100 messages/s of 200 bytes: every fault still lands amid acks=all batches in flight, and the
+    # segments roll (and are tiered) as fast as with 2 ms pauses and bare values, for a quarter fewer
+    # CPU-s (paired runs: 56.5 -> 41.2 CPU-s for this test; 13,900 acknowledged records -> 3,700)
+    producer = BackgroundProducer(cluster.bootstrap_servers, topic, pause_s=0.01, padding=200)
     producer.start()
     rng = random.Random(1023)
     wiped: list[int] = []

@@ -36,10 +36,16 @@ SETTINGS = {"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "300
 
 
 class BackgroundProducer:
-    """acks=all, idempotent, keyed messages until stopped; remembers what was acknowledged."""
+    """acks=all, idempotent, keyed messages until stopped; remembers what was acknowledged.
 
-    def __init__(self, bootstrap: str, topic: str = TOPIC) -> None:
+    A message at most every `pause_s` (the wait for delivery reports between two): the traffic each
+    fault lands in, at a pace the cluster's CPU can afford beside the suite; `padding` zero bytes
+    after each value keep the bytes flowing (segments rolling) at a slower pace."""
+
+    def __init__(self, bootstrap: str, topic: str = TOPIC, pause_s: float = 0.002, padding: int = 0) -> None:
         self.topic = topic
+        self._pause_s = pause_s
+        self._padding = bytes(padding)
         self.acked: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
         self.failed: list[str] = []
         self._stop = threading.Event()
@@ -57,12 +63,12 @@ class BackgroundProducer:
         sent = 0
         while not self._stop.is_set():
             try:
-                self._producer.produce(self.topic, f"m-{sent}".encode(), key=str(sent % 11).encode(),
+                self._producer.produce(self.topic, f"m-{sent}".encode() + self._padding, key=str(sent % 11).encode(),
                                        on_delivery=self._delivered)
                 sent += 1
             except BufferError:
                 pass
-            self._producer.poll(0.002)
+            self._producer.poll(self._pause_s)
 
     def start(self) -> None:
         self._thread.start()
