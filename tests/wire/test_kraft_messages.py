@@ -223,7 +223,8 @@ def test_broker_registration_request_v4_golden_bytes() -> None:
 
 
 def test_kafka_python_is_not_disturbed() -> None:
-    """Importing the wire modules leaves kafka-python's response registry and client classes as they were."""
+    """Importing the wire modules and building every API's classes leaves kafka-python's response registry and
+    client classes as they were."""
     script = """
 import json
 from kafka.protocol.api_header import ResponseClassRegistry
@@ -233,6 +234,8 @@ def snapshot():
     return {str(k): f"{v.__module__}.{v.__name__}" for k, v in ResponseClassRegistry._response_class_registry.items()}
 before = snapshot()
 import quorum.wire.kraft_messages, quorum.wire.metadata_records, quorum.wire.control_records, quorum.wire.protocol
+from quorum.wire.protocol import APIS
+[api.response for api in APIS.values()]  # the API table builds its classes on first use: all of them now
 after = snapshot()
 response = MetadataResponse(version=12, throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=1, topics=[])
 decoded = ResponseClassRegistry._response_class_registry[3].decode(response.encode(), version=12)
@@ -243,8 +246,30 @@ print(json.dumps({"before": before, "after": after, "same": decoded == response,
     report = json.loads(result.stdout)
     changed = {key for key, name in report["before"].items() if report["after"].get(key) != name}
     assert not changed, f"kafka-python's response classes were replaced for API keys {changed}"
+    assert report["after"] == report["before"]  # none of the project's classes entered kafka-python's table
     assert report["before"]["3"].startswith("kafka.protocol.")
     assert report["same"] and report["cls"].startswith("kafka.protocol.")
+
+
+def test_building_the_api_table_never_puts_a_server_class_in_kafka_pythons_table_even_for_a_moment() -> None:
+    """The API table builds classes on first use, while a kafka-python client's threads may be reading
+    kafka-python's response table: no assignment of a project class may reach that table at all."""
+    script = """
+import json
+from kafka.protocol.api_header import ResponseClassRegistry
+class Watched(dict):
+    def __setitem__(self, key, value):
+        seen.append(f"{key}={value.__module__}")
+        super().__setitem__(key, value)
+seen = []
+ResponseClassRegistry._response_class_registry = Watched(ResponseClassRegistry._response_class_registry)
+import kafka.protocol.metadata.metadata
+from quorum.wire.protocol import APIS
+[api.response for api in APIS.values()]
+print(json.dumps(seen))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert [entry for entry in json.loads(result.stdout) if "quorum" in entry] == []
 
 
 @pytest.mark.parametrize("schema", [MetadataRequest, MetadataResponse, FindCoordinatorResponse],
