@@ -221,7 +221,6 @@ class TaskWriter:
         self.skipped = 0
         self.sent = 0
         self.scanned = 0
-        self.failed = 0
         self.failure: str | None = None
         self._prefix = origin.prefix
         self._scan = scan
@@ -279,7 +278,6 @@ class TaskWriter:
 
     def _failed(self, error: KafkaError, message: Any) -> None:
         """A record not acknowledged (delivery reports come only for those: `producer_config`)."""
-        self.failed += 1
         if self.failure is None:
             self.failure = (
                 f"{message.topic()}-{message.partition()}: the target did not acknowledge a record of "
