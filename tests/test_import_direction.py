@@ -46,3 +46,68 @@ def test_the_scan_sees_function_level_and_plain_imports(tmp_path):
     (tmp_path / "pkg" / "mod.py").write_text("import quorum.log\n\n\ndef f():\n    from quorum.security.sasl import "
                                              "SaslSession\n    from . import sibling\n", encoding="utf-8")
     assert imports("pkg", tmp_path) == [("pkg/mod.py", 1, "quorum.log"), ("pkg/mod.py", 5, "quorum.security.sasl")]
+
+
+def import_graph(packages: tuple[str, ...], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (TYPE_CHECKING and function-level ones included:
+    a circle hidden behind either still ties the modules' insides to each other)."""
+    modules = {path.relative_to(root).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+               for package in packages for path in (root / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {module: set() for module in modules}
+    for package in packages:
+        for path, _, imported in imports(package, root):
+            source = path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+            if imported in modules and imported != source:
+                graph[source].add(imported)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    if len(group) > 1:
+                        found.append(sorted(group))
+            elif target not in index:
+                index[target] = low[target] = len(index)
+                stack.append(target)
+                work.append((target, iter(sorted(graph[target]))))
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+    return found
+
+
+def test_the_broker_and_its_tier_import_in_no_circle():
+    """A module that imports another which imports it back cannot be read, tested or changed alone
+    (the partition, its read-path view and the remote tier once did)."""
+    found = circles(import_graph(("quorum", "tiered_follower")))
+    assert not found, "modules importing each other:\n" + "\n".join(" <-> ".join(group) for group in found)
+
+
+def test_the_circle_check_finds_one_behind_type_checking(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "pkg" / "a.py").write_text("import pkg.b\n", encoding="utf-8")
+    hidden = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import C\n"
+    (tmp_path / "pkg" / "b.py").write_text(hidden, encoding="utf-8")
+    (tmp_path / "pkg" / "c.py").write_text("from pkg.a import A\n", encoding="utf-8")
+    (tmp_path / "pkg" / "d.py").write_text("import pkg.a\n", encoding="utf-8")
+    assert circles(import_graph(("pkg",), tmp_path)) == [["pkg.a", "pkg.b", "pkg.c"]]

@@ -1,4 +1,4 @@
-"""The broker's remote tier: KIP-405's RemoteLogManager over S3 (`quorum.broker.remote_tier.RemoteTier`).
+"""The broker's remote tier: KIP-405's RemoteLogManager over S3 (`quorum.broker.remote_tier_plugin.RemoteTier`).
 
 The node's entry point composes it into the broker role when `remote.log.storage.system.enable`
 is true (`from_properties`). It:
@@ -44,14 +44,14 @@ from typing import TypeVar
 
 from prometheus_client.registry import Collector
 
+from quorum.broker.log_answers import TimestampOffset
 from quorum.broker.partition import Partition
-from quorum.broker.partition_view import TimestampOffset
+from quorum.broker.partition_view import ServedPartition
 from quorum.broker.producer_state import ProducerStateManager
 from quorum.broker.remote_tier import (
     IndexType,
     RemoteLogMetadataStore,
     RemoteLogState,
-    RemoteReadError,
     RemoteSegmentMetadata,
     RemoteSegmentState,
     RemoteStorage,
@@ -59,6 +59,7 @@ from quorum.broker.remote_tier import (
     SegmentUpload,
     TopicIdPartition,
 )
+from quorum.broker.remote_tier_plugin import RemoteReadError
 from quorum.log.epoch_cache import EpochEntry, encode_checkpoint
 from quorum.log.log import SegmentFiles
 from quorum.wire.producer_snapshot import decode_producer_snapshot, encode_producer_snapshot
@@ -256,13 +257,13 @@ class RemoteLogManager:
 
     # -- RemoteTier: reads --------------------------------------------------------------------------
 
-    async def read(self, partition: Partition, offset: int, max_bytes: int) -> BufferRecords:
+    async def read(self, partition: ServedPartition, offset: int, max_bytes: int) -> BufferRecords:
         """See RemoteTier.read; b"" when the fetch quota, the reader pool or `remote.fetch.max.wait.ms`
         answers the partition without records (`remote_reader`): an empty BufferRecords."""
         remote = partition.remote
         segment = None if remote is None else remote.segment_for(offset) or remote.segment_after(offset)
         if segment is None or remote is None:
-            raise RemoteReadError(f"{partition.name}: no remote segment holds offset {offset}")
+            raise RemoteReadError(f"{partition.topic}-{partition.partition}: no remote segment holds offset {offset}")
         self.metrics.mark("RemoteFetchRequestsPerSec", partition.topic)
         following: list[RemoteSegmentMetadata] = []  # those the fetch-ahead may reach into
         reach, after = self.reader.chunks.config.prefetch_max_size, segment
@@ -277,7 +278,7 @@ class RemoteLogManager:
         self.metrics.mark("RemoteFetchBytesPerSec", partition.topic, len(data))
         return data
 
-    async def offset_for_timestamp(self, partition: Partition, timestamp: int) -> TimestampOffset | None:
+    async def offset_for_timestamp(self, partition: ServedPartition, timestamp: int) -> TimestampOffset | None:
         remote = partition.remote
         if remote is None:
             return None

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-from quorum.broker.partition_view import TimestampOffset
+from quorum.broker.log_answers import TimestampOffset
 from quorum.broker.remote_tier import IndexType, RemoteSegmentMetadata, RemoteStorage, RemoteStorageError
 from quorum.log.index import IndexCorrupt, decode_entries
 from quorum.log.time_index import decode_time_entries

@@ -57,14 +57,9 @@ from quorum.broker.fetch_sessions import (
     PartitionOutcome,
 )
 from quorum.broker.list_offsets import ListOffsetsHandler
-from quorum.broker.partition_view import (
-    AppendNotifier,
-    EpochEndOffset,
-    OffsetOutOfRange,
-    PartitionLookup,
-    ServedPartition,
-)
-from quorum.broker.remote_tier import RemoteReadError, RemoteTier
+from quorum.broker.log_answers import EpochEndOffset, OffsetOutOfRange
+from quorum.broker.partition_view import AppendNotifier, PartitionLookup, ServedPartition
+from quorum.broker.remote_tier_plugin import RemoteReadError, RemoteTier
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.security.acl import AclOperation
@@ -299,7 +294,7 @@ class FetchHandler:
                 error = ErrorCode.KAFKA_STORAGE_ERROR
             elif first or max_bytes > 0:
                 try:
-                    records = await self._remote.read(partition, read.fetch_offset, max_bytes)  # type: ignore[arg-type]
+                    records = await self._remote.read(partition, read.fetch_offset, max_bytes)
                 except RemoteReadError as exc:
                     log.warning("%s-%d: remote read at offset %d failed: %s", partition.topic, partition.partition,
                                 read.fetch_offset, exc)  # fmt: skip

@@ -43,8 +43,9 @@ from collections import Counter
 from typing import Any
 
 from quorum.broker.fetch_resolve import ImageProvider, leader_partition
-from quorum.broker.partition_view import OffsetOutOfRange, PartitionLookup, ServedPartition, TimestampOffset
-from quorum.broker.remote_tier import RemoteReadError, RemoteTier
+from quorum.broker.log_answers import OffsetOutOfRange, TimestampOffset
+from quorum.broker.partition_view import PartitionLookup, ServedPartition
+from quorum.broker.remote_tier_plugin import RemoteReadError, RemoteTier
 from quorum.net.dispatch import Reply
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
@@ -205,7 +206,7 @@ class ListOffsetsHandler:
         local_start = partition.local_log_start_offset
         if not any(s.max_timestamp_ms >= timestamp and s.start_offset < local_start for s in remote.finished):
             return None
-        found = await self._remote.offset_for_timestamp(partition, timestamp)  # type: ignore[arg-type]
+        found = await self._remote.offset_for_timestamp(partition, timestamp)
         if found is None or found.offset >= local_start:
             return None
         return found.timestamp, found.offset, epoch_at(partition, found.offset)

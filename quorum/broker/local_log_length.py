@@ -31,8 +31,8 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable
 
+from quorum.broker.log_answers import OffsetOutOfRange
 from quorum.broker.partition import Partition
-from quorum.broker.partition_view import OffsetOutOfRange
 from quorum.log.errors import LogError
 from quorum.wire.records import BATCH_HEADER_SIZE, RecordBatch, TimestampType
 

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from quorum.broker.log_answers import EpochEndOffset, OffsetOutOfRange, TimestampOffset
 from quorum.broker.log_config import LogConfig
-from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, TimestampOffset
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
 from quorum.broker.record_rules import record_errors
 from quorum.broker.remote_tier import RemoteLogState

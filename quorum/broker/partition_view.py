@@ -14,28 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from quorum.broker.log_answers import EpochEndOffset, TimestampOffset
 
 if TYPE_CHECKING:
     from quorum.broker.remote_tier import RemoteLogState
     from quorum.wire.spliced import FileRecords
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    """OffsetForLeaderEpoch's answer: the largest epoch <= the one asked for, and its end offset."""
-
-    leader_epoch: int
-    end_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class TimestampOffset:
-    """ListOffsets' answer for a timestamp: the first offset whose timestamp is >= it, and that timestamp."""
-
-    timestamp: int
-    offset: int
 
 
 class ServedPartition(Protocol):
@@ -99,10 +84,6 @@ class ServedPartition(Protocol):
     def max_timestamp(self) -> TimestampOffset | None:
         """KIP-734 (ListOffsets -3): the record with the largest timestamp and its offset; None when empty."""
         ...
-
-
-class OffsetOutOfRange(Exception):
-    """A read below the log start offset or above the log end offset (OFFSET_OUT_OF_RANGE)."""
 
 
 class PartitionLookup(Protocol):

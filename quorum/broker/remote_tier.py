@@ -14,27 +14,21 @@ node's entry point composes the two, so `quorum` does not import `tiered_followe
   feeds it (`load`, `apply`); the partition, Fetch and ListOffsets read it.
 * `RemoteStorage` (the segment's objects) and `RemoteLogMetadataStore` (the durable metadata)
   are blocking: the remote tier runs them on a thread pool, never on the event loop.
-* `RemoteTier` is the plug-in the broker role is composed with: it reads remote segments for
-  Fetch, answers timestamp lookups in remote time indexes, runs the leader's upload and
-  retention task, and deletes a deleted topic's remote data.
+* `remote_tier_plugin.RemoteTier` is the plug-in the broker role is composed with: it reads
+  remote segments for Fetch, answers timestamp lookups in remote time indexes, runs the leader's
+  upload and retention task, and deletes a deleted topic's remote data.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import enum
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from quorum.log.epoch_cache import EpochEntry
-from quorum.wire.spliced import BufferRecords
-
-if TYPE_CHECKING:
-    from quorum.broker.partition import Partition
-    from quorum.broker.partition_view import TimestampOffset
 
 
 class RemoteSegmentState(enum.IntEnum):
@@ -319,39 +313,3 @@ class RemoteLogMetadataStore(Protocol):
 
     def delete_partition(self, partition: TopicIdPartition) -> int:
         ...
-
-
-# ---------------------------------------------------------------------------------------------
-# The plug-in the broker role is composed with
-
-
-class RemoteReadError(Exception):
-    """A read from the remote tier failed; Fetch answers the partition with a retriable error."""
-
-
-class RemoteTier(Protocol):
-    """KIP-405's remote log manager as the broker sees it."""
-
-    def partition_opened(self, partition: Partition) -> None:
-        """A hosted partition was opened: attach its `RemoteLogState` when its topic is tiered."""
-        ...
-
-    def partition_deleted(self, partition: TopicIdPartition) -> None:
-        """The topic was deleted (or re-created): delete its remote data, off the event loop."""
-        ...
-
-    async def read(self, partition: Partition, offset: int, max_bytes: int) -> BufferRecords:
-        """Whole batches from the remote segment holding `offset` (the first whole however large),
-        as buffers in order that the Fetch answer sends without copying them; raises RemoteReadError."""
-        ...
-
-    async def offset_for_timestamp(self, partition: Partition, timestamp: int) -> TimestampOffset | None:
-        """The first offset in the remote segments whose timestamp is >= `timestamp`."""
-        ...
-
-    async def run(self, partitions: Callable[[], Iterable[Partition]], stop: asyncio.Event) -> None:
-        """The upload, cleanup and retention task over the hosted `partitions`, every
-        `remote.log.manager.task.interval.ms`, until `stop` is set."""
-        ...
-
-    async def close(self) -> None: ...

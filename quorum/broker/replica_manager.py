@@ -38,7 +38,8 @@ from quorum.broker.log_config import TOPIC_RESOURCE, LogConfig, LogConfigError, 
 from quorum.broker.partition import DELETE_SUFFIX, Partition, delete_partition_dir, partition_dir_name
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.producer_ids import InProcessBlocks, ProducerIdManager
-from quorum.broker.remote_tier import RemoteTier, TopicIdPartition
+from quorum.broker.remote_tier import TopicIdPartition
+from quorum.broker.remote_tier_plugin import RemoteTier
 from quorum.image.image import MetadataImage, PartitionInfo, TopicInfo
 from quorum.log.cleaner import CleanResult
 from quorum.log.errors import CorruptFileError, LogError

@@ -40,7 +40,7 @@ from quorum.broker.offsets_topic import GroupCoordination, group_config
 from quorum.broker.partition_view import AppendNotifier
 from quorum.broker.produce import register_produce
 from quorum.broker.producer_ids import ProducerIdManager
-from quorum.broker.remote_tier import RemoteTier
+from quorum.broker.remote_tier_plugin import RemoteTier
 from quorum.broker.replica_fetcher_manager import ReplicaFetcherManager
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.broker.replica_manager import ReplicaManager

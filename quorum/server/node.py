@@ -31,7 +31,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from quorum.broker.metadata import memo_difference
-from quorum.broker.remote_tier import RemoteTier
+from quorum.broker.remote_tier_plugin import RemoteTier
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
 from quorum.controller.snapshot_coordinator import OwnSnapshot
 from quorum.image.image import MetadataImage

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from quorum.broker.partition_view import EpochEndOffset, OffsetOutOfRange, TimestampOffset
+from quorum.broker.log_answers import EpochEndOffset, OffsetOutOfRange, TimestampOffset
 from quorum.wire.records import Record, RecordBatch, build_batch
 
 NOW_MS = 1_763_700_000_000

@@ -10,9 +10,9 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from quorum.broker.log_answers import OffsetOutOfRange
 from quorum.broker.log_config import LogConfig
 from quorum.broker.partition import AppendError, Partition
-from quorum.broker.partition_view import OffsetOutOfRange
 from quorum.log.epoch_cache import EpochEntry
 from quorum.wire.errors import ErrorCode
 from quorum.wire.producer_snapshot import CorruptProducerSnapshotError, encode_producer_snapshot
