@@ -11,9 +11,13 @@
   the broker's disk, from a `quorum start` broker of `LocalCluster` with tiered storage on, and
   beside raw boto3 GETs of the same `.log` objects (the broker's chunk size at a time from one
   GET of each object, as its fetch-ahead reads a run of chunks, as many at a time as it runs).
-  Goal: S3 at 0.8x the local disk or better. Beside each: how long the first records took, and
-  the CPU seconds the broker, the S3 server and the consumer used meanwhile (on a shared machine
-  a read's CPU decides its speed as much as a wait).
+  Goal: S3 at 0.8x the local disk or better. The two reads are made BENCH_TIERED_PAIRS times
+  (default 3), alternating which goes first, the broker restarted between pairs so that every S3
+  read is a cold one; the figure is the median of the pairs' ratios, each row the median read.
+  Beside each: how long the first records took, and the CPU seconds the broker (and of it, its
+  event loop: the rest is its reader and GET threads), the S3 server and the consumer used
+  meanwhile (on a shared machine a read's CPU decides its speed as much as a wait). A last row
+  reads the tiered topic again from the chunk cache: labelled, as it is not an S3 read.
 * a backfill under a fetch quota: the p99 of an acks=all producer (librdkafka's own delivery
   latency) alone, then while a consumer reads the tiered topic from offset 0 over and over; first
   without a quota, then with `remote.log.manager.fetch.max.bytes.per.second` at each of
@@ -568,6 +572,8 @@ def start_s3_process() -> EmbeddedS3:
 
 
 def main() -> None:
+    if PAIRS < 1:
+        raise SystemExit(f"BENCH_TIERED_PAIRS={PAIRS}: at least one pair of reads (tiered and local) is needed")
     if TOTAL_BYTES < 2 * SEGMENT_BYTES:
         raise SystemExit(
             f"BENCH_TIERED_MB={TOTAL_BYTES // MB} is less than two segments of "
