@@ -306,8 +306,12 @@ def consume_all(bootstrap: str, topic: str, group: str, count: int, broker_pid: 
 
     progress(f"consuming {topic} from offset 0")
     profiler = start_profiler(broker_pid, topic)  # before the consumer, which fetches once assigned
+    # fetch.queue.backoff.ms: librdkafka stops fetching while its queue holds queued.max.messages.kbytes
+    # (64 MiB) and by default looks again only 1000 ms later; whichever read outran this loop stalled
+    # a whole second (a trace of the broker's Fetches: 1.0 s without one, at ~100 MB of 128), which
+    # made single reads of the same code 0.4-1.9 s
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "fetch.max.bytes": 50 << 20})  # fmt: skip
+                         "fetch.max.bytes": 50 << 20, "fetch.queue.backoff.ms": 10})  # fmt: skip
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0
     first_ms: float | None = None
