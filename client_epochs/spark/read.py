@@ -137,9 +137,13 @@ def read_range(
     entry = rng.bootstrap_from or bootstrap
     position = rng.start
     key = cache_key(bootstrap, client, rng.partition, rng.topic_epoch)
-    consumer, messages = _reused(CONSUMERS.take(key, time.monotonic()), rng)
+    consumer, messages, reassigned = _reused(CONSUMERS.take(key, time.monotonic()), rng)
     if consumer is None:
         consumer = _open(entry, client, rng, position)
+    # Right after a re-assign librdkafka may still report where the previous assignment got to, until its
+    # fetcher has stopped: that position ends the range (past control records) only once it is this
+    # assignment's, said by a record delivered for it or a position of "none yet".
+    own_position = not reassigned
     done = False
     leftover: list[Any] = []
     try:
@@ -155,6 +159,7 @@ def read_range(
                 # the common case, checked for the whole list at C speed: no error, all inside the range
                 pending.extend(got)
                 position = got[-1].offset() + 1
+                own_position = True
                 last_progress = time.monotonic()
                 next_reopen = last_progress + stall_s
                 got = []
@@ -172,6 +177,7 @@ def read_range(
                     break
                 pending.append(message)
                 position = offset + 1
+                own_position = True
                 last_progress = time.monotonic()
                 next_reopen = last_progress + stall_s
             if len(pending) >= BATCH_ROWS:
@@ -180,7 +186,11 @@ def read_range(
                 yield batch
                 pending = []
             if not got:
-                position = max(position, _fetch_position(consumer, rng))  # past control records
+                fetched = _fetch_position(consumer, rng)
+                if fetched < 0:
+                    own_position = True
+                elif own_position:
+                    position = max(position, fetched)  # past control records
             now = time.monotonic()
             if position < rng.end and now - last_progress > timeout_s:
                 raise RangeReadError(
@@ -203,6 +213,7 @@ def read_range(
                 consumer.close()
                 entry = found or bootstrap
                 consumer = _open(entry, client, rng, position)
+                own_position = True
                 next_reopen = time.monotonic() + stall_s
         if pending:
             with _collector_paused():
@@ -219,18 +230,18 @@ def read_range(
             consumer.close()
 
 
-def _reused(idle: Idle | None, rng: Range) -> tuple[Consumer | None, list[Any]]:
-    """A cached consumer for `rng` and the records it already holds for it: when `rng` starts where its last
-    range ended, it reads on as it was (its prefetch and leftover records are `rng`'s first); otherwise it is
-    assigned `rng` afresh, at the plan's leader epoch."""
+def _reused(idle: Idle | None, rng: Range) -> tuple[Consumer | None, list[Any], bool]:
+    """A cached consumer for `rng`, the records it already holds for it, and whether it was re-assigned: when
+    `rng` starts where its last range ended, it reads on as it was (its prefetch and leftover records are
+    `rng`'s first); otherwise it is assigned `rng` afresh, at the plan's leader epoch."""
     if idle is None:
-        return None, []
+        return None, [], False
     if rng.start != EARLIEST and idle.next_offset == rng.start:
         idle.consumer.resume([_assignment(rng, rng.start)])
-        return idle.consumer, list(idle.leftover)
+        return idle.consumer, list(idle.leftover), False
     idle.consumer.assign([_assignment(rng, rng.start)])
     idle.consumer.resume([_assignment(rng, rng.start)])
-    return idle.consumer, []
+    return idle.consumer, [], True
 
 
 def _open(entry: str, client: Mapping[str, str], rng: Range, position: int) -> Consumer:

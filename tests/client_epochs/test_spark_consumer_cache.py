@@ -121,3 +121,46 @@ def test_the_cache_keeps_at_most_its_capacity_and_closes_idle_consumers() -> Non
     assert cache.take("b", now=10).consumer == "b" and cache.take("b", now=10) is None  # one task at a time
     cache.give_back("b", Idle("b", 5), now=10)
     assert cache.take("c", now=400) is None and closed == ["a", "c", "b"]  # idle past the timeout: closed
+
+
+class LaggingPositionConsumer(FakeConsumer):
+    """librdkafka after a re-assign: until its fetcher has stopped, position() still says where the previous
+    assignment got to, and the first consume after it returns nothing yet."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.stale: int | None = None
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.stale = self.next
+        super().assign(partitions)
+
+    def consume(self, count: int, timeout: float) -> list[confluent_kafka.Message]:
+        if self.stale is not None and not getattr(self, "_waited", False):
+            self._waited = True  # one empty call: the old fetcher is still stopping
+            return []
+        self.stale = None
+        self._waited = False
+        return super().consume(count, timeout)
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        partitions[0].offset = self.stale if self.stale is not None else self.next
+        return partitions
+
+
+def test_a_reassigned_consumer_reads_its_new_range_although_its_position_still_says_the_old_one(
+    opened, monkeypatch
+) -> None:
+    """A task retried on a worker whose cached consumer read past its start: librdkafka's position right
+    after the re-assign is the old range's end, which must not end the new range unread."""
+    made: list[FakeConsumer] = opened
+
+    def lagging_open(entry: str, client: Any, rng: Range, position: int) -> FakeConsumer:
+        made.append(LaggingPositionConsumer(position))
+        return made[-1]
+
+    monkeypatch.setattr(read, "_open", lagging_open)
+    assert offsets(0, 45) == list(range(45))
+    assert offsets(10, 20) == list(range(10, 20))  # before: [] (position 45 taken as the range's end)
+    assert offsets(0, 30) == list(range(30))  # and again, from an earlier start
+    assert len(made) == 1 and made[0].assigned == [0, 10, 0]
