@@ -140,8 +140,12 @@ class KafkaPythonSide(_Side):
                 "metadata_max_age_ms": 1000}
 
     def raw(self, group: str) -> kafka.KafkaConsumer:
+        """metadata_max_age_ms 1 s, as the wrappers' (`config`): a kafka-python group leader whose metadata
+        lacks the subscribed topic when it assigns ('No partition metadata for topic', seen under load) may
+        assign nothing until its next refresh, 5 minutes by default (tests/test_client_compat.py says the same)."""
         return kafka.KafkaConsumer(bootstrap_servers=self.address, group_id=group, enable_auto_commit=False,
-                                   auto_offset_reset="earliest", allow_auto_create_topics=False)
+                                   auto_offset_reset="earliest", allow_auto_create_topics=False,
+                                   metadata_max_age_ms=1000)
 
     def assign(self, consumer: kafka.KafkaConsumer, topic: str) -> None:
         consumer.assign([kafka.TopicPartition(topic, 0)])
