@@ -102,12 +102,11 @@ MAX_PORT_MOVES = 3
 
 
 def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
-    import socket
+    """A port free on 127.0.0.1 now, for a node that binds it later: outside the kernel's ephemeral
+    range, so that no other socket's port-0 bind takes it meanwhile (`quorum.net.planned_ports`)."""
+    from quorum.net.planned_ports import planned_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return planned_port()
 
 
 @dataclass

@@ -8,10 +8,11 @@ the `test` extra; the error says so when it is missing.
 from __future__ import annotations
 
 import logging
-import socket
 from dataclasses import dataclass
 
 import boto3
+
+from quorum.net.planned_ports import planned_port
 
 ACCESS_KEY = "quorum-local"
 SECRET_KEY = "quorum-local-secret"
@@ -74,10 +75,6 @@ def s3_properties(endpoint_url: str, bucket: str, key_prefix: str = "",
     return properties
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_embedded_s3(port: int = 0) -> EmbeddedS3:
@@ -88,7 +85,7 @@ def start_embedded_s3(port: int = 0) -> EmbeddedS3:
         raise RuntimeError("the embedded S3 needs moto's server: pip install 'moto[server]==5.2.5' "
                            "(it is in this project's `test` extra)") from exc
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port or _free_port(), verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port or planned_port(), verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
     return EmbeddedS3(f"http://{host}:{bound}", server)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pyspark
 
 from client_epochs.spark.python_exec import python_executable
 from client_epochs.spark.source import SHORT_LIVED_JVM
+from quorum.net.planned_ports import planned_port as free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
@@ -28,10 +28,6 @@ minute or two and move little data, so the C1 compiler only (a faster start, no 
 one GC thread, on two cores shared by five JVMs, Kafka and the test."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Standalone:
