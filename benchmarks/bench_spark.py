@@ -3,7 +3,9 @@
 Run: `./run bench` (all benchmarks) or `.venv/bin/python -m benchmarks.bench_spark`.
 BENCH_SPARK_RECORDS sets the records of the topic (default 1,000,000 of 100 bytes, 2 partitions, on a
 cluster of 1 controller and 1 broker started here); BENCH_SPARK_DIR where the cluster's files and
-the Parquet table go (a temporary directory by default, removed at the end).
+the Parquet table go (a temporary directory by default, removed at the end). BENCH_SPARK_ONLY=sink
+runs the sink's table only (the raw producer and `df.write`, no source topic, source queries or
+pipeline): the quick way to measure a change of the sink.
 
 Each reader reads the whole topic once, in this order: a raw `confluent_kafka.Consumer` (assign
 both partitions from offset 0, consume(10,000) until every record arrived, each value touched);
@@ -46,6 +48,8 @@ from benchmarks import spark_sink_rates
 from benchmarks.table import print_table, progress
 
 RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "1000000"))
+ONLY = os.environ.get("BENCH_SPARK_ONLY", "")
+""""sink": the sink's table only; empty: every table."""
 WARM_RECORDS = min(200_000, RECORDS // 5)
 """Records the warm-up query reads (the topic's last ones): enough for the JVM's JIT to compile the read path."""
 PARTITIONS = 2
@@ -132,8 +136,8 @@ def query_rate(spark, address: str, sink: str, base: Path, records: int = RECORD
 
 
 def print_sink_tables(rates: dict[str, float]) -> None:
-    """The sink beside the raw producer, the pipeline beside the replicator and the raw loop."""
-    producer, loop = rates["raw producer"], rates["raw loop"]
+    """The sink beside the raw producer, the pipeline beside the replicator and the raw loop (when measured)."""
+    producer = rates["raw producer"]
     print_table(f"kafka_epochs sink write throughput ({RECORDS:,} rows, {PARTITIONS} partitions, local[2])",
                 ["writer", "rows/s start-to-end", "x raw producer", "goal"],
                 [["confluent-kafka Producer (raw, acks=all, idempotent)", producer, "1.00", ""],
@@ -141,6 +145,9 @@ def print_sink_tables(rates: dict[str, float]) -> None:
                   f">= {SINK_GOAL}x raw producer"]], left=(0,))
     verdict = "met" if rates["sink"] / producer >= SINK_GOAL else "NOT met"
     print(f"sink: {rates['sink'] / producer:.2f}x the raw producer; goal {SINK_GOAL}x {verdict}")
+    if "raw loop" not in rates:
+        return
+    loop = rates["raw loop"]
     print_table(f"Kafka-to-Kafka copy of {RECORDS:,} records ({PARTITIONS} partitions, to a second cluster)",
                 ["copier", "rows/s start-to-end", "x raw loop", "goal"],
                 [["consume-produce loop (raw confluent-kafka)", loop, "1.00", ""],
@@ -148,6 +155,19 @@ def print_sink_tables(rates: dict[str, float]) -> None:
                  ["kafka_epochs -> kafka_epochs (Spark, AvailableNow)", rates["pipeline"],
                   f"{rates['pipeline'] / loop:.2f}", f"none set; {rates['pipeline'] / rates['replicator']:.2f}x "
                   "the replicator"]], left=(0,))
+
+
+def sink_only(address: str) -> None:
+    """BENCH_SPARK_ONLY=sink: the raw producer and the sink, nothing of the source."""
+    from client_epochs.spark import local_session
+
+    progress("starting Spark (local[2])")
+    spark = local_session("bench-spark")
+    try:
+        rates = spark_sink_rates.measure_sink(spark, address, RECORDS, VALUE_BYTES, PARTITIONS)
+    finally:
+        spark.stop()
+    print_sink_tables(rates)
 
 
 def main() -> None:
@@ -163,6 +183,12 @@ def main() -> None:
         cluster.write_configs()
         cluster.start()
         address = cluster.bootstrap_servers
+        if ONLY not in ("", "sink"):
+            raise SystemExit(f"BENCH_SPARK_ONLY={ONLY!r}: the only part that runs alone is 'sink'")
+        if ONLY == "sink":
+            sink_only(address)
+            ok = True
+            return
         fill(address)
         progress("starting Spark (local[2])")
         from client_epochs.spark import local_session

@@ -225,6 +225,15 @@ def raw_loop_rate(address: str, to: str, source: str, target: str, records: int,
         consumer.close()
 
 
+def measure_sink(spark: Any, address: str, records: int, value_bytes: int, partitions: int) -> dict[str, float]:
+    """The sink's table: the raw producer, then the sink, on the same cluster in the same run."""
+    progress("sink: a raw confluent-kafka producer, then df.write.format('kafka_epochs')")
+    return {
+        "raw producer": raw_producer_rate(address, "bench-raw-producer", records, value_bytes, partitions),
+        "sink": sink_rate(spark, address, "bench-sink", records, value_bytes, partitions),
+    }
+
+
 def measure(
     spark: Any, address: str, source: str, records: int, value_bytes: int, partitions: int, base: str
 ) -> dict[str, float]:
@@ -232,11 +241,7 @@ def measure(
     to a second one-broker cluster started here (the replicator refuses to copy a cluster into itself)."""
     from quorum.launcher import LocalCluster
 
-    progress("sink: a raw confluent-kafka producer, then df.write.format('kafka_epochs')")
-    rates = {
-        "raw producer": raw_producer_rate(address, "bench-raw-producer", records, value_bytes, partitions),
-        "sink": sink_rate(spark, address, "bench-sink", records, value_bytes, partitions),
-    }
+    rates = measure_sink(spark, address, records, value_bytes, partitions)
     progress(
         "pipeline: a target cluster (1 controller + 1 broker), then the raw loop, the replicator and the Spark pipeline"
     )
