@@ -28,8 +28,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
+from operator import length_hint
 from typing import Any
 
 import pyarrow as pa
@@ -39,7 +42,15 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from client_epochs.metadata_client import MetadataClient, MetadataUnavailableError
 from client_epochs.spark.sink_options import Columns, SinkOptionError, SinkOptions, check_columns, parse_sink_options
-from client_epochs.spark.stamps import ORIGIN_HEADER, ScannedRecord, TailScan, TaskOrigin, Written, stamped
+from client_epochs.spark.stamps import (
+    ORIGIN_HEADER,
+    Header,
+    ScannedRecord,
+    TailScan,
+    TaskOrigin,
+    Written,
+    stamped,
+)
 from quorum.wire.errors import ErrorCode
 from quorum.wire.sasl_client import ClientSecurity
 
@@ -187,6 +198,19 @@ def _summary(messages: list[WriterCommitMessage | None]) -> str:
     )
 
 
+def _headers(stamps: list[bytes], user: list[Any] | None) -> Iterator[list[Header]]:
+    """Each record's headers as `produce` takes them: `[(ORIGIN_HEADER, stamp)]` made one at a time by
+    `map`/`zip` in C (none live at once for the cyclic collector to walk), or the user's headers column
+    (Arrow's list of {"key", "value"}) with the stamp put in (`stamped`)."""
+    if user is None:
+        return map(list, zip(zip(repeat(ORIGIN_HEADER), stamps)))
+    return map(_with_user_headers, user, stamps)
+
+
+def _with_user_headers(user: list[dict[str, Any]] | None, stamp: bytes) -> list[Header]:
+    return stamped([(h["key"], h["value"]) for h in user], stamp) if user else [(ORIGIN_HEADER, stamp)]
+
+
 def write_task(
     options: SinkOptions,
     columns: Columns,
@@ -222,59 +246,90 @@ class TaskWriter:
         self.sent = 0
         self.scanned = 0
         self.failure: str | None = None
-        self._prefix = origin.prefix
         self._scan = scan
         self._scanned_topics: set[str] = set()
         self._written = Written(origin)
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Produce one input batch, each record stamped with its origin; records an earlier attempt of this
-        task already wrote (found by the tail scan) are skipped. What is the same for the whole batch (the
-        topic option, which columns exist, whether a scan found anything) is decided once, so that the
-        per-record loop is the produce call and its stamp."""
+        task already wrote (found by the tail scan) are skipped. The columns become Python lists and the
+        stamps are made once per batch, so that the only step per record is the produce call itself,
+        made from C (`_produce`)."""
         c = self.columns
         columns = batch.columns
         count = batch.num_rows
-        values = columns[c.value].to_pylist()
-        keys = columns[c.key].to_pylist() if c.key is not None else [None] * count
-        topics = [self.options.topic] * count if self.options.topic else columns[c.topic].to_pylist()
-        partitions = columns[c.partition].to_pylist() if c.partition is not None else None
-        headers = columns[c.headers].to_pylist() if c.headers is not None else None
-        for topic in dict.fromkeys(topics):  # each new topic's tail is read before its first record
-            if topic is None:
-                raise SinkWriteError(
-                    f"record {self.sequence + topics.index(None)} of task {self.origin.task} has a null topic "
-                    "and no topic option is set"
-                )
-            if topic not in self._scanned_topics:
+        first = self.sequence
+        topics = None if self.options.topic else columns[c.topic].to_pylist()
+        if topics is not None and None in topics:
+            raise SinkWriteError(
+                f"record {first + topics.index(None)} of task {self.origin.task} has a null topic "
+                "and no topic option is set"
+            )
+        for topic in dict.fromkeys(topics) if topics is not None else (self.options.topic,):
+            if topic not in self._scanned_topics:  # each new topic's tail is read before its first record
                 self._scanned_topics.add(topic)
                 if self._scan:
                     self._read_tail(topic)
-        produce, prefix, written = self.producer.produce, self._prefix, self._written
-        for first in range(0, count, POLL_EVERY):
-            for n in range(first, min(first + POLL_EVERY, count)):
-                sequence = self.sequence + n
-                key, value = keys[n], values[n]
-                if written.digests and written.check(sequence, key, value):
-                    self.skipped += 1
-                    continue
-                stamp = prefix + str(sequence).encode()
-                user = headers[n] if headers is not None else None
-                record_headers = (
-                    stamped([(h["key"], h["value"]) for h in user], stamp) if user else [(ORIGIN_HEADER, stamp)]
+        values = columns[c.value].to_pylist()
+        keys = columns[c.key].to_pylist() if c.key is not None else None
+        partitions = columns[c.partition].fill_null(-1).to_pylist() if c.partition is not None else None
+        user = columns[c.headers].to_pylist() if c.headers is not None else None
+        stamps = self.origin.stamps(first, count)
+        if self._written.digests:
+            check = self._written.check
+            keep = [n for n in range(count) if not check(first + n, None if keys is None else keys[n], values[n])]
+            if len(keep) < count:
+                self.skipped += count - len(keep)
+                values, stamps = [values[n] for n in keep], [stamps[n] for n in keep]
+                topics, keys, partitions, user = (
+                    None if column is None else [column[n] for n in keep] for column in (topics, keys, partitions, user)
                 )
-                partition = partitions[n] if partitions is not None and partitions[n] is not None else -1
-                while True:
-                    try:
-                        produce(topics[n], value, key, partition, headers=record_headers)
-                        break
-                    except BufferError:  # the queue is full: let the target take some
-                        self.producer.poll(0.1)
-                self.sent += 1
+        self._produce(topics, values, keys, partitions, user, stamps)
+        self.sequence += count
+
+    def _produce(
+        self,
+        topics: list[str] | None,
+        values: list[Any],
+        keys: list[Any] | None,
+        partitions: list[int] | None,
+        user: list[Any] | None,
+        stamps: list[bytes],
+    ) -> None:
+        """Every record through one `map` of `produce` a chunk at a time: no Python step per record, and
+        positional arguments (a keyword call builds a dict per record). A column that is None is the same
+        for every record (the topic option, no key: the partitioner's choice). When the producer's queue
+        is full, the record whose produce raised BufferError was not queued: the chunk goes on from it
+        after the target has taken some, and every iterator of the map has passed it, so its place is
+        read off the values' iterator."""
+        produce, count, n = self.producer.produce, len(values), 0
+        while n < count:
+            end = min(n + POLL_EVERY, count)
+            left = iter(values[n:end])
+            records = map(
+                produce,
+                repeat(self.options.topic) if topics is None else topics[n:end],
+                left,
+                repeat(None) if keys is None else keys[n:end],
+                repeat(-1) if partitions is None else partitions[n:end],
+                repeat(None),  # callback: the producer's on_delivery
+                repeat(None),  # on_delivery
+                repeat(0),  # timestamp: now
+                _headers(stamps[n:end], None if user is None else user[n:end]),
+            )
+            try:
+                deque(records, maxlen=0)
+            except BufferError:
+                queued = end - length_hint(left) - 1
+                self.sent += queued - n
+                n = queued
+                self.producer.poll(0.1)
+                continue
+            self.sent += end - n
+            n = end
             self.producer.poll(0)
             if self.failure is not None:
                 raise SinkWriteError(self.failure)
-        self.sequence += count
 
     def _failed(self, error: KafkaError, message: Any) -> None:
         """A record not acknowledged (delivery reports come only for those: `producer_config`)."""

@@ -1,18 +1,21 @@
-"""The Spark sink's exactly-once rule and its options without Spark or a broker: origin stamps, the tail
-scan's stopping rule, the re-run check, the options and the input columns."""
+"""The Spark sink's exactly-once rule and its options without Spark or a broker: origin stamps (binary, and
+the text form of records written before it), the tail scan's stopping rule, the re-run check, the task
+writer's produce calls, the options and the input columns."""
 
 from __future__ import annotations
 
 import time
 
+import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from client_epochs.model import ClusterMetadata, PartitionMetadata, TopicPartition
 from client_epochs.spark.sink_options import SinkOptionError, check_columns, parse_sink_options
 from client_epochs.spark.stamps import (
     ORIGIN_HEADER,
+    TEXT_ORIGIN_HEADER,
     NonDeterministicInputError,
     Origin,
     OriginError,
@@ -21,6 +24,7 @@ from client_epochs.spark.stamps import (
     TaskOrigin,
     digest,
     origin_of,
+    query_digest,
     stamped,
 )
 
@@ -28,9 +32,17 @@ TASK = TaskOrigin("q1", 5, 2)
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "out"}
 
 
-def record(partition: int, offset: int, stamp: str | None, value: bytes = b"v") -> ScannedRecord:
-    headers = [("user", b"x")] + ([(ORIGIN_HEADER, stamp.encode())] if stamp is not None else [])
-    return ScannedRecord(partition, offset, headers, None, value)
+def record(partition: int, offset: int, stamp: str | None, value: bytes = b"v", text: bool = False) -> ScannedRecord:
+    """A target record; `stamp` "<query>/<batch>/<task>/<sequence>" as the sink writes it (binary), or as
+    it wrote it before the binary stamp (`text`)."""
+    if stamp is None:
+        origin = []
+    elif text:
+        origin = [(TEXT_ORIGIN_HEADER, stamp.encode())]
+    else:
+        query, batch, task, sequence = stamp.split("/")
+        origin = [(ORIGIN_HEADER, TaskOrigin(query, int(batch), int(task)).stamp(int(sequence)))]
+    return ScannedRecord(partition, offset, [("user", b"x"), *origin], None, value)
 
 
 def run(scan: TailScan, logs: dict[int, list[ScannedRecord]]) -> list[dict[int, tuple[int, int]]]:
@@ -46,22 +58,52 @@ def run(scan: TailScan, logs: dict[int, list[ScannedRecord]]) -> list[dict[int, 
     return asked
 
 
-@given(
-    st.text(alphabet=st.characters(blacklist_characters="/", blacklist_categories=("Cs",)), min_size=1),
-    st.integers(0, 2**40),
-    st.integers(0, 2**31),
-    st.integers(0, 2**40),
+QUERIES = st.text(alphabet=st.characters(blacklist_characters="/", blacklist_categories=("Cs",)), min_size=1)
+
+
+@given(QUERIES, st.integers(0, 2**40), st.integers(0, 2**31), st.integers(0, 2**40))
+def test_origin_round_trip_in_both_forms(query: str, batch: int, task: int, sequence: int) -> None:
+    task_origin = TaskOrigin(query, batch, task)
+    origin = Origin(query_digest(query), batch, task, sequence)
+    assert task_origin.stamp(sequence) == origin.encode()
+    assert origin_of([(ORIGIN_HEADER, task_origin.stamp(sequence))]) == origin
+    # a record written before the binary stamp: the same origin, read from its text
+    assert origin_of([(TEXT_ORIGIN_HEADER, task_origin.text(sequence).encode())]) == origin
+
+
+@given(st.integers(0, 2**33), st.integers(0, 300))
+@example(2**32 - 2, 5)  # across the step from 4 to 8 bytes
+def test_a_batch_of_stamps_is_each_records_own_and_short(first: int, count: int) -> None:
+    task = TaskOrigin("9f0c3e1a-77d2-4b8e-a1a5-3c1d2e4f5a6b", 1234, 7)
+    stamps = task.stamps(first, count)
+    assert [origin_of([(ORIGIN_HEADER, s)]).sequence for s in stamps] == list(range(first, first + count))
+    assert all(s == task.stamp(first + n) for n, s in enumerate(stamps))
+    # 1 + 8 (query) + 2 (batch) + 1 (task) + 4 (sequence; 8 from 2**32): a text stamp here is 50 or more
+    assert {len(s) for s in stamps} <= {16, 20}
+    assert all(len(s) == 16 for n, s in enumerate(stamps) if first + n < 2**32)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b"\x02" + bytes(11),  # another format
+        b"\x01" + bytes(10),  # no sequence
+        b"\x01" + bytes(8) + b"\x80\x80\x80",  # the batch's varint never ends
+        b"\x01" + bytes(10) + bytes(9),  # a 9-byte sequence
+        None,
+        "text",
+    ],
 )
-def test_origin_round_trip(query: str, batch: int, task: int, sequence: int) -> None:
-    origin = Origin(query, batch, task, sequence)
-    assert Origin.parse(origin.encode()) == origin
-    assert TaskOrigin(query, batch, task).prefix + str(sequence).encode() == origin.encode()
+def test_a_malformed_binary_stamp_is_refused_quoting_it(value) -> None:
+    with pytest.raises(OriginError, match=f"{ORIGIN_HEADER} header .* (is not a format-1|ends inside|sequence is not)"):
+        origin_of([(ORIGIN_HEADER, value)])
 
 
 @pytest.mark.parametrize("value", [b"q/1/2", b"q/1/2/x", b"/1/2/3", b"q/-1/2/3", None, b"\xff/1/2/3"])
-def test_a_malformed_stamp_is_refused_quoting_it(value) -> None:
+def test_a_malformed_text_stamp_is_refused_quoting_it(value) -> None:
     with pytest.raises(OriginError, match="is not <query>/<batch>/<task>/<sequence>"):
-        origin_of([(ORIGIN_HEADER, value)])
+        origin_of([(TEXT_ORIGIN_HEADER, value)])
 
 
 def test_a_query_id_with_a_slash_is_refused() -> None:
@@ -69,10 +111,24 @@ def test_a_query_id_with_a_slash_is_refused() -> None:
         TaskOrigin("a/b", 0, 0)
 
 
-def test_stamped_replaces_a_stamp_the_input_carries_and_keeps_the_users_headers() -> None:
-    copied = [("a", b"1"), (ORIGIN_HEADER, b"old/0/0/0"), ("b", None)]
-    assert stamped(copied, b"q/1/0/7") == [("a", b"1"), ("b", None), (ORIGIN_HEADER, b"q/1/0/7")]
-    assert stamped(None, b"q/1/0/7") == [(ORIGIN_HEADER, b"q/1/0/7")]
+def test_stamped_replaces_a_stamp_the_input_carries_in_either_form_and_keeps_the_users_headers() -> None:
+    stamp = TASK.stamp(7)
+    copied = [("a", b"1"), (TEXT_ORIGIN_HEADER, b"old/0/0/0"), ("b", None), (ORIGIN_HEADER, TASK.stamp(1))]
+    assert stamped(copied, stamp) == [("a", b"1"), ("b", None), (ORIGIN_HEADER, stamp)]
+    assert stamped(None, stamp) == [(ORIGIN_HEADER, stamp)]
+
+
+def test_the_scan_finds_an_earlier_attempts_records_in_both_forms() -> None:
+    """A query restarted from its checkpoint after an upgrade: its batch 5 had written sequences 0..2 in the
+    text form, the new attempt wrote 3..4 in the binary one before it died too; batch 4 is text."""
+    log = [record(0, n, f"q1/4/2/{n}", text=True) for n in range(5)]
+    log += [record(0, 5 + n, f"q1/5/2/{n}", text=True) for n in range(3)]
+    log += [record(0, 5 + n, f"q1/5/2/{n}") for n in range(3, 5)]
+    log += [record(0, 10, "q1/5/1/9"), record(0, 11, "q2/5/2/8", text=True), record(0, 12, "q2/5/2/9")]
+    scan = TailScan(TASK, {0: (0, len(log))}, first=4, chunk=4)
+    run(scan, {0: log})
+    assert sorted(scan.written.digests) == [0, 1, 2, 3, 4]  # not task 1's, not query q2's in either form
+    assert scan.stopped_at() == {0: "an earlier batch of the query"}
 
 
 def test_the_scan_stops_at_a_record_of_an_earlier_batch_of_the_query() -> None:
@@ -125,6 +181,94 @@ def test_a_rerun_skips_what_is_written_and_refuses_other_bytes_under_the_same_st
     with pytest.raises(NonDeterministicInputError, match="q1/5/2/1 is on the target"):
         written.check(1, None, b"B")
     assert digest(None, b"") != digest(b"", None) != digest(None, None)
+
+
+class QueueFullProducer:
+    """A producer whose queue is full on the given produce calls (1-based): what it queued, as produce got it."""
+
+    def __init__(self, full_on: set[int]) -> None:
+        self.calls = 0
+        self.full_on = full_on
+        self.queued: list[tuple] = []
+
+    def produce(
+        self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None
+    ) -> None:
+        self.calls += 1
+        if self.calls in self.full_on:
+            raise BufferError("Local: Queue full")
+        self.queued.append((topic, key, value, partition, headers))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def _writer(full_on: set[int]):
+    from client_epochs.spark.sink import TaskWriter
+
+    options = parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out", "kafka.log_level": "0"})
+    fields = [
+        ("key", "string"),
+        ("value", "binary"),
+        ("partition", "int"),
+        ("headers", "array<struct<key:string,value:binary>>"),
+    ]
+    writer = TaskWriter(options, check_columns(fields, options), TASK, scan=False)
+    writer.producer = QueueFullProducer(full_on)
+    return writer
+
+
+def _rows(count: int) -> pa.RecordBatch:
+    user = [
+        [{"key": "u", "value": b"%d" % n}, {"key": TEXT_ORIGIN_HEADER, "value": b"src/0/0/%d" % n}]
+        if n % 3 == 0
+        else None
+        for n in range(count)
+    ]
+    return pa.record_batch(
+        [
+            pa.array([f"k{n}" for n in range(count)]),
+            pa.array([b"v%d" % n for n in range(count)], pa.binary()),
+            pa.array([n % 2 if n % 5 else None for n in range(count)], pa.int32()),
+            pa.array(user, HEADERS),
+        ],
+        names=["key", "value", "partition", "headers"],
+    )
+
+
+def test_the_task_writer_queues_each_record_once_in_order_with_its_stamp_when_the_queue_fills() -> None:
+    """BufferError on the first record, in the middle of a chunk and at a chunk's start: the record that
+    raised is queued again once, nothing before it twice, and each record keeps its own sequence."""
+    writer = _writer({1, 2, 700, 1001, 1500, 2702})
+    rows = _rows(2500)
+    writer.write(rows.slice(0, 1200))
+    writer.write(rows.slice(1200))
+    queued = writer.producer.queued
+    assert [value for _, _, value, _, _ in queued] == [b"v%d" % n for n in range(2500)]
+    assert [key for _, key, _, _, _ in queued] == [f"k{n}" for n in range(2500)]
+    assert {topic for topic, *_ in queued} == {"out"}
+    assert [p for *_, p, _ in queued] == [n % 2 if n % 5 else -1 for n in range(2500)]  # null: the partitioner's
+    assert [origin_of(h) for *_, h in queued] == [Origin(TASK.digest, 5, 2, n) for n in range(2500)]
+    # the stamp is the only origin header, binary and last; the user's own headers kept, a copied stamp dropped
+    assert [h[:-1] for *_, h in queued[:4]] == [[("u", b"0")], [], [], [("u", b"3")]]
+    assert all(h[-1] == (ORIGIN_HEADER, TASK.stamp(n)) and len(h[-1][1]) == 15 for n, (*_, h) in enumerate(queued))
+    assert (writer.sent, writer.skipped, writer.sequence) == (2500, 0, 2500)
+
+
+def test_the_task_writer_skips_what_an_earlier_attempt_wrote_and_stamps_the_rest_as_their_own() -> None:
+    writer = _writer({3})
+    rows = _rows(50)
+    for n in (0, 1, 7, 49):
+        writer._written.add(n, digest(f"k{n}", b"v%d" % n))
+    writer.write(rows)
+    queued = writer.producer.queued
+    sequences = [origin_of(h).sequence for *_, h in queued]
+    assert sequences == [n for n in range(50) if n not in (0, 1, 7, 49)]
+    assert [value for _, _, value, _, _ in queued] == [b"v%d" % n for n in sequences]
+    assert (writer.sent, writer.skipped, writer.sequence) == (46, 4, 50)
 
 
 def test_sink_options_and_their_defaults() -> None:
@@ -262,7 +406,7 @@ def test_a_position_left_from_the_previous_range_does_not_end_the_next_one_unrea
     scan.range_read(0)
     ranges = scan.reads()
     assert ranges == {0: (0, 10)}
-    headers = stamped(None, origin.prefix + b"3")
+    headers = stamped(None, origin.stamp(3))
     polls = [
         [],
         [
