@@ -1,8 +1,9 @@
 """The `kafka_epochs` sink's and pipeline's rates for `bench_spark`, each beside its peers in the same run.
 
 - Sink: `df.write.format("kafka_epochs")` of RECORDS rows (key, 100-byte value; local[2], two tasks;
-  the rows cached and a 1,000-row write done first, so Spark's Python workers are running) from start
-  to end of the job, beside one raw confluent-kafka Producer writing the same rows
+  the rows cached and a write of 200,000 rows in two tasks done first, so both of Spark's Python
+  workers are running and the JVM has compiled the rows-to-Arrow path, as bench_spark's source
+  warm-up) from start to end of the job, beside one raw confluent-kafka Producer writing the same rows
   (idempotent, acks=all, linger.ms=5, as the sink's tasks; its clock from the first produce() to the
   end of flush()). Goal: the sink at least 0.5x the raw producer.
 - Pipeline: the topic copied to a second one-broker cluster (the replicator refuses a cluster as its
@@ -111,22 +112,34 @@ def raw_producer_rate(address: str, topic: str, records: int, value_bytes: int, 
     return records / (time.perf_counter() - start)
 
 
-def sink_rate(spark: Any, address: str, topic: str, records: int, value_bytes: int, partitions: int) -> float:
-    """Rows per second of a batch write of `records` rows into the sink, from start to the job's end."""
-    create_topic(address, topic, partitions)
-    frame = (
+def _rows(spark: Any, records: int, value_bytes: int) -> Any:
+    """`records` rows of a string key and a `value_bytes` binary value, in two partitions (two tasks)."""
+    return (
         spark.range(records)
         .selectExpr("CAST(id AS STRING) AS key", f"CAST(repeat('v', {value_bytes}) AS BINARY) AS value")
         .repartition(2)
     )
-    frame = frame.cache()
+
+
+def sink_rate(
+    spark: Any, address: str, topic: str, records: int, value_bytes: int, partitions: int, warm_records: int = 1000
+) -> float:
+    """Rows per second of a batch write of `records` rows into the sink, from start to the job's end, after a
+    write of `warm_records` rows."""
+    create_topic(address, topic, partitions)
+    frame = _rows(spark, records, value_bytes).cache()
     frame.count()  # the rows are made before the clock runs, as the raw producer's are
-    # a warm-up write, as a running query's later batches find them: Spark's Python workers started and
-    # this package imported (the first write of a session spent some 8 s there on a loaded machine)
+    # A warm-up write of two tasks at once, as a running query's later batches find things: both of
+    # Spark's Python workers started, this package imported, and the JVM's JIT compilers done with the
+    # rows-to-Arrow path (as bench_spark's source warm-up, for the same reason). One task starts one
+    # worker: a warm-up of `frame.limit(1000)` (one partition) left the measured write's second task to
+    # start a worker, and to import pandas in it (pyarrow does, on PySpark's pa.array of the commit
+    # message: 30% of that worker's py-spy samples); 1,000 rows left the JIT's work in the measured
+    # write (the driver JVM's CPU in it 3.4-4.0 s, in a second write 1.4-1.5 s)
     create_topic(address, f"{topic}-warm-up", partitions)
-    frame.limit(1000).write.format("kafka_epochs").option("kafka.bootstrap.servers", address).option(
-        "topic", f"{topic}-warm-up"
-    ).mode("append").save()
+    _rows(spark, warm_records, value_bytes).write.format("kafka_epochs").option(
+        "kafka.bootstrap.servers", address
+    ).option("topic", f"{topic}-warm-up").mode("append").save()
     start = time.perf_counter()
     frame.write.format("kafka_epochs").option("kafka.bootstrap.servers", address).option("topic", topic).mode(
         "append"
@@ -230,7 +243,7 @@ def measure_sink(spark: Any, address: str, records: int, value_bytes: int, parti
     progress("sink: a raw confluent-kafka producer, then df.write.format('kafka_epochs')")
     return {
         "raw producer": raw_producer_rate(address, "bench-raw-producer", records, value_bytes, partitions),
-        "sink": sink_rate(spark, address, "bench-sink", records, value_bytes, partitions),
+        "sink": sink_rate(spark, address, "bench-sink", records, value_bytes, partitions, min(200_000, records // 5)),
     }
 
 
