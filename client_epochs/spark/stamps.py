@@ -50,6 +50,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
+from quorum.wire.varint import MAX_VARLONG_BYTES, VarintError, decode_uvarint, encode_uvarlong
+
 ORIGIN_HEADER = "kafka_epochs.origin"
 """The header naming where a record written by the sink came from, in the binary form (the module's)."""
 TEXT_ORIGIN_HEADER = "client_epochs.spark.origin"
@@ -73,25 +75,9 @@ def query_digest(query: str) -> bytes:
     return hashlib.blake2b(query.encode(), digest_size=DIGEST_BYTES).digest()
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_varint(value: bytes, at: int) -> tuple[int, int]:
-    """(the unsigned LEB128 varint at `at`, the index after it); IndexError past the end."""
-    n = shift = 0
-    while True:
-        byte = value[at]
-        at += 1
-        n |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return n, at
-        shift += 7
+def _stamp_head(digest: bytes, batch: int, task: int) -> bytes:
+    """A binary stamp up to its sequence: the same for every record of a task."""
+    return bytes([STAMP_FORMAT]) + digest + encode_uvarlong(batch) + encode_uvarlong(task)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +98,7 @@ class TaskOrigin:
             raise OriginError(f"batch {self.batch} and task {self.task} must be 0 or more")
         digest = query_digest(self.query)
         object.__setattr__(self, "digest", digest)
-        object.__setattr__(self, "_prefix", bytes([STAMP_FORMAT]) + digest + _varint(self.batch) + _varint(self.task))
+        object.__setattr__(self, "_prefix", _stamp_head(digest, self.batch, self.task))
 
     def stamp(self, sequence: int) -> bytes:
         """The binary stamp of this task's record `sequence`."""
@@ -146,13 +132,7 @@ class Origin:
     def encode(self) -> bytes:
         """The binary stamp (sequence in 4 bytes below 2**32, else 8)."""
         width = 4 if self.sequence < _WIDE else 8
-        return (
-            bytes([STAMP_FORMAT])
-            + self.query_digest
-            + _varint(self.batch)
-            + _varint(self.task)
-            + self.sequence.to_bytes(width, "big")
-        )
+        return _stamp_head(self.query_digest, self.batch, self.task) + self.sequence.to_bytes(width, "big")
 
     @classmethod
     def parse(cls, value: bytes | str | None) -> Origin:
@@ -160,10 +140,10 @@ class Origin:
         if not isinstance(value, bytes) or len(value) < 1 + DIGEST_BYTES + 3 or value[0] != STAMP_FORMAT:
             raise OriginError(f"{ORIGIN_HEADER} header {value!r} is not a format-{STAMP_FORMAT} origin stamp")
         try:
-            batch, at = _read_varint(value, 1 + DIGEST_BYTES)
-            task, at = _read_varint(value, at)
-        except IndexError:
-            raise OriginError(f"{ORIGIN_HEADER} header {value!r} ends inside its batch or task") from None
+            batch, at = decode_uvarint(value, 1 + DIGEST_BYTES, MAX_VARLONG_BYTES)
+            task, at = decode_uvarint(value, at, MAX_VARLONG_BYTES)
+        except VarintError as exc:
+            raise OriginError(f"{ORIGIN_HEADER} header {value!r}: its batch or task: {exc}") from None
         if not 1 <= len(value) - at <= 8:
             raise OriginError(f"{ORIGIN_HEADER} header {value!r}: its sequence is not 1 to 8 bytes")
         return cls(value[1 : 1 + DIGEST_BYTES], batch, task, int.from_bytes(value[at:], "big"))

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_VARINT_BYTES",
     "MAX_VARLONG_BYTES",
     "UINT32_MAX",
+    "UINT64_MAX",
     "ZIGZAG_BYTE",
     "ZIGZAG_NULL",
     "ZIGZAG_TABLE",
@@ -40,6 +41,7 @@ __all__ = [
     "decode_uvarint",
     "decode_zigzag",
     "encode_uvarint",
+    "encode_uvarlong",
     "encode_zigzag",
 ]
 
@@ -48,6 +50,7 @@ INT32_MAX = 2**31 - 1
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
 
 #: The longest int32 varint (zigzag or unsigned) and the longest int64 varlong, in bytes.
 MAX_VARINT_BYTES = 5
@@ -101,6 +104,14 @@ def encode_uvarint(value: int) -> bytes:
         raise ValueError(f"{value} does not fit an unsigned 32-bit varint")
     if value < 0x80:
         return bytes((value,))
+    return _unsigned_bytes(value)
+
+
+def encode_uvarlong(value: int) -> bytes:
+    """Unsigned varint of 0..2**64-1, at most `MAX_VARLONG_BYTES` long (`decode_uvarint` with that
+    `max_bytes` reads it): not a Kafka field, the Spark sink's origin stamps carry Spark's long batch ids so."""
+    if not 0 <= value <= UINT64_MAX:
+        raise ValueError(f"{value} does not fit an unsigned 64-bit varint")
     return _unsigned_bytes(value)
 
 

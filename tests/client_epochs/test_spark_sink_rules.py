@@ -90,13 +90,16 @@ def test_a_batch_of_stamps_is_each_records_own_and_short(first: int, count: int)
         b"\x02" + bytes(11),  # another format
         b"\x01" + bytes(10),  # no sequence
         b"\x01" + bytes(8) + b"\x80\x80\x80",  # the batch's varint never ends
+        b"\x01" + bytes(8) + b"\x80" * 11 + b"\x00\x01",  # nor within 10 bytes
         b"\x01" + bytes(10) + bytes(9),  # a 9-byte sequence
         None,
         "text",
     ],
 )
 def test_a_malformed_binary_stamp_is_refused_quoting_it(value) -> None:
-    with pytest.raises(OriginError, match=f"{ORIGIN_HEADER} header .* (is not a format-1|ends inside|sequence is not)"):
+    with pytest.raises(
+        OriginError, match=f"{ORIGIN_HEADER} header .* (is not a format-1|batch or task|sequence is not)"
+    ):
         origin_of([(ORIGIN_HEADER, value)])
 
 

@@ -27,6 +27,7 @@ from quorum.wire.varint import (
     decode_uvarint,
     decode_zigzag,
     encode_uvarint,
+    encode_uvarlong,
     encode_zigzag,
 )
 
@@ -164,6 +165,21 @@ def test_unsigned_round_trip(value: int) -> None:
     assert encoded == UnsignedVarInt32.encode(value)
     assert len(encoded) <= MAX_VARINT_BYTES
     assert decode_uvarint(encoded, 0) == (value, len(encoded))
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_unsigned_long_round_trip_agrees_with_the_32_bit_encoding(value: int) -> None:
+    encoded = encode_uvarlong(value)
+    assert len(encoded) <= MAX_VARLONG_BYTES
+    assert decode_uvarint(encoded, 0, MAX_VARLONG_BYTES) == (value, len(encoded))
+    if value <= UINT32_MAX:
+        assert encoded == encode_uvarint(value)
+
+
+@pytest.mark.parametrize("value", [-1, 2**64])
+def test_unsigned_long_refuses_what_is_not_a_uint64(value: int) -> None:
+    with pytest.raises(ValueError, match="unsigned 64-bit varint"):
+        encode_uvarlong(value)
 
 
 @given(st.binary(max_size=12), uint32s, st.binary(max_size=12))
