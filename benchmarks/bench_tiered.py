@@ -211,6 +211,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
         "log.segment.bytes": str(SEGMENT_BYTES),
         "remote.log.manager.task.interval.ms": "500",
         "log.retention.check.interval.ms": "1000",
+        "quorum.metrics.port": "0",  # the broker's S3 GETs per read (`broker_s3_gets`)
     }
     cluster = LocalCluster(directory / "cluster", controllers=1, brokers=1, settings=settings)
     cluster.format_storage()
@@ -272,7 +273,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
             broker_pid = cluster.processes[broker].pid
             for topic in ("tiered", "local") if pair % 2 == 0 else ("local", "tiered"):
                 seconds, first_ms, used = consume_all(bootstrap, topic, f"bench-{topic}-{pair}", count, broker_pid,
-                                                      s3_pid)  # fmt: skip
+                                                      s3_pid, lambda: broker_s3_gets(cluster.specs[broker].log_path))
                 reads[topic].append([topic, where[topic], count * len(value) / MB, seconds,
                                      count * len(value) / MB / seconds, first_ms, *used])  # fmt: skip
         # the median read of each (by time), and the median of the pairs' ratios as the tiered row's
@@ -280,12 +281,13 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
         ratios = sorted(near[3] / far[3] for far, near in zip(reads["tiered"], reads["local"], strict=True))
         progress("the pairs' S3 / local ratios: " + ", ".join(f"{ratio:.2f}" for ratio in ratios))
         progress("reading the tiered topic again: its chunks now in the chunk cache (not an S3 read)")
-        seconds, first_ms, used = consume_all(bootstrap, "tiered", "bench-tiered-warm", count, broker_pid, s3_pid)
+        seconds, first_ms, used = consume_all(bootstrap, "tiered", "bench-tiered-warm", count, broker_pid, s3_pid,
+                                              lambda: broker_s3_gets(cluster.specs[broker].log_path))
         warm = ["tiered", "chunk cache (warm: after the last cold read)", count * len(value) / MB, seconds,
                 count * len(value) / MB / seconds, first_ms, *used]  # fmt: skip
         raw = raw_gets(s3, settings["rsm.config.storage.s3.bucket.name"])
         local_rate = local[4]
-        rows = [tiered, local, warm, [*raw, "-", "-", "-", "-", "-"]]
+        rows = [tiered, local, warm, [*raw, "-", "-", "-", "-", "-", "-"]]
         tiered[5:5] = [ratios[PAIRS // 2], f">= 0.8x local ({PAIRS} pairs' median)"]
         local[5:5] = [1.0, "(the peer)"]
         warm[5:5] = [warm[4] / local_rate, "(not an S3 read)"]
@@ -298,10 +300,10 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
 
 
 def consume_all(bootstrap: str, topic: str, group: str, count: int, broker_pid: int,
-                s3_pid: int | None) -> tuple[float, float | None, list[float]]:
+                s3_pid: int | None, s3_gets: Callable[[], int]) -> tuple[float, float | None, list[float]]:
     """One confluent-kafka consumer reading `count` records of `topic` from offset 0: the seconds it
-    took, when its first records came (ms), and the CPU seconds the broker, its event loop, the S3
-    server and this process used meanwhile."""
+    took, when its first records came (ms), the CPU seconds the broker, its event loop, the S3
+    server and this process used meanwhile, and the S3 GETs the broker made (`s3_gets`' count)."""
     from confluent_kafka import Consumer, TopicPartition
 
     progress(f"consuming {topic} from offset 0")
@@ -315,6 +317,7 @@ def consume_all(bootstrap: str, topic: str, group: str, count: int, broker_pid: 
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0
     first_ms: float | None = None
+    gets = s3_gets()
     cpu = cpu_seconds(broker_pid, s3_pid)
     loop_cpu = thread_cpu_seconds(broker_pid, broker_pid)
     start = time.perf_counter()
@@ -331,9 +334,25 @@ def consume_all(bootstrap: str, topic: str, group: str, count: int, broker_pid: 
     seconds = time.perf_counter() - start
     used = [after - before for before, after in zip(cpu, cpu_seconds(broker_pid, s3_pid), strict=True)]
     used[1:1] = [thread_cpu_seconds(broker_pid, broker_pid) - loop_cpu]
+    used.append(s3_gets() - gets)
     stop_profiler(profiler)
     consumer.close()
     return seconds, first_ms, used
+
+
+def broker_s3_gets(log_path: Path) -> int:
+    """The S3 GETs the broker has made since it started (`tiered_storage_s3_requests_total`), from the
+    metrics endpoint its log names last (a restarted broker serves on a new port)."""
+    import re
+    import urllib.request
+
+    ports = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log_path.read_text(errors="replace"))
+    if not ports:
+        raise SystemExit(f"{log_path} names no metrics endpoint: is quorum.metrics.port set?")
+    with urllib.request.urlopen(f"http://127.0.0.1:{ports[-1]}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found = re.search(r'^tiered_storage_s3_requests_total\{operation="get_object"\} ([0-9.e+]+)$', text, re.M)
+    return int(float(found.group(1))) if found else 0
 
 
 def start_profiler(pid: int, topic: str) -> subprocess.Popen[bytes] | None:
@@ -602,7 +621,7 @@ def main() -> None:
         print_table(
             "Consume from offset 0 with confluent-kafka, one broker (remote reads: chunk cache, fetch-ahead)",
             ["topic", "records read from", "MB", "seconds", "MB/s", "vs local", "goal", "first records ms",
-             "broker CPU s", "its loop's", "S3 CPU s", "consumer CPU s"],  # fmt: skip
+             "broker CPU s", "its loop's", "S3 CPU s", "consumer CPU s", "S3 GETs"],  # fmt: skip
             consumes,
             left=(1, 6),
         )
