@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -456,9 +457,11 @@ class RemoteLogManager:
             history = merged_history(state.epoch_entries_upto(files.base_offset), partition.log.epoch_entries,
                                      files.next_offset)
             indexes = await self._run(self._segment_indexes, partition, state, files, history, pool=copier)
-            await self._run(self.storage.copy_segment, started,
-                            SegmentUpload(str(files.log_path), files.size, indexes), pool=copier)
-            finished = started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, self.broker_id, self._clock_ms())
+            custom = await self._run(self.storage.copy_segment, started,
+                                     SegmentUpload(str(files.log_path), files.size, indexes), pool=copier)
+            await self._check_custom_metadata(started, custom, copier)
+            finished = replace(started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, self.broker_id,
+                                                self._clock_ms()), custom_metadata=custom)
             await self._run(self._crash, "finished", pool=copier)
             await self._publish(state, finished, copier)
         except BaseException:
@@ -470,6 +473,19 @@ class RemoteLogManager:
         logger.info("%s: uploaded segment %s (offsets %d..%d, %d bytes, epochs %s)", partition.name,
                     started.object_name, started.start_offset, started.end_offset, started.size_in_bytes,
                     [(e.epoch, e.start_offset) for e in epochs])  # fmt: skip
+
+    async def _check_custom_metadata(self, segment: RemoteSegmentMetadata, custom: bytes | None,
+                                     pool: ThreadPoolExecutor) -> None:
+        """Kafka's rule for custom metadata over `remote.log.metadata.custom.metadata.max.bytes`:
+        the copied objects are deleted and the copy fails, naming the setting (the segment stays
+        COPY_SEGMENT_STARTED, cleaned up as any unfinished copy)."""
+        limit = self.config.custom_metadata_max_bytes
+        if custom is None or len(custom) <= limit:
+            return
+        await self._run(self.storage.delete_segment, segment, pool=pool)
+        raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: the remote storage's "
+                                 f"custom metadata holds {len(custom)} bytes, more than "
+                                 f"remote.log.metadata.custom.metadata.max.bytes={limit}")
 
     def _segment_indexes(self, partition: Partition, state: RemoteLogState, files: SegmentFiles,
                          history: list[EpochEntry]) -> dict[IndexType, bytes]:

@@ -15,6 +15,8 @@ Kafka's names and defaults (4.x):
 `remote.log.manager.copy.max.bytes.per.second`     no limit KIP-956, with `.copy.quota.window.num`
 `remote.log.manager.fetch.max.bytes.per.second`    no limit and `.window.size.seconds` (rlm_quota)
 `remote.log.manager.task.interval.ms`              30000   how often the task runs
+`remote.log.metadata.custom.metadata.max.bytes`    128     KIP-917: a copy whose custom metadata is
+                                                           larger is deleted and fails
 ================================================== ======= ============================================
 
 Kafka's `remote.log.manager.thread.pool.size` is deprecated in 4.x and only the fallback of the
@@ -34,6 +36,7 @@ DEFAULT_THREADS = 10
 DEFAULT_READER_THREADS = 10
 DEFAULT_READER_MAX_PENDING = 100
 DEFAULT_REMOTE_FETCH_MAX_WAIT_MS = 500
+DEFAULT_CUSTOM_METADATA_MAX_BYTES = 128
 
 
 class RemoteLogManagerConfigError(QuotaConfigError):
@@ -61,6 +64,7 @@ class RemoteLogManagerConfig:
     fetch_max_wait_ms: int = DEFAULT_REMOTE_FETCH_MAX_WAIT_MS
     copy_quota: QuotaConfig = QuotaConfig()
     fetch_quota: QuotaConfig = QuotaConfig()
+    custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> RemoteLogManagerConfig:
@@ -77,4 +81,6 @@ class RemoteLogManagerConfig:
             fetch_max_wait_ms=_int(properties, "remote.fetch.max.wait.ms", DEFAULT_REMOTE_FETCH_MAX_WAIT_MS, 1),
             copy_quota=QuotaConfig.from_properties(properties, "copy"),
             fetch_quota=QuotaConfig.from_properties(properties, "fetch"),
+            custom_metadata_max_bytes=_int(properties, "remote.log.metadata.custom.metadata.max.bytes",
+                                           DEFAULT_CUSTOM_METADATA_MAX_BYTES, 0),
         )

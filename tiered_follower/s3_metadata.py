@@ -25,6 +25,8 @@ the record that its offsets were once uploaded (KIP-1023's highest uploaded offs
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import threading
 import uuid
@@ -69,6 +71,8 @@ def encode_metadata(segment: RemoteSegmentMetadata) -> bytes:
         "event_timestamp_ms": segment.event_timestamp_ms,
         "state": segment.state.name,
         "copied": segment.copied,
+        "custom_metadata": None if segment.custom_metadata is None
+        else base64.b64encode(segment.custom_metadata).decode(),
     }, sort_keys=True).encode()
 
 
@@ -85,9 +89,19 @@ def decode_metadata(data: bytes, where: str) -> RemoteSegmentMetadata:
             leader_epochs=tuple(EpochEntry(int(e), int(o)) for e, o in fields["leader_epochs"]),
             size_in_bytes=int(fields["size_in_bytes"]), max_timestamp_ms=int(fields["max_timestamp_ms"]),
             broker_id=int(fields["broker_id"]), event_timestamp_ms=int(fields["event_timestamp_ms"]),
-            state=RemoteSegmentState[fields["state"]], copied=bool(fields["copied"]))  # fmt: skip
-    except (ValueError, KeyError, TypeError) as exc:
+            state=RemoteSegmentState[fields["state"]], copied=bool(fields["copied"]),
+            custom_metadata=_custom_metadata(fields.get("custom_metadata")))  # fmt: skip
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise RemoteStorageError(f"{where} is not a remote log segment metadata event: {exc}") from None
+
+
+def _custom_metadata(text: object) -> bytes | None:
+    """An event's KIP-917 custom metadata (base64); events written before it was kept have none."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError(f"custom_metadata is {text!r}, not base64 text")
+    return base64.b64decode(text, validate=True)
 
 
 class S3RemoteLogMetadataStore:

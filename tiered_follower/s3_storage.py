@@ -13,6 +13,11 @@ Kafka's RemoteLogSegmentId do:
   written last. It is the commit marker: without it there is no segment, and reads refuse a
   segment whose manifest is missing or disagrees with the metadata.
 
+An untransformed segment's copy also returns the manifest's facts as its custom metadata
+(`segment_facts`, KIP-917), which the broker records with COPY_SEGMENT_FINISHED: a read of a segment
+that carries them needs no manifest GET. Custom metadata that does not parse is logged and the
+manifest read instead; facts that disagree with the segment's metadata are refused by name.
+
 Reads check sizes: a range GET must return what was asked (clipped to the object's size in the
 manifest). Deletion removes the manifest first, so a half-deleted segment is not readable either.
 
@@ -43,6 +48,7 @@ from quorum.broker.remote_tier import (
 )
 from tiered_follower.rsm_config import TransformConfig
 from tiered_follower.s3_client import S3Client
+from tiered_follower.segment_facts import FactsError, SegmentFacts
 from tiered_follower.segment_transform import (
     ChunkIndex,
     SegmentCipher,
@@ -108,8 +114,9 @@ class S3RemoteStorage:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> None:
-        """`.log`, then `.indexes`, then the manifest (the commit marker)."""
+    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> bytes | None:
+        """`.log`, then `.indexes`, then the manifest (the commit marker); returns the manifest's
+        facts as custom metadata when the segment is untransformed (`segment_facts`), else None."""
         if data.log_size != segment.size_in_bytes:
             raise RemoteStorageError(f"segment {segment.object_name} of {segment.partition}: the upload has "
                                      f"{data.log_size} bytes, its metadata says {segment.size_in_bytes}")
@@ -153,6 +160,10 @@ class S3RemoteStorage:
         self.client.put(indexes_key, bytes(blob))
         self._before_object("manifest")
         self.client.put(self.key(segment, MANIFEST_SUFFIX), json.dumps(manifest, sort_keys=True).encode())
+        if transform is not None:
+            return None
+        return SegmentFacts(data.log_size, tuple((ranges[kind.value][0], ranges[kind.value][1])
+                                                 for kind in INDEX_ORDER)).encode()
 
     def _upload_transformed(self, key: str, data: SegmentUpload, transform: Transform) -> ChunkIndex:
         """The `.log` chunk by chunk through `transform` into a temporary file, then up as usual
@@ -190,12 +201,21 @@ class S3RemoteStorage:
     def _opened(self, segment: RemoteSegmentMetadata) -> tuple[dict[str, Any], Transform | None]:
         """The manifest and how to transform the segment's bytes back (its data key unwrapped);
         RemoteStorageError naming the key pair when the configured ones cannot open it."""
+        manifest, transform, _ = self._open(segment)
+        return manifest, transform
+
+    def _open(self, segment: RemoteSegmentMetadata) -> tuple[dict[str, Any], Transform | None, int]:
+        """`_opened`, and how many GETs it took (0: cached, or from the custom metadata; else 1)."""
         cache_key = (str(segment.partition), segment.segment_id)
         with self._lock:
             found = self._manifests.get(cache_key)
             if found is not None:
                 self._manifests.move_to_end(cache_key)
-                return found
+                return (*found, 0)
+        manifest = self._from_facts(segment)
+        if manifest is not None:
+            self._remember(cache_key, manifest, None)
+            return manifest, None, 0
         key = self.key(segment, MANIFEST_SUFFIX)
         manifest = json.loads(self.client.get(key))
         if (manifest.get("version") not in (MANIFEST_VERSION, TRANSFORMED_VERSION)
@@ -206,11 +226,40 @@ class S3RemoteStorage:
                                      f"{segment.object_name} ({segment.size_in_bytes} bytes, offsets "
                                      f"{segment.start_offset}..{segment.end_offset}): {manifest}")
         transform = self._transform_of(segment, manifest)
+        self._remember(cache_key, manifest, transform)
+        return manifest, transform, 1
+
+    def _remember(self, cache_key: tuple[str, Any], manifest: dict[str, Any], transform: Transform | None) -> None:
         with self._lock:
             self._manifests[cache_key] = (manifest, transform)
             while len(self._manifests) > _MANIFEST_CACHE:
                 self._manifests.popitem(last=False)
-        return manifest, transform
+
+    def _from_facts(self, segment: RemoteSegmentMetadata) -> dict[str, Any] | None:
+        """The manifest as the segment's custom metadata states it (no GET), or None when it has
+        none or none that parses (logged: the manifest is read instead); RemoteStorageError naming
+        the segment when they disagree with its metadata."""
+        if segment.custom_metadata is None:
+            return None
+        try:
+            facts = SegmentFacts.decode(segment.custom_metadata, len(INDEX_ORDER))
+        except FactsError as exc:
+            logger.warning("%s: its custom metadata is unreadable (%s): reading its manifest instead",
+                           self._where(segment), exc)
+            return None
+        if facts.log_size != segment.size_in_bytes:
+            raise RemoteStorageError(f"{self._where(segment)}: its custom metadata says the .log holds "
+                                     f"{facts.log_size} bytes, its metadata {segment.size_in_bytes}")
+        return {
+            "version": MANIFEST_VERSION,
+            "segment_id": str(segment.segment_id),
+            "start_offset": segment.start_offset,
+            "end_offset": segment.end_offset,
+            "log": {"key": self.key(segment, LOG_SUFFIX), "size": facts.log_size, "stored_size": facts.log_size},
+            "indexes": {"key": self.key(segment, INDEXES_SUFFIX), "size": facts.indexes_size,
+                        "ranges": {kind.value: list(span) for kind, span in zip(INDEX_ORDER, facts.ranges,
+                                                                                 strict=True)}},
+        }
 
     def _transform_of(self, segment: RemoteSegmentMetadata, manifest: dict[str, Any]) -> Transform | None:
         entry = manifest.get("transform")
@@ -227,14 +276,6 @@ class S3RemoteStorage:
 
     def _where(self, segment: RemoteSegmentMetadata) -> str:
         return f"remote segment {segment.object_name} of {segment.partition}"
-
-    def _cached_manifest(self, segment: RemoteSegmentMetadata) -> dict[str, Any] | None:
-        cache_key = (str(segment.partition), segment.segment_id)
-        with self._lock:
-            found = self._manifests.get(cache_key)
-            if found is not None:
-                self._manifests.move_to_end(cache_key)
-            return None if found is None else found[0]
 
     def _get_exactly(self, key: str, start: int, end: int, what: str) -> bytes:
         data = self.client.get(key, start, end)
@@ -285,15 +326,14 @@ class S3RemoteStorage:
     def fetch_indexes(self, segment: RemoteSegmentMetadata,
                       kinds: Sequence[IndexType]) -> tuple[dict[IndexType, bytes], int]:
         """Several parts of the segment's `.indexes` with ONE range GET over their span (they lie
-        one after the other), and how many GETs it took with the manifest's (1 or 2): a
-        follower's auxiliary state (leader-epoch checkpoint and producer snapshot) in two."""
-        cached = self._cached_manifest(segment) is not None
-        manifest, transform = self._opened(segment)
+        one after the other), and how many GETs it took with the manifest's (1, or 2 when the
+        manifest is read): a follower's auxiliary state (leader-epoch checkpoint and producer
+        snapshot) in one or two."""
+        manifest, transform, gets = self._open(segment)
         indexes = manifest["indexes"]
         ranges = {kind: indexes["ranges"][kind.value] for kind in kinds}
         first = min(position for position, _ in ranges.values())
         end = max(position + length for position, length in ranges.values())
-        gets = 0 if cached else 1
         span = b""
         if end > first:
             span = self._get_exactly(indexes["key"], first, end, "")

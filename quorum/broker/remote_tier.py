@@ -73,6 +73,9 @@ class RemoteSegmentMetadata:
     copied: bool = False
     """Whether its copy ever finished: a deleted segment's offsets count as uploaded (KIP-1023's
     highest uploaded offset) only if so, not when it was an unfinished copy cleaned up."""
+    custom_metadata: bytes | None = None
+    """KIP-917: what the remote storage returned from copying the segment, recorded with
+    COPY_SEGMENT_FINISHED and handed back to it on every read (None: it returned nothing)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_offset <= self.end_offset:
@@ -280,8 +283,9 @@ class RemoteStorageError(Exception):
 class RemoteStorage(Protocol):
     """Kafka's RemoteStorageManager: a segment's objects."""
 
-    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> None:
-        """Store the segment's objects, the commit marker (manifest) last."""
+    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> bytes | None:
+        """Store the segment's objects, the commit marker (manifest) last; returns the custom
+        metadata (KIP-917) to record with COPY_SEGMENT_FINISHED, or None."""
         ...
 
     def fetch_log(self, segment: RemoteSegmentMetadata, start_position: int, end_position: int) -> bytes:

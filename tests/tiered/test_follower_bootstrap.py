@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -415,8 +415,11 @@ def test_the_report_counts_bytes_fetched_until_the_follower_sees_itself_in_the_i
 # -- over S3: the GETs ---------------------------------------------------------------------------------------------
 
 
-def test_the_aux_state_takes_at_most_two_s3_gets(each_s3, tmp_path: Path) -> None:
-    """On moto and on s3rver (`conftest.each_s3`)."""
+def test_the_aux_state_takes_one_s3_get_and_two_for_a_segment_with_only_its_manifest(each_s3,
+                                                                                   tmp_path: Path) -> None:
+    """On moto and on s3rver (`conftest.each_s3`). A segment uploaded now carries its manifest's facts
+    in its custom metadata (KIP-917): one GET of its `.indexes`; one uploaded before that (no custom
+    metadata) reads its manifest first."""
     from tiered_follower.s3_client import S3Client, S3Config
     from tiered_follower.s3_storage import S3RemoteStorage
 
@@ -425,13 +428,14 @@ def test_the_aux_state_takes_at_most_two_s3_gets(each_s3, tmp_path: Path) -> Non
     storage = S3RemoteStorage(S3Client(S3Config.from_properties(each_s3.properties(bucket))))
     seg = segment(400, 799, [(1, 400), (3, 600)], size=100)
     (tmp_path / "s.log").write_bytes(b"x" * 100)
-    storage.copy_segment(seg, SegmentUpload(str(tmp_path / "s.log"), 100, {
+    custom = storage.copy_segment(seg, SegmentUpload(str(tmp_path / "s.log"), 100, {
         IndexType.OFFSET: b"O" * 16, IndexType.TIMESTAMP: b"T" * 24,
         IndexType.LEADER_EPOCH: encode_checkpoint(HISTORY), IndexType.PRODUCER_SNAPSHOT: SNAPSHOT}))  # fmt: skip
-    reader = S3RemoteStorage(S3Client(S3Config.from_properties(each_s3.properties(bucket))))
-    aux = read_aux_state(reader, seg)
-    assert aux.s3_requests == 2 and reader.client.stats["get_object"] == 2
-    assert aux.producer_snapshot == SNAPSHOT and aux.leader_epochs[-1] == EpochStart(3, 600)
+    for carried, gets in ((custom, 1), (None, 2)):
+        reader = S3RemoteStorage(S3Client(S3Config.from_properties(each_s3.properties(bucket))))
+        aux = read_aux_state(reader, replace(seg, custom_metadata=carried))
+        assert aux.s3_requests == gets and reader.client.stats["get_object"] == gets
+        assert aux.producer_snapshot == SNAPSHOT and aux.leader_epochs[-1] == EpochStart(3, 600)
 
 
 def test_perform_reads_the_remote_metadata_at_once_instead_of_backing_off() -> None:

@@ -31,13 +31,16 @@ class MemoryTier:
         self.events: list[RemoteSegmentMetadata] = []
         self.calls: list[str] = []
         self.on_copy = lambda segment: None
+        self.custom_metadata: bytes | None = None
+        """What copy_segment returns (KIP-917 custom metadata)."""
 
-    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> None:
+    def copy_segment(self, segment: RemoteSegmentMetadata, data: SegmentUpload) -> bytes | None:
         self.on_copy(segment)
         self.calls.append(f"copy {segment.start_offset}")
         self.objects[(segment.segment_id, "log")] = Path(data.log_path).read_bytes()
         for kind, blob in data.indexes.items():
             self.objects[(segment.segment_id, kind.value)] = blob
+        return self.custom_metadata
 
     def fetch_log(self, segment: RemoteSegmentMetadata, start: int, end: int) -> bytes:
         return self.objects[(segment.segment_id, "log")][start:end]
@@ -270,3 +273,30 @@ def test_kip_950_remote_storage_off_with_delete_on_disable_deletes_the_remote_da
     assert manager.metrics.gauge("RemoteLogSizeBytes") == 0
     asyncio.run(manager.run_once([partition]))  # stays off: nothing more happens
     assert partition.remote is None and tier.calls[-1] == "delete partition"
+
+
+def test_the_storages_custom_metadata_is_recorded_with_copy_segment_finished(tmp_path):
+    """KIP-917: what copy_segment returns travels with the finished segment, which its reads are handed."""
+    tier = MemoryTier()
+    tier.custom_metadata = b'{"v":1}'
+    partition = leader_partition(tmp_path)
+    asyncio.run(RemoteLogManager(BROKER, tier, tier).run_once([partition]))
+    finished = [e for e in tier.events if e.state == RemoteSegmentState.COPY_SEGMENT_FINISHED]
+    assert finished and all(e.custom_metadata == b'{"v":1}' for e in finished)
+    assert partition.remote is not None
+    assert all(s.custom_metadata == b'{"v":1}' for s in partition.remote.finished)
+
+
+def test_custom_metadata_over_the_limit_deletes_the_copy_and_fails_it_by_the_settings_name(tmp_path, caplog):
+    tier = MemoryTier()
+    tier.custom_metadata = b"x" * 129
+    partition = leader_partition(tmp_path)
+    manager = RemoteLogManager(BROKER, tier, tier)
+    asyncio.run(manager.run_once([partition]))
+    assert tier.calls[:3] == ["COPY_SEGMENT_STARTED 0", "copy 0", "delete 0"]
+    assert not [e for e in tier.events if e.state == RemoteSegmentState.COPY_SEGMENT_FINISHED]
+    assert "remote.log.metadata.custom.metadata.max.bytes=128" in caplog.text
+    tier.calls.clear()
+    roomy = RemoteLogManager(BROKER, tier, tier, {"remote.log.metadata.custom.metadata.max.bytes": "129"})
+    asyncio.run(roomy.run_once([partition]))
+    assert "COPY_SEGMENT_FINISHED 0" in tier.calls

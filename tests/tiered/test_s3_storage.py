@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from tests.tiered.fault_proxy import FaultProxy
 from tiered_follower.embedded_s3 import EmbeddedS3
 from tiered_follower.rsm_config import TransformConfig
 from tiered_follower.s3_client import MIN_PART_SIZE, S3Client, S3Config, S3ConfigError
-from tiered_follower.s3_metadata import S3RemoteLogMetadataStore
+from tiered_follower.s3_metadata import S3RemoteLogMetadataStore, decode_metadata, encode_metadata, event_key
 from tiered_follower.s3_storage import S3RemoteStorage
 
 PARTITION = TopicIdPartition("orders", uuid.UUID("00000000-0000-0000-0000-0000000000aa"), 3)
@@ -236,3 +238,76 @@ def test_faults_that_outlast_the_retries_fail_retriably(s3_server: EmbeddedS3, b
     finally:
         proxy.stop()
     assert proxy.injected["slowdown"] == 3
+
+
+# -- KIP-917: the manifest's facts in the segment's custom metadata ------------------------------
+
+
+def test_a_segment_uploaded_now_is_read_with_no_manifest_get(s3_server: EmbeddedS3, bucket: str,
+                                                             tmp_path: Path) -> None:
+    storage = S3RemoteStorage(client_for(s3_server, bucket))
+    data = os.urandom(5_000)
+    started = metadata(0, 9, len(data))
+    custom = storage.copy_segment(started, upload(tmp_path, started, data))
+    assert custom is not None and len(custom) <= 128  # Kafka's custom.metadata.max.bytes default
+    store = S3RemoteLogMetadataStore(storage.client)
+    store.publish(replace(started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, 101, 2),
+                          custom_metadata=custom))
+    segment = S3RemoteLogMetadataStore(client_for(s3_server, bucket)).list_segments(PARTITION)[0]
+    assert segment.custom_metadata == custom
+    reader = S3RemoteStorage(client_for(s3_server, bucket))
+    assert reader.fetch_log(segment, 100, 4_000) == data[100:4_000]
+    assert reader.fetch_indexes(segment, [IndexType.LEADER_EPOCH, IndexType.PRODUCER_SNAPSHOT]) == (
+        {IndexType.LEADER_EPOCH: b"0\n1\n0 0\n", IndexType.PRODUCER_SNAPSHOT: b"P" * 10}, 1)
+    assert reader.fetch_index(segment, IndexType.OFFSET) == b"O" * 16
+    assert reader.client.stats["get_object"] == 3  # the .log's range, two of the .indexes: no manifest
+
+
+def test_a_segment_uploaded_with_only_its_manifest_still_reads(s3_server: EmbeddedS3, bucket: str,
+                                                               tmp_path: Path) -> None:
+    """Segments in a bucket before custom metadata was kept: their events have no custom_metadata."""
+    storage = S3RemoteStorage(client_for(s3_server, bucket))
+    data = os.urandom(5_000)
+    started = metadata(0, 9, len(data))
+    storage.copy_segment(started, upload(tmp_path, started, data))
+    finished = started.moved_to(RemoteSegmentState.COPY_SEGMENT_FINISHED, 101, 2)
+    event = json.loads(encode_metadata(finished))
+    del event["custom_metadata"]  # as the code before this wrote it
+    storage.client.put(event_key(storage.prefix, finished), json.dumps(event).encode())
+    segment = S3RemoteLogMetadataStore(client_for(s3_server, bucket)).list_segments(PARTITION)[0]
+    assert segment.custom_metadata is None and segment.state == RemoteSegmentState.COPY_SEGMENT_FINISHED
+    reader = S3RemoteStorage(client_for(s3_server, bucket))
+    assert reader.fetch_log(segment, 100, 4_000) == data[100:4_000]
+    assert reader.client.stats["get_object"] == 2  # the manifest, then the .log's range
+
+
+def test_unreadable_custom_metadata_falls_back_to_the_manifest_and_disagreeing_is_refused(
+        s3_server: EmbeddedS3, bucket: str, tmp_path: Path) -> None:
+    storage = S3RemoteStorage(client_for(s3_server, bucket))
+    data = os.urandom(3_000)
+    segment = metadata(0, 9, len(data))
+    custom = storage.copy_segment(segment, upload(tmp_path, segment, data))
+    assert custom is not None
+    for garbage in (b"\xff not json", b'{"v":9,"s":3000,"i":[]}', b'{"v":1,"s":3000,"i":[0,1]}'):
+        reader = S3RemoteStorage(client_for(s3_server, bucket))
+        assert reader.fetch_log(replace(segment, custom_metadata=garbage), 0, 3_000) == data
+        assert reader.client.stats["get_object"] == 2  # read by its manifest
+    wrong = custom.replace(b'"s":3000', b'"s":2999')
+    with pytest.raises(RemoteStorageError, match=rf"remote segment {segment.object_name} .*custom metadata says "
+                                                 r"the .log holds 2999 bytes, its metadata 3000"):
+        S3RemoteStorage(client_for(s3_server, bucket)).fetch_log(replace(segment, custom_metadata=wrong), 0, 10)
+
+
+def test_a_transformed_segment_returns_no_custom_metadata(s3_server: EmbeddedS3, bucket: str,
+                                                          tmp_path: Path) -> None:
+    """Its chunk index does not fit Kafka's 128 bytes: its reads keep reading the manifest."""
+    storage = S3RemoteStorage(client_for(s3_server, bucket), transform=TransformConfig(compression=True))
+    segment = metadata(0, 9, 2_000)
+    assert storage.copy_segment(segment, upload(tmp_path, segment, b"z" * 2_000)) is None
+
+
+def test_a_metadata_event_whose_custom_metadata_is_not_base64_is_refused_by_name() -> None:
+    event = json.loads(encode_metadata(metadata(0, 9, 10)))
+    event["custom_metadata"] = "not base64!"
+    with pytest.raises(RemoteStorageError, match="s3://b/k is not a remote log segment metadata event"):
+        decode_metadata(json.dumps(event).encode(), "s3://b/k")
