@@ -23,6 +23,7 @@ from client_epochs.spark.planning import (
     DEFAULT_RETRY_INTERVAL_MS,
     Offsets,
     SourceOptionError,
+    TimeSpec,
     offsets_from_json,
     per_partition,
 )
@@ -40,10 +41,6 @@ the same level, so a plan never ends past what the tasks can read."""
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's maxTriggerDelay default, "15m"
 DEFAULT_GROUP_ID_PREFIX = {True: "spark-kafka-source", False: "spark-kafka-relation"}
 """Spark's executor group id prefixes, streaming and batch, when neither groupIdPrefix nor kafka.group.id is given."""
-
-TimeSpec = int | Mapping[TopicPartition, int]
-"""A timestamp (ms since the epoch) for every partition (startingTimestamp), or one per partition
-(startingOffsetsByTimestamp; -2 and -1 there mean earliest and latest, as in Kafka's ListOffsets)."""
 
 _SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 _KNOWN = {

@@ -24,15 +24,12 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from client_epochs.consumer_guard import is_recreated
 from client_epochs.errors import TopicRecreatedError
 from client_epochs.model import NO_EPOCH, ZERO_UUID, Epochs, TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata, InvalidInternalMetadataError, parse_topic_id, topic_id_text
-
-if TYPE_CHECKING:
-    from client_epochs.spark.options import SourceOptions, TimeSpec
 
 _V = TypeVar("_V")
 _IN_OPTIONS = frozenset({"SourceOptions", "parse_options", "ON_RECREATED"})
@@ -55,6 +52,22 @@ DEFAULT_RETRY_INTERVAL_MS = 100
 """Spark's fetchOffset.retryIntervalMs is 10 ms; a leader change takes longer than 30 ms, so the first
 backoff here is Kafka's retry.backoff.ms, doubled on each retry."""
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs (spark.network.timeout)
+
+
+TimeSpec = int | Mapping[TopicPartition, int]
+"""A timestamp (ms since the epoch) for every partition (startingTimestamp), or one per partition
+(startingOffsetsByTimestamp; -2 and -1 there mean earliest and latest, as in Kafka's ListOffsets)."""
+
+
+class PlannedOptions(Protocol):
+    """What planning reads of the source's options (`client_epochs.spark.options.SourceOptions`): named
+    here so that the options module, which parses into planning's types, is not imported back."""
+
+    assigned: tuple[TopicPartition, ...]
+    fail_on_data_loss: bool
+    on_topic_recreated: str
+
+    def wants(self, topic: str) -> bool: ...
 
 
 class SourceOptionError(ValueError):
@@ -343,7 +356,7 @@ def offsets_at_times(
 def next_end(
     start: Mapping[TopicPartition, PartitionOffset],
     observed: Mapping[TopicPartition, Observed],
-    options: SourceOptions,
+    options: PlannedOptions,
     max_rows: int | None = None,
 ) -> Offsets | list[Backwards]:
     """The end of the next batch from `start`, or the partitions whose end went backwards.
@@ -438,7 +451,7 @@ def floors(offsets: Mapping[TopicPartition, PartitionOffset]) -> dict[TopicParti
     return {tp: offset.floor for tp, offset in offsets.items() if offset.topic_epoch >= 0 or offset.leader_epoch >= 0}
 
 
-def partitions_of(options: SourceOptions, listed: Iterable[TopicPartition]) -> list[TopicPartition]:
+def partitions_of(options: PlannedOptions, listed: Iterable[TopicPartition]) -> list[TopicPartition]:
     """The partitions of the subscription among those the cluster lists (an assignment: exactly its own)."""
     if options.assigned:
         return list(options.assigned)
