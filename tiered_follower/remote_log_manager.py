@@ -181,6 +181,7 @@ class RemoteLogManager:
         self._snapshots: dict[TopicIdPartition, tuple[int, bytes]] = {}
         self._copying: set[uuid.UUID] = set()
         self._background: set[asyncio.Future[object]] = set()
+        self._on_close: list[Callable[[], None]] = []  # the S3 client's `close` (`from_properties`)
         self._deleted: set[TopicIdPartition] = set()
         self._locks: dict[TopicIdPartition, asyncio.Lock] = {}
         self._hosted: Callable[[], Iterable[Partition]] = tuple
@@ -199,8 +200,10 @@ class RemoteLogManager:
         config = RsmConfig.from_properties(properties)
         client = S3Client(config.s3)
         crash = CrashPoint(properties)
-        return cls(broker_id, S3RemoteStorage(client, crash, config.transform), S3RemoteLogMetadataStore(client),
-                   properties, crash=crash, s3_stats=client.snapshot)
+        manager = cls(broker_id, S3RemoteStorage(client, crash, config.transform), S3RemoteLogMetadataStore(client),
+                      properties, crash=crash, s3_stats=client.snapshot)
+        manager._on_close.append(client.close)
+        return manager
 
     @property
     def collectors(self) -> tuple[Collector, ...]:
@@ -541,3 +544,5 @@ class RemoteLogManager:
         for pool in (self._follower_pool, self._copier_pool, self._expiration_pool):
             pool.shutdown(wait=False, cancel_futures=True)
         self.reader.close()
+        for close in self._on_close:  # the S3 calls under way do not retry: the process can exit
+            close()

@@ -176,6 +176,7 @@ class S3Client:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
+        self._closed = False
         self.stats: Counter[str] = Counter()
         """Requests by operation ("get_object", ...); "retries" / "retries.<code>" for transient faults
         retried; "errors" / "errors.<operation>" for calls that failed for good; "bytes_sent" (object
@@ -198,6 +199,8 @@ class S3Client:
         bucket and key for a permanent fault or when the attempts run out (then retriable)."""
         where = f"s3://{self.config.bucket}/{key}"
         for number in range(1, self.config.attempts + 1):
+            if self._closed and number > 1:  # `close`: the attempt under way was the last
+                raise RemoteStorageError(f"{operation} {where}: not retried, the client is closed", retriable=True)
             self._count(operation)
             try:
                 return attempt()
@@ -217,6 +220,13 @@ class S3Client:
                             self.config.attempts, delay * 1000)  # fmt: skip
                 self._sleep(delay)
         raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """No attempt starts after this (from any thread). A stopping broker shuts its tier's pools down
+        without waiting, but Python joins a pool's running workers at exit (concurrent.futures'
+        `_python_exit`, daemon or not): a call in its retries held the exit for up to `attempts` call
+        timeouts plus backoffs (minutes); now for at most the attempt under way (`call_timeout_ms`)."""
+        self._closed = True
 
     def snapshot(self) -> dict[str, int]:
         """A copy of `stats` (safe to read from another thread, as the metrics server does)."""

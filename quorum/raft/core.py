@@ -1066,8 +1066,13 @@ class RaftCore:
         destination = leader_id
         if destination != NO_NODE and now < fetching.leader_backoff_until_ms and self._snapshot_fetch is None:
             others = [v for v in self._voters if v not in (self._id, leader_id)]
-            if others:
-                destination = self._rng.choice(others)
+            if not others:
+                # No other voter to ask: wait out the leader's backoff, as Kafka's maybeSendAnyVoterFetch
+                # does when no voter is ready (backoffBeforeAvailableBootstrapServer). Retrying at once
+                # made an observer of a single controller that died fetch in a tight loop (~1 a ms).
+                fetching.retry_at_ms = fetching.leader_backoff_until_ms
+                return
+            destination = self._rng.choice(others)
         if destination == NO_NODE:
             destination = fetching.destination
             if destination == NO_NODE:

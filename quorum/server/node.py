@@ -84,6 +84,8 @@ INLINE_REPLAY_RECORDS = 128
 """A commit that moves the high watermark by at most this many offsets is replayed on the event loop
 (a thread hop costs more than a few records; at ~12 us a metadata record this stalls the loop < 2 ms)."""
 SNAPSHOT_TURN_SECONDS = 0.2
+STOP_SENDS_SECONDS = 5.0
+"""The longest a stopping node waits for its cancelled Raft requests to end (one ends at once)."""
 
 
 def wall_clock_ms() -> int:
@@ -169,6 +171,13 @@ class RaftNode:
         self._flusher: asyncio.Task[None] | None = None
         self._proposals: deque[tuple[list[bytes], asyncio.Future[tuple[int, int] | None]]] = deque()
         self._sends: set[asyncio.Task[None]] = set()
+        self._rpcs: set[asyncio.Task[None]] = set()
+        """The Raft requests in flight (`_send`), a subset of `_sends`: cancelled when the node closes."""
+        self._closing = False
+        """Set once `run` tears the node down: no event reaches the core and no Raft request starts after
+        it. Each answered request drives the core, which asks for the next one: a chain of `_send` tasks
+        that outlived `run`, drove the core after the metadata log closed (LogError) and kept a stopped
+        broker fetching from its controller: a SIGTERMed broker that did not exit in 30 s (a CI run)."""
         self._stopped = asyncio.Event()
         self._fatal: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one `run` serves on
@@ -262,8 +271,10 @@ class RaftNode:
         the core would go on believing in a log it no longer matches. The restarted node recovers its
         log (a torn tail is cut) and catches up.
         """
+        if self._closing:
+            return  # the node is closing: the core's log is closing or closed (see `_closing`)
         async with self._core_lock:
-            if self._fatal is not None:
+            if self._fatal is not None or self._closing:
                 return  # stopping: the log may not be what the core believes
             before = (self.core.role, self.core.epoch)
             try:
@@ -406,7 +417,7 @@ class RaftNode:
         elif isinstance(action, raft.Truncate):
             await asyncio.to_thread(self.log.truncate_to, action.offset)
         elif isinstance(action, raft.Send):
-            self._background(self._send(action.destination, action.message))
+            self._background(self._send(action.destination, action.message), rpc=True)
         elif isinstance(action, raft.Reply):
             future = self._replies.pop(action.request_id, None)
             if future is not None and not future.done():
@@ -510,10 +521,33 @@ class RaftNode:
         self._fatal = self._fatal or divergence
         self._stopped.set()
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _background(self, work: Coroutine[Any, Any, None], rpc: bool = False) -> None:
+        """Run `work` as a task `run` can find at its end; none starts once the node is closing."""
+        if self._closing:
+            work.close()  # never started: nothing to wait for
+            return
         task = asyncio.create_task(work)
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
+        if rpc:
+            self._rpcs.add(task)
+            task.add_done_callback(self._rpcs.discard)
+
+    async def _stop_raft_traffic(self) -> None:
+        """Stop the chain of Raft requests before the peers and the metadata log close: from now on no
+        event reaches the core (`drive`) and no request starts (`_background`); the requests in flight
+        are cancelled and awaited. Taken under the core lock, so no `drive` is halfway through its
+        actions (a cancelled one could leave a log write running on a worker thread)."""
+        async with self._core_lock:
+            self._closing = True
+            rpcs = set(self._rpcs)
+            for task in rpcs:
+                task.cancel()
+        if rpcs:  # a cancelled `_send` ends at its next await; bounded all the same
+            _, stuck = await asyncio.wait(rpcs, timeout=STOP_SENDS_SECONDS)
+            if stuck:
+                log.warning("%d Raft request(s) still running %.0f s after being cancelled", len(stuck),
+                            STOP_SENDS_SECONDS)
 
     def _leader_epoch(self) -> int | None:
         """This node's epoch while it leads the quorum (is the active controller), else None."""
@@ -610,7 +644,7 @@ class RaftNode:
         may set an earlier deadline, so it wakes the wait. Ticking every 10 ms cost an idle node about
         3% of a core (28 ms of CPU a second, measured on a 3+3 local cluster), most of the suite's
         dozens of idle nodes' CPU."""
-        while True:
+        while not self._closing:  # ends even if a cancel was lost (3.11's wait_for drops one that races the event)
             await asyncio.sleep(TICK_SECONDS)
             self._core_moved.clear()
             deadline = self.core.next_deadline_ms()
@@ -662,6 +696,8 @@ class RaftNode:
         if self._fatal is None and self.config.is_controller:
             stop.begin("handing the quorum's leadership over")
             await self._resign_gracefully()
+        stop.begin("stopping the Raft requests in flight")
+        await self._stop_raft_traffic()
         for task in tasks:
             task.cancel()
         stop.begin("closing the listeners and their connections")
@@ -705,6 +741,7 @@ class RaftNode:
             await listener.close()
         if self.broker is not None:
             await self.broker.close()
+        self._closing = True
         await asyncio.to_thread(self.log.close)
         return 1
 

@@ -141,3 +141,20 @@ def test_an_observer_appends_the_data_of_the_answer_that_names_the_leader() -> N
     assert of_type(actions, AppendBatches)
     node.flush()
     assert node.core.high_watermark == 1
+
+
+def test_an_observer_of_a_single_controller_that_is_gone_waits_out_the_backoff_before_fetching_again() -> None:
+    # The CI run's stopped broker: its one controller killed, each refused Fetch was followed by the next
+    # at once (about one a millisecond) since there was no other voter to ask while the leader backed
+    # off. Kafka's maybeSendAnyVoterFetch backs off until a voter is ready (quorum.retry.backoff.ms).
+    node = Node(9, voters=(1,), seed=3)
+    (fetch,) = sent(node.start(), FetchRequest)
+    actions = node.response(1, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 1, 4, 0, 0), fetch.message)
+    (to_leader,) = sent(actions, FetchRequest)
+    failed_at = node.now
+    assert sent(node.apply(node.core.on_send_failed(1, to_leader.message, failed_at, peer_gone=True)),
+                FetchRequest) == []
+    assert sent(node.tick(failed_at + 19), FetchRequest) == []
+    assert node.core.next_deadline_ms() == failed_at + 20  # the driver's tick wakes for the retry
+    (again,) = sent(node.tick(failed_at + 20), FetchRequest)
+    assert again.destination == 1 and node.core.leader_id == 1

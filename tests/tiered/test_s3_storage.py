@@ -311,3 +311,21 @@ def test_a_metadata_event_whose_custom_metadata_is_not_base64_is_refused_by_name
     event["custom_metadata"] = "not base64!"
     with pytest.raises(RemoteStorageError, match="s3://b/k is not a remote log segment metadata event"):
         decode_metadata(json.dumps(event).encode(), "s3://b/k")
+
+
+def test_a_closed_client_does_not_retry_so_a_stopping_broker_is_not_held_by_retries() -> None:
+    """Python joins a tier pool's running workers at exit; a call in its retries held a stopped broker
+    for up to `attempts` call timeouts. Closed during an attempt, that attempt is the last."""
+    client = S3Client(S3Config("b", endpoint_url="http://127.0.0.1:9", access_key_id="k", secret_access_key="s"),
+                      sleep=lambda _s: None)
+    attempts = 0
+
+    def timing_out() -> None:
+        nonlocal attempts
+        attempts += 1
+        client.close()  # the broker stops while this attempt is under way
+        raise ConnectionResetError("reset by the test")
+
+    with pytest.raises(RemoteStorageError, match="not retried, the client is closed") as e:
+        client.call("get_object", "k", timing_out)
+    assert e.value.retriable and attempts == 1
