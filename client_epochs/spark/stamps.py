@@ -44,24 +44,25 @@ Nothing here opens a socket: `client_epochs.spark.sink` reads and writes.
 from __future__ import annotations
 
 import hashlib
-import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 
-from quorum.wire.varint import MAX_VARLONG_BYTES, VarintError, decode_uvarint, encode_uvarlong
+from quorum.wire.origin_stamp import (
+    DIGEST_BYTES,
+    STAMP_FORMAT,
+    StampBytesError,
+    decode_stamp,
+    encode_stamp,
+    pack_stamps,
+    stamp_head,
+)
 
 ORIGIN_HEADER = "kafka_epochs.origin"
 """The header naming where a record written by the sink came from, in the binary form (the module's)."""
 TEXT_ORIGIN_HEADER = "client_epochs.spark.origin"
 """The header of records written before the binary stamp: "<query>/<batch>/<task>/<sequence>", read only."""
 ORIGIN_HEADERS = frozenset({ORIGIN_HEADER, TEXT_ORIGIN_HEADER})
-STAMP_FORMAT = 1
-"""The first byte of a binary stamp: the layout the module docstring gives."""
-DIGEST_BYTES = 8
-_WIDE = 1 << 32
-"""The first sequence stamped in 8 bytes rather than 4."""
 
 Header = tuple[str, bytes | str | None]
 
@@ -73,11 +74,6 @@ class OriginError(ValueError):
 def query_digest(query: str) -> bytes:
     """What a binary stamp carries of the query id: the first 8 bytes of its BLAKE2b digest."""
     return hashlib.blake2b(query.encode(), digest_size=DIGEST_BYTES).digest()
-
-
-def _stamp_head(digest: bytes, batch: int, task: int) -> bytes:
-    """A binary stamp up to its sequence: the same for every record of a task."""
-    return bytes([STAMP_FORMAT]) + digest + encode_uvarlong(batch) + encode_uvarlong(task)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +94,7 @@ class TaskOrigin:
             raise OriginError(f"batch {self.batch} and task {self.task} must be 0 or more")
         digest = query_digest(self.query)
         object.__setattr__(self, "digest", digest)
-        object.__setattr__(self, "_prefix", _stamp_head(digest, self.batch, self.task))
+        object.__setattr__(self, "_prefix", stamp_head(digest, self.batch, self.task))
 
     def stamp(self, sequence: int) -> bytes:
         """The binary stamp of this task's record `sequence`."""
@@ -109,10 +105,7 @@ class TaskOrigin:
         no Python step per record): a sequence below 2**32 in 4 bytes, from there on in 8."""
         if first < 0 or count < 0:
             raise OriginError(f"sequences from {first}, {count} of them: both must be 0 or more")
-        if first < _WIDE < first + count:
-            return self.stamps(first, _WIDE - first) + self.stamps(_WIDE, first + count - _WIDE)
-        pack = struct.Struct(f">{len(self._prefix)}s{'I' if first < _WIDE else 'Q'}").pack
-        return list(map(pack, repeat(self._prefix, count), range(first, first + count)))
+        return pack_stamps(self._prefix, first, count)
 
     def text(self, sequence: int) -> str:
         """The record's stamp in text, "<query>/<batch>/<task>/<sequence>": for messages, and the form
@@ -131,22 +124,17 @@ class Origin:
 
     def encode(self) -> bytes:
         """The binary stamp (sequence in 4 bytes below 2**32, else 8)."""
-        width = 4 if self.sequence < _WIDE else 8
-        return _stamp_head(self.query_digest, self.batch, self.task) + self.sequence.to_bytes(width, "big")
+        return encode_stamp(self.query_digest, self.batch, self.task, self.sequence)
 
     @classmethod
     def parse(cls, value: bytes | str | None) -> Origin:
         """A binary stamp (`ORIGIN_HEADER`'s value); OriginError, quoting the value, for anything else."""
-        if not isinstance(value, bytes) or len(value) < 1 + DIGEST_BYTES + 3 or value[0] != STAMP_FORMAT:
+        if not isinstance(value, bytes):
             raise OriginError(f"{ORIGIN_HEADER} header {value!r} is not a format-{STAMP_FORMAT} origin stamp")
         try:
-            batch, at = decode_uvarint(value, 1 + DIGEST_BYTES, MAX_VARLONG_BYTES)
-            task, at = decode_uvarint(value, at, MAX_VARLONG_BYTES)
-        except VarintError as exc:
-            raise OriginError(f"{ORIGIN_HEADER} header {value!r}: its batch or task: {exc}") from None
-        if not 1 <= len(value) - at <= 8:
-            raise OriginError(f"{ORIGIN_HEADER} header {value!r}: its sequence is not 1 to 8 bytes")
-        return cls(value[1 : 1 + DIGEST_BYTES], batch, task, int.from_bytes(value[at:], "big"))
+            return cls(*decode_stamp(value))
+        except StampBytesError as exc:
+            raise OriginError(f"{ORIGIN_HEADER} header {value!r}: {exc}") from None
 
     @classmethod
     def parse_text(cls, value: bytes | str | None) -> Origin:
