@@ -128,6 +128,7 @@ class RaftCore:
         self._pending_append_end: int | None = None  # asked to append, not yet reported durable
         self._log_stale = False  # actions of this call change the log: do not read it for a Fetch
         self._resigned_leader: tuple[int, int] | None = None  # (epoch, leader) known to have stepped down
+        self._stopping = False  # `shutdown` was called: this replica never starts an election again
         self._announced: tuple[int, int] | None = None
         election = Election(persisted.epoch, persisted.voted_id, persisted.leader_id) if persisted else Election(0)
         self._persisted = election
@@ -208,20 +209,22 @@ class RaftCore:
         state = self._state
         deadlines: list[int | None] = []
         if isinstance(state, Unattached):
-            deadlines.append(state.election_deadline_ms)
+            deadlines.append(self._election_timer(state.election_deadline_ms))
             if state.fetching is not None:
                 deadlines.append(self._fetch_deadline(state.fetching))
         elif isinstance(state, Follower):
-            deadlines += [state.fetch_deadline_ms, self._fetch_deadline(state.fetching)]
+            fetch_timeout = self._election_timer(state.fetch_deadline_ms) if self._is_voter else state.fetch_deadline_ms
+            deadlines += [fetch_timeout, self._fetch_deadline(state.fetching)]
         elif isinstance(state, Prospective):
             deadlines.append(state.deadline_ms if state.started else state.start_ms)
         elif isinstance(state, Candidate):
-            deadlines.append(state.deadline_ms if state.backoff_until_ms is None else state.backoff_until_ms)
+            deadlines.append(state.deadline_ms if state.backoff_until_ms is None
+                             else self._election_timer(state.backoff_until_ms))
         elif isinstance(state, LeaderState):
             deadlines += [state.next_deadline_ms(), self._check_quorum_deadline(state), self._log_start_deadline(),
                           *(self._begin_quorum_due(state, v) for v in state.voters if v != self._id)]
         elif isinstance(state, Resigned):
-            deadlines.append(state.election_deadline_ms)
+            deadlines.append(self._election_timer(state.election_deadline_ms))
             if state.unacked and state.end_sent_ms is not None:
                 deadlines.append(state.end_sent_ms + self._config.request_timeout_ms)
         return min((d for d in deadlines if d is not None), default=None)
@@ -312,8 +315,9 @@ class RaftCore:
         if self._fatal:
             return []
         state = self._state
-        if (peer_gone and self._is_voter and isinstance(state, Follower) and destination == state.leader_id
-                and isinstance(message, FetchRequest) and state.fetching.outstanding is message):
+        if (peer_gone and self._is_voter and not self._stopping and isinstance(state, Follower)
+                and destination == state.leader_id and isinstance(message, FetchRequest)
+                and state.fetching.outstanding is message):
             state.fetch_deadline_ms = min(state.fetch_deadline_ms, self._now)
             state.fetching.outstanding = None
             # Every follower of the dead leader hears of it in the same millisecond: a random head
@@ -446,6 +450,26 @@ class RaftCore:
             self._resign(state)
         return self._finish()
 
+    def shutdown(self, now_ms: int) -> list[Action]:
+        """The process is stopping: resign if leading, and never start an election again.
+
+        As Kafka's graceful shutdown (KafkaRaftClient.shutdown): while it lasts the replica still
+        answers votes, fetches and EndQuorumEpoch, but no timer makes it a prospective or a
+        candidate, and a candidate already campaigning that wins resigns at once. Without this a
+        resigned leader that granted its successor's vote and did not hear of the win within an
+        election timeout (a loaded machine) campaigned itself in the next epoch, won, and then
+        exited as the leader: the graceful failover became an unplanned one, 5 s later.
+        """
+        self._begin(now_ms)
+        self._stopping = True
+        state = self._state
+        if not self._fatal:
+            if isinstance(state, LeaderState):
+                self._resign(state)
+            elif isinstance(state, Prospective):
+                self._transition(self._unattached(state.epoch, state.voted_id))
+        return self._finish()
+
     # -----------------------------------------------------------------------------------------
     # Plumbing.
 
@@ -520,6 +544,14 @@ class RaftCore:
 
     def _election_timeout(self) -> int:
         return randomized_election_timeout(self._config, self._rng)
+
+    def _election_timer(self, deadline_ms: int | None) -> int | None:
+        """A deadline whose end starts an election: none while stopping (`shutdown`)."""
+        return None if self._stopping else deadline_ms
+
+    def _election_due(self, deadline_ms: int | None) -> bool:
+        timer = self._election_timer(deadline_ms)
+        return timer is not None and self._now >= timer
 
     def _transition(self, new: State) -> None:
         old = self._state
@@ -627,30 +659,32 @@ class RaftCore:
     def _poll_state(self, state: State) -> None:
         now = self._now
         if isinstance(state, Unattached):
-            if state.election_deadline_ms is not None and now >= state.election_deadline_ms:
+            if self._election_due(state.election_deadline_ms):
                 self._become_prospective(retries=1)
             elif state.fetching is not None:
                 self._poll_fetching(state.fetching, NO_NODE)
         elif isinstance(state, Follower):
-            if now >= state.fetch_deadline_ms:
-                if self._is_voter:
-                    self._become_prospective(retries=1)
-                else:
-                    self._transition(self._unattached(state.epoch))
+            if self._is_voter and self._election_due(state.fetch_deadline_ms):
+                self._become_prospective(retries=1)
+            elif not self._is_voter and now >= state.fetch_deadline_ms:
+                self._transition(self._unattached(state.epoch))
             else:
                 self._poll_fetching(state.fetching, state.leader_id)
         elif isinstance(state, Prospective):
             self._poll_prospective(state)
         elif isinstance(state, Candidate):
             if state.backoff_until_ms is not None:
-                if now >= state.backoff_until_ms:
+                if self._election_due(state.backoff_until_ms):
                     self._become_prospective(state.retries + 1)
             elif now >= state.deadline_ms:
                 self._lose_vote(state)
         elif isinstance(state, LeaderState):
-            self._poll_leader(state)
+            if self._stopping:
+                self._resign(state)  # elected by a campaign begun before `shutdown`: hand over at once
+            else:
+                self._poll_leader(state)
         elif isinstance(state, Resigned):
-            if now >= state.election_deadline_ms:
+            if self._election_due(state.election_deadline_ms):
                 self._become_prospective(retries=1)
             elif (state.unacked and state.end_sent_ms is not None
                   and now >= state.end_sent_ms + self._config.request_timeout_ms):
@@ -903,6 +937,8 @@ class RaftCore:
         successors = request.preferred_successors
         if not self._is_voter:
             self._transition(self._unattached(request.leader_epoch))
+        elif self._stopping:
+            self._transition(self._unattached(request.leader_epoch, voted))  # stopping: campaigns never
         elif self._id in successors and successors.index(self._id) == 0:
             # The leader's first choice campaigns at once, skipping pre-vote: the leader is gone by
             # its own word, so nobody has a live leader to protect.

@@ -747,9 +747,10 @@ class RaftNode:
 
     async def _resign_gracefully(self) -> None:
         """A leader told to stop hands over at once (EndQuorumEpoch) instead of letting followers time
-        out, and serves on until the quorum has a new leader, as Kafka's (`quorum.server.successor_wait`)."""
+        out, and serves on until the quorum has a new leader, as Kafka's (`quorum.server.successor_wait`).
+        Every stopping node, leader or not, starts no election from here on (`RaftCore.shutdown`)."""
         was_leader = self.core.role is Role.LEADER
-        await self.drive(lambda: self.core.resign(wall_clock_ms()))
+        await self.drive(lambda: self.core.shutdown(wall_clock_ms()))
         if was_leader and self.peers:
             me = self.config.node_id
             await wait_for_successor(lambda: self.core.leader_id not in (-1, me), self._leader_changed,

@@ -59,6 +59,7 @@ from quorum.raft.interface import (
     Reply,
     Send,
     Truncate,
+    VoteRequest,
     WriteSnapshotChunk,
 )
 from quorum.raft.state import Role
@@ -262,6 +263,7 @@ class Simulation:
         self._expected_fatal = False
         self._failover: tuple[int, int, int] | None = None  # (killed leader's epoch, killed at, deadline)
         self._failover_down: list[int] = []  # voters the failover fault killed, oldest first
+        self._stopping: dict[int, int] = {}  # node -> incarnation told to `shutdown` (graceful_stop)
 
     # -----------------------------------------------------------------------------------------
     # Running.
@@ -434,6 +436,9 @@ class Simulation:
                     node.log.flush()
                     appended, flushed_now = False, True
                 if kind is Send:
+                    if isinstance(action.message, VoteRequest) and self._stopping.get(node.node_id) == node.incarnation:
+                        raise InvariantViolation(f"node {node.node_id} campaigns while stopping (graceful_stop): "
+                                                 f"{_short(action.message)}")
                     self._send_request(node, action.destination, action.message)
                 else:
                     self._send_reply(node, action.request_id, action.message)
@@ -853,6 +858,30 @@ class Simulation:
         for node in self._leaders():
             self._run_core(node, ("resign",), lambda core: core.resign(self.now))
 
+    def _fault_graceful_stop(self) -> None:
+        """SIGTERM to the leader, as the node shell handles it: `shutdown` (resign, and never campaign
+        again), serve until another leader is known or 5 s have passed, exit; restarted later. The
+        scenario's network faults make the successor's news late, as a loaded machine does."""
+        leaders = [n for n in self._leaders() if n.node_id not in self._stopping]
+        if not leaders:
+            return
+        node = leaders[0]
+        self._stopping[node.node_id] = node.incarnation
+        self._run_core(node, ("shutdown",), lambda core: core.shutdown(self.now))
+        self._at(10, self._finish_stop, node.node_id, node.incarnation, self.now + SUCCESSOR_WAIT_MS)
+
+    def _finish_stop(self, node_id: int, incarnation: int, deadline: int) -> None:
+        node = self.nodes[node_id]
+        if not node.alive or node.incarnation != incarnation:
+            self._stopping.pop(node_id, None)  # killed meanwhile by another fault
+            return
+        if node.core.leader_id not in (-1, node_id) or self.now >= deadline:
+            self._stopping.pop(node_id)
+            self._kill(node_id)
+            self._at(self._between((200, 4000)), self._restart, node_id)
+            return
+        self._at(10, self._finish_stop, node_id, incarnation, deadline)
+
     def _fault_leader_failures(self) -> None:
         """Kill the leader, then its successor as soon as it is elected."""
         leaders = self._leaders()
@@ -919,6 +948,10 @@ class Simulation:
                                                f"{self.scenario.failover_deadline_ms} ms of its leader's kill: "
                                                f"{states}", self.command)
         self._at(10, self._check_failover)
+
+
+SUCCESSOR_WAIT_MS = 5000
+"""How long a stopping leader serves at most while it waits for a successor (`quorum.server.successor_wait`)."""
 
 
 def _short(message: object) -> str:

@@ -55,6 +55,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("kill-all", faults=("kill_all",), fault_every_ms=(3000, 6000)),
     Scenario("leader-failures", faults=("leader_failures",), fault_every_ms=(3000, 6000)),
     Scenario("resign", faults=("resign",), fault_every_ms=(1000, 3000)),
+    # SIGTERM to the leader under network faults: the stopping node must never campaign, even when
+    # it does not hear of its successor within an election timeout (issue 37's graceful failover).
+    Scenario("graceful-stop", loss=0.02, max_delay_ms=20, faults=("graceful_stop", "asymmetric", "partition"),
+             fault_every_ms=(1000, 3000)),
     # kill -9 of the leader, again and again, each victim restarted before the next kill: survivors
     # that lost their leader at different moments must still elect a successor, by a deadline.
     # -loopback answers within a millisecond, far inside every timeout, as real processes on

@@ -82,6 +82,15 @@ def test_the_failover_scenario_catches_survivors_that_never_elect(monkeypatch: p
             run_seed(seed, 3, 0, "failover-loopback")
 
 
+def test_the_graceful_stop_scenario_catches_a_stopping_node_that_campaigns(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The core as it was: stopping only resigned, so a resigned leader that heard nothing of its
+    # successor within an election timeout campaigned again (issue 37's graceful failover).
+    monkeypatch.setattr(RaftCore, "shutdown", RaftCore.resign)
+    with pytest.raises(SimulationFailure, match=r"campaigns while stopping"):
+        for seed in range(SEEDS_PER_SCENARIO):
+            run_seed(seed, 3, 1, "graceful-stop")
+
+
 def test_a_seed_replays_exactly() -> None:
     first: list[str] = []
     second: list[str] = []
