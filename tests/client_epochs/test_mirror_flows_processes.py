@@ -84,7 +84,16 @@ class MirrorProcess:
         try:
             wait_until(what, condition, timeout_s=timeout_s)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; the replicator's last lines:\n" + "\n".join(self.lines[-60:])) from None
+            raise AssertionError(f"{exc}; {self.story()}") from None
+
+    def story(self) -> str:
+        """What the command said, for a failure: every line but the periodic status (its flow changes,
+        resume decisions, warnings), then its last status lines. The tail alone was status lines only
+        when a wait ran out (a fresh clone's run: "the new partition on B", the decisions long gone)."""
+        said = [line for line in self.lines if not line.startswith("client-epochs-mirror status:")]
+        statuses = [line for line in self.lines if line.startswith("client-epochs-mirror status:")]
+        return ("the replicator said:\n" + "\n".join(said[-150:]) + "\nits last status lines:\n"
+                + "\n".join(statuses[-5:]))
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -190,6 +199,7 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         assert 'client_epochs_mirror_stale_metadata_refused_total{source="A",target="B"}' in samples
     finally:
         code = mirror.stop()
+        (tmp_path / "mirror-output.txt").write_text(mirror.output())  # pytest keeps it: read after a failure
     out = mirror.output()
     assert code == 0, out
     assert "client-epochs-mirror flow A->B: topics 2" in out, out
