@@ -238,11 +238,30 @@ class PartitionProgress:
             return None
         return self.acked_upto, self.acked_epoch
 
-    def lag(self, high_watermark: int | None) -> int | None:
-        """Source records not yet read, given the partition's high watermark (None: unknown)."""
-        if high_watermark is None or high_watermark < 0 or self.position is None:
+    def lag(self, high_watermark: int | None, low_watermark: int | None = None) -> int | None:
+        """Source records not yet read, given the partition's watermarks (None: unknown).
+
+        Before its first record a partition with nothing committed starts at the log start (the
+        replicator's auto.offset.reset=earliest, `decide_resume`), `low_watermark`; with no watermarks
+        yet (never fetched) its lag is unknown, not 0."""
+        if high_watermark is None or high_watermark < 0:
             return None
-        return max(0, high_watermark - self.position)
+        start = self.position if self.position is not None else low_watermark
+        if start is None or start < 0:
+            return None
+        return max(0, high_watermark - start)
+
+
+def total_lag(lags: Iterable[int | None]) -> int | None:
+    """A flow's lag: unknown (None, "?") while any assigned partition's is, not the sum of the others.
+    Summing only the known ones read a partition assigned but never fetched as caught up: a fresh-clone
+    run's flow said `lag=0` for 90 s while a grown topic's new partition, 12 records, was never copied."""
+    known = []
+    for lag in lags:
+        if lag is None:
+            return None
+        known.append(lag)
+    return sum(known) if known else None
 
 
 @dataclass(slots=True)

@@ -76,6 +76,7 @@ from client_epochs.mirror.progress import (
     decide_resume,
     last_copied,
     newest,
+    total_lag,
 )
 from client_epochs.mirror.topics import ReplicatorError, ensure_target_topics, read_tails, source_partition_counts
 from client_epochs.model import NO_EPOCH, TopicPartition
@@ -604,16 +605,14 @@ class Replicator:
             return
         self.counts.stale_metadata_refused = consumer.metadata_client.refusals + self._source_metadata.refusals
         self.counts.resets = int(getattr(consumer, "resets", 0) or 0)
-        lags = []
+        lags: list[int | None] = []
         for tp, progress in self._progress.items():
             try:
-                _, high = consumer.get_watermark_offsets(_ck(tp), cached=True)
+                low, high = consumer.get_watermark_offsets(_ck(tp), cached=True)
             except KafkaException:
-                continue
-            lag = progress.lag(high)
-            if lag is not None:
-                lags.append(lag)
-        self.counts.lag = sum(lags) if lags else None
+                low = high = None
+            lags.append(progress.lag(high, low))
+        self.counts.lag = total_lag(lags)
 
     def _status(self) -> None:
         """The counts, and what the replicator waits for when it is not copying; gives up past give_up_after_s."""

@@ -21,6 +21,7 @@ from client_epochs.mirror.progress import (
     last_copied,
     newest,
     read_provenance,
+    total_lag,
 )
 from client_epochs.model import TopicPartition
 from quorum.wire.internal_metadata import InternalMetadata
@@ -180,7 +181,21 @@ def test_lag_from_the_high_watermark():
     progress = PartitionProgress.resumed(10, decide_resume(TP, 10, None, None))
     assert progress.lag(25) == 15
     assert progress.lag(None) is None and progress.lag(-1001) is None
-    assert PartitionProgress().lag(25) is None  # no position yet
+    assert PartitionProgress().lag(25) is None  # no position yet, no log start known
+
+
+def test_a_partition_before_its_first_record_lags_from_the_log_start_or_is_unknown():
+    fresh = PartitionProgress()  # nothing committed: the consumer starts at the log start
+    assert fresh.lag(12, 0) == 12 and fresh.lag(30, 18) == 12
+    assert fresh.lag(0, 0) == 0  # fetched, empty: caught up
+    assert fresh.lag(-1001, -1001) is None and fresh.lag(None, None) is None  # never fetched: unknown
+
+
+def test_the_flows_lag_is_unknown_while_any_partition_is():
+    # The fresh-clone failure: orders-2 assigned, never fetched, 12 records; the others caught up.
+    assert total_lag([0, 0, 0, 0, None]) is None
+    assert total_lag([0, 3, 4]) == 7
+    assert total_lag([]) is None
 
 
 # --- figures ------------------------------------------------------------------------------------------
