@@ -63,6 +63,7 @@ from quorum.raft.interface import (
     WriteSnapshotChunk,
 )
 from quorum.raft.state import Role
+from quorum.server.successor_wait import SUCCESSOR_WAIT_S
 from quorum.sim.invariants import InvariantChecker, InvariantViolation, RecordingState
 from quorum.sim.memory_log import MemoryLog
 from quorum.sim.network import LinkQuality, Network
@@ -950,8 +951,8 @@ class Simulation:
         self._at(10, self._check_failover)
 
 
-SUCCESSOR_WAIT_MS = 5000
-"""How long a stopping leader serves at most while it waits for a successor (`quorum.server.successor_wait`)."""
+SUCCESSOR_WAIT_MS = int(SUCCESSOR_WAIT_S * 1000)
+"""How long a stopping leader serves at most while it waits for a successor: the node shell's own limit."""
 
 
 def _short(message: object) -> str:
