@@ -256,12 +256,8 @@ def total_lag(lags: Iterable[int | None]) -> int | None:
     """A flow's lag: unknown (None, "?") while any assigned partition's is, not the sum of the others.
     Summing only the known ones read a partition assigned but never fetched as caught up: a fresh-clone
     run's flow said `lag=0` for 90 s while a grown topic's new partition, 12 records, was never copied."""
-    known = []
-    for lag in lags:
-        if lag is None:
-            return None
-        known.append(lag)
-    return sum(known) if known else None
+    every = list(lags)
+    return None if not every or None in every else sum(every)
 
 
 @dataclass(slots=True)
