@@ -31,7 +31,7 @@ from quorum.launcher import LocalCluster
 from quorum.wire.mm2_records import Heartbeat
 from tests.support.prometheus import samples
 from tests.test_broker_processes import QUIET, SETTINGS, read_partitions
-from tests.test_controller_processes import create, wait_until
+from tests.test_controller_processes import create, metadata, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -115,12 +115,30 @@ def write_config(path: Path, clusters: dict[str, str], **settings: str) -> Path:
 
 
 def produce(address: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[bytes]:
+    """`count` values written to `partition`, each acknowledged: a delivery error fails here. flush()
+    alone counts a message failed at once (librdkafka's _UNKNOWN_PARTITION, for a partition its metadata
+    does not show yet) as done, and the test waited 90 s for records that were never written."""
     producer = Producer({"bootstrap.servers": address, "acks": "all", **QUIET})
     values = [f"{topic}-{partition}-{n}".encode() for n in range(start, start + count)]
+    failed: list[str] = []
+
+    def delivered(error, message) -> None:
+        if error is not None:
+            failed.append(f"{message.topic()}-{message.partition()}: {error}")
+
     for n, value in enumerate(values):
-        producer.produce(topic, value, key=f"k{(start + n) % 7}".encode(), partition=partition)
+        producer.produce(topic, value, key=f"k{(start + n) % 7}".encode(), partition=partition, on_delivery=delivered)
     assert producer.flush(30) == 0
+    assert not failed, f"not written: {failed}"
     return values
+
+
+def served_by_every_broker(address: str, topic: str, partitions: int) -> bool:
+    """Whether each broker of `address` (a bootstrap list) answers Metadata with `partitions` partitions
+    of `topic`: a producer's first metadata comes from any of them, and one still answering with fewer
+    makes it fail the records of a partition it does not know of yet."""
+    return all(len(getattr(metadata(broker)[1].get(topic), "partitions", ())) == partitions
+               for broker in address.split(","))
 
 
 def partitions_of(address: str, topic: str) -> int:
@@ -169,7 +187,7 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         fresh = {0: produce(a, "brand-new-1", 15)}
         for future in admin.create_partitions([NewPartitions("orders", 3)]).values():
             future.result(timeout=30)
-        wait_until("A's orders-2 served", lambda: partitions_of(a, "orders") == 3)
+        wait_until("every broker of A to serve orders-2", lambda: served_by_every_broker(a, "orders", 3))
         orders[2] = produce(a, "orders", 12, 2)
         orders[0] += produce(a, "orders", 5, 0, start=20)
         resource = ConfigResource(ConfigResource.Type.TOPIC, "payments", incremental_configs=[
@@ -306,7 +324,7 @@ def test_mm2_users_day_two_processes_discovery_config_sync_a_kill_and_a_group_fa
         expected.update({("fleet-2", p): produce(a, "fleet-2", 30, p) for p in range(2)})
         for future in admin.create_partitions([NewPartitions("fleet-1", 4)]).values():
             future.result(timeout=30)
-        wait_until("A's fleet-1-3 served", lambda: partitions_of(a, "fleet-1") == 4)
+        wait_until("every broker of A to serve fleet-1-3", lambda: served_by_every_broker(a, "fleet-1", 4))
         expected[("fleet-1", 3)] = produce(a, "fleet-1", 25, 3)
         resource = ConfigResource(ConfigResource.Type.TOPIC, "fleet-1", incremental_configs=[
             ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
