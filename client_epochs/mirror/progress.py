@@ -253,9 +253,9 @@ class PartitionProgress:
 
 
 def total_lag(lags: Iterable[int | None]) -> int | None:
-    """A flow's lag: unknown (None, "?") while any assigned partition's is, not the sum of the others.
-    Summing only the known ones read a partition assigned but never fetched as caught up: a fresh-clone
-    run's flow said `lag=0` for 90 s while a grown topic's new partition, 12 records, was never copied."""
+    """A flow's lag: unknown (None, "?") while any assigned partition's is, not the sum of the others:
+    summing only the known ones reads a partition assigned but never fetched as caught up, so a flow
+    stuck on it would say `lag=0` (a silent wait)."""
     every = list(lags)
     return None if not every or None in every else sum(every)
 
