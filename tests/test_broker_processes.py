@@ -6,8 +6,11 @@ from __future__ import annotations
 import signal
 import socket
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -109,14 +112,20 @@ def test_acks_all_messages_survive_kill_9_of_the_broker(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> Iterator[str]:
-    with one_broker(tmp_path_factory.mktemp("garbage")) as (_, address):
+def broker_cluster(tmp_path_factory) -> Iterator[tuple[LocalCluster, str]]:
+    """The module's one broker, with 50 records in `kept` that no test here writes to again."""
+    with one_broker(tmp_path_factory.mktemp("garbage")) as (cluster, address):
         create(AdminClient({"bootstrap.servers": address, **QUIET}), NewTopic("kept", 1, 1))
         producer = Producer({"bootstrap.servers": address, **QUIET})
         for n in range(50):
             producer.produce("kept", f"kept-{n}".encode())
         assert producer.flush(30) == 0
-        yield address
+        yield cluster, address
+
+
+@pytest.fixture(scope="module")
+def broker(broker_cluster) -> str:
+    return broker_cluster[1]
 
 
 BROKER_APIS = [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 22, 23, 32, 60]
@@ -140,3 +149,79 @@ def test_garbage_on_the_client_port_never_stops_the_broker(broker, garbage):
 
 def test_after_the_garbage_the_broker_still_serves_its_data(broker):
     assert read_all(broker, "kept", 1) == [f"kept-{n}".encode() for n in range(50)]
+
+
+WIDE_PARTITIONS = 1_500
+
+
+class RoundTrips:
+    """One record at a time produced with acks=all and acknowledged, on a thread of its own; the wall-clock
+    start and end of each, to set beside the broker's log."""
+
+    def __init__(self, address: str, topic: str) -> None:
+        self.done: list[tuple[float, float]] = []
+        self.errors: list[str] = []
+        self._producer = Producer({"bootstrap.servers": address, "acks": "all", "linger.ms": 0, **QUIET})
+        self._topic = topic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="round-trips", daemon=True)
+
+    def __enter__(self) -> RoundTrips:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            delivered: list[object] = []
+            started = time.time()
+            self._producer.produce(self._topic, b"probe",
+                                   on_delivery=lambda error, _, into=delivered: into.append(error))
+            self._producer.flush(30)
+            if delivered != [None]:
+                self.errors.append(f"not acknowledged: {delivered}")
+            else:
+                self.done.append((started, time.time()))
+            self._stop.wait(0.01)
+
+
+def logged_at(line: str) -> float:
+    """The wall-clock time of a node log line (`2026-11-29 18:33:44,918 INFO ...`)."""
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_a_broker_deleting_a_topic_of_thousands_of_partitions_keeps_answering(broker_cluster, tmp_path):
+    """Kafka's broker renames a deleted partition's directory and removes its files later on a thread of
+    its own (LogManager.asyncDelete), so its request threads keep serving. Ours deleted the logs on its
+    event loop: a fuzz run's topic of 4,099 partitions stopped it answering anything for 7 s, its own
+    Raft observer lost the controller meanwhile. Here a producer round-trips acks=all throughout, and
+    some of its records must be acknowledged between the broker's first and last deletion of a log."""
+    cluster, address = broker_cluster
+    admin = AdminClient({"bootstrap.servers": address, **QUIET})
+    create(admin, NewTopic("round-trips", 1, 1), NewTopic("wide", WIDE_PARTITIONS, 1))
+    wait_until(f"the broker to serve all {WIDE_PARTITIONS} partitions of wide", lambda: len(
+        getattr(metadata(address)[1].get("wide"), "partitions", ())) == WIDE_PARTITIONS, timeout_s=180)
+    log_dir = cluster.specs[BROKER].directory / "data"
+    assert len(list(log_dir.glob("wide-*"))) == WIDE_PARTITIONS
+    log_path = cluster.specs[BROKER].log_path
+    logged_before = log_path.stat().st_size
+    with RoundTrips(address, "round-trips") as trips:
+        wait_until("a first acknowledged record", lambda: trips.done)
+        for future in admin.delete_topics(["wide"], operation_timeout=60).values():
+            future.result(timeout=60)
+        wait_until("every directory of wide removed from the broker's log dir",
+                   lambda: not list(log_dir.glob("wide-*")), timeout_s=120)
+        wait_until("one more acknowledged record", lambda: trips.done[-1][0] > time.time() - 5)
+    with log_path.open(encoding="utf-8") as log:
+        log.seek(logged_before)
+        lines = log.read().splitlines()
+    first = min(logged_at(line) for line in lines if line.endswith("deleting its log"))
+    last = max(logged_at(line) for line in lines if "/wide-" in line and line.endswith(": deleted"))
+    during = [(start, end) for start, end in trips.done if first <= start and end <= last]
+    assert not trips.errors, trips.errors[:3]
+    assert during, (f"no record was acknowledged while the broker deleted wide's {WIDE_PARTITIONS} logs "
+                    f"({last - first:.2f} s); {len(trips.done)} were before and after")
+    assert metadata(address)[1].keys() >= {"kept", "round-trips"} and "wide" not in metadata(address)[1]

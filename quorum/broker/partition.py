@@ -25,7 +25,6 @@ acknowledged, for a machine crash too.
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,7 +35,6 @@ from quorum.broker.log_config import LogConfig
 from quorum.broker.producer_state import ProducerStateError, ProducerStateManager, last_sequence
 from quorum.broker.record_rules import record_errors
 from quorum.broker.remote_tier import RemoteLogState
-from quorum.log.atomic import fsync_directory
 from quorum.log.cleaner import CleanerPolicy, CleanResult, clean, read_first_dirty, write_first_dirty
 from quorum.log.epoch_cache import EpochEntry
 from quorum.log.errors import LogError, OffsetOutOfRangeError
@@ -75,8 +73,6 @@ BACKGROUND_ROLL_SYNC_BYTES = 16 << 20
 roll_sync_in_background): Kafka's 1 GiB segment took some 0.5 s of fsync on the event loop at
 each roll. A small segment's fsync is short, and its exact size is what tests and size-based
 settings count on, so it rolls as before."""
-
-DELETE_SUFFIX = "-delete"
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -506,32 +502,3 @@ class Partition:
     def close(self) -> None:
         self.log.close()
 
-    def delete(self) -> None:
-        """Close the log and remove its directory: renamed to `<name>.<id>-delete` first (Kafka's
-        way), so a crash half-way leaves a directory that the next start removes, never a torn log."""
-        self.log.close()
-        delete_partition_dir(self.directory)
-
-
-MAX_DIR_NAME_BYTES = 255
-"""The longest file name Linux file systems take (NAME_MAX)."""
-
-
-def delete_dir_name(directory_name: str, unique_id: str) -> str:
-    """`<topic>-<partition>.<unique_id>-delete` for the partition directory `<topic>-<partition>`, with the
-    topic cut short so that the name fits MAX_DIR_NAME_BYTES, as Kafka's logDirNameWithSuffixCappedLength:
-    a legal topic of 249 characters otherwise gave a name the rename refused, and the topic's
-    partitions could never be deleted. Topic names are ASCII, so characters are bytes."""
-    topic, _, partition = directory_name.rpartition("-")
-    suffix = f"-{partition}.{unique_id}{DELETE_SUFFIX}"
-    return topic[:MAX_DIR_NAME_BYTES - len(suffix)] + suffix
-
-
-def delete_partition_dir(directory: Path) -> None:
-    """Rename `directory` to Kafka's `<topic>-<partition>.<uuid>-delete` (`delete_dir_name`), durably, then
-    remove it."""
-    doomed = directory.with_name(delete_dir_name(directory.name, uuid.uuid4().hex))
-    directory.rename(doomed)
-    fsync_directory(directory.parent)
-    shutil.rmtree(doomed, ignore_errors=True)
-    logger.info("%s: deleted", directory)

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from quorum.broker import replica_manager
+from quorum.broker import log_deletion, replica_manager
 from quorum.broker.log_config import BROKER_RESOURCE, TOPIC_RESOURCE
 from quorum.broker.produce import ProduceHandlers, register_produce
 from quorum.broker.replica_manager import ReplicaManager
@@ -159,6 +159,50 @@ def test_new_logs_open_off_the_event_loop_with_the_same_outcome(tmp_path, monkey
     assert state(off_loop) == state(inline) == [("orders-0", False, 2, True), ("orders-1", True, 2, False)]
     off_loop.close()
     inline.close()
+
+
+
+def test_removed_logs_are_deleted_off_the_event_loop_before_a_new_topic_of_the_same_name_opens(tmp_path, monkeypatch):
+    """A topic of thousands of partitions deleted on the event loop stopped a broker for seconds: the logs
+    are closed and renamed in the worker thread, before any log of the same image opens (a topic re-created
+    under its old name opens the same directory), and the renamed directories removed on the deleter's
+    thread; what it had not removed at `close` is removed at the next start."""
+    on_loop: list[tuple[str, bool]] = []
+    rename, remove = replica_manager.rename_for_deletion, log_deletion.remove_renamed
+
+    def renaming(directories):
+        directories = list(directories)
+        on_loop.extend((f"rename {d.name}", threading.current_thread() is main) for d in directories)
+        return rename(directories)
+
+    def removing(doomed):
+        on_loop.append((f"remove {doomed.name.partition('.')[0]}", threading.current_thread() is main))
+        remove(doomed)
+
+    main = threading.current_thread()
+    monkeypatch.setattr(replica_manager, "rename_for_deletion", renaming)
+    monkeypatch.setattr(log_deletion, "remove_renamed", removing)
+    manager = ReplicaManager(1, [tmp_path])
+
+    async def scenario() -> None:
+        await manager.apply_image_off_loop(image(topic("orders", ORDERS, [(1, [1]), (1, [1])])))
+        manager.get("orders", 0).append_as_leader(client_batch(5), T0)
+        await manager.apply_image_off_loop(image(topic("orders", uuid.UUID(int=9), [(1, [1])])))
+        fresh = manager.get("orders", 0)
+        assert fresh.topic_id == uuid.UUID(int=9) and fresh.log_end_offset == 0, "a new log, not the old one"
+        assert fresh.directory == tmp_path / "orders-0" and (tmp_path / "orders-0").is_dir()
+        await manager.apply_image_off_loop(image())
+        assert manager.partitions() == [] and not (tmp_path / "orders-0").exists(), "renamed before it returns"
+
+    asyncio.run(scenario())
+    manager.close()
+    renamed = [name for name, _ in on_loop if name.startswith("rename")]
+    assert renamed[:2] in (["rename orders-0", "rename orders-1"], ["rename orders-1", "rename orders-0"])
+    assert renamed[2:] == ["rename orders-0"], "the re-created topic's log, at its deletion"
+    assert {name for name, _ in on_loop if name.startswith("remove")} <= {"remove orders-0", "remove orders-1"}
+    assert not any(loop for _, loop in on_loop), on_loop
+    ReplicaManager(1, [tmp_path]).close()
+    assert not list(tmp_path.glob("orders-*")), "removed by the deleter, or else at the next start"
 
 
 # -- the Produce handler ------------------------------------------------------------------------
