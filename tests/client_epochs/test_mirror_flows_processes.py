@@ -56,11 +56,13 @@ def clusters(tmp_path_factory) -> Iterator[dict[str, str]]:
 
 
 class MirrorProcess:
-    """The command on a config file, its output collected by a thread; stopped by SIGTERM, by pid."""
+    """The command on a config file, its output collected by a thread; stopped by SIGTERM, by pid. Verbose,
+    so that a failure's story has its checkpoint rounds and group offset syncs (a fresh-clone run waited
+    90 s for fleet-readers' checkpoints that neither process wrote, and its quiet story could not say why)."""
 
     def __init__(self, config: Path, *more: str) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "client_epochs.mirror.cli", "--config", str(config),
-                                         "--status-interval-s", "1", "--commit-interval-s", "0.5", *more],
+                                         "--status-interval-s", "1", "--commit-interval-s", "0.5", "--verbose", *more],
                                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
