@@ -29,6 +29,7 @@ from quorum.broker.partition import AppendError
 from quorum.broker.replica_manager import ReplicaManager
 from quorum.broker.topic_creation import TopicCreator
 from quorum.image.image import MetadataImage
+from quorum.image.image import TopicInfo as TopicImage
 from quorum.net.dispatch import Dispatcher
 from quorum.wire import records as wire_records
 from quorum.wire.errors import ErrorCode
@@ -126,7 +127,7 @@ class GroupCoordination:
                                            current_topic_id=self._topic_id)
         register_group_apis(dispatcher, self.shell)
         self._led: set[int] = set()
-        self._topic_ids: Mapping[uuid.UUID, object] | None = None
+        self._topic_ids: Mapping[uuid.UUID, TopicImage] | None = None
         """The topic ids of the image last applied (None before the first): deletions are ids that left it."""
         self._topics: object = None
         """The image's topics last given to the coordinator for KIP-848 assignments."""
@@ -178,7 +179,8 @@ class GroupCoordination:
         record or from a snapshot; one that happened while this broker was down is found when the
         partitions load (the coordinator checks loaded offsets against the image)."""
         if self._topic_ids is not None and image.topics_by_id is not self._topic_ids:
-            gone = [topic_id for topic_id in self._topic_ids if topic_id not in image.topics_by_id]
+            gone = {topic_id: info.name for topic_id, info in self._topic_ids.items()
+                    if topic_id not in image.topics_by_id}
             if gone:
                 log.info("%d topic(s) deleted: their committed offsets are deleted too", len(gone))
                 self.shell.topics_deleted(gone)

@@ -200,7 +200,7 @@ def test_a_record_the_target_refuses_fails_its_task_naming_the_partition(cluster
 
 def mid_batch(query, cluster: Cluster, committed: int, target: str) -> bool:
     """The query is in a batch whose first records are on the target already (more than `committed`)."""
-    return bool(query.status["isTriggerActive"]) and total(cluster.bootstrap, target, 4) > committed
+    return bool(query.status["isTriggerActive"]) and total(cluster.current, target, 4) > committed
 
 
 def committed_rows(*queries) -> int:
@@ -278,7 +278,7 @@ def test_the_pipeline_on_a_standalone_cluster_copies_exactly_once_through_kills_
             lambda: (
                 second.lastProgress is not None
                 and second.lastProgress["numInputRows"] == 0
-                and total(cluster.bootstrap, target, 4) >= len(sent)
+                and total(cluster.current, target, 4) >= len(sent)
             ),
             300,
         )

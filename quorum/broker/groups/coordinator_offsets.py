@@ -9,7 +9,7 @@ durable. `GroupCoordinator` (coordinator.py) mixes this in and owns the state.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,17 +68,22 @@ class OffsetCommands:
     # ----------------------------------------------------------------------------------------
     # Offsets of deleted topics
 
-    def topics_deleted(self, topic_ids: Collection[uuid.UUID],
+    def topics_deleted(self, deleted: Mapping[uuid.UUID, str],
                        current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
-        """Topics with these ids were deleted (the broker's metadata no longer has them): tombstone their
-        offsets in every loaded partition. `current_topic_id` names a topic's id now (None: no such topic).
+        """The topics with these ids (mapped to their names) were deleted (the broker's metadata no longer
+        has them): tombstone their offsets in every loaded partition, as Kafka's onPartitionsDeleted does by
+        name. An offset stored without a topic id (Kafka's own value, older commits) goes by its topic's
+        name, also when a topic of that name exists again: the broker applied the deletion and the
+        re-creation as one image, and the offset is the deleted topic's. `current_topic_id` names a
+        topic's id now (None: no such topic).
 
         A failed tombstone append needs no retry: the offsets are gone from memory, and the partition's
         next load drops them again (`drop_stale_offsets`)."""
-        self._deleted_topic_ids.update(topic_ids)
+        self._deleted_topic_ids.update(deleted)
+        names = frozenset(deleted.values())
         for state in self._partitions.values():
             if not state.loading:
-                self._drop_stale(state, current_topic_id)
+                self._drop_stale(state, current_topic_id, names)
         return self._flush()
 
     def drop_stale_offsets(self, partition: int, current_topic_id: Callable[[str], uuid.UUID | None]) -> Output:
@@ -94,9 +99,10 @@ class OffsetCommands:
             self._drop_stale(state, current_topic_id)
         return self._flush()
 
-    def _drop_stale(self, state: PartitionState, current_topic_id: Callable[[str], uuid.UUID | None]) -> None:
+    def _drop_stale(self, state: PartitionState, current_topic_id: Callable[[str], uuid.UUID | None],
+                    deleted_names: Collection[str] = ()) -> None:
         busy = {p.group_id for p in self._pending.values() if isinstance(p, PendingCommit)}
-        records = state.drop_stale_offsets(current_topic_id, busy)
+        records = state.drop_stale_offsets(current_topic_id, busy, deleted_names)
         if records:
             self._append(state.partition, records)
 

@@ -87,14 +87,17 @@ class PartitionState:
         self.loading = False
 
     def drop_stale_offsets(self, current_topic_id: Callable[[str], uuid.UUID | None],
-                           busy_groups: Collection[str] = ()) -> list[tuple[bytes, bytes | None]]:
+                           busy_groups: Collection[str] = (),
+                           deleted_names: Collection[str] = ()) -> list[tuple[bytes, bytes | None]]:
         """Forget the offsets of topics that are gone (`offsets.is_stale`; `current_topic_id` names a
-        topic's id, None when it does not exist) and return their tombstones, as Kafka's
-        cleanupGroupMetadata does for deleted partitions. An Empty group left without offsets is
+        topic's id, None when it does not exist), and those stored without a topic id whose topic is in
+        `deleted_names` (just deleted, whether or not created again), and return their tombstones, as
+        Kafka's cleanupGroupMetadata does for deleted partitions. An Empty group left without offsets is
         removed too (a group tombstone), unless it is in `busy_groups` (commits in flight)."""
         records: list[tuple[bytes, bytes | None]] = []
         for group_id, offsets in list(self.offsets.items()):
-            stale = [tp for tp, value in offsets.items() if is_stale(value, current_topic_id(tp[0]))]
+            stale = [tp for tp, value in offsets.items() if is_stale(value, current_topic_id(tp[0]))
+                     or (value.topic_id is None and tp[0] in deleted_names)]
             for tp in stale:
                 del offsets[tp]
                 records.append(encode_record(OffsetKey(group_id, tp[0], tp[1]), None))

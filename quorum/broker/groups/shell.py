@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -121,10 +121,10 @@ class GroupCoordinatorShell:
         COORDINATOR_LOAD_IN_PROGRESS until loaded (see `GroupCoordinator.elected`)."""
         self.core.elected(partitions)
 
-    def topics_deleted(self, topic_ids: Collection[uuid.UUID]) -> None:
-        """The broker's metadata no longer has these topics: their committed offsets go too."""
+    def topics_deleted(self, deleted: Mapping[uuid.UUID, str]) -> None:
+        """The broker's metadata no longer has these topics (ids mapped to names): their committed offsets go too."""
         if self.current_topic_id is not None:
-            self._apply(self.core.topics_deleted(topic_ids, self.current_topic_id))
+            self._apply(self.core.topics_deleted(deleted, self.current_topic_id))
 
     def resign(self, partition: int) -> None:
         """This broker no longer leads `partition`."""

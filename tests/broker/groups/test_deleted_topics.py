@@ -45,7 +45,7 @@ def test_deleting_a_topic_tombstones_its_offsets_and_keeps_the_others() -> None:
     assert commit(h, CommitEntry("gone", 0, 20, topic_id=OLD), CommitEntry("gone", 1, 7, topic_id=OLD),
                   CommitEntry("kept", 0, 5, topic_id=OTHER)) == (E.NONE,) * 3
     size = len(h.log[h.core.partition_for(GROUP)])
-    h.take(h.core.topics_deleted([OLD], {"kept": OTHER}.get))
+    h.take(h.core.topics_deleted({OLD: "gone"}, {"kept": OTHER}.get))
     h.flush()
     assert fetched(h)[1] == {("kept", 0): (5, -1, "", E.NONE)}
     assert sorted(tombstones(h, size), key=str) == [OffsetKey(GROUP, "gone", 0), OffsetKey(GROUP, "gone", 1)]
@@ -56,10 +56,28 @@ def test_deleting_a_topic_tombstones_its_offsets_and_keeps_the_others() -> None:
 def test_an_empty_group_left_without_offsets_is_removed_too() -> None:
     h = Harness()
     assert commit(h, CommitEntry("gone", 0, 20, topic_id=OLD)) == (E.NONE,)
-    h.take(h.core.topics_deleted([OLD], {}.get))
+    h.take(h.core.topics_deleted({OLD: "gone"}, {}.get))
     h.flush()
     assert h.core.group(GROUP) is None
     assert GroupKey(GROUP) in tombstones(h)
+
+
+
+def test_an_offset_without_a_topic_id_goes_with_its_topic_even_when_one_of_its_name_is_back() -> None:
+    """Kafka's own offset value has no topic id (the Kafka-compatible mode, older commits). A broker that
+    applies the deletion and the re-creation of a topic as one image (its applier skips to the newest)
+    sees the old id gone and a new one under the name: the offset is the old topic's, and goes, as
+    Kafka's onPartitionsDeleted deletes by name. A fresh consumer of the new topic once started at the
+    old topic's committed position (a fresh-clone run, kafka-compatible mode, kafka-python)."""
+    h = Harness()
+    assert commit(h, CommitEntry("rc", 0, 20), CommitEntry("rc", 1, 20, topic_id=OLD),
+                  CommitEntry("kept", 0, 5)) == (E.NONE,) * 3
+    h.take(h.core.topics_deleted({OLD: "rc"}, {"rc": NEW, "kept": OTHER}.get))
+    h.flush()
+    assert fetched(h)[1] == {("kept", 0): (5, -1, "", E.NONE)}
+    assert commit(h, CommitEntry("rc", 0, 3)) == (E.NONE,), "the new topic's commits are kept"
+    reload(h, {"rc": NEW, "kept": OTHER})
+    assert fetched(h)[1] == {("kept", 0): (5, -1, "", E.NONE), ("rc", 0): (3, -1, "", E.NONE)}
 
 
 def test_a_partition_loaded_after_the_deletion_drops_the_old_topics_offsets() -> None:
@@ -77,7 +95,7 @@ def test_a_partition_loaded_after_the_deletion_drops_the_old_topics_offsets() ->
 def test_a_commit_in_flight_when_its_topic_is_deleted_is_not_kept() -> None:
     h = Harness()
     assert commit(h, CommitEntry("gone", 0, 20, topic_id=OLD), flush=False) is None
-    h.take(h.core.topics_deleted([OLD], {}.get))
+    h.take(h.core.topics_deleted({OLD: "gone"}, {}.get))
     h.flush()
     assert fetched(h)[1] == {}
     reload(h, {})
