@@ -140,6 +140,8 @@ class QuorumSystem:
     def __init__(self, directory: Path) -> None:
         # QuorumWriter commits through Produce to __cluster_metadata: a test-only setting
         self.cluster = LocalCluster(directory, controllers=VOTERS, settings=METADATA_WRITES_FOR_TESTS)
+        self._restarted_ms: dict[int, int] = {}
+        """Wall-clock ms of each member's last restart: only a fetch after it shows the member is back."""
 
     def members(self) -> list[int]:
         return list(self.cluster.specs)
@@ -173,7 +175,13 @@ class QuorumSystem:
         async def check() -> bool:
             status = await self._status()
             voters = [r for r in status.replicas if r.status != "Observer"]
-            fresh = all(status.now_ms - r.last_fetch_timestamp < 3000 for r in voters if r.status == "Follower")
+            # A restarted member is back once the leader saw it fetch since: the fetch its previous
+            # incarnation sent while stepping down (a resigned leader follows its successor until it
+            # exits) looked fresh, and a SIGTERM failover then began while it was still starting, so the
+            # new leader had no follower to commit with for 0.8 s (one run in ten).
+            fresh = all(status.now_ms - r.last_fetch_timestamp < 3000
+                        and r.last_fetch_timestamp > self._restarted_ms.get(r.node_id, -1)
+                        for r in voters if r.status == "Follower")
             return len(voters) == VOTERS and fresh and all(status.lag(r) == 0 for r in voters)
 
         await _wait_until(check, f"{self.name}: {VOTERS} voters up, a leader, followers caught up")
@@ -217,6 +225,7 @@ class QuorumSystem:
         _wait_or_kill(self.cluster.processes[member], timeout)
 
     def restart(self, member: int) -> None:
+        self._restarted_ms[member] = int(time.time() * 1000)
         self.cluster.start_node(member)
 
     def stop(self) -> None:
