@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -58,7 +59,10 @@ def clusters(tmp_path_factory) -> Iterator[dict[str, str]]:
 class MirrorProcess:
     """The command on a config file, its output collected by a thread; stopped by SIGTERM, by pid. Verbose,
     so that a failure's story has its checkpoint rounds and group offset syncs (a fresh-clone run waited
-    90 s for fleet-readers' checkpoints that neither process wrote, and its quiet story could not say why)."""
+    90 s for fleet-readers' checkpoints that neither process wrote, and its quiet story could not say why),
+    and a failure tells the story of every process of the test not stopped yet, not only the one waiting."""
+
+    running: ClassVar[list[MirrorProcess]] = []
 
     def __init__(self, config: Path, *more: str) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "client_epochs.mirror.cli", "--config", str(config),
@@ -67,6 +71,7 @@ class MirrorProcess:
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        MirrorProcess.running.append(self)
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -86,7 +91,9 @@ class MirrorProcess:
         try:
             wait_until(what, condition, timeout_s=timeout_s)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; {self.story()}") from None
+            others = [f"\nprocess {n} (pid {other.process.pid}, exit status {other.process.poll()}): {other.story()}"
+                      for n, other in enumerate(MirrorProcess.running, 1) if other is not self]
+            raise AssertionError(f"{exc}; {self.story()}{''.join(others)}") from None
 
     def story(self) -> str:
         """What the command said, for a failure: every line but the periodic status (its flow changes,
@@ -98,6 +105,8 @@ class MirrorProcess:
                 + "\n".join(statuses[-5:]))
 
     def stop(self) -> int:
+        if self in MirrorProcess.running:
+            MirrorProcess.running.remove(self)
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
@@ -178,7 +187,7 @@ def test_a_flow_from_mm2_properties_discovers_copies_and_syncs_topics(clusters, 
         "refresh.topics.interval.seconds": "2", "sync.topic.configs.interval.seconds": "2",
         "emit.heartbeats.interval.seconds": "1", "emit.checkpoints.interval.seconds": "1",
         "sync.group.offsets.enabled": "true", "sync.group.offsets.interval.seconds": "1", "groups": "billing"})
-    mirror = MirrorProcess(config, "--metrics-port", "0", "--verbose")  # resume decisions in a failure's lines
+    mirror = MirrorProcess(config, "--metrics-port", "0")
     try:
         mirror.wait_until("A.orders and A.payments copied", lambda: copied(b, "A.orders", orders)
                           and copied(b, "A.payments", payments))
