@@ -25,6 +25,7 @@ stops with that reason as its error (exit status 1).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import re
 import signal
@@ -117,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # `kill -USR1 <pid>` prints every Python thread's stack to stderr: what a replicator that stopped
+    # printing its status lines is waiting in, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     if args.config is None:
         missing = [flag for flag, value in (("--source-bootstrap", args.source_bootstrap),

@@ -91,6 +91,10 @@ class MirrorProcess:
         try:
             wait_until(what, condition, timeout_s=timeout_s)
         except AssertionError as exc:
+            for process in MirrorProcess.running:  # each one's threads' stacks into its lines (the CLI's SIGUSR1)
+                if process.process.poll() is None:
+                    process.process.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
             others = [f"\nprocess {n} (pid {other.process.pid}, exit status {other.process.poll()}): {other.story()}"
                       for n, other in enumerate(MirrorProcess.running, 1) if other is not self]
             raise AssertionError(f"{exc}; {self.story()}{''.join(others)}") from None
@@ -99,7 +103,8 @@ class MirrorProcess:
         """What the command said, for a failure: every line but the periodic status (its flow changes,
         resume decisions, warnings), then its last status lines. The tail alone was status lines only
         when a wait ran out (a fresh clone's run: "the new partition on B", the decisions long gone)."""
-        said = [line for line in self.lines if not line.startswith("client-epochs-mirror status:")]
+        said = [line for line in self.lines if not line.startswith("client-epochs-mirror status:")
+                and "rdkafka#" not in line]
         statuses = [line for line in self.lines if line.startswith("client-epochs-mirror status:")]
         return ("the replicator said:\n" + "\n".join(said[-150:]) + "\nits last status lines:\n"
                 + "\n".join(statuses[-5:]))
