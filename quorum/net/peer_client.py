@@ -148,6 +148,21 @@ class PeerClient:
             raise PeerUnavailable(f"{self.host}:{self.port}: {api.name} v{version}: {exc!r}",
                                   peer_gone(exc)) from None
 
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open (a request now goes out without connecting first)."""
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def connect(self) -> bool:
+        """Open the connection if none is open, within the request timeout; False when the peer cannot be
+        reached (nothing raised: the next request tries again and reports)."""
+        try:
+            await asyncio.wait_for(self._connection(), self._timeout)
+            return True
+        except (TimeoutError, OSError, WireError, asyncio.IncompleteReadError) as exc:
+            self._reset(f"connecting failed: {exc!r}")
+            return False
+
     async def _request(self, api: Api, version: int, body: Any, client_id: str | None = None) -> Any:
         writer = await self._connection()
         correlation_id = next(self._correlation)

@@ -66,6 +66,7 @@ from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.stop_watch import StopWatch
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.server.successor_wait import wait_for_successor
+from quorum.server.warm_peers import keep_connected
 from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
 from quorum.wire.protocol import Request
 
@@ -683,6 +684,8 @@ class RaftNode:
                   f"on {listener._host}:{listener.port}", flush=True)
         await self.drive(lambda: self.core.start(wall_clock_ms()))
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
+        if self.config.is_controller:  # a voter's failover messages go to the other voters
+            tasks.append(asyncio.create_task(keep_connected(self.peers.values(), lambda: self._closing)))
         if self.controller_service is not None:
             tasks.append(asyncio.create_task(self.controller_service.tick_forever()))
         if self.broker is not None:
