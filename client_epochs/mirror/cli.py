@@ -25,7 +25,9 @@ stops with that reason as its error (exit status 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import io
 import logging
 import re
 import signal
@@ -119,8 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     # `kill -USR1 <pid>` prints every Python thread's stack to stderr: what a replicator that stopped
-    # printing its status lines is waiting in, without stopping it
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # printing its status lines is waiting in, without stopping it. Only where stderr is a file: main()
+    # called in-process (the CLI's own tests, under pytest's capture) has none to write to.
+    with contextlib.suppress(io.UnsupportedOperation, ValueError):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     if args.config is None:
         missing = [flag for flag, value in (("--source-bootstrap", args.source_bootstrap),
