@@ -155,12 +155,13 @@ class PeerClient:
 
     async def connect(self) -> bool:
         """Open the connection if none is open, within the request timeout; False when the peer cannot be
-        reached (nothing raised: the next request tries again and reports)."""
+        reached (nothing raised: the next request tries again and reports). A failure here resets nothing:
+        a connection a request opened meanwhile, and its requests in flight, are left alone."""
         try:
             await asyncio.wait_for(self._connection(), self._timeout)
             return True
         except (TimeoutError, OSError, WireError, asyncio.IncompleteReadError) as exc:
-            self._reset(f"connecting failed: {exc!r}")
+            log.debug("connecting to %s:%s failed: %r", self.host, self.port, exc)
             return False
 
     async def _request(self, api: Api, version: int, body: Any, client_id: str | None = None) -> Any:
