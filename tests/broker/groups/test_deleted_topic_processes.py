@@ -64,8 +64,10 @@ def test_a_coordinator_down_during_delete_and_recreate_drops_the_old_topics_offs
             return True
 
         wait_until("rc created again", created_again, 30)
-        wait_until("the survivor to serve the new rc", lambda: metadata(address[survivor])[1].get("rc") is not None
-                   and metadata(address[survivor])[1]["rc"].topic_id != old_id)
+        # one answer per look: two in a row could see the old rc, then none (the deletion applied, the
+        # re-creation not yet), and the second look's KeyError ended the wait
+        wait_until("the survivor to serve the new rc",
+                   lambda: getattr(metadata(address[survivor])[1].get("rc"), "topic_id", old_id) != old_id)
 
         cluster.start_node(coordinator)
         wait_until("the coordinator to be back", lambda: metadata(address[survivor])[0] == set(BROKERS), 60)
