@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
 from pathlib import Path
 
 from quorum.log.atomic import write_all
@@ -74,6 +75,7 @@ class OffsetIndex:
             os.ftruncate(self._fd, 0)
             write_all(self._fd, expected, 0)
         self._written = len(entries)  # entries the file holds; the rest are written by flush
+        self._file_lock = threading.Lock()  # flush (on a sync thread too) against truncation
 
     @staticmethod
     def read(path: Path, log_size: int) -> list[tuple[int, int]]:
@@ -115,20 +117,27 @@ class OffsetIndex:
 
     def truncate_to_position(self, log_size: int) -> None:
         """Drop entries for batches at or after `log_size`, after the log was cut there."""
-        keep = bisect.bisect_left(self._positions, log_size)
-        if keep < len(self._positions):
-            del self._relative[keep:]
-            del self._positions[keep:]
-        if keep < self._written:
-            os.ftruncate(self._fd, keep * ENTRY_SIZE)
-            self._written = keep
+        with self._file_lock:
+            keep = bisect.bisect_left(self._positions, log_size)
+            if keep < len(self._positions):
+                del self._relative[keep:]
+                del self._positions[keep:]
+            if keep < self._written:
+                os.ftruncate(self._fd, keep * ENTRY_SIZE)
+                self._written = keep
 
     def flush(self) -> None:
-        """Write the entries made since the last flush and fsync the file."""
-        pending = list(zip(self._relative[self._written :], self._positions[self._written :], strict=True))
-        if pending:
-            write_all(self._fd, encode_entries(pending), self._written * ENTRY_SIZE)
-            self._written = len(self._relative)
+        """Write the entries made since the last flush and fsync the file. It may run on another
+        thread than `append` (a full segment's background sync writes what was indexed so far while
+        appends go on): it writes the entries both lists hold when it looks (`append` adds to
+        `_relative` first) and never beside a truncation."""
+        with self._file_lock:
+            count = len(self._positions)
+            if count > self._written:
+                written = self._written
+                pending = zip(self._relative[written:count], self._positions[written:count], strict=True)
+                write_all(self._fd, encode_entries(list(pending)), self._written * ENTRY_SIZE)
+                self._written = count
         os.fsync(self._fd)
 
     def close(self) -> None:

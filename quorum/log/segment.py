@@ -142,6 +142,9 @@ class LogSegment:
         self._time = TimeTracker()
         #: The background fsync of a full segment (`Log` with `roll_sync_in_background`), if one ran.
         self.pending_sync: Future[None] | None = None
+        #: The segment's size when the last background fsync started (what it makes durable), and how many ran.
+        self.synced_in_background = 0
+        self.background_syncs = 0
         self._rolling_timestamp: int | None = None
 
     @classmethod
@@ -452,8 +455,9 @@ class LogSegment:
         os.fsync(self._fd)
 
     def flush_all(self) -> None:
-        """Write out the indexes and fsync them and the data: at roll and at close."""
-        os.fsync(self._fd)
+        """Write out the indexes and fsync them and the data: at roll and at close, and on a sync
+        thread for a full segment while appends go on (`Log._synced_in_background`)."""
+        self.flush()
         if self.index is not None:
             self.index.flush()
         if self.time_index is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
 from pathlib import Path
 
 from quorum.log.atomic import write_all
@@ -74,6 +75,7 @@ class TimeIndex:
             os.ftruncate(self._fd, 0)
             write_all(self._fd, expected, 0)
         self._written = len(entries)
+        self._file_lock = threading.Lock()  # flush (on a sync thread too) against truncation
 
     @staticmethod
     def read(path: Path, offset_limit: int | None = None) -> list[tuple[int, int]]:
@@ -119,20 +121,25 @@ class TimeIndex:
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries naming `offset` or later, after the log was cut there."""
-        keep = bisect.bisect_left(self._relative, offset - self.base_offset)
-        if keep < len(self._relative):
-            del self._timestamps[keep:]
-            del self._relative[keep:]
-        if keep < self._written:
-            os.ftruncate(self._fd, keep * TIME_ENTRY_SIZE)
-            self._written = keep
+        with self._file_lock:
+            keep = bisect.bisect_left(self._relative, offset - self.base_offset)
+            if keep < len(self._relative):
+                del self._timestamps[keep:]
+                del self._relative[keep:]
+            if keep < self._written:
+                os.ftruncate(self._fd, keep * TIME_ENTRY_SIZE)
+                self._written = keep
 
     def flush(self) -> None:
-        """Write the entries made since the last flush and fsync the file."""
-        pending = list(zip(self._timestamps[self._written :], self._relative[self._written :], strict=True))
-        if pending:
-            write_all(self._fd, encode_time_entries(pending), self._written * TIME_ENTRY_SIZE)
-            self._written = len(self._timestamps)
+        """Write the entries made since the last flush and fsync the file; safe beside `maybe_append`
+        on another thread, as `OffsetIndex.flush` (it appends to `_timestamps` first)."""
+        with self._file_lock:
+            count = len(self._relative)
+            if count > self._written:
+                written = self._written
+                pending = zip(self._timestamps[written:count], self._relative[written:count], strict=True)
+                write_all(self._fd, encode_time_entries(list(pending)), self._written * TIME_ENTRY_SIZE)
+                self._written = count
         os.fsync(self._fd)
 
     def close(self) -> None:

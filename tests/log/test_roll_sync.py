@@ -138,3 +138,58 @@ def test_a_small_segment_due_rolls_at_once_without_waiting_for_a_background_fsyn
         append(log, 9)
         assert log.segment_base_offsets == [0, 12, 24]
         assert not fsync.started.is_set()
+
+
+def test_much_appended_during_the_background_fsync_gets_another_before_the_roll(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """The roll fsyncs on the appending thread (the event loop) what came during the background fsync;
+    a fast producer put ~400 MB there during a GiB segment's, and the roll's fsync of it stopped the
+    loop for 0.18 s. More than ROLL_UNSYNCED_BYTES meanwhile starts another background fsync first,
+    MAX_BACKGROUND_SYNCS of them at most."""
+    fsync = GatedFsync(monkeypatch)
+    monkeypatch.setattr("quorum.log.log.ROLL_UNSYNCED_BYTES", BATCH * 2)
+    with Log(tmp_path, segment_bytes=BATCH * 4, roll_sync_in_background=True) as log:
+        append(log, 5)  # starts the first background fsync
+        assert fsync.started.wait(60)
+        append(log, 3)  # more than ROLL_UNSYNCED_BYTES while it runs
+        fsync.gate.set()
+        log._segments[0].pending_sync.result(60)
+        append(log, 1)  # starts a second background fsync instead of rolling
+        second = log._segments[0].pending_sync
+        assert log.segment_base_offsets == [0] and log._segments[0].background_syncs == 2
+        second.result(60)
+        append(log, 1)  # one batch came during the second: the roll fsyncs it
+        assert log.segment_base_offsets == [0, 27]
+        assert fsync.synced == [tmp_path / "00000000000000000000.log"] * 2
+    monkeypatch.setattr("quorum.log.log.MAX_BACKGROUND_SYNCS", 1)
+    with Log(tmp_path / "capped", segment_bytes=BATCH * 4, roll_sync_in_background=True) as log:
+        append(log, 5)
+        append(log, 3)
+        log._segments[0].pending_sync.result(60)
+        append(log, 1)  # as much came meanwhile, but one background fsync is the most: it rolls
+        assert log.segment_base_offsets == [0, 24]
+
+
+def test_an_index_flushed_beside_an_append_writes_only_whole_entries(tmp_path: Path) -> None:
+    """The background fsync writes the indexes while the event loop appends to them: an entry whose
+    offset is in but whose position is not yet (`append` adds them one after the other) waits for
+    the next flush; a truncation meanwhile waits for the flush's write."""
+    from quorum.log.index import OffsetIndex
+    from quorum.log.time_index import TimeIndex
+
+    index = OffsetIndex(tmp_path / "0.index", 0, [(1, 0)])
+    index._relative.append(5)  # append's first half, as the sync thread sees it between the two
+    index.flush()
+    assert OffsetIndex.read(index.path, 10_000) == [(1, 0)]
+    index._positions.append(4096)
+    index.flush()
+    assert OffsetIndex.read(index.path, 10_000) == [(1, 0), (5, 4096)]
+    index.close()
+    times = TimeIndex(tmp_path / "0.timeindex", 0, [(100, 1)])
+    times._timestamps.append(200)
+    times.flush()
+    assert TimeIndex.read(times.path) == [(100, 1)]
+    times._relative.append(5)
+    times.flush()
+    assert TimeIndex.read(times.path) == [(100, 1), (200, 5)]
+    times.close()
