@@ -20,6 +20,7 @@ import bisect
 import os
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from quorum.log.atomic import write_all
@@ -39,6 +40,24 @@ class IndexCorrupt(Exception):
 def encode_entries(entries: list[tuple[int, int]]) -> bytes:
     """The file content for (relative offset, position) entries."""
     return b"".join(ENTRY.pack(relative, position) for relative, position in entries)
+
+
+def write_whole_entries(
+    fd: int,
+    written: int,
+    first: list[int],
+    second: list[int],
+    encode: Callable[[list[tuple[int, int]]], bytes],
+    entry_size: int,
+) -> int:
+    """Write to the index file `fd`, which holds `written` entries, the entries after them that both
+    columns hold, and return how many it holds then. An entry's `first` value is appended before its
+    `second`, and this may run on another thread than the appends (a full segment's background
+    fsync writes what was indexed so far): an entry half appended waits for the next flush."""
+    count = len(second)
+    if count > written:
+        write_all(fd, encode(list(zip(first[written:count], second[written:count], strict=True))), written * entry_size)
+    return max(count, written)
 
 
 def decode_entries(data: bytes, log_size: int) -> list[tuple[int, int]]:
@@ -129,15 +148,10 @@ class OffsetIndex:
     def flush(self) -> None:
         """Write the entries made since the last flush and fsync the file. It may run on another
         thread than `append` (a full segment's background sync writes what was indexed so far while
-        appends go on): it writes the entries both lists hold when it looks (`append` adds to
-        `_relative` first) and never beside a truncation."""
+        appends go on): whole entries only (`write_whole_entries`), never beside a truncation."""
         with self._file_lock:
-            count = len(self._positions)
-            if count > self._written:
-                written = self._written
-                pending = zip(self._relative[written:count], self._positions[written:count], strict=True)
-                write_all(self._fd, encode_entries(list(pending)), self._written * ENTRY_SIZE)
-                self._written = count
+            self._written = write_whole_entries(self._fd, self._written, self._relative, self._positions,
+                                                encode_entries, ENTRY_SIZE)  # fmt: skip
         os.fsync(self._fd)
 
     def close(self) -> None:

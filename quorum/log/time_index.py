@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 
 from quorum.log.atomic import write_all
-from quorum.log.index import IndexCorrupt
+from quorum.log.index import IndexCorrupt, write_whole_entries
 
 TIME_INDEX_SUFFIX = ".timeindex"
 TIME_ENTRY = struct.Struct(">qi")
@@ -134,12 +134,8 @@ class TimeIndex:
         """Write the entries made since the last flush and fsync the file; safe beside `maybe_append`
         on another thread, as `OffsetIndex.flush` (it appends to `_timestamps` first)."""
         with self._file_lock:
-            count = len(self._relative)
-            if count > self._written:
-                written = self._written
-                pending = zip(self._timestamps[written:count], self._relative[written:count], strict=True)
-                write_all(self._fd, encode_time_entries(list(pending)), self._written * TIME_ENTRY_SIZE)
-                self._written = count
+            self._written = write_whole_entries(self._fd, self._written, self._timestamps, self._relative,
+                                                encode_time_entries, TIME_ENTRY_SIZE)  # fmt: skip
         os.fsync(self._fd)
 
     def close(self) -> None:
