@@ -144,7 +144,7 @@ class Leadership:
             return future
         now = self._clock_ms()
         self._run(partition, tracker, tracker.await_replication(future, required_offset, now + timeout_ms, now))
-        self._reschedule()
+        self._reschedule_for(tracker)  # its produce timeout; scanning every tracker cost each acks=all produce O(led)
         return future
 
     def follower_fetched(self, partition: Partition, replica_id: int, fetch_offset: int, log_start_offset: int,
