@@ -293,7 +293,7 @@ def consume_rows(s3: EmbeddedS3, directory: Path) -> tuple[list[list[object]], l
         warm[5:5] = [warm[4] / local_rate, "(not an S3 read)"]
         rows[3][5:5] = [rows[3][4] / local_rate, "(S3's ceiling here)"]
         del producer  # its connections would log every refusal while the broker restarts
-        p99_rows = producer_p99_rows(cluster, bootstrap, value, local_start - 1) if "p99" in PARTS else []
+        p99_rows = producer_p99_rows(cluster, bootstrap, value, local_start - 1, count - 1) if "p99" in PARTS else []
     finally:
         cluster.stop()
     return rows, p99_rows
@@ -453,10 +453,13 @@ def raw_gets(s3: EmbeddedS3, bucket: str) -> list[object]:
     ]
 
 
-def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end: int) -> list[tuple[object, ...]]:
+def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end: int,
+                      local_end: int) -> list[tuple[object, ...]]:
     """The p99 of an acks=all producer alone, then beside a backfill of the tiered topic: without a
     fetch quota, then under each of FETCH_QUOTAS (the broker restarted with it, and the producer's
-    p99 alone measured again after that restart: the peer of that row)."""
+    p99 alone measured again after that restart: the peer of that row). Beside each quota's row, the
+    same backfill rate read from the broker's local disk (the `local` topic, the consumer pacing
+    itself to the quota): what any consumer of that rate costs the producer, tier or not."""
     from quorum.launcher import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
@@ -477,13 +480,19 @@ def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end:
         goal = "-" if quota is None else "<= 2x none"
         rows.append((f"from S3, {named}", "-" if quota is None else f"{quota / MB:g}", *held,
                      held[1] / alone[1], goal))  # fmt: skip
+        if quota is not None:
+            paced = producer_p99(bootstrap, value, True, local_end, topic="local", pace=quota)
+            rows.append((f"from local disk, paced to {quota / MB:g} MB/s", "-", *paced, paced[1] / alone[1],
+                         "(the same rate, no tier)"))  # fmt: skip
     return rows
 
 
-def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int) -> tuple[float, float, float]:
+def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int, topic: str = "tiered",
+                 pace: int | None = None) -> tuple[float, float, float]:
     """p50 and p99 (ms) of librdkafka's delivery latency of an acks=all producer sending 200 records/s
-    for P99_SECONDS, and the MB/s a backfill consumer of the tiered topic read meanwhile (0 without);
-    the backfill reads the remote part of the topic over and over (back to offset 0 at its end)."""
+    for P99_SECONDS, and the MB/s a backfill consumer of `topic` read meanwhile (0 without); the
+    backfill reads the topic up to `remote_end` over and over (back to offset 0 at its end), no faster
+    than `pace` bytes a second when given (it sleeps while ahead)."""
     import threading
 
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -501,13 +510,17 @@ def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int) 
                 "fetch.max.bytes": 50 << 20,
             }
         )
-        consumer.assign([TopicPartition("tiered", 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        began = time.perf_counter()
         while not stop.is_set():
+            if pace is not None and read[0] > pace * (time.perf_counter() - began):
+                time.sleep(0.005)
+                continue
             for message in consumer.consume(1000, 0.2):
                 if message.error() is None:
                     read[0] += len(message.value() or b"")
                     if message.offset() >= remote_end:
-                        consumer.seek(TopicPartition("tiered", 0, 0))
+                        consumer.seek(TopicPartition(topic, 0, 0))
                         break
         consumer.close()
 
