@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import faulthandler
+import io
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -186,6 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "storage":
         return _storage(args)
     if args.command == "start":
+        # `kill -USR1 <pid>` prints every Python thread's stack to the node's log without stopping it:
+        # where a node that went silent waits (LocalCluster.dump_stacks). Only where stderr is a file.
+        with contextlib.suppress(io.UnsupportedOperation, ValueError):
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         from quorum.security.authorizer import AuthorizerConfigError, authorizer_from_properties
         from quorum.server.config import load_config
         from quorum.server.node import run_node

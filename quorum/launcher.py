@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,10 @@ KAFKA_COMPATIBLE = {"quorum.kip232.enable": "false"}
 `NodeConfig.kip232_enabled`): what the SDK meets on the clusters its users run."""
 
 
+CLUSTERS: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+"""The clusters of this process (the test suite asks their nodes for their stacks when a test fails)."""
+
+
 class LocalCluster:
     """Controllers (node ids 1..N) and brokers (ids 101..) as real `quorum start` processes on 127.0.0.1.
 
@@ -188,6 +193,7 @@ class LocalCluster:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self._log_starts: dict[int, int] = {}
         """Where each node's log stood when its current process started: what that process wrote."""
+        CLUSTERS.add(self)
 
     def _load_or_plan(self, controllers: int, brokers: int) -> dict[int, NodeSpec]:
         specs: dict[int, NodeSpec] = {}
@@ -368,6 +374,23 @@ class LocalCluster:
 
     def alive(self) -> list[int]:
         return [node_id for node_id, p in self.processes.items() if p.poll() is None]
+
+    def dump_stacks(self) -> list[int]:
+        """Ask every running node for its Python threads' stacks (SIGUSR1: `quorum start` prints them to
+        its log and goes on); returns the nodes asked. For a failed test's story: where each node waited.
+        A node whose log does not yet say it listens is left alone (before its handler is registered,
+        SIGUSR1 would end it)."""
+        asked = []
+        for node_id, process in self.processes.items():
+            if process.poll() is not None:
+                continue
+            with open(self.specs[node_id].log_path, "rb") as log:
+                log.seek(self._log_starts.get(node_id, 0))
+                if b" listening on " not in log.read():
+                    continue
+            process.send_signal(signal.SIGUSR1)
+            asked.append(node_id)
+        return asked
 
     @property
     def bootstrap_servers(self) -> str:

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from quorum.launcher import RunningNode, start_standalone
+from quorum.launcher import CLUSTERS, RunningNode, start_standalone
 
 # Issue 21: every node a test starts checks, after each catch-up, that its image equals a replay of
 # its snapshot plus log, and stops naming the first difference (quorum.image.verify).
@@ -45,6 +45,19 @@ modules go first, the rest keep their order (longest-first scheduling). The thre
 (the Spark modules and the demo) are spread out, not started together: a Spark query's driver-side
 Python worker must connect back to the JVM within Spark's fixed 10 s, which three Spark starts at
 once on two cores (load 15-20) sometimes missed ("Python worker failed to connect back")."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that fails while clusters of this worker run asks their nodes for their threads' stacks
+    (into each node's log, kept with the test's temporary directory): a node that went silent then
+    says where it waited (a coordinator restart once left every node of a cluster quiet for minutes
+    and only the teardown's signals ended it)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and report.when in ("setup", "call"):
+        for cluster in list(CLUSTERS):
+            cluster.dump_stacks()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -108,3 +108,28 @@ def test_a_node_whose_port_was_taken_before_it_listened_moves_to_another(tmp_pat
         cluster.stop()
         for squatter in squatters:
             squatter.close()
+
+
+def test_a_node_asked_for_its_stacks_prints_them_to_its_log_and_runs_on(tmp_path):
+    """SIGUSR1 (`LocalCluster.dump_stacks`, which the suite sends to every running node when a test
+    fails): `quorum start` writes each Python thread's stack to its log and goes on serving."""
+    import time
+
+    from quorum.launcher import LocalCluster
+
+    cluster = LocalCluster(tmp_path, 1, 0)
+    cluster.format_storage()
+    cluster.start()
+    try:
+        cluster.wait_ready()
+        assert cluster.dump_stacks() == [1]
+        log = cluster.specs[1].log_path
+        deadline = time.monotonic() + 30
+        while "most recent call first" not in log.read_text():
+            assert time.monotonic() < deadline, "no stacks in the node's log 30 s after SIGUSR1"
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert cluster.alive() == [1]
+        assert "run_node" in log.read_text()  # the main thread's stack, where the node serves
+    finally:
+        cluster.stop()
