@@ -46,6 +46,8 @@ def test_a_coordinator_down_during_delete_and_recreate_drops_the_old_topics_offs
             consumer.commit(offsets=[TopicPartition("rc", 0, 20), TopicPartition("kept", 0, 3)], asynchronous=False)
         finally:
             consumer.close()
+        # the commit created __consumer_offsets on its coordinator; broker 101 may not have applied that image yet
+        wait_until("broker 101 to list __consumer_offsets", lambda: "__consumer_offsets" in metadata(address[101])[1])
         coordinator = metadata(address[101])[1]["__consumer_offsets"].partitions[0].leader
         (survivor,) = set(BROKERS) - {coordinator}
         old_id = metadata(address[survivor])[1]["rc"].topic_id
