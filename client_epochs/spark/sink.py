@@ -155,9 +155,21 @@ class KafkaEpochsStreamWriter(DataSourceStreamArrowWriter):
         log.info("kafka_epochs sink: batch %d committed: %s", batchId, _summary(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The batch failed or its query was stopped. Its tasks that Spark cancelled may still be writing:
+        a cancelled task's Python worker goes on until PySpark kills it (`spark.python.task.killTimeout`,
+        2 s). Spark calls this on the query's thread, which `StreamingQuery.stop()` waits for, so holding
+        it `abortWaitMs` keeps a query restarted at once from running the same tasks beside them: its
+        tail scan would miss what they write after it looked, and write those records again (a
+        fresh-clone run restarted the test's query while the stopped one's task went on for 2 s: 250
+        records twice)."""
         log.warning(
-            "kafka_epochs sink: batch %d aborted (a re-run skips what its tasks wrote): %s", batchId, _summary(messages)
+            "kafka_epochs sink: batch %d aborted (a re-run skips what its tasks wrote): %s; waiting %d ms for "
+            "its cancelled tasks to stop writing before the query goes on (abortWaitMs)",
+            batchId,
+            _summary(messages),
+            self.options.abort_wait_ms,
         )
+        time.sleep(self.options.abort_wait_ms / 1000)
 
 
 class KafkaEpochsBatchWriter(DataSourceArrowWriter):

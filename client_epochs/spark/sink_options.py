@@ -8,9 +8,10 @@ other columns ignored, producer settings as `kafka.*`. `kafka.key.serializer` an
 `kafka.acks`, `kafka.enable.idempotence` and `kafka.transactional.id` are refused because the
 exactly-once rule rests on them (`client_epochs.spark.stamps`). `includeHeaders` (default true) lets
 a pipeline pass its source's options to the sink: false leaves a `headers` column unwritten.
-The sink's own: `tailChunk` and `tailLimit` (the tail scan's step and bound, records per partition)
-and `deliveryTimeoutMs` (how long a task waits for its records to be acknowledged, Kafka's
-delivery.timeout.ms, default 120000 as Spark's producer).
+The sink's own: `tailChunk` and `tailLimit` (the tail scan's step and bound, records per partition),
+`deliveryTimeoutMs` (how long a task waits for its records to be acknowledged, Kafka's
+delivery.timeout.ms, default 120000 as Spark's producer) and `abortWaitMs` (how long an aborted
+micro-batch holds its query before the query stops, default 3000: see `KafkaEpochsStreamWriter.abort`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from quorum.wire.sasl_client import sasl_login_of_client_properties
 DEFAULT_TAIL_CHUNK = 2000
 DEFAULT_TAIL_LIMIT = 100_000
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
+DEFAULT_ABORT_WAIT_MS = 3_000
+"""PySpark's `spark.python.task.killTimeout` (2 s: how long a cancelled task's Python worker may go on
+before it is killed) and a second for the requests it had in flight."""
 
-_KNOWN = {"topic", "includeheaders", "tailchunk", "taillimit", "deliverytimeoutms", "path", "checkpointlocation"}
+_KNOWN = {"topic", "includeheaders", "tailchunk", "taillimit", "deliverytimeoutms", "abortwaitms", "path",
+          "checkpointlocation"}
 _SPARK_REFUSED = {
     "key.serializer": "keys are written as the key column gives them (string or binary)",
     "value.serializer": "values are written as the value column gives them (string or binary)",
@@ -60,6 +65,7 @@ class SinkOptions:
     tail_chunk: int = DEFAULT_TAIL_CHUNK
     tail_limit: int = DEFAULT_TAIL_LIMIT
     delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
+    abort_wait_ms: int = DEFAULT_ABORT_WAIT_MS
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -80,7 +86,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if unknown:
         raise SinkOptionError(
             f"unknown sink option(s) {unknown}; known: topic, includeHeaders, tailChunk, "
-            "tailLimit, deliveryTimeoutMs and kafka.*"
+            "tailLimit, deliveryTimeoutMs, abortWaitMs and kafka.*"
         )
     topic = by_lower.get("topic")
     if topic is not None and not topic.strip():
@@ -98,11 +104,17 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         delivery_timeout_ms=_positive(
             "deliveryTimeoutMs", by_lower.get("deliverytimeoutms"), DEFAULT_DELIVERY_TIMEOUT_MS
         ),
+        abort_wait_ms=_or_default(
+            positive_int("abortWaitMs", by_lower.get("abortwaitms"), SinkOptionError, zero=True), DEFAULT_ABORT_WAIT_MS
+        ),
     )
 
 
 def _positive(name: str, text: str | None, default: int) -> int:
-    value = positive_int(name, text, SinkOptionError)
+    return _or_default(positive_int(name, text, SinkOptionError), default)
+
+
+def _or_default(value: int | None, default: int) -> int:
     return default if value is None else value
 
 

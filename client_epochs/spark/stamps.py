@@ -33,7 +33,8 @@ handling and the followers' fetch; a task that fails by itself flushes its produ
 so only an attempt that died (executor `kill -9`) leaves such requests. The same reasoning also
 bounds what is outside the rule: more than `limit` records of other writers after the query's last
 record in a partition (the scan stops there), two attempts of one task at once (`spark.speculation`
-must stay false, its default), an input that is not the same on a re-run (`Written.check` refuses
+must stay false, its default; a stopped query's cancelled tasks are waited for by the sink's abort,
+`abortWaitMs`), an input that is not the same on a re-run (`Written.check` refuses
 a record whose stamp is on the target with other bytes: NonDeterministicInputError), and two queries
 whose ids share a 64-bit digest writing the same topic (odds of 2**-64 a pair; `Written.check`
 refuses other bytes there too).

@@ -283,6 +283,24 @@ def test_sink_options_and_their_defaults() -> None:
     assert parse_sink_options({"kafka.bootstrap.servers": "b:1"}).topic is None
 
 
+def test_an_aborted_batch_holds_its_query_abort_wait_ms_so_its_cancelled_tasks_stop_first(monkeypatch) -> None:
+    """A stopped query's cancelled task went on writing for PySpark's 2 s kill timeout while the query,
+    restarted at once, ran the same task: the re-run's tail scan missed what the old one wrote after it
+    looked (250 records twice). `stop()` waits for the query's thread, where abort runs: abort holds it."""
+    from client_epochs.spark.sink import KafkaEpochsStreamWriter
+    from client_epochs.spark.sink_options import Columns
+
+    slept: list[float] = []
+    monkeypatch.setattr("client_epochs.spark.sink.time.sleep", slept.append)
+    default = parse_sink_options(BASE)
+    assert default.abort_wait_ms == 3000
+    KafkaEpochsStreamWriter(default, Columns(value=0)).abort([None], 1)
+    KafkaEpochsStreamWriter(parse_sink_options({**BASE, "abortWaitMs": "0"}), Columns(value=0)).abort([None], 2)
+    assert slept == [3.0, 0.0]
+    with pytest.raises(SinkOptionError, match="abortWaitMs must be at least 0"):
+        parse_sink_options({**BASE, "abortWaitMs": "-1"})
+
+
 @pytest.mark.parametrize(
     ("given_options", "named"),
     [
