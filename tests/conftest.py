@@ -1,3 +1,4 @@
+import faulthandler
 import os
 import shutil
 from collections.abc import Iterator
@@ -50,14 +51,21 @@ once on two cores (load 15-20) sometimes missed ("Python worker failed to connec
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A test that fails while clusters of this worker run asks their nodes for their threads' stacks
-    (into each node's log, kept with the test's temporary directory): a node that went silent then
-    says where it waited (a coordinator restart once left every node of a cluster quiet for minutes
-    and only the teardown's signals ended it)."""
+    (into each node's log, kept with the test's temporary directory) and writes this process's own
+    beside them (`test-process-stacks.txt` in each cluster's directory): the group rules module failed
+    in fresh-clone runs with the test process's clients silent (members no longer heartbeating, the
+    admin client timing out) while the brokers served."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.failed and report.when in ("setup", "call"):
         for cluster in list(CLUSTERS):
             cluster.dump_stacks()
+            # and this test process's own threads (its clients: a group's members that stopped
+            # heartbeating, an admin client that stopped answering), beside the nodes' logs
+            with open(cluster.directory / "test-process-stacks.txt", "a") as out:
+                out.write(f"--- {item.nodeid} ({report.when})\n")
+                out.flush()
+                faulthandler.dump_traceback(out, all_threads=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
