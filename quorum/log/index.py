@@ -60,6 +60,17 @@ def write_whole_entries(
     return max(count, written)
 
 
+def cut_entries(fd: int, written: int, keep: int, first: list[int], second: list[int], entry_size: int) -> int:
+    """Keep the first `keep` entries of both columns and of the index file `fd` (which holds `written`),
+    and return how many the file holds then. Called under the index's file lock, as a flush is."""
+    del first[keep:]
+    del second[keep:]
+    if keep < written:
+        os.ftruncate(fd, keep * entry_size)
+        return keep
+    return written
+
+
 def decode_entries(data: bytes, log_size: int) -> list[tuple[int, int]]:
     """Entries of an index file, checked against the log it indexes; raises IndexCorrupt.
 
@@ -138,12 +149,7 @@ class OffsetIndex:
         """Drop entries for batches at or after `log_size`, after the log was cut there."""
         with self._file_lock:
             keep = bisect.bisect_left(self._positions, log_size)
-            if keep < len(self._positions):
-                del self._relative[keep:]
-                del self._positions[keep:]
-            if keep < self._written:
-                os.ftruncate(self._fd, keep * ENTRY_SIZE)
-                self._written = keep
+            self._written = cut_entries(self._fd, self._written, keep, self._relative, self._positions, ENTRY_SIZE)
 
     def flush(self) -> None:
         """Write the entries made since the last flush and fsync the file. It may run on another

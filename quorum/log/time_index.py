@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 
 from quorum.log.atomic import write_all
-from quorum.log.index import IndexCorrupt, write_whole_entries
+from quorum.log.index import IndexCorrupt, cut_entries, write_whole_entries
 
 TIME_INDEX_SUFFIX = ".timeindex"
 TIME_ENTRY = struct.Struct(">qi")
@@ -123,12 +123,8 @@ class TimeIndex:
         """Drop entries naming `offset` or later, after the log was cut there."""
         with self._file_lock:
             keep = bisect.bisect_left(self._relative, offset - self.base_offset)
-            if keep < len(self._relative):
-                del self._timestamps[keep:]
-                del self._relative[keep:]
-            if keep < self._written:
-                os.ftruncate(self._fd, keep * TIME_ENTRY_SIZE)
-                self._written = keep
+            self._written = cut_entries(self._fd, self._written, keep, self._timestamps, self._relative,
+                                        TIME_ENTRY_SIZE)  # fmt: skip
 
     def flush(self) -> None:
         """Write the entries made since the last flush and fsync the file; safe beside `maybe_append`
