@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import faulthandler
+import io
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from quorum import __version__
-from quorum.stack_dumps import print_stacks_on_sigusr1
 
 if TYPE_CHECKING:
     from quorum.launcher import LocalCluster
@@ -187,7 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "storage":
         return _storage(args)
     if args.command == "start":
-        print_stacks_on_sigusr1()  # into the node's log: where a node that went silent waits
+        # `kill -USR1 <pid>` prints every Python thread's stack to the node's log without stopping it:
+        # where a node that went silent waits (LocalCluster.dump_stacks). Only where stderr is a file.
+        with contextlib.suppress(io.UnsupportedOperation, ValueError):
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         from quorum.security.authorizer import AuthorizerConfigError, authorizer_from_properties
         from quorum.server.config import load_config
         from quorum.server.node import run_node
