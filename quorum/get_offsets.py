@@ -28,8 +28,11 @@ LIST_OFFSETS_VERSION = 11
 
 
 RETRIABLE = frozenset({ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
-"""Answers the tool retries (after a fresh Metadata request) until its timeout, as Kafka's AdminClient does."""
+                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
+                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+"""Answers the tool retries (after a fresh Metadata request) until its timeout, as Kafka's AdminClient does
+(its ListOffsets handler retries every InvalidMetadataException). UNKNOWN_TOPIC_OR_PARTITION is among them:
+the leader named by one broker's metadata may not have opened the partition's log yet."""
 RETRY_BACKOFF_S = 0.2
 
 
