@@ -30,7 +30,7 @@ iteration goes through the overridden `poll`), plus what KIP-232 adds to a consu
   (consumer_guard.PartitionsWatch).
 - A rebalance that kafka-python 3.0.12 started and then stopped awaiting (its SyncGroup answered
   after a poll's timeout, in a rebalance a metadata change began) is awaited again, instead of the
-  member holding no partition for good (`_finish_abandoned_join`).
+  member holding no partition for good (`finish_abandoned_join`, also for a plain kafka.KafkaConsumer).
 
 Options beyond kafka-python's, as keyword arguments: `on_topic_recreated`, `metadata_wait_timeout_s`
 (None: wait for current metadata as long as it takes; else StaleMetadataError after that long),
@@ -79,7 +79,7 @@ except ImportError:  # pragma: no cover - the pinned kafka-python has kafka.net
     except ImportError:
         from kafka.oauth.abstract import AbstractTokenProvider
 
-__all__ = ["KafkaConsumer", "UnsecuredTokenProvider"]
+__all__ = ["KafkaConsumer", "UnsecuredTokenProvider", "finish_abandoned_join"]
 
 _LISTENERS = (ConsumerRebalanceListener, AsyncConsumerRebalanceListener)
 _WOULD_RESET = (Errors.OffsetOutOfRangeError, Errors.NoOffsetForPartitionError, Errors.LogTruncationError)
@@ -140,6 +140,29 @@ def _bootstrap(servers: str | Iterable[str]) -> str:
     for host, port, _ in collect_hosts(servers, randomize=False):
         entries.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return ",".join(entries)
+
+
+def finish_abandoned_join(consumer: kafka.KafkaConsumer) -> bool:
+    """Have kafka-python finish a rebalance it started and then stopped waiting for; True if it had.
+
+    kafka-python 3.0.12 awaits its JoinGroup-SyncGroup task only while `need_rejoin()` holds, and a
+    poll whose timeout ends first leaves the task for the next poll. A rebalance the leader started
+    because the topics' metadata changed (partitions added, a topic appearing, or simply a first
+    join that went out before the topic's metadata came) stops needing a rejoin as soon as the
+    leader has computed the assignment, before SyncGroup is answered: when that answer takes longer
+    than the poll (the join waiting for another member, a coordinator writing the group's record
+    while a replica of `__consumer_offsets` is down), no later poll awaits it, the member never
+    takes its assignment, its heartbeats stay off, the coordinator expires it and it holds no
+    partition for good (the soak's kafka-python group, seeds 53, 92, 94; the group rules tests'
+    kafka-python members under a loaded suite). Java's consumer loops while a rejoin is needed *or a
+    join is pending*; asking for the rejoin when a join is pending does the same here: the next poll
+    awaits the task again. Called before each poll of a plain `kafka.KafkaConsumer` it mends the same."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if getattr(coordinator, "_join_task", None) is None or not consumer._subscription.partitions_auto_assigned() \
+            or coordinator.need_rejoin():
+        return False
+    coordinator.request_rejoin()
+    return True
 
 
 class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
@@ -314,24 +337,8 @@ class KafkaConsumer(GuardedConsumer, kafka.KafkaConsumer):
                 return {}
 
     def _finish_abandoned_join(self) -> None:
-        """Have kafka-python finish a rebalance it started and then stopped waiting for.
-
-        kafka-python 3.0.12 awaits its JoinGroup-SyncGroup task only while `need_rejoin()` holds,
-        and a poll whose timeout ends first leaves the task for the next poll. A rebalance the
-        leader started because the topics' metadata changed (partitions added, a topic appearing)
-        stops needing a rejoin as soon as the leader has computed the assignment, before SyncGroup
-        is answered: when that answer takes longer than the poll (a coordinator writing the
-        group's record while a replica of `__consumer_offsets` is down), no later poll awaits it,
-        the member never takes its assignment, its heartbeats stay off and the coordinator expires
-        it, and it holds no partition for good (the soak's kafka-python group, seeds 53, 92, 94).
-        Java's consumer loops while a rejoin is needed or a join is pending; asking for the rejoin
-        when a join is pending does the same here: the next poll awaits the task again."""
-        coordinator = self._coordinator
-        if getattr(coordinator, "_join_task", None) is not None and self._subscription.partitions_auto_assigned() \
-                and not coordinator.need_rejoin():
-            log.info("group %r: kafka-python left its rebalance unfinished; awaiting it again",
-                     self.config["group_id"])
-            coordinator.request_rejoin()
+        if finish_abandoned_join(self):
+            log.info("group %r: kafka-python left its rebalance unfinished; awaiting it again", self.config["group_id"])
 
     def _unreachable(self, exc: Errors.KafkaConnectionError, deadline: float) -> dict[KafkaTopicPartition, list[Any]]:
         """kafka-python 3.0 raises a broker's refused connection out of poll (its coordinator lookup
