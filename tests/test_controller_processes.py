@@ -13,9 +13,11 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -64,6 +66,32 @@ def metadata(address: str) -> tuple[set[int], dict[str, Topic]]:
                              for p in t.partitions})
               for t in response.topics}
     return {b.node_id for b in response.brokers}, topics
+
+
+@contextmanager
+def metadata_answers(address: str, askers: int = 3) -> Iterator[list[set[int]]]:
+    """Metadata asked of `address` without pause by `askers` threads while the block runs, as clients
+    reconnecting to a restarting broker do: the brokers each answer listed (refused connections and
+    cut answers, while the broker is down, are asked again)."""
+    answers: list[set[int]] = []
+    done = threading.Event()
+
+    def ask() -> None:
+        while not done.is_set():
+            try:
+                answers.append(metadata(address)[0])
+            except OSError:
+                time.sleep(0.005)
+
+    threads = [threading.Thread(target=ask, daemon=True) for _ in range(askers)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield answers
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(30)
 
 
 def topic_seen_by_a_live_broker(cluster: LocalCluster, brokers: Iterable[int], topic: str) -> Topic | None:

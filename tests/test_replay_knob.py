@@ -4,13 +4,15 @@ Unit tests drive `ServedImage` with a hand clock. The real-process test starts o
 three brokers: 101 answers as usual; 102 is paused with a `PAUSE_METADATA` file in its metadata
 log dir while topic B is created, so 101 lists B and 102, still answering and still replaying
 (its MetadataLag goes back to 0, it stays unfenced), does not until the file is removed; 103 has
-`quorum.test.metadata.delay.ms` and lists B no sooner than that delay after B was created.
+`quorum.test.metadata.delay.ms` and lists B no sooner than that delay after B was created; restarted,
+it lists itself in every Metadata answer it gives.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 import time
 
 import pytest
@@ -21,7 +23,7 @@ from quorum.broker.served_image import ServedImage
 from quorum.image.image import MetadataImage, empty_image
 from quorum.launcher import LocalCluster
 from quorum.server.config import PAUSE_METADATA, ConfigError, node_config
-from tests.test_controller_processes import create, metadata, wait_until
+from tests.test_controller_processes import create, metadata, metadata_answers, wait_until
 from tests.test_snapshot_processes import metadata_dir, scrape
 
 pytestmark = pytest.mark.timeout(300)
@@ -172,6 +174,16 @@ def test_a_paused_broker_answers_with_old_metadata_and_a_delayed_one_late(tmp_pa
 
         wait_until("B listed by 103", lambda: "B" in topics(cluster, DELAYED))
         assert time.monotonic() - before_b >= DELAY_MS / 1000
+
+        # Restarted, 103 answers from the image it replayed 3 s earlier, where it is still fenced by its
+        # controlled shutdown: it holds its Metadata answers until that image lists it, as it holds them
+        # until unfenced. An answer leaving the answering broker out makes librdkafka decommission it.
+        cluster.kill(DELAYED, signal.SIGTERM)
+        with metadata_answers(cluster.specs[DELAYED].address) as answers:
+            cluster.start_node(DELAYED)
+            wait_until("103 to answer Metadata after its restart", lambda: len(answers) >= 20)
+        assert all(DELAYED in brokers for brokers in answers), (
+            f"103 left itself out of {sum(DELAYED not in b for b in answers)} of its {len(answers)} answers")
     finally:
         pause.unlink(missing_ok=True)
         cluster.stop()

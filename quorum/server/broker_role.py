@@ -100,6 +100,8 @@ class BrokerRole:
         self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))
         self._applied_image: MetadataImage | None = None
         self._applier: asyncio.Task[None] | None = None
+        self._listed_itself = False
+        """Set once the image Metadata answers from first listed this broker (see `_until_listed`)."""
         self._stop = asyncio.Event()
         dispatcher = node.dispatcher
         dispatcher.register(METADATA, self._metadata)
@@ -212,12 +214,30 @@ class BrokerRole:
             self.served.check_pause()
             await asyncio.sleep(PAUSE_CHECK_SECONDS)
 
+    async def _until_listed(self) -> None:
+        """Until this broker is unfenced and the image Metadata answers from lists it, at most
+        BROKER_READY_WAIT_S; once it has, never again.
+
+        A Kafka broker opens its listener once unfenced; this one listens at once (tools watch for
+        it) and holds Metadata answers until then, so a client never bootstraps from an empty image.
+        Unfenced is not yet enough: the heartbeat answer that says so comes before this broker has
+        replayed (and applied) the UnfenceBrokerRecord, and an answer given in that moment lists the
+        other brokers but not the one answering. librdkafka then decommissions its handle for this
+        broker, and its admin client's requests waiting for this broker (as controller or as a group's
+        coordinator) timed out for good: "Failed while waiting for controller" after a coordinator
+        restart, in 1 of ~10 restarts here (`test_static_member_ids_survive_a_coordinator_restart`)."""
+        node_id = self._node.config.node_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BROKER_READY_WAIT_S
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
+        while node_id not in self.image.brokers and loop.time() < deadline:
+            await asyncio.sleep(AUTO_CREATE_POLL_S)
+        self._listed_itself = node_id in self.image.brokers
+
     async def _metadata(self, request: Request) -> Reply:
-        # A Kafka broker opens its listener once unfenced; this one listens at once (tools watch for
-        # it) and holds Metadata answers until then, so a client never bootstraps from an empty image.
-        if not self.lifecycle.ready.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.lifecycle.ready.wait(), BROKER_READY_WAIT_S)
+        if not self._listed_itself:
+            await self._until_listed()
         if request.version < 12 and any(getattr(t, "name", "") is None for t in request.body.topics or ()):
             # Kafka's KafkaApis refuses the request: topic ids (and so null names) start at v12, and a
             # v10/v11 answer cannot carry a null name. The listener closes the connection.

@@ -27,7 +27,7 @@ from tests.broker.groups.group_cluster import (
     group_cluster,
     poll_until,
 )
-from tests.test_controller_processes import metadata
+from tests.test_controller_processes import metadata, metadata_answers, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -139,7 +139,9 @@ def test_static_kafka_python_member_restart_keeps_assignment_without_rebalance(c
 def test_static_member_ids_survive_a_coordinator_restart(cluster: GroupCluster) -> None:
     """The coordinator broker restarts and loads the group from `__consumer_offsets` again (a
     coordinator move onto itself): the group record names each member's group.instance.id, so a
-    static member restarted afterwards still replaces its old member id without a rebalance."""
+    static member restarted afterwards still replaces its old member id without a rebalance. Every
+    Metadata answer the restarted broker gives lists it (it holds them until its image does), and
+    the module's long-lived admin client still reaches it afterwards (`cluster.describe`)."""
     group, topic = "static-reload", "static-reload"
     cluster.topics(4, topic)
     first = static_member(cluster, group, "first", "reload-1")
@@ -153,7 +155,14 @@ def test_static_member_ids_survive_a_coordinator_restart(cluster: GroupCluster) 
                    members)
         coordinator = coordinator_of(cluster, group)
         cluster.cluster.kill(coordinator, signal.SIGTERM)
-        cluster.cluster.start_node(coordinator)
+        with metadata_answers(cluster.cluster.specs[coordinator].address) as answers:
+            cluster.cluster.start_node(coordinator)
+            wait_until(f"broker {coordinator} to answer Metadata after its restart", lambda: len(answers) >= 20)
+        # librdkafka decommissions a broker missing from the brokers its own Metadata answer lists,
+        # and its admin client then waits for it (as controller, as coordinator) for good
+        assert answers and all(coordinator in brokers for brokers in answers), (
+            f"the restarted broker {coordinator} left itself out of its Metadata answers: "
+            f"{[sorted(b) for b in answers if coordinator not in b][:3]} of {len(answers)}")
 
         address = cluster.cluster.specs[next(b for b in BROKERS if b != coordinator)].address
 
