@@ -58,6 +58,7 @@ from quorum.server.bootstrap_metadata import NodeScramCredentials, read_bootstra
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
 from quorum.server.config import NodeConfig
+from quorum.server.heap import freeze_startup_heap
 from quorum.server.image_check import BackgroundImageCheck
 from quorum.server.listener import KafkaListener
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
@@ -683,6 +684,7 @@ class RaftNode:
             print(f"node {self.config.node_id} listener {listener.security.name} ({listener.security.protocol}) "
                   f"on {listener._host}:{listener.port}", flush=True)
         await self.drive(lambda: self.core.start(wall_clock_ms()))
+        freeze_startup_heap()  # the collector's full passes stopped the loop 20-26 ms at a time
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
         if self.config.is_controller:  # a voter's failover messages go to the other voters
             tasks.append(asyncio.create_task(keep_connected(self.peers.values(), lambda: self._closing)))
