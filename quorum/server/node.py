@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from quorum.admin import PRODUCE, PRODUCE_VERSION
 from quorum.broker.metadata import memo_difference
 from quorum.broker.remote_tier_plugin import RemoteTier
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
@@ -55,6 +56,7 @@ from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
 from quorum.server.allocator import keep_freed_buffers
 from quorum.server.bootstrap_metadata import NodeScramCredentials, read_bootstrap
+from quorum.server.broker_lifecycle import BROKER_HEARTBEAT, BROKER_REGISTRATION
 from quorum.server.broker_role import BrokerRole
 from quorum.server.commit_waiters import CommitWaiters, NotLeaderError
 from quorum.server.config import NodeConfig
@@ -69,7 +71,7 @@ from quorum.server.storage import check_storage, record_cluster_id
 from quorum.server.successor_wait import wait_for_successor
 from quorum.server.warm_peers import keep_connected
 from quorum.wire.errors import ErrorCode, MalformedRequestError, WireError
-from quorum.wire.protocol import Request
+from quorum.wire.protocol import APIS, Api, Request, compile_codecs
 
 if TYPE_CHECKING:
     from quorum.server.controller_service import ControllerService
@@ -619,6 +621,16 @@ class RaftNode:
             self.snapshot_turns.on_fetch_answer(raft_rpc.snapshot_granted_of(body), wall_clock_ms())
         await self.drive(lambda: self.core.on_response(destination, response, wall_clock_ms(), request=message))
 
+    def _codecs_of_a_failover(self) -> list[tuple[Api, int]]:
+        """The messages a failover and the first commits after it carry through this node: the Raft
+        RPCs, the brokers' registration and heartbeats, and (tests and benchmarks only) the metadata
+        writes' Produce; their codecs are compiled at start (`compile_codecs`)."""
+        codecs = [(APIS[key], version) for key, version in raft_rpc.WIRE_VERSIONS.items()]
+        codecs += [(api, api.max_version) for api in (BROKER_REGISTRATION, BROKER_HEARTBEAT)]  # as brokers send them
+        if self.config.is_controller and self.config.test_metadata_writes:
+            codecs.append((APIS[PRODUCE], PRODUCE_VERSION))
+        return codecs
+
     async def _handle_raft_request(self, request: Request) -> Reply:
         try:
             sender, message = raft_rpc.decode_request(request.api.key, request.body)
@@ -684,6 +696,7 @@ class RaftNode:
             print(f"node {self.config.node_id} listener {listener.security.name} ({listener.security.protocol}) "
                   f"on {listener._host}:{listener.port}", flush=True)
         await self.drive(lambda: self.core.start(wall_clock_ms()))
+        compile_codecs(self._codecs_of_a_failover())
         freeze_startup_heap()  # the collector's full passes stopped the loop 20-26 ms at a time
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
         if self.config.is_controller:  # a voter's failover messages go to the other voters
