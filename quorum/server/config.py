@@ -33,6 +33,8 @@ DEFAULTS = {
     "quorum.kip232.enable": "true",
     # Test only: see NodeConfig.test_metadata_writes.
     "quorum.test.metadata.writes.enable": "false",
+    # Diagnostics: see NodeConfig.loop_stall_ms.
+    "quorum.debug.loop.stall.ms": "0",
 }
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -160,6 +162,15 @@ class NodeConfig:
         if delay < 0:
             raise ConfigError(f"quorum.test.metadata.delay.ms must be 0 or more, got {delay}")
         return delay
+
+    @property
+    def loop_stall_ms(self) -> int:
+        """`quorum.debug.loop.stall.ms` (this project's; default 0, off): log the event loop's stack
+        whenever it has not run for this long (`quorum.server.stall_watch`)."""
+        stall = _int(self.extra, "quorum.debug.loop.stall.ms")
+        if stall < 0:
+            raise ConfigError(f"quorum.debug.loop.stall.ms must be 0 or more, got {stall}")
+        return stall
 
     @property
     def kip232_enabled(self) -> bool:

@@ -66,6 +66,7 @@ from quorum.server.listener import KafkaListener
 from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
 from quorum.server.refusals import refuse
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
+from quorum.server.stall_watch import StallWatch
 from quorum.server.stop_watch import StopWatch
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.server.successor_wait import wait_for_successor
@@ -699,6 +700,8 @@ class RaftNode:
         compile_codecs(self._codecs_of_a_failover())
         freeze_startup_heap()  # the collector's full passes stopped the loop 20-26 ms at a time
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._snapshot_turns_forever())]
+        if self.config.loop_stall_ms > 0:
+            tasks.append(asyncio.create_task(StallWatch(self.config.loop_stall_ms / 1000).run()))
         if self.config.is_controller:  # a voter's failover messages go to the other voters
             tasks.append(asyncio.create_task(keep_connected(self.peers.values(), lambda: self._closing)))
         if self.controller_service is not None:
