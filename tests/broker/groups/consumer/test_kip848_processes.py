@@ -283,12 +283,23 @@ def test_consumer_protocol_members_killed_added_and_topic_changes_consume_every_
                 member.stop()
 
     assert all(m.snapshot()[-1]["event"] == "closed" for m in alive), "a member did not close cleanly"
-    assert_one_owner_and_once_per_commit(members, produced)
+    assert_one_owner_and_once_per_commit(members, produced, cluster.cluster.directory)
 
 
-def assert_one_owner_and_once_per_commit(members: list[MemberProcess], produced: set[Record]) -> None:
+def assert_one_owner_and_once_per_commit(members: list[MemberProcess], produced: set[Record], keep: Path) -> None:
     """No partition held by two members at once; every record produced consumed, and a record consumed
-    again only where its earlier consumers never committed it."""
+    again only where its earlier consumers never committed it. On a failure every member's events
+    (assignments, records, commits, with their times) go to `keep`/member-events.json beside the node
+    logs: the message names one record, the events say how it came twice."""
+    try:
+        _check_one_owner_and_once_per_commit(members, produced)
+    except AssertionError as exc:
+        kept = keep / "member-events.json"
+        kept.write_text(json.dumps({member.name: member.snapshot() for member in members}))
+        raise AssertionError(f"{exc} (every member's events: {kept})") from exc
+
+
+def _check_one_owner_and_once_per_commit(members: list[MemberProcess], produced: set[Record]) -> None:
     for tp, spans in ownership_intervals(members).items():
         spans.sort()
         for (_, end, first), (start_, _, second) in zip(spans, spans[1:], strict=False):
@@ -385,7 +396,7 @@ def test_wrapped_members_through_a_subscribed_topic_deleted_and_created_again_co
             member.stop()
 
     assert all(m.snapshot()[-1]["event"] == "closed" for m in members), "a member did not close cleanly"
-    assert_one_owner_and_once_per_commit(members, produced)
+    assert_one_owner_and_once_per_commit(members, produced, cluster.cluster.directory)
 
 
 def current_address(cluster: GroupCluster) -> str:
