@@ -299,6 +299,19 @@ def assert_one_owner_and_once_per_commit(members: list[MemberProcess], produced:
         raise AssertionError(f"{exc} (every member's events: {kept})") from exc
 
 
+def delivery_committed(events: list[dict[str, Any]], index: int, key: Record) -> bool:
+    """Whether the delivery of `key` at `events[index]` was committed: the member prints each record's
+    commit outcome ("committed" or "commit_failed") before its next record, so the first outcome for
+    `key` after it is this delivery's. (Any later "committed" of `key` counted before: a commit refused
+    with STALE_MEMBER_EPOCH in a reassignment, its record read again and committed then, read as two
+    committed deliveries: ci43e's failure.)"""
+    for event in events[index + 1 :]:
+        if event["event"] in ("committed", "commit_failed") and \
+                (event["topic"], event["partition"], event["offset"], event["value"]) == key:
+            return event["event"] == "committed"
+    return False  # killed before its commit's outcome
+
+
 def _check_one_owner_and_once_per_commit(members: list[MemberProcess], produced: set[Record]) -> None:
     for tp, spans in ownership_intervals(members).items():
         spans.sort()
@@ -310,11 +323,7 @@ def _check_one_owner_and_once_per_commit(members: list[MemberProcess], produced:
         for i, event in enumerate(events):
             if event["event"] == "record":
                 key = (event["topic"], event["partition"], event["offset"], event["value"])
-                committed = any(
-                    e["event"] == "committed" and (e["topic"], e["partition"], e["offset"], e["value"]) == key
-                    for e in events[i + 1 :]
-                )
-                deliveries.setdefault(key, []).append((member.name, committed))
+                deliveries.setdefault(key, []).append((member.name, delivery_committed(events, i, key)))
     assert set(deliveries) == produced
     twice = {key: who for key, who in deliveries.items() if len(who) > 1}
     assert all(not committed for who in twice.values() for _, committed in who[:-1]), twice
@@ -528,3 +537,15 @@ def coordinator_of(cluster: GroupCluster, group: str, address: str | None = None
     broker) answers Metadata."""
     address = address or cluster.cluster.specs[BROKERS[0]].address
     return metadata(address)[1]["__consumer_offsets"].partitions[partition_for(group)].leader
+
+
+def test_a_delivery_whose_commit_was_refused_counts_as_uncommitted_though_its_next_delivery_committed() -> None:
+    """ci43e: c read offset 21, its commit was refused (STALE_MEMBER_EPOCH: the group was being reassigned),
+    it read 21 again and committed it; the first delivery is the uncommitted one, allowed to come twice."""
+    record = {"topic": "t", "partition": 1, "offset": 21, "value": "t-5"}
+    key = ("t", 1, 21, "t-5")
+    events = [{"event": "record", **record}, {"event": "commit_failed", "error": "STALE_MEMBER_EPOCH", **record},
+              {"event": "revoke", "partitions": [["t", 1]]}, {"event": "assign", "partitions": [["t", 1]]},
+              {"event": "record", **record}, {"event": "committed", **record}]
+    assert [delivery_committed(events, i, key) for i in (0, 4)] == [False, True]
+    assert not delivery_committed(events[:1], 0, key)  # killed before the outcome
