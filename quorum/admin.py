@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
+from quorum.server.quorum_handlers import METADATA_WRITES_PRODUCE_VERSION, PRODUCE
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
@@ -152,7 +153,7 @@ def format_replication(status: QuorumStatus) -> str:
 # ---------------------------------------------------------------------------------------------
 # Committing records through the quorum (tests, benchmarks, tools)
 
-PRODUCE, PRODUCE_VERSION = 0, 9
+PRODUCE_VERSION = METADATA_WRITES_PRODUCE_VERSION
 API_VERSIONS, API_VERSIONS_VERSION = 18, 0
 
 METADATA_WRITES_FOR_TESTS = {"quorum.test.metadata.writes.enable": "true"}

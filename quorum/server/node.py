@@ -30,7 +30,6 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from quorum.admin import PRODUCE, PRODUCE_VERSION
 from quorum.broker.metadata import memo_difference
 from quorum.broker.remote_tier_plugin import RemoteTier
 from quorum.broker.replica_fetcher_out_of_range import OutOfRangePlugin
@@ -63,7 +62,12 @@ from quorum.server.config import NodeConfig
 from quorum.server.heap import freeze_startup_heap
 from quorum.server.image_check import BackgroundImageCheck
 from quorum.server.listener import KafkaListener
-from quorum.server.quorum_handlers import register_metadata_writes, register_quorum_admin
+from quorum.server.quorum_handlers import (
+    METADATA_WRITES_PRODUCE_VERSION,
+    PRODUCE,
+    register_metadata_writes,
+    register_quorum_admin,
+)
 from quorum.server.refusals import refuse
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.stall_watch import StallWatch
@@ -629,7 +633,7 @@ class RaftNode:
         codecs = [(APIS[key], version) for key, version in raft_rpc.WIRE_VERSIONS.items()]
         codecs += [(api, api.max_version) for api in (BROKER_REGISTRATION, BROKER_HEARTBEAT)]  # as brokers send them
         if self.config.is_controller and self.config.test_metadata_writes:
-            codecs.append((APIS[PRODUCE], PRODUCE_VERSION))
+            codecs.append((APIS[PRODUCE], METADATA_WRITES_PRODUCE_VERSION))
         return codecs
 
     async def _handle_raft_request(self, request: Request) -> Reply:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from quorum.server.node_services import NodeServices
 
 PRODUCE, DELETE_RECORDS, DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 0, 21, 55, 60
+METADATA_WRITES_PRODUCE_VERSION = 9
+"""The Produce version `quorum.admin.QuorumWriter` sends its metadata writes as (a node with them on
+compiles its codecs at start)."""
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's fixed id of __cluster_metadata
 _NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
