@@ -229,14 +229,23 @@ def decode_request(payload: bytes | memoryview, served: Mapping[int, Api] = APIS
     return Request(header, api, body, pos)
 
 
+def _body_decoder(schema: type[ApiMessage], version: int) -> Callable[[memoryview, int], tuple[Any, int]]:
+    """kafka-python's compiled decoder of `schema` at `version` (compiled at its first use, then cached)."""
+    flexible = schema.flexible_version_q(version)
+    return schema._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=schema[None])
+
+
+def _body_encoder(schema: type[ApiMessage], version: int) -> Callable[[Any, Any], None]:
+    """kafka-python's compiled encoder of `schema` at `version`, as `ApiMessage.encode` asks for it."""
+    flexible = schema.flexible_version_q(version)
+    return schema._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)
+
+
 def decode_body(schema: type[ApiMessage], payload: bytes | memoryview, pos: int, version: int) -> Any:
     """One message body at `pos`; any failure of the schema engine becomes a MalformedRequestError."""
     view = memoryview(payload)[pos:]
     try:
-        flexible = schema.flexible_version_q(version)
-        decoder = schema._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
-                                                       data_class=schema[None])
-        body, end = decoder(view, 0)
+        body, end = _body_decoder(schema, version)(view, 0)
     except Exception as exc:  # the engine raises struct.error, IndexError, UnicodeDecodeError, ...: no common base
         reason = repr(exc)  # cut: a UnicodeDecodeError holds the whole string, and bad input fills a log line each
         reason = reason if len(reason) <= 300 else f"{reason[:300]}... ({len(reason)} characters)"
@@ -280,9 +289,8 @@ def compile_codecs(versions: Iterable[tuple[Api, int]]) -> int:
     compiled = 0
     for api, version in versions:
         for schema in (api.request, api.response):
-            flexible = schema.flexible_version_q(version)
-            schema._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)
-            schema._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=schema[None])
+            _body_encoder(schema, version)
+            _body_decoder(schema, version)
             compiled += 2
     return compiled
 
