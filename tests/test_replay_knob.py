@@ -22,7 +22,7 @@ from quorum.admin import wait_for_leader
 from quorum.broker.served_image import ServedImage
 from quorum.image.image import MetadataImage, empty_image
 from quorum.launcher import LocalCluster
-from quorum.server.config import PAUSE_METADATA, ConfigError, node_config
+from quorum.server.config import PAUSE_METADATA, node_config
 from tests.test_controller_processes import create, metadata, metadata_answers, wait_until
 from tests.test_snapshot_processes import metadata_dir, scrape
 
@@ -108,13 +108,10 @@ def test_a_pause_seen_first_by_a_request_freezes_the_image_of_then(tmp_path) -> 
     assert answers.image.offset == 4
 
 
-def test_the_delay_setting_is_checked() -> None:
+def test_the_pause_file_is_in_the_metadata_log_dir() -> None:
+    """(The delay setting's default and range: tests/server/test_config.py.)"""
     base = {"node.id": "101", "process.roles": "broker", "controller.quorum.voters": "1@127.0.0.1:9093",
             "listeners": "PLAINTEXT://127.0.0.1:9092", "log.dirs": "/tmp/x"}
-    assert node_config(base).test_metadata_delay_ms == 0
-    assert node_config(base | {"quorum.test.metadata.delay.ms": "250"}).test_metadata_delay_ms == 250
-    with pytest.raises(ConfigError, match="quorum.test.metadata.delay.ms"):
-        _ = node_config(base | {"quorum.test.metadata.delay.ms": "-1"}).test_metadata_delay_ms
     assert str(node_config(base).pause_metadata_path).endswith("__cluster_metadata-0/PAUSE_METADATA")
 
 

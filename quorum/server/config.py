@@ -158,19 +158,13 @@ class NodeConfig:
         """`quorum.test.metadata.delay.ms` (this project's, for tests only; default 0, off): a broker
         answers Metadata from the newest image it replayed at least this long ago, to reproduce a
         broker answering with old metadata (KAFKA-6262). Replay, snapshots and Raft go on as usual."""
-        delay = _int(self.extra, "quorum.test.metadata.delay.ms")
-        if delay < 0:
-            raise ConfigError(f"quorum.test.metadata.delay.ms must be 0 or more, got {delay}")
-        return delay
+        return _non_negative(self.extra, "quorum.test.metadata.delay.ms")
 
     @property
     def loop_stall_ms(self) -> int:
         """`quorum.debug.loop.stall.ms` (this project's; default 0, off): log the event loop's stack
         whenever it has not run for this long (`quorum.server.stall_watch`)."""
-        stall = _int(self.extra, "quorum.debug.loop.stall.ms")
-        if stall < 0:
-            raise ConfigError(f"quorum.debug.loop.stall.ms must be 0 or more, got {stall}")
-        return stall
+        return _non_negative(self.extra, "quorum.debug.loop.stall.ms")
 
     @property
     def kip232_enabled(self) -> bool:
@@ -203,6 +197,13 @@ def _flag(props: dict[str, str], key: str) -> bool:
     if value not in ("true", "false"):
         raise ConfigError(f"{key} must be true or false, got {value!r}")
     return value == "true"
+
+
+def _non_negative(props: dict[str, str], key: str) -> int:
+    value = _int(props, key)
+    if value < 0:
+        raise ConfigError(f"{key} must be 0 or more, got {value}")
+    return value
 
 
 def _int(props: dict[str, str], key: str) -> int:

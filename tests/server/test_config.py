@@ -52,3 +52,12 @@ def test_observer_needs_no_controller_listener():
                           "listeners": "PLAINTEXT://127.0.0.1:9092"})
     assert not config.is_controller and config.client_endpoint().port == 9092
     assert not config.quorum().is_voter
+
+
+@pytest.mark.parametrize(("key", "setting"), [("quorum.test.metadata.delay.ms", "test_metadata_delay_ms"),
+                                              ("quorum.debug.loop.stall.ms", "loop_stall_ms")])
+def test_millisecond_settings_are_off_by_default_and_never_negative(key: str, setting: str) -> None:
+    assert getattr(node_config(dict(BASE)), setting) == 0
+    assert getattr(node_config({**BASE, key: "250"}), setting) == 250
+    with pytest.raises(ConfigError, match=f"{key} must be 0 or more, got -1"):
+        getattr(node_config({**BASE, key: "-1"}), setting)

@@ -1,5 +1,6 @@
 """`quorum.debug.loop.stall.ms`: a loop held by a step that does not yield is reported with the
-step's stack while it holds it, and again when the loop runs; a loop that runs is never reported."""
+step's stack while it holds it, and again when the loop runs; a loop that runs is never reported.
+(The setting's default and range: tests/server/test_config.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import time
 
 import pytest
 
-from quorum.server.config import ConfigError, node_config
 from quorum.server.stall_watch import StallWatch
 
 
@@ -55,12 +55,3 @@ def test_a_loop_that_keeps_running_is_not_reported(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.WARNING, logger="quorum.server.stall_watch"):
         watch = watched(0.5, body)
     assert watch.stalls == 0 and not caplog.records
-
-
-def test_the_setting_is_off_by_default_and_checked() -> None:
-    base = {"node.id": "1", "process.roles": "controller", "controller.quorum.voters": "1@127.0.0.1:9093",
-            "listeners": "CONTROLLER://127.0.0.1:9093", "log.dirs": "/tmp/x"}
-    assert node_config(base).loop_stall_ms == 0
-    assert node_config(base | {"quorum.debug.loop.stall.ms": "20"}).loop_stall_ms == 20
-    with pytest.raises(ConfigError, match="quorum.debug.loop.stall.ms"):
-        _ = node_config(base | {"quorum.debug.loop.stall.ms": "-5"}).loop_stall_ms
