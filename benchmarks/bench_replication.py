@@ -21,6 +21,13 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
   percentile, the leader's CPU seconds over the row and the other two brokers' (rf3's followers;
   compare CPU per MB between commits on a busy machine, where MB/s move by 2-3x from run to run). The
   goal column is issue 17's: acks=all RF=3 at 0.6x or more of acks=1 RF=1's MB/s, with a p99 at most 2x.
+  Under it, where each rf3 row's acks=all Produce time went (issue 37's latency breakdown), from the
+  brokers' metrics endpoints (`quorum.metrics.port`) read before and after the row: the leader's
+  Kafka request metrics for Produce (queue, leader append = LocalTimeMs, the ISR wait = RemoteTimeMs,
+  response queue and send, total), the ISR wait split at the follower that completed it (the wait
+  for a fetch to carry the data, the follower's round trip until its next fetch acknowledges it,
+  the high watermark's advance until the produce resumes) and the followers' appends (part of the
+  round), each as its mean and p99 (a histogram bucket's upper bound).
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
@@ -51,12 +58,13 @@ if __package__ in (None, ""):  # run as a script: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_broker import QUIET, wait_until  # noqa: E402
+from benchmarks.node_metrics import Histogram, histograms, metrics_url  # noqa: E402
 from benchmarks.table import print_table, progress, run_child  # noqa: E402
 
 MESSAGE_BYTES = 1024
 BROKERS = (101, 102, 103)
 READY_TIMEOUT_S = 60.0
-SETTINGS = {"replica.lag.time.max.ms": "5000"}
+SETTINGS = {"replica.lag.time.max.ms": "5000", "quorum.metrics.port": "0"}
 CATCH_UP_GOAL_MB_S = 200
 """Issue 20: a returning follower catches up at 200 MB/s or more."""
 THROUGHPUT_GOAL = 0.6
@@ -201,12 +209,15 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
     """acks=1 to rf1 beside acks=all to rf3, for each kind of message; the goal on the rf3 rows."""
     pid = cluster.processes[leader].pid
     others = [cluster.processes[b].pid for b in BROKERS if b != leader]
+    urls = {b: metrics_url(cluster.specs[b].log_path) for b in BROKERS}
     rows = []
+    parts_rows = []
     for message_bytes, compression, divisor in KINDS:
         pair = []
         for topic, acks in (("rf1", "1"), ("rf3", "all")):
             count = max(1, messages // divisor)
             before, others_before = cpu_seconds(pid), sum(map(cpu_seconds, others))
+            scraped = {b: histograms(url) for b, url in urls.items()}
             result = produce(bootstrap, topic, count, acks, f"acks={acks} to {topic}, {message_bytes}-byte messages, "
                              f"compression {compression}", message_bytes, compression)
             cpu, others_cpu = cpu_seconds(pid) - before, sum(map(cpu_seconds, others)) - others_before
@@ -221,11 +232,60 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
             rows.append((topic, acks, message_bytes, compression, count, mb, result["seconds"], mb / result["seconds"],
                          count / result["seconds"], result["p50_ms"], result["p99_ms"], cpu, 1000 * cpu / mb,
                          others_cpu, goal))
+            if topic == "rf3":
+                after = {b: histograms(url) for b, url in urls.items()}
+                parts_rows.append((message_bytes, compression, *wait_parts(scraped, after, leader)))
     print_table(f"confluent-kafka producing to one partition led by broker {leader} (3 brokers, 127.0.0.1; "
                 "CPU: the processes' CPU seconds over the row; the other brokers are rf3's followers)",
                 ["topic", "acks", "bytes", "compression", "messages", "MB", "seconds", "MB/s", "msgs/s", "p50 ms",
                  "p99 ms", "leader CPU s", "leader ms/MB", "other brokers' CPU s", "goal (RF=3 vs RF=1)"], rows,
                 left=(3, 14))
+    print_table("Where an acks=all Produce's time goes on rf3 (mean / p99 ms, p99 a histogram bucket's upper bound): "
+                "the leader's Kafka request metrics (kafka_network_RequestMetrics_*{request=\"Produce\"}), its "
+                "wait split by follower (quorum_replication_*: fetch wait, round, HW advance; the round holds the "
+                "follower's append, timed on the followers)",
+                ["bytes", "compression", "produces", *PART_LABELS], parts_rows, left=(1,))
+
+
+PARTS = (
+    ("queue", "kafka_network_RequestMetrics_RequestQueueTimeMs", "Produce"),
+    ("leader append", "kafka_network_RequestMetrics_LocalTimeMs", "Produce"),
+    ("ISR wait", "kafka_network_RequestMetrics_RemoteTimeMs", "Produce"),
+    ("follower fetch wait", "quorum_replication_FollowerFetchWaitMs", None),
+    ("follower round", "quorum_replication_FollowerRoundMs", None),
+    ("follower append", "quorum_replication_FollowerAppendMs", "followers"),
+    ("HW advance", "quorum_replication_HighWatermarkAdvanceMs", None),
+    ("response queue", "kafka_network_RequestMetrics_ResponseQueueTimeMs", "Produce"),
+    ("response send", "kafka_network_RequestMetrics_ResponseSendTimeMs", "Produce"),
+    ("total", "kafka_network_RequestMetrics_TotalTimeMs", "Produce"),
+)
+"""(column, histogram, whose): a Produce request metric of the leader, a part of the leader's acks=all
+waits (None), or the followers' appends, summed over both."""
+PART_LABELS = [label for label, _, _ in PARTS]
+
+
+def wait_parts(before: dict[int, Any], after: dict[int, Any], leader: int) -> list[object]:
+    """The produces counted over a row, then 'mean / p99' of each of PARTS over it."""
+    def delta(broker: int, name: str, labels: tuple[tuple[str, str], ...]) -> Histogram | None:
+        found = after[broker].get((name, labels))
+        return None if found is None else found.minus(before[broker].get((name, labels)))
+
+    cells: list[object] = []
+    produces = delta(leader, "kafka_network_RequestMetrics_TotalTimeMs", (("request", "Produce"),))
+    for _, name, whose in PARTS:
+        if whose == "followers":
+            series = [h for b in BROKERS if b != leader and (h := delta(b, name, ())) is not None]
+            merged = series[0] if series else None
+            for more in series[1:]:
+                merged = Histogram(tuple((bound, count + other) for (bound, count), (_, other)
+                                         in zip(merged.buckets, more.buckets, strict=True)), merged.total + more.total)
+            found = merged
+        else:
+            found = delta(leader, name, (("request", whose),) if whose else ())
+        mean = found.mean() if found is not None else None
+        p99 = found.quantile(0.99) if found is not None else None
+        cells.append("-" if mean is None else f"{mean:.2f} / {p99:g}")
+    return [int(produces.count) if produces is not None else 0, *cells]
 
 
 def _listening(address: str) -> bool:

@@ -62,6 +62,7 @@ from quorum.broker.partition_view import AppendNotifier, PartitionLookup, Served
 from quorum.broker.remote_tier_plugin import RemoteReadError, RemoteTier
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
+from quorum.net.request_times import mark_local_complete
 from quorum.security.acl import AclOperation
 from quorum.security.authorization import refused
 from quorum.wire.errors import ErrorCode
@@ -98,6 +99,10 @@ class FollowerFetchReporter(Protocol):
     def follower_fetched(self, partition: Any, replica_id: int, fetch_offset: int, log_start_offset: int,
                          broker_epoch: int, leader_log_end: int) -> int:
         """NONE, or the error to answer the partition with instead (NOT_LEADER_OR_FOLLOWER)."""
+        ...
+
+    def follower_answered(self, partition: Any, replica_id: int) -> None:
+        """Records were read for the follower's fetch: its answer carries them (timings only)."""
         ...
 
 
@@ -263,6 +268,7 @@ class FetchHandler:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            mark_local_complete()  # the long poll: Kafka's RemoteTimeMs (a fetch in its purgatory)
             await self._notifier.wait(remaining)
             # Reads are synchronous, so nothing appends between a look and the next wait: no
             # wake-up is lost. Read again only when something this request reads has moved.
@@ -345,6 +351,8 @@ class FetchHandler:
                                                            position.log_start_offset, replica.broker_epoch, log_end)
                 if error != ErrorCode.NONE:
                     read = PartitionRead(error)
+                elif read.records:
+                    self._replication.follower_answered(partition, replica.replica_id)
             reads[key] = read
             if read.records:
                 first = False

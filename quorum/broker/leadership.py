@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from quorum.broker import alter_partition_rpc
+from quorum.broker.ack_timings import ReplicationTimings
 from quorum.broker.background import BackgroundTasks
 from quorum.broker.isr import (
     Action,
@@ -39,6 +40,7 @@ from quorum.broker.partition import Partition
 from quorum.broker.partition_view import AppendNotifier
 from quorum.image.image import MetadataImage, PartitionInfo
 from quorum.net.peer_client import PeerClient, PeerUnavailable
+from quorum.net.request_times import current_request_times
 from quorum.wire.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -55,8 +57,11 @@ class Leadership:
 
     def __init__(self, broker_id: int, notifier: AppendNotifier, controller: Callable[[], PeerClient | None],
                  broker_epoch: Callable[[], int], properties: Mapping[str, str] | None = None,
-                 clock_ms: Callable[[], int] = monotonic_ms) -> None:
+                 clock_ms: Callable[[], int] = monotonic_ms, timings: ReplicationTimings | None = None) -> None:
+        """`timings`: where acks=all waits are split into their parts (`quorum.broker.ack_timings`)."""
         props = dict(properties or {})
+        self.timings = timings
+        self._acknowledged: tuple[int, float] | None = None  # the follower fetch being handled: (id, arrival)
         self.broker_id = broker_id
         self._notifier = notifier
         self._controller = controller
@@ -123,6 +128,8 @@ class Leadership:
 
     def _resign(self, partition: Partition, now: int) -> None:
         tracker = self._led.pop(partition, None)
+        if self.timings is not None:
+            self.timings.forget(partition)
         if tracker is not None and tracker.is_leader:
             self._run(partition, tracker, tracker.resign(now))
 
@@ -143,6 +150,8 @@ class Leadership:
             future.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             return future
         now = self._clock_ms()
+        if self.timings is not None:
+            self.timings.wait_started(future)
         self._run(partition, tracker, tracker.await_replication(future, required_offset, now + timeout_ms, now))
         self._reschedule_for(tracker)  # its produce timeout; scanning every tracker cost each acks=all produce O(led)
         return future
@@ -160,9 +169,20 @@ class Leadership:
         except ReplicaRefused as exc:
             logger.info("%s: fetch from broker %d refused: %s", partition.name, replica_id, exc)
             return exc.code
-        self._run(partition, tracker, actions)
+        if self.timings is not None:
+            times = current_request_times()
+            self._acknowledged = (replica_id, times.received if times is not None else time.perf_counter())
+        try:
+            self._run(partition, tracker, actions)
+        finally:
+            self._acknowledged = None
         self._reschedule_for(tracker)
         return ErrorCode.NONE
+
+    def follower_answered(self, partition: Partition, replica_id: int) -> None:
+        """The Fetch handler read records for `replica_id`'s fetch of `partition` (timings only)."""
+        if self.timings is not None:
+            self.timings.follower_answered(partition, replica_id)
 
     def _appended(self, partition: Partition) -> None:
         tracker = self._led.get(partition)
@@ -179,6 +199,9 @@ class Leadership:
                     self._notifier.appended()
             elif isinstance(action, ProduceCompleted):
                 future: asyncio.Future[int] = action.handle
+                if self.timings is not None:
+                    self.timings.wait_ended(future, partition,
+                                            self._acknowledged if action.error == ErrorCode.NONE else None)
                 if not future.done():
                     future.set_result(action.error)
             elif isinstance(action, SendAlterPartition):

@@ -47,6 +47,7 @@ from quorum.broker.replica_manager import ReplicaManager
 from quorum.image.image import MetadataImage
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.net.pipeline_place import pipeline_place
+from quorum.net.request_times import mark_local_complete
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS, Request
 
@@ -125,6 +126,8 @@ class ProduceHandlers:
         now = self.clock_ms()
         if appended:
             self.replicas.notifier.appended()
+        if waits:
+            mark_local_complete()  # what follows is the acks=all wait: Kafka's RemoteTimeMs
         if waits and self.replication is not None:
             futures = [self.replication.await_replication(p, o, body.timeout_ms) for p, o, _ in waits]
             for (partition, _, response), code in zip(waits, await asyncio.gather(*futures), strict=True):

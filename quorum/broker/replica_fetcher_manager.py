@@ -31,6 +31,7 @@ from typing import Any
 
 from quorum.broker import replica_fetcher_events as ev
 from quorum.broker import replica_fetcher_rpc as rpc
+from quorum.broker.ack_timings import ReplicationTimings
 from quorum.broker.background import BackgroundTasks
 from quorum.broker.log_config import FOLLOWER_FETCH_LAST_TIERED_OFFSET_ENABLE, LogConfigError, broker_flag
 from quorum.broker.partition import Partition
@@ -113,7 +114,8 @@ class _LeaderLink:
     def __init__(self, config: ev.ReplicaFetcherConfig, address: tuple[str, int], notifier: AppendNotifier,
                  clock_ms: Callable[[], int], out_of_range: OutOfRangePlugin | None = None,
                  facts: Callable[[Partition], Callable[[], ev.TieringFacts]] | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, timings: ReplicationTimings | None = None) -> None:
+        self._timings = timings
         self.fetcher = ReplicaFetcher(config, out_of_range.handler if out_of_range is not None else None)
         self._out_of_range = out_of_range
         self._facts = facts if facts is not None else (lambda _: ev.no_tiering)
@@ -179,7 +181,12 @@ class _LeaderLink:
                 continue
             partition = entry[0]
             try:
-                changed |= self._apply(partition, action)
+                if self._timings is not None and isinstance(action, ev.AppendAsFollower):
+                    started = time.perf_counter()
+                    changed |= self._apply(partition, action)
+                    self._timings.follower_appended(time.perf_counter() - started)
+                else:
+                    changed |= self._apply(partition, action)
             except (LogError, OSError, ValueError) as exc:  # ValueError: a bad StartAt (epochs, producer snapshot)
                 logger.error("%s: %s failed: %s", partition.name, type(action).__name__, exc)
                 failures.append((tp, f"{type(action).__name__} failed: {exc}"))
@@ -287,10 +294,12 @@ class ReplicaFetcherManager:
 
     def __init__(self, broker_id: int, notifier: AppendNotifier, broker_epoch: Callable[[], int],
                  properties: Mapping[str, str] | None = None, clock_ms: Callable[[], int] = monotonic_ms,
-                 out_of_range: OutOfRangePlugin | None = None, security: ClientSecurity | None = None) -> None:
+                 out_of_range: OutOfRangePlugin | None = None, security: ClientSecurity | None = None,
+                 timings: ReplicationTimings | None = None) -> None:
         """`out_of_range` replaces Kafka's out-of-range behaviour of every follower (the remote tier's
         plug-in point, `quorum.broker.replica_fetcher_out_of_range`); `security`: TLS and SASL for the
-        inter-broker listener (issue 18)."""
+        inter-broker listener (issue 18); `timings`: where the followers' appends are timed."""
+        self._timings = timings
         self._security = security
         self.broker_id = broker_id
         self._out_of_range = out_of_range
@@ -355,7 +364,8 @@ class ReplicaFetcherManager:
                     continue
                 config = fetcher_config(self.broker_id, leader_id, epoch, self._properties)
                 link = self._links[leader_id] = _LeaderLink(config, address, self._notifier, self._clock_ms,
-                                                            self._out_of_range, self.tiering_facts, self._security)
+                                                            self._out_of_range, self.tiering_facts, self._security,
+                                                            self._timings)
                 logger.info("replicating %d partition(s) from broker %d at %s:%d", len(followed), leader_id,
                             *address)  # fmt: skip
             removes = [tp for tp, (p, _) in link.followed.items() if tp not in followed or followed[tp][0] is not p]

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from quorum.broker.ack_timings import ReplicationTimings
 from quorum.broker.acl_apis import register_acl_apis
 from quorum.broker.allocate_producer_ids_rpc import ControllerBlocks
 from quorum.broker.auto_create import creation_allowed, topics_to_create
@@ -89,12 +90,14 @@ class BrokerRole:
         producer_ids = ProducerIdManager(config.node_id, ControllerBlocks(
             config.node_id, node.controller_peer, lambda: node.core.leader_id, self._broker_epoch))
         self.replicas = ReplicaManager.from_node_config(config, self.notifier, remote, producer_ids)
+        # the acks=all waits' parts (issue 37), kept, as Kafka's request metrics, where a metrics port reads them
+        self.timings = ReplicationTimings() if config.metrics_port is not None else None
         self.leadership = Leadership(config.node_id, self.notifier, node.controller_peer, self._broker_epoch,
-                                     config.extra)
+                                     config.extra, timings=self.timings)
         self.replicas.on_open = self.leadership.manage
         self.replicas.on_log_failure = self._log_dir_failed
         self.fetchers = ReplicaFetcherManager(config.node_id, self.notifier, self._broker_epoch, config.extra,
-                                              out_of_range=out_of_range,
+                                              out_of_range=out_of_range, timings=self.timings,
                                               security=node_client_security(config, config.client_endpoint().name,
                                                                             "sasl.mechanism.inter.broker.protocol"))
         self.topics = TopicCreator(node.controller_peer, TopicDefaults.from_properties(config.extra))

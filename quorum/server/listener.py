@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import suppress
 from typing import Any
 
 from quorum.net.dispatch import Dispatcher, Reply
 from quorum.net.frame_reader import FrameReader
 from quorum.net.pipeline_place import PipelinePlace, set_pipeline_place
+from quorum.net.request_times import RequestTimes, handling
 from quorum.net.secure_connection import ConnectionSecurity, ListenerSecurity
 from quorum.server.reply_writer import write_reply
+from quorum.server.request_metrics import RequestMetrics
 from quorum.wire.errors import WireError
 from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from quorum.wire.protocol import Request, decode_request
@@ -42,11 +45,16 @@ MAX_PIPELINED = 1000
 CANCEL_AGAIN_S = 0.5
 """How long `close` gives a cancelled connection to end before cancelling it again."""
 
+_Started = tuple[Request, "asyncio.Future[Reply | None]", RequestTimes]
+"""A pipelined request started, its handler, and its moments: what `_answer_in_order` writes next."""
+
 
 class KafkaListener:
     def __init__(self, dispatcher: Dispatcher, host: str = "127.0.0.1", port: int = 0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: ListenerSecurity | None = None) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security: ListenerSecurity | None = None,
+                 metrics: RequestMetrics | None = None) -> None:
         self._dispatcher = dispatcher
+        self._metrics = metrics
         self.security = security if security is not None else ListenerSecurity.plaintext()
         self._host = host
         self._port = port
@@ -114,14 +122,16 @@ class KafkaListener:
 
     async def _serve(self, reader: FrameReader, writer: asyncio.StreamWriter,
                      connection: ConnectionSecurity) -> None:
-        started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]] = asyncio.Queue(MAX_PIPELINED)
+        started: asyncio.Queue[_Started] = asyncio.Queue(MAX_PIPELINED)
         answering: asyncio.Task[None] | None = None  # made at the connection's first pipelined request
         unanswered: dict[int, list[asyncio.Future[Reply | None]]] = {}  # per pipelined API
         turns: dict[int, asyncio.Lock] = {}  # per pipelined API: see quorum.net.pipeline_place
         closed = asyncio.Event()
         try:
             while not self._closing:
-                request = decode_request(await reader.next_frame(), self._dispatcher.served)
+                frame = await reader.next_frame()
+                times = RequestTimes(time.perf_counter())
+                request = decode_request(frame, self._dispatcher.served)
                 screened = connection.screen(request)
                 if screened is not None:  # SASL, answered by the connection's security
                     if answering is not None:
@@ -133,9 +143,9 @@ class KafkaListener:
                 if not self._dispatcher.pipelined(request.api.key):
                     if answering is not None:
                         await self._drained(started, answering)  # alone, as Kafka processes a connection's requests
-                    reply = await self._dispatcher.dispatch(request)
+                    reply = await self._timed_dispatch(request, times)
                     if reply is not None:
-                        await write_reply(writer, request, reply)
+                        await self._write(writer, request, reply, times)
                     continue
                 if answering is None:
                     answering = asyncio.create_task(self._answer_in_order(started, writer))
@@ -148,9 +158,9 @@ class KafkaListener:
                 if turn is None:
                     turn = turns[request.api.key] = asyncio.Lock()
                 set_pipeline_place(PipelinePlace(tuple(running), turn, closed))  # the handler's task keeps a copy
-                handled = asyncio.ensure_future(self._dispatcher.dispatch(request))
+                handled = asyncio.ensure_future(self._timed_dispatch(request, times))
                 running.append(handled)
-                await started.put((request, handled))
+                await started.put((request, handled, times))
                 if answering.done():
                     answering.result()  # a handler failed: raise its error here, which closes the connection
         finally:
@@ -159,6 +169,22 @@ class KafkaListener:
                 answering.cancel()
                 with suppress(asyncio.CancelledError):
                     await answering
+
+    async def _timed_dispatch(self, request: Request, times: RequestTimes) -> Reply | None:
+        """The handler's answer, with when it began and ended noted in `times`, which is the
+        handler's context (its `mark_local_complete` lands there)."""
+        handling(times)
+        times.started = time.perf_counter()
+        reply = await self._dispatcher.dispatch(request)
+        times.answered = time.perf_counter()
+        return reply
+
+    async def _write(self, writer: asyncio.StreamWriter, request: Request, reply: Reply, times: RequestTimes) -> None:
+        times.send_started = time.perf_counter()
+        await write_reply(writer, request, reply)
+        times.sent = time.perf_counter()
+        if self._metrics is not None:
+            self._metrics.record(request, times)
 
     @staticmethod
     async def _room(running: list[asyncio.Future[Reply | None]], depth: int, answering: asyncio.Task[None]) -> None:
@@ -183,16 +209,14 @@ class KafkaListener:
         if answering.done():
             answering.result()
 
-    @staticmethod
-    async def _answer_in_order(started: asyncio.Queue[tuple[Request, asyncio.Future[Reply | None]]],
-                               writer: asyncio.StreamWriter) -> None:
+    async def _answer_in_order(self, started: asyncio.Queue[_Started], writer: asyncio.StreamWriter) -> None:
         """Write the pipelined requests' answers in request order as each is ready."""
         while True:
-            request, handled = await started.get()
+            request, handled, times = await started.get()
             try:
                 reply = await handled
                 if reply is not None:
-                    await write_reply(writer, request, reply)
+                    await self._write(writer, request, reply, times)
             except BaseException:
                 writer.close()  # the reading loop ends too, and `_serve` raises this
                 raise
