@@ -26,8 +26,10 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
   Kafka request metrics for Produce (queue, leader append = LocalTimeMs, the ISR wait = RemoteTimeMs,
   response queue and send, total), the ISR wait split at the follower that completed it (the wait
   for a fetch to carry the data, the follower's round trip until its next fetch acknowledges it,
-  the high watermark's advance until the produce resumes) and the followers' appends (part of the
-  round), each as its mean and p99 (a histogram bucket's upper bound).
+  the high watermark's advance until the produce resumes), and within the round the followers'
+  appends, their turnaround (an answer decoded to the next fetch out, the append included) and the
+  leader's sending of their answers (FetchFollower ResponseSendTimeMs), each as its mean and p99 (a
+  histogram bucket's upper bound).
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
@@ -242,8 +244,9 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
                 left=(3, 14))
     print_table("Where an acks=all Produce's time goes on rf3 (mean / p99 ms, p99 a histogram bucket's upper bound): "
                 "the leader's Kafka request metrics (kafka_network_RequestMetrics_*{request=\"Produce\"}), its "
-                "wait split by follower (quorum_replication_*: fetch wait, round, HW advance; the round holds the "
-                "follower's append, timed on the followers)",
+                "wait split by follower (quorum_replication_*: fetch wait, round, HW advance); the round holds the "
+                "leader's send of the answer (FetchFollower ResponseSendTimeMs) and the follower's turnaround, "
+                "which holds its append (both timed on the followers)",
                 ["bytes", "compression", "produces", *PART_LABELS], parts_rows, left=(1,))
 
 
@@ -254,6 +257,8 @@ PARTS = (
     ("follower fetch wait", "quorum_replication_FollowerFetchWaitMs", None),
     ("follower round", "quorum_replication_FollowerRoundMs", None),
     ("follower append", "quorum_replication_FollowerAppendMs", "followers"),
+    ("follower turnaround", "quorum_replication_FollowerTurnaroundMs", "followers"),
+    ("answer send", "kafka_network_RequestMetrics_ResponseSendTimeMs", "FetchFollower"),
     ("HW advance", "quorum_replication_HighWatermarkAdvanceMs", None),
     ("response queue", "kafka_network_RequestMetrics_ResponseQueueTimeMs", "Produce"),
     ("response send", "kafka_network_RequestMetrics_ResponseSendTimeMs", "Produce"),

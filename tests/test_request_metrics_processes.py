@@ -72,7 +72,9 @@ def test_an_acks_all_produce_and_a_fetch_show_in_kafka_request_metrics_and_the_w
         assert 0 < split["FollowerFetchWaitMs"] == split["FollowerRoundMs"] == split["HighWatermarkAdvanceMs"]
         assert split["FollowerFetchWaitMs"] <= produces
         for follower in (b for b in BROKERS if b != leader):
-            assert scrape(cluster, follower).get("quorum_replication_FollowerAppendMs_count", 0) > 0, (
-                f"broker {follower} timed no append")
+            timed = scrape(cluster, follower)
+            assert timed.get("quorum_replication_FollowerAppendMs_count", 0) > 0, f"broker {follower} timed no append"
+            assert timed.get("quorum_replication_FollowerTurnaroundMs_count", 0) > 0, (
+                f"broker {follower} timed no turnaround between its fetches")
     finally:
         cluster.stop()

@@ -16,6 +16,9 @@ completes, in three consecutive parts, and each follower times its appends:
                                                fetch's handling, the high watermark's advance,
                                                the event loop's turn
     quorum_replication_FollowerAppendMs        (on a follower) one fetched answer's append
+    quorum_replication_FollowerTurnaroundMs    (on a follower) a fetch's answer decoded -> the next
+                                               fetch going out: the append, the rest of the
+                                               answer's handling, the event loop's turn
 
 A wait completed otherwise (its timeout, an ISR shrink, at once when the ISR is the leader
 alone) is not split. The names are the project's, as Kafka has no such breakdown.
@@ -40,6 +43,7 @@ PARTS = {
     "FollowerRoundMs": "Milliseconds from that read to the follower's next fetch acknowledging the data.",
     "HighWatermarkAdvanceMs": "Milliseconds from that fetch's arrival to the acks=all produce resuming.",
     "FollowerAppendMs": "Milliseconds a follower took to append one fetched answer.",
+    "FollowerTurnaroundMs": "Milliseconds from a fetch's answer decoded on a follower to its next fetch going out.",
 }
 _NO_LABELS: tuple[str, ...] = ()
 
@@ -82,6 +86,9 @@ class ReplicationTimings(Collector):
 
     def follower_appended(self, seconds: float) -> None:
         self._observe("FollowerAppendMs", seconds)
+
+    def follower_turned_around(self, seconds: float) -> None:
+        self._observe("FollowerTurnaroundMs", seconds)
 
     def _observe(self, name: str, seconds: float) -> None:
         self.histograms.observe(name, _NO_LABELS, max(seconds, 0.0) * 1000)

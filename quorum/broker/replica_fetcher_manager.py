@@ -116,6 +116,7 @@ class _LeaderLink:
                  facts: Callable[[Partition], Callable[[], ev.TieringFacts]] | None = None,
                  security: ClientSecurity | None = None, timings: ReplicationTimings | None = None) -> None:
         self._timings = timings
+        self._answered_at = 0.0  # when the last fetch's answer came (timings only)
         self.fetcher = ReplicaFetcher(config, out_of_range.handler if out_of_range is not None else None)
         self._out_of_range = out_of_range
         self._facts = facts if facts is not None else (lambda _: ev.no_tiering)
@@ -231,6 +232,10 @@ class _LeaderLink:
 
     async def _send(self, request: ev.Request, wire: ev.Request | None) -> None:
         """`wire` goes to the leader (None: nothing left to ask); the answer is fed back as that to `request`."""
+        if self._answered_at and isinstance(request, ev.FetchRequest):
+            assert self._timings is not None
+            self._timings.follower_turned_around(time.perf_counter() - self._answered_at)
+            self._answered_at = 0.0
         try:
             if wire is None:
                 raise PeerUnavailable("every partition of the request failed on this broker's log")
@@ -240,6 +245,8 @@ class _LeaderLink:
             self._feed(lambda now: self.fetcher.on_send_failed(request, now))
             return
         if isinstance(request, ev.FetchRequest):
+            if self._timings is not None:
+                self._answered_at = time.perf_counter()
             self._feed(lambda now: self.fetcher.on_fetch_response(request, response, now))
         elif isinstance(request, ev.OffsetsForLeaderEpochRequest):
             self._feed(lambda now: self.fetcher.on_offsets_for_leader_epoch_response(request, response, now))

@@ -146,13 +146,16 @@ def test_an_acks_all_wait_is_split_at_the_answer_carrying_the_data_and_the_fetch
         timings.wait_started(unsplit)
         timings.wait_ended(unsplit, partition, None)  # a timeout or an ISR shrink: not split
         timings.follower_appended(0.0015)
+        timings.follower_turned_around(0.002)
         return timings
 
     timings = asyncio.run(scenario())
     parts = {name: timings.histograms.count_and_sum(name, ()) for name in
-             ("FollowerFetchWaitMs", "FollowerRoundMs", "HighWatermarkAdvanceMs", "FollowerAppendMs")}
+             ("FollowerFetchWaitMs", "FollowerRoundMs", "HighWatermarkAdvanceMs", "FollowerAppendMs",
+              "FollowerTurnaroundMs")}
     assert parts["FollowerFetchWaitMs"] == (1, pytest.approx(4))
     assert parts["FollowerRoundMs"] == (1, pytest.approx(5))
     assert parts["HighWatermarkAdvanceMs"] == (1, pytest.approx(3))
     assert parts["FollowerAppendMs"] == (1, pytest.approx(1.5))
+    assert parts["FollowerTurnaroundMs"] == (1, pytest.approx(2))
     assert ("quorum_replication_FollowerRoundMs_count", ()) in scraped(timings)
