@@ -30,6 +30,8 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
   appends, their turnaround (an answer decoded to the next fetch out, the append included) and the
   leader's sending of their answers (FetchFollower ResponseSendTimeMs), each as its mean and p99 (a
   histogram bucket's upper bound).
+  Under both, the page cache floor: 256 MiB written to a new file beside the leader's log before
+  the rows, its MB/s and CPU per MB, as every append lands in new page-cache pages (see FLOOR_BYTES).
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
@@ -78,6 +80,10 @@ KINDS = ((MESSAGE_BYTES, "none", 1), (10 * MESSAGE_BYTES, "none", 10), (MESSAGE_
 POLL_S = 0.02
 FETCH_RESPONSE_BYTES = 10 << 20
 """replica.fetch.response.max.bytes (Kafka's default): what a catching-up follower appends at a time."""
+FLOOR_BYTES = 256 << 20
+"""Written to a new file before the throughput rows: what a megabyte into new page-cache pages costs
+now. On this project's VMs it moves by 10x with the machine's memory (0.2 ms of CPU per MB into pages
+the kernel recycles, 2.4 ms into pages the host must back anew), and the brokers' appends with it."""
 
 
 def message_value(size: int, compression: str) -> bytes:
@@ -212,6 +218,7 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
     pid = cluster.processes[leader].pid
     others = [cluster.processes[b].pid for b in BROKERS if b != leader]
     urls = {b: metrics_url(cluster.specs[b].log_path) for b in BROKERS}
+    floor_s, floor_cpu = raw_write(cluster.specs[leader].log_path.parent, FLOOR_BYTES)
     rows = []
     parts_rows = []
     for message_bytes, compression, divisor in KINDS:
@@ -242,6 +249,10 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
                 ["topic", "acks", "bytes", "compression", "messages", "MB", "seconds", "MB/s", "msgs/s", "p50 ms",
                  "p99 ms", "leader CPU s", "leader ms/MB", "other brokers' CPU s", "goal (RF=3 vs RF=1)"], rows,
                 left=(3, 14))
+    mb = FLOOR_BYTES / 1e6
+    print(f"page cache floor, before the rows: {mb:.0f} MB written to a new file beside the leader's log at "
+          f"{mb / floor_s:,.0f} MB/s, {1000 * floor_cpu / mb:.2f} ms of CPU per MB (the kernel's copy into new "
+          "pages; rf3 writes each byte on three brokers)")
     print_table("Where an acks=all Produce's time goes on rf3 (mean / p99 ms, p99 a histogram bucket's upper bound): "
                 "the leader's Kafka request metrics (kafka_network_RequestMetrics_*{request=\"Produce\"}), its "
                 "wait split by follower (quorum_replication_*: fetch wait, round, HW advance); the round holds the "
@@ -335,7 +346,7 @@ def catch_up(cluster: Any, bootstrap: str, leader: int, missed_mb: int) -> None:
     mb = missed["messages"] * MESSAGE_BYTES / 1e6
     copy_s = moments["in the ISR"] - moments["unfenced"]
     rate = mb / copy_s
-    raw_s = raw_write_seconds(cluster.specs[follower].log_path.parent, missed["messages"] * MESSAGE_BYTES)
+    raw_s, _ = raw_write(cluster.specs[follower].log_path.parent, missed["messages"] * MESSAGE_BYTES)
     print_table("A follower that missed data returns (seconds from its process start; the copy: from unfenced to in "
                 "the ISR)",
                 ["missed MB", "produced in s", "listening", "unfenced", "in the ISR", "copy s", "copy MB/s",
@@ -347,13 +358,14 @@ def catch_up(cluster: Any, bootstrap: str, leader: int, missed_mb: int) -> None:
                   f"ceiling: copy at {100 * rate * raw_s / mb:.0f}% of it", "", "")], left=(7,))
 
 
-def raw_write_seconds(directory: Path, size: int) -> float:
+def raw_write(directory: Path, size: int) -> tuple[float, float]:
     """The machine's ceiling for a follower's appends: `size` bytes written into a new file in
-    `directory` in chunks of FETCH_RESPONSE_BYTES (a write loop, as Log.append's), not fsynced."""
+    `directory` in chunks of FETCH_RESPONSE_BYTES (a write loop, as Log.append's), not fsynced;
+    (seconds, CPU seconds of this process, the kernel's copy into the page cache included)."""
     chunk = os.urandom(FETCH_RESPONSE_BYTES)
     path = directory / "raw-write-ceiling.tmp"
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         with open(path, "wb", buffering=0) as out:
             left = size
             while left > 0:
@@ -361,7 +373,7 @@ def raw_write_seconds(directory: Path, size: int) -> float:
                 while view:
                     view = view[out.write(view):]
                 left -= len(chunk)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
         path.unlink(missing_ok=True)
 
