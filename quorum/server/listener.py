@@ -17,6 +17,10 @@ with `recv_into`, which the handler gets and may patch in place (Produce does).
 
 Security (`quorum.net.secure_connection`): each accepted connection goes through the listener's
 TLS handshake and gets its request context; each request is screened for SASL before dispatch.
+
+Each dispatched request's moments (frame read, handler start and end, answer written) are stamped in a
+`quorum.net.request_times.RequestTimes`, the handler's context, and recorded as Kafka's request metrics
+(`quorum.server.request_metrics`) when the node serves metrics.
 """
 
 from __future__ import annotations
