@@ -30,8 +30,9 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
   appends, their turnaround (an answer decoded to the next fetch out, the append included) and the
   leader's sending of their answers (FetchFollower ResponseSendTimeMs), each as its mean and p99 (a
   histogram bucket's upper bound).
-  Under both, the page cache floor: 256 MiB written to a new file beside the leader's log before
-  the rows, its MB/s and CPU per MB, as every append lands in new page-cache pages (see FLOOR_BYTES).
+  Last, the page cache floor: 256 MiB written to a new file beside the leader's log after the
+  rows, its MB/s and CPU per MB, as every append lands in new page-cache pages
+  (`benchmarks.page_cache`).
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
@@ -63,6 +64,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 from benchmarks.bench_broker import QUIET, wait_until  # noqa: E402
 from benchmarks.node_metrics import Histogram, histograms, metrics_url  # noqa: E402
+from benchmarks.page_cache import floor_line, raw_write  # noqa: E402
 from benchmarks.table import print_table, progress, run_child  # noqa: E402
 
 MESSAGE_BYTES = 1024
@@ -78,12 +80,6 @@ PRODUCER = {"linger.ms": 5, "batch.size": 1_000_000}
 KINDS = ((MESSAGE_BYTES, "none", 1), (10 * MESSAGE_BYTES, "none", 10), (MESSAGE_BYTES, "lz4", 1))
 """(message bytes, compression.type, divisor of BENCH_REPLICATION_MESSAGES) of each pair of rows."""
 POLL_S = 0.02
-FETCH_RESPONSE_BYTES = 10 << 20
-"""replica.fetch.response.max.bytes (Kafka's default): what a catching-up follower appends at a time."""
-FLOOR_BYTES = 256 << 20
-"""Written to a new file before the throughput rows: what a megabyte into new page-cache pages costs
-now. On this project's VMs it moves by 10x with the machine's memory (0.2 ms of CPU per MB into pages
-the kernel recycles, 2.4 ms into pages the host must back anew), and the brokers' appends with it."""
 
 
 def message_value(size: int, compression: str) -> bytes:
@@ -209,6 +205,8 @@ def main() -> None:
             leader = create_topics(cluster, bootstrap)
             throughput(cluster, bootstrap, leader, messages)
             catch_up(cluster, bootstrap, leader, missed_mb)
+            print(f"{floor_line(cluster.specs[leader].log_path.parent, 'beside the leader log')}; rf3 writes each "
+                  "byte on three brokers, a returning follower each byte it missed")
         finally:
             cluster.stop()
 
@@ -218,7 +216,6 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
     pid = cluster.processes[leader].pid
     others = [cluster.processes[b].pid for b in BROKERS if b != leader]
     urls = {b: metrics_url(cluster.specs[b].log_path) for b in BROKERS}
-    floor_s, floor_cpu = raw_write(cluster.specs[leader].log_path.parent, FLOOR_BYTES)
     rows = []
     parts_rows = []
     for message_bytes, compression, divisor in KINDS:
@@ -249,10 +246,6 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
                 ["topic", "acks", "bytes", "compression", "messages", "MB", "seconds", "MB/s", "msgs/s", "p50 ms",
                  "p99 ms", "leader CPU s", "leader ms/MB", "other brokers' CPU s", "goal (RF=3 vs RF=1)"], rows,
                 left=(3, 14))
-    mb = FLOOR_BYTES / 1e6
-    print(f"page cache floor, before the rows: {mb:.0f} MB written to a new file beside the leader's log at "
-          f"{mb / floor_s:,.0f} MB/s, {1000 * floor_cpu / mb:.2f} ms of CPU per MB (the kernel's copy into new "
-          "pages; rf3 writes each byte on three brokers)")
     print_table("Where an acks=all Produce's time goes on rf3 (mean / p99 ms, p99 a histogram bucket's upper bound): "
                 "the leader's Kafka request metrics (kafka_network_RequestMetrics_*{request=\"Produce\"}), its "
                 "wait split by follower (quorum_replication_*: fetch wait, round, HW advance); the round holds the "
@@ -357,25 +350,6 @@ def catch_up(cluster: Any, bootstrap: str, leader: int, missed_mb: int) -> None:
                  (f"raw write of {mb:.0f} MB", "", "", "", "", raw_s, mb / raw_s,
                   f"ceiling: copy at {100 * rate * raw_s / mb:.0f}% of it", "", "")], left=(7,))
 
-
-def raw_write(directory: Path, size: int) -> tuple[float, float]:
-    """The machine's ceiling for a follower's appends: `size` bytes written into a new file in
-    `directory` in chunks of FETCH_RESPONSE_BYTES (a write loop, as Log.append's), not fsynced;
-    (seconds, CPU seconds of this process, the kernel's copy into the page cache included)."""
-    chunk = os.urandom(FETCH_RESPONSE_BYTES)
-    path = directory / "raw-write-ceiling.tmp"
-    try:
-        started, cpu = time.perf_counter(), time.process_time()
-        with open(path, "wb", buffering=0) as out:
-            left = size
-            while left > 0:
-                view = memoryview(chunk)[:min(left, len(chunk))]
-                while view:
-                    view = view[out.write(view):]
-                left -= len(chunk)
-        return time.perf_counter() - started, time.process_time() - cpu
-    finally:
-        path.unlink(missing_ok=True)
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
