@@ -36,9 +36,10 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
-  listens, it is unfenced (listed among the brokers: registered and caught up with the metadata;
-  the controller refuses a new incarnation with DUPLICATE_BROKER_REGISTRATION until the killed
-  one's broker.session.timeout.ms has passed, as Kafka's does), and it is back in rf3's ISR. The
+  listens, it is unfenced (its log says so: registered and caught up with the metadata; the
+  controller refuses a new incarnation with DUPLICATE_BROKER_REGISTRATION until the killed one's
+  broker.session.timeout.ms has passed, as Kafka's does, and Metadata lists the killed one until
+  then), and it is back in rf3's ISR. The
   copy is the time from unfenced (its fetcher starts then) to in the ISR; issue 20's goal is on the
   copy's MB/s, and the end-to-end rate from the process start is beside it, with the follower's
   CPU seconds over the whole return. The last row is the machine's ceiling for the follower's side:
@@ -297,6 +298,13 @@ def wait_parts(before: dict[int, Any], after: dict[int, Any], leader: int) -> li
     return [int(produces.count) if produces is not None else 0, *cells]
 
 
+def _unfenced_lines(log_path: Path, broker: int) -> int:
+    """How many times the broker's log says the controller unfenced it. Why not Metadata: the killed
+    incarnation stays listed (registered, unfenced) until its session times out, so a listing said
+    "unfenced" before the new one had registered, and the copy's time took in the registration wait."""
+    return log_path.read_text(errors="replace").count(f"broker {broker} is unfenced")
+
+
 def _listening(address: str) -> bool:
     host, port = address.split(":")
     with socket.create_connection((host, int(port)), timeout=1):
@@ -326,12 +334,14 @@ def catch_up(cluster: Any, bootstrap: str, leader: int, missed_mb: int) -> None:
         return admin.list_topics("rf3", timeout=10)
 
     progress(f"starting broker {follower} again")
+    log_path = cluster.specs[follower].log_path
+    unfenced_before = _unfenced_lines(log_path, follower)
     started = time.monotonic()
     cluster.start_node(follower)
     pid = cluster.processes[follower].pid
     moments = {}
     for moment, check in (("listening", lambda: _listening(cluster.specs[follower].address)),
-                          ("unfenced", lambda: follower in metadata().brokers),
+                          ("unfenced", lambda: _unfenced_lines(log_path, follower) > unfenced_before),
                           ("in the ISR", lambda: follower in metadata().topics["rf3"].partitions[0].isrs)):
         wait_until(f"broker {follower} {moment}", check, 600, cluster, POLL_S)
         moments[moment] = time.monotonic() - started
