@@ -30,9 +30,10 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
   appends, their turnaround (an answer decoded to the next fetch out, the append included) and the
   leader's sending of their answers (FetchFollower ResponseSendTimeMs), each as its mean and p99 (a
   histogram bucket's upper bound).
-  Last, the page cache floor: 256 MiB written to a new file beside the leader's log after the
-  rows, its MB/s and CPU per MB, as every append lands in new page-cache pages
-  (`benchmarks.page_cache`).
+  Last, the page cache floor: 256 MiB written to a new file beside the leader's log before the
+  rows (kept until the end, so that the rows get none of its pages), its MB/s and CPU per MB, as
+  every append lands in new page-cache pages (`benchmarks.page_cache`; it moves with the machine's
+  memory, within a run too: compare the brokers' CPU per MB).
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
@@ -65,7 +66,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 from benchmarks.bench_broker import QUIET, wait_until  # noqa: E402
 from benchmarks.node_metrics import Histogram, histograms, metrics_url  # noqa: E402
-from benchmarks.page_cache import floor_line, raw_write  # noqa: E402
+from benchmarks.page_cache import PageCacheFloor, raw_write  # noqa: E402
 from benchmarks.table import print_table, progress, run_child  # noqa: E402
 
 MESSAGE_BYTES = 1024
@@ -204,10 +205,13 @@ def main() -> None:
             wait_until("three unfenced brokers", lambda: _brokers(bootstrap) == set(BROKERS), READY_TIMEOUT_S,
                        cluster)
             leader = create_topics(cluster, bootstrap)
-            throughput(cluster, bootstrap, leader, messages)
-            catch_up(cluster, bootstrap, leader, missed_mb)
-            print(f"{floor_line(cluster.specs[leader].log_path.parent, 'beside the leader log')}; rf3 writes each "
-                  "byte on three brokers, a returning follower each byte it missed")
+            floor = PageCacheFloor(cluster.specs[leader].log_path.parent, "beside the leader's log")
+            try:
+                throughput(cluster, bootstrap, leader, messages)
+                catch_up(cluster, bootstrap, leader, missed_mb)
+            finally:
+                floor.close()
+            print(f"{floor.line}; rf3 writes each byte on three brokers, a returning follower each byte it missed")
         finally:
             cluster.stop()
 
