@@ -23,7 +23,11 @@
   without a quota, then with `remote.log.manager.fetch.max.bytes.per.second` at each of
   BENCH_TIERED_FETCH_QUOTAS_MB (default 20,5; the broker restarted with it, and the producer's
   p99 alone measured again after the restart, as that row's peer). The backfill's rate is printed
-  beside its quota. Goal: the p99 under a quota'd backfill within 2x of the one alone. These
+  beside its quota, and the broker's own mean time per Produce over the window (Kafka's request
+  metrics: total, then queue / local / remote / send, and the share of produces it took over 1 ms
+  longer), which says whether the backfill slows the broker's handling of a produce or what lies
+  around it. Goal: the p99 under a quota'd backfill
+  within 2x of the one alone. These
   windows are BENCH_TIERED_P99_S seconds each (default 10), not a minute: the minute-long quota
   checks are tests in virtual time (tests/tiered/test_rlm_quota.py).
 
@@ -57,6 +61,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.node_metrics import Histogram, histograms, metrics_url  # noqa: E402
 from benchmarks.table import print_table, progress  # noqa: E402
 from quorum.broker.log_config import LogConfig  # noqa: E402
 from quorum.broker.partition import Partition  # noqa: E402
@@ -465,6 +470,14 @@ def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end:
     assert isinstance(cluster, LocalCluster)
     rows: list[tuple[object, ...]] = []
     broker = next(n for n, spec in cluster.specs.items() if spec.role == "broker")
+    log_path = cluster.specs[broker].log_path
+
+    def produce_times() -> dict[str, Histogram]:
+        """The broker's Produce request metrics now (its endpoint: a restarted broker serves on a new port)."""
+        found = histograms(metrics_url(log_path))
+        return {phase: found.get((f"kafka_network_RequestMetrics_{phase}", (("request", "Produce"),)),
+                                 Histogram((), 0.0)) for phase in PRODUCE_PHASES}
+
     for quota in [None, *FETCH_QUOTAS]:
         if quota is not None:
             progress(f"restarting the broker with remote.log.manager.fetch.max.bytes.per.second={quota}")
@@ -474,25 +487,27 @@ def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end:
             cluster.start_node(broker)
             cluster.wait_ready()
         named = "no fetch quota" if quota is None else f"fetch quota {quota / MB:g} MB/s"
-        alone = producer_p99(bootstrap, value, False, remote_end)
-        rows.append((f"none ({named})", "-", *alone, "-", "(the peer)"))
-        held = producer_p99(bootstrap, value, True, remote_end)
+        alone = producer_p99(bootstrap, value, False, remote_end, times=produce_times)
+        rows.append((f"none ({named})", "-", *alone[:3], "-", "(the peer)", alone[3]))
+        held = producer_p99(bootstrap, value, True, remote_end, times=produce_times)
         goal = "-" if quota is None else "<= 2x none"
-        rows.append((f"from S3, {named}", "-" if quota is None else f"{quota / MB:g}", *held,
-                     held[1] / alone[1], goal))  # fmt: skip
+        rows.append((f"from S3, {named}", "-" if quota is None else f"{quota / MB:g}", *held[:3],
+                     held[1] / alone[1], goal, held[3]))  # fmt: skip
         if quota is not None:
-            paced = producer_p99(bootstrap, value, True, local_end, topic="local", pace=quota)
-            rows.append((f"from local disk, paced to {quota / MB:g} MB/s", "-", *paced, paced[1] / alone[1],
-                         "(the same rate, no tier)"))  # fmt: skip
+            paced = producer_p99(bootstrap, value, True, local_end, topic="local", pace=quota, times=produce_times)
+            rows.append((f"from local disk, paced to {quota / MB:g} MB/s", "-", *paced[:3], paced[1] / alone[1],
+                         "(the same rate, no tier)", paced[3]))  # fmt: skip
     return rows
 
 
 def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int, topic: str = "tiered",
-                 pace: int | None = None) -> tuple[float, float, float]:
+                 pace: int | None = None,
+                 times: Callable[[], dict[str, Histogram]] | None = None) -> tuple[float, float, float, str]:
     """p50 and p99 (ms) of librdkafka's delivery latency of an acks=all producer sending 200 records/s
-    for P99_SECONDS, and the MB/s a backfill consumer of `topic` read meanwhile (0 without); the
-    backfill reads the topic up to `remote_end` over and over (back to offset 0 at its end), no faster
-    than `pace` bytes a second when given (it sleeps while ahead)."""
+    for P99_SECONDS, the MB/s a backfill consumer of `topic` read meanwhile (0 without), and the
+    broker's own time for those Produce requests (`produce_share`, from `times`); the backfill reads
+    the topic up to `remote_end` over and over (back to offset 0 at its end), no faster than `pace`
+    bytes a second when given (it sleeps while ahead)."""
     import threading
 
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -540,6 +555,7 @@ def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int, 
         producer.produce("p99", value)
     if producer.flush(60) != 0:
         raise SystemExit("the acks=all producer's warm-up did not complete within 60 s")
+    before = times() if times is not None else None
     first_read, start = read[0], time.perf_counter()
     deadline = start + P99_SECONDS
     while time.perf_counter() < deadline:
@@ -548,11 +564,33 @@ def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int, 
     if producer.flush(60) != 0:
         raise SystemExit("the acks=all producer did not deliver everything within 60 s")
     backfill_rate = (read[0] - first_read) / MB / (time.perf_counter() - start)
+    share = "-" if times is None or before is None else produce_share(before, times())
     stop.set()
     if thread is not None:
         thread.join(30)
     latencies.sort()
-    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)], backfill_rate
+    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)], backfill_rate, share
+
+
+PRODUCE_PHASES = ("TotalTimeMs", "RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseSendTimeMs")
+SLOW_PRODUCE_MS = 1.0
+"""A bucket bound of the request histograms (`quorum.net.latency.BUCKETS_MS`): the share of Produce requests
+the broker took longer than this over, set beside the client's p99."""
+
+
+def produce_share(before: dict[str, Histogram], after: dict[str, Histogram]) -> str:
+    """The broker's mean time per Produce over a window, in ms: total, then queue / local / remote /
+    send (Kafka's request metrics). Beside the client's delivery latency it says whether a backfill
+    slows the broker's handling of a produce or what comes before and after it (the frame's reading
+    while the event loop writes a backfill's answers, the client, the machine)."""
+    window = {phase: after[phase].minus(before[phase]) for phase in PRODUCE_PHASES}
+    means = {phase: histogram.mean() for phase, histogram in window.items()}
+    total = window["TotalTimeMs"]
+    if means["TotalTimeMs"] is None:
+        return "-"
+    parts = " / ".join(f"{means[phase] or 0:.3f}" for phase in PRODUCE_PHASES[1:])
+    within = dict(total.buckets).get(SLOW_PRODUCE_MS, 0.0)
+    return f"{means['TotalTimeMs']:.3f} ({parts}); {1 - within / total.count:.1%} over {SLOW_PRODUCE_MS:g} ms"
 
 
 def wait_until(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
@@ -642,9 +680,10 @@ def main() -> None:
         print_table(
             f"acks=all producer (200 records/s of 1 KB, {P99_SECONDS:g} s each) beside a backfill of the tiered "
             "topic from S3",
-            ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal"],
+            ["backfill", "quota MB/s", "p50 ms", "p99 ms", "backfill MB/s", "p99 vs none", "goal",
+             "broker's Produce ms, mean: total (queue / local / remote / send); share over 1 ms"],
             p99s,
-            left=(6,),
+            left=(6, 7),
         )
     print("(figures taken on a shared machine are indicative; moto, the broker and the clients each in a process)")
 
