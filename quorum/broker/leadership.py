@@ -61,7 +61,6 @@ class Leadership:
         """`timings`: where acks=all waits are split into their parts (`quorum.broker.ack_timings`)."""
         props = dict(properties or {})
         self.timings = timings
-        self._acknowledged: tuple[int, float] | None = None  # the follower fetch being handled: (id, arrival)
         self.broker_id = broker_id
         self._notifier = notifier
         self._controller = controller
@@ -169,15 +168,16 @@ class Leadership:
         except ReplicaRefused as exc:
             logger.info("%s: fetch from broker %d refused: %s", partition.name, replica_id, exc)
             return exc.code
-        if self.timings is not None:
-            times = current_request_times()
-            self._acknowledged = (replica_id, times.received if times is not None else time.perf_counter())
-        try:
-            self._run(partition, tracker, actions)
-        finally:
-            self._acknowledged = None
+        self._run(partition, tracker, actions, acknowledged=self._arrival(replica_id))
         self._reschedule_for(tracker)
         return ErrorCode.NONE
+
+    def _arrival(self, replica_id: int) -> tuple[int, float] | None:
+        """(follower, when its fetch being handled was read), for the timings; None without them."""
+        if self.timings is None:
+            return None
+        times = current_request_times()
+        return replica_id, times.received if times is not None else time.perf_counter()
 
     def follower_answered(self, partition: Partition, replica_id: int) -> None:
         """The Fetch handler read records for `replica_id`'s fetch of `partition` (timings only)."""
@@ -192,7 +192,10 @@ class Leadership:
 
     # -- carrying out actions ----------------------------------------------------------------
 
-    def _run(self, partition: Partition, tracker: IsrTracker, actions: list[Action]) -> None:
+    def _run(self, partition: Partition, tracker: IsrTracker, actions: list[Action],
+             acknowledged: tuple[int, float] | None = None) -> None:
+        """Carry out `actions`; `acknowledged` is (follower, its fetch's arrival) when a follower's
+        fetch brought them, which the timings split a completed acks=all wait at."""
         for action in actions:
             if isinstance(action, HighWatermarkAdvanced):
                 if partition.advance_high_watermark(action.high_watermark):
@@ -201,7 +204,7 @@ class Leadership:
                 future: asyncio.Future[int] = action.handle
                 if self.timings is not None:
                     self.timings.wait_ended(future, partition,
-                                            self._acknowledged if action.error == ErrorCode.NONE else None)
+                                            acknowledged if action.error == ErrorCode.NONE else None)
                 if not future.done():
                     future.set_result(action.error)
             elif isinstance(action, SendAlterPartition):
