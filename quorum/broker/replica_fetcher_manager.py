@@ -182,12 +182,10 @@ class _LeaderLink:
                 continue
             partition = entry[0]
             try:
+                started = time.perf_counter()
+                changed |= self._apply(partition, action)
                 if self._timings is not None and isinstance(action, ev.AppendAsFollower):
-                    started = time.perf_counter()
-                    changed |= self._apply(partition, action)
                     self._timings.follower_appended(time.perf_counter() - started)
-                else:
-                    changed |= self._apply(partition, action)
             except (LogError, OSError, ValueError) as exc:  # ValueError: a bad StartAt (epochs, producer snapshot)
                 logger.error("%s: %s failed: %s", partition.name, type(action).__name__, exc)
                 failures.append((tp, f"{type(action).__name__} failed: {exc}"))
