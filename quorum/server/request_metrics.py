@@ -28,13 +28,12 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from quorum.broker.fetch import replica_id
+from quorum.broker.fetch import FETCH_KEY, replica_id
 from quorum.net.latency import LatencyHistograms
 from quorum.net.request_times import RequestTimes
 from quorum.wire.protocol import Request
 
 PREFIX = "kafka_network_RequestMetrics_"
-FETCH_KEY = 1
 TIMES = {
     "RequestQueueTimeMs": "Milliseconds from the request read to its handler starting.",
     "LocalTimeMs": "Milliseconds of the handler's own work.",
