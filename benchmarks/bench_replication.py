@@ -51,6 +51,7 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -289,11 +290,7 @@ def wait_parts(before: dict[int, Any], after: dict[int, Any], leader: int) -> li
     for _, name, whose in PARTS:
         if whose == "followers":
             series = [h for b in BROKERS if b != leader and (h := delta(b, name, ())) is not None]
-            merged = series[0] if series else None
-            for more in series[1:]:
-                merged = Histogram(tuple((bound, count + other) for (bound, count), (_, other)
-                                         in zip(merged.buckets, more.buckets, strict=True)), merged.total + more.total)
-            found = merged
+            found = functools.reduce(Histogram.plus, series) if series else None
         else:
             found = delta(leader, name, (("request", whose),) if whose else ())
         mean = found.mean() if found is not None else None

@@ -351,10 +351,7 @@ def broker_s3_gets(log_path: Path) -> int:
     import re
     import urllib.request
 
-    ports = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log_path.read_text(errors="replace"))
-    if not ports:
-        raise SystemExit(f"{log_path} names no metrics endpoint: is quorum.metrics.port set?")
-    with urllib.request.urlopen(f"http://127.0.0.1:{ports[-1]}/metrics", timeout=10) as answer:
+    with urllib.request.urlopen(metrics_url(log_path), timeout=10) as answer:
         text = answer.read().decode()
     found = re.search(r'^tiered_storage_s3_requests_total\{operation="get_object"\} ([0-9.e+]+)$', text, re.M)
     return int(float(found.group(1))) if found else 0

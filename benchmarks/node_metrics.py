@@ -36,6 +36,12 @@ class Histogram:
         return Histogram(tuple((bound, count - before.get(bound, 0.0)) for bound, count in self.buckets),
                          self.total - earlier.total)
 
+    def plus(self, other: Histogram) -> Histogram:
+        """The two series' values together (the same bounds: histograms of one kind)."""
+        theirs = dict(other.buckets)
+        return Histogram(tuple((bound, count + theirs.get(bound, 0.0)) for bound, count in self.buckets),
+                         self.total + other.total)
+
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None
 
