@@ -21,6 +21,20 @@ def test_acked_records_lost_moved_and_duplicated_are_counted() -> None:
     assert (clean.lost, clean.moved, clean.duplicated) == (0, 0, 0)
 
 
+def test_a_record_acknowledged_without_an_offset_counts_as_kept_in_its_partition_only(tmp_path: Path) -> None:
+    """librdkafka acknowledges a retried batch whose answer was lost once a later batch of the same
+    idempotent producer succeeds ("implicitly acked"), without an offset: confluent-kafka says None.
+    The fault-injecting soak met one and stopped on the line instead of checking it."""
+    events = _events(tmp_path, "producer-confluent.events",
+                     ["a 0 None p-1", "a 0 7 p-2", "a 1 None p-3", "a 0 None p-4", "f p-5 timed out"])
+    acked = checks.read_acks({"confluent": events})
+    assert acked.records[b"p-1"] == (0, checks.UNKNOWN_OFFSET) and acked.failed == 1
+    topic = {0: [(3, b"p-1", {}), (7, b"p-2", {}), (8, b"p-3", {})], 1: []}
+    check = checks.check_acked(acked, topic)
+    assert (check.checked, check.lost, check.moved) == (4, 1, 1)  # p-4 nowhere; p-3 in another partition
+    assert any("p-3" in example for example in check.examples)
+
+
 def _events(tmp_path: Path, name: str, lines: list[str]) -> Path:
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
