@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from quorum.launcher import LocalCluster
@@ -19,18 +18,9 @@ from quorum.raft import interface as raft
 from quorum.raft.state import Role
 from quorum.server.config import node_config
 from quorum.server.node import RaftNode
+from tests.support.async_waits import DEADLINE_S, until
 
-DEADLINE_S = 60.0
 WRITES = 40
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {DEADLINE_S:.0f}s: {what}")
-        await asyncio.sleep(0.005)
 
 
 def test_a_follower_fsyncs_fetched_batches_on_its_loop_before_its_next_fetch_claims_them(tmp_path: Path) -> None:
@@ -41,7 +31,7 @@ def test_a_follower_fsyncs_fetched_batches_on_its_loop_before_its_next_fetch_cla
     async def test() -> None:
         running = [asyncio.create_task(node.run()) for node in nodes]
         try:
-            await _until(lambda: any(n.core.role is Role.LEADER and n.core.leader_committed for n in nodes),
+            await until(lambda: any(n.core.role is Role.LEADER and n.core.leader_committed for n in nodes),
                          "one of the two voters leads and has committed its LeaderChange record")
             leader = next(n for n in nodes if n.core.role is Role.LEADER)
             follower = next(n for n in nodes if n is not leader)
@@ -63,7 +53,7 @@ def test_a_follower_fsyncs_fetched_batches_on_its_loop_before_its_next_fetch_cla
             for i in range(WRITES):
                 await leader.commit([f"write {i}".encode()], DEADLINE_S)
             end = leader.log.end_offset
-            await _until(lambda: follower.log.flushed_offset == end and follower.core.high_watermark == end,
+            await until(lambda: follower.log.flushed_offset == end and follower.core.high_watermark == end,
                          f"the follower holds offset {end} durably and knows it is committed")
             assert flush_threads == {threading.current_thread().name}, (
                 f"the follower fsynced on {flush_threads}, not only on its event loop's thread")

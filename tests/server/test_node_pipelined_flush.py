@@ -23,17 +23,7 @@ from quorum.raft.state import Role
 from quorum.server import node as node_module
 from quorum.server.config import node_config
 from quorum.server.node import RaftNode, _superseded
-
-DEADLINE_S = 60.0
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {DEADLINE_S:.0f}s: {what}")
-        await asyncio.sleep(0.005)
+from tests.support.async_waits import DEADLINE_S, until
 
 
 class GatedFlush:
@@ -66,7 +56,7 @@ def test_a_leader_appends_the_next_write_while_an_fsync_is_in_flight_and_acknowl
     async def test() -> None:
         running = asyncio.create_task(node.run())
         try:
-            await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
+            await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
                          and node.log.flushed_offset == node.log.end_offset,
                          "the single voter leads and has committed its LeaderChange record")
             gate = GatedFlush(node.log.flush)
@@ -74,10 +64,10 @@ def test_a_leader_appends_the_next_write_while_an_fsync_is_in_flight_and_acknowl
             gate.open.clear()
             start = node.log.end_offset
             first = asyncio.create_task(node.commit([b"first"], DEADLINE_S))
-            await _until(lambda: gate.waiting.is_set() and node.log.end_offset == start + 1,
+            await until(lambda: gate.waiting.is_set() and node.log.end_offset == start + 1,
                          f"the first write appended at offset {start} and its fsync started")
             second = asyncio.create_task(node.commit([b"second", b"third"], DEADLINE_S))
-            await _until(lambda: node.log.end_offset == start + 3,
+            await until(lambda: node.log.end_offset == start + 3,
                          f"the second write appended at offset {start + 1} while the first fsync is held")
             assert node.log.flushed_offset <= start
             assert not first.done() and not second.done(), "a write was acknowledged before it was durable"
@@ -136,7 +126,7 @@ def test_a_new_leader_id_alone_is_written_in_the_background_and_state_writes_sta
 def test_a_failed_background_fsync_stops_the_node_naming_it_and_the_write_is_not_acknowledged(node: RaftNode) -> None:
     async def test() -> None:
         running = asyncio.create_task(node.run())
-        await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
+        await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
                      and node.log.flushed_offset == node.log.end_offset,
                      "the single voter leads and has committed its LeaderChange record")
 
@@ -161,7 +151,7 @@ def test_a_failed_append_stops_the_node_naming_the_disk_error_and_the_write_is_n
     saying why in one line, and its restart recovers the log."""
     async def test() -> None:
         running = asyncio.create_task(node.run())
-        await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
+        await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
                      "the single voter leads and has committed its LeaderChange record")
 
         def full(data: bytes) -> None:
@@ -187,7 +177,7 @@ def test_a_failed_partition_log_dir_stops_the_node_from_the_thread_that_failed(
     naming the log, as Kafka halts when its only log dir fails, whichever thread reported it."""
     async def test() -> None:
         running = asyncio.create_task(node.run())
-        await _until(lambda: node.core.role is Role.LEADER, "the single voter leads")
+        await until(lambda: node.core.role is Role.LEADER, "the single voter leads")
         await asyncio.to_thread(node.stop_on_failed_log_dir, "the log of orders-0 in /data refuses writes: full")
         assert await asyncio.wait_for(running, DEADLINE_S) == 1
         assert node._fatal == "the log of orders-0 in /data refuses writes: full"
@@ -205,7 +195,7 @@ def test_a_metadata_log_that_cannot_flush_as_it_closes_stops_the_node_with_one_l
     with one line instead; the next start recovers the log's tail."""
     async def test() -> None:
         running = asyncio.create_task(node.run())
-        await _until(lambda: node.core.role is Role.LEADER, "the single voter leads")
+        await until(lambda: node.core.role is Role.LEADER, "the single voter leads")
         close = node.log.close
 
         def full() -> None:

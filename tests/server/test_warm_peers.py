@@ -8,19 +8,13 @@ import socket
 
 from quorum.net.peer_client import PeerClient
 from quorum.server.warm_peers import keep_connected
+from tests.support.async_waits import until
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-async def until(what: str, condition, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def test_a_voter_that_comes_up_or_comes_back_is_connected_to_without_a_message() -> None:
@@ -37,13 +31,13 @@ def test_a_voter_that_comes_up_or_comes_back_is_connected_to_without_a_message()
         await asyncio.sleep(0.2)
         assert not peer.connected, "nothing listens yet: refused, and nothing raised"
         server = await asyncio.start_server(accept, "127.0.0.1", port)
-        await until("a connection once the voter listens", lambda: peer.connected and len(accepted) == 1)
+        await until(lambda: peer.connected and len(accepted) == 1, "a connection once the voter listens")
         server.close()
         accepted[0].close()  # the voter restarts: its end of the connection goes
         await server.wait_closed()
-        await until("the connection dropped", lambda: not peer.connected)
+        await until(lambda: not peer.connected, "the connection dropped")
         server = await asyncio.start_server(accept, "127.0.0.1", port)
-        await until("a connection to the voter's next incarnation", lambda: peer.connected and len(accepted) == 2)
+        await until(lambda: peer.connected and len(accepted) == 2, "a connection to the voter's next incarnation")
         closing = True
         await asyncio.wait_for(keeper, 5)
         await peer.close()
