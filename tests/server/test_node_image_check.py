@@ -18,7 +18,7 @@ from quorum.launcher import LocalCluster
 from quorum.raft.state import Role
 from quorum.server.config import node_config
 from quorum.server.node import RaftNode
-from tests.server.test_node_pipelined_flush import DEADLINE_S, _until
+from tests.support.async_waits import DEADLINE_S, until
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def node(tmp_path: Path) -> RaftNode:
 
 async def _leading(node: RaftNode) -> asyncio.Task[int]:
     running = asyncio.create_task(node.run())
-    await _until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
+    await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
                  "the single voter leads and has committed its LeaderChange record")
     return running
 
@@ -52,12 +52,12 @@ def test_commits_go_on_while_an_image_check_is_held(node: RaftNode) -> None:
         try:
             node.verifier.check = gated  # type: ignore[method-assign]
             first = await node.commit([b"first"], DEADLINE_S)
-            await _until(held.is_set, "the image check of the first commit started")
+            await until(held.is_set, "the image check of the first commit started")
             # While that check is held, the core commits more: it does not wait for the check.
             second = await node.commit([b"second"], DEADLINE_S)
             assert second == first + 1 and node.core.high_watermark >= second + 1
             gate.set()
-            await _until(lambda: node.image_check is not None and node.image_check.checked >= 2,
+            await until(lambda: node.image_check is not None and node.image_check.checked >= 2,
                          "the held check and the one after it ran")
         finally:
             gate.set()

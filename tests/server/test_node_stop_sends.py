@@ -18,7 +18,7 @@ from quorum.launcher import LocalCluster
 from quorum.raft import interface as raft
 from quorum.server.config import node_config
 from quorum.server.node import RaftNode
-from tests.server.test_node_pipelined_flush import DEADLINE_S, _until
+from tests.support.async_waits import DEADLINE_S, until
 
 
 def test_a_broker_stopped_with_a_fetch_in_flight_leaves_no_request_running_and_its_core_is_not_driven_after(
@@ -64,7 +64,7 @@ def test_a_broker_stopped_with_a_fetch_in_flight_leaves_no_request_running_and_i
             serving = asyncio.create_task(broker.run())
             await asyncio.wait_for(broker.broker.lifecycle.ready.wait(), DEADLINE_S)
             broker._stopped.set()
-            await _until(lambda: bool(held), "a Fetch answered after the broker was told to stop is held")
+            await until(lambda: bool(held), "a Fetch answered after the broker was told to stop is held")
             assert await asyncio.wait_for(serving, DEADLINE_S) == 0
             run_returned = True
             alive = [t for t in broker._sends if not t.done()]
