@@ -182,7 +182,6 @@ class RaftNode:
         self._core_moved = asyncio.Event()
         """Set by every `drive`: the core's next deadline may have moved (`_tick_forever` waits on it)."""
         self._flusher: asyncio.Task[None] | None = None
-        self._follower_fsyncs_on_the_loop = config.is_controller  # `_append_durably_on_the_loop`
         self._proposals: deque[tuple[list[bytes], asyncio.Future[tuple[int, int] | None]]] = deque()
         self._sends: set[asyncio.Task[None]] = set()
         self._rpcs: set[asyncio.Task[None]] = set()
@@ -322,7 +321,7 @@ class RaftNode:
                 while pending and isinstance(pending[0], raft.AppendBatches):
                     batches.append(pending.popleft().batches)
                 data = b"".join(batches)
-                if self._follower_fsyncs_on_the_loop and self.core.role is not Role.LEADER \
+                if self.config.is_controller and self.core.role is not Role.LEADER \
                         and len(data) <= INLINE_APPEND_BYTES:
                     pending.extend(self._append_durably_on_the_loop(data))
                     continue
