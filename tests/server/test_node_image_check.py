@@ -32,7 +32,7 @@ def node(tmp_path: Path) -> RaftNode:
 async def _leading(node: RaftNode) -> asyncio.Task[int]:
     running = asyncio.create_task(node.run())
     await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
-                 "the single voter leads and has committed its LeaderChange record")
+                "the single voter leads and has committed its LeaderChange record")
     return running
 
 
@@ -58,7 +58,7 @@ def test_commits_go_on_while_an_image_check_is_held(node: RaftNode) -> None:
             assert second == first + 1 and node.core.high_watermark >= second + 1
             gate.set()
             await until(lambda: node.image_check is not None and node.image_check.checked >= 2,
-                         "the held check and the one after it ran")
+                        "the held check and the one after it ran")
         finally:
             gate.set()
             node._stopped.set()

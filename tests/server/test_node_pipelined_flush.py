@@ -57,18 +57,18 @@ def test_a_leader_appends_the_next_write_while_an_fsync_is_in_flight_and_acknowl
         running = asyncio.create_task(node.run())
         try:
             await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
-                         and node.log.flushed_offset == node.log.end_offset,
-                         "the single voter leads and has committed its LeaderChange record")
+                        and node.log.flushed_offset == node.log.end_offset,
+                        "the single voter leads and has committed its LeaderChange record")
             gate = GatedFlush(node.log.flush)
             node.log.flush = gate  # type: ignore[method-assign]
             gate.open.clear()
             start = node.log.end_offset
             first = asyncio.create_task(node.commit([b"first"], DEADLINE_S))
             await until(lambda: gate.waiting.is_set() and node.log.end_offset == start + 1,
-                         f"the first write appended at offset {start} and its fsync started")
+                        f"the first write appended at offset {start} and its fsync started")
             second = asyncio.create_task(node.commit([b"second", b"third"], DEADLINE_S))
             await until(lambda: node.log.end_offset == start + 3,
-                         f"the second write appended at offset {start + 1} while the first fsync is held")
+                        f"the second write appended at offset {start + 1} while the first fsync is held")
             assert node.log.flushed_offset <= start
             assert not first.done() and not second.done(), "a write was acknowledged before it was durable"
             gate.open.set()
@@ -127,8 +127,8 @@ def test_a_failed_background_fsync_stops_the_node_naming_it_and_the_write_is_not
     async def test() -> None:
         running = asyncio.create_task(node.run())
         await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed
-                     and node.log.flushed_offset == node.log.end_offset,
-                     "the single voter leads and has committed its LeaderChange record")
+                    and node.log.flushed_offset == node.log.end_offset,
+                    "the single voter leads and has committed its LeaderChange record")
 
         def broken() -> int:
             raise OSError(5, "Input/output error")
@@ -152,7 +152,7 @@ def test_a_failed_append_stops_the_node_naming_the_disk_error_and_the_write_is_n
     async def test() -> None:
         running = asyncio.create_task(node.run())
         await until(lambda: node.core.role is Role.LEADER and node.core.leader_committed,
-                     "the single voter leads and has committed its LeaderChange record")
+                    "the single voter leads and has committed its LeaderChange record")
 
         def full(data: bytes) -> None:
             raise OSError(28, "No space left on device")

@@ -31,13 +31,15 @@ def test_a_voter_that_comes_up_or_comes_back_is_connected_to_without_a_message()
         await asyncio.sleep(0.2)
         assert not peer.connected, "nothing listens yet: refused, and nothing raised"
         server = await asyncio.start_server(accept, "127.0.0.1", port)
-        await until(lambda: peer.connected and len(accepted) == 1, "a connection once the voter listens")
+        await until(lambda: peer.connected and len(accepted) == 1, "a connection once the voter listens",
+                    timeout_s=10.0)
         server.close()
         accepted[0].close()  # the voter restarts: its end of the connection goes
         await server.wait_closed()
-        await until(lambda: not peer.connected, "the connection dropped")
+        await until(lambda: not peer.connected, "the connection dropped", timeout_s=10.0)
         server = await asyncio.start_server(accept, "127.0.0.1", port)
-        await until(lambda: peer.connected and len(accepted) == 2, "a connection to the voter's next incarnation")
+        await until(lambda: peer.connected and len(accepted) == 2, "a connection to the voter's next incarnation",
+                    timeout_s=10.0)
         closing = True
         await asyncio.wait_for(keeper, 5)
         await peer.close()
