@@ -352,13 +352,12 @@ def main() -> None:
                  f"broker logs in {Path(name).resolve()}")
         cluster = LocalCluster(Path(name) / "cluster", controllers=1, brokers=1, settings=CLUSTER_SETTINGS)
         started: list[MemoryEndpoint] = []
-        started_floor: list[PageCacheFloor] = []
+        floor: PageCacheFloor | None = None
         try:
             progress("starting the cluster: 1 controller, 1 broker")
             address = start_broker(cluster)
             broker_pid = cluster.processes[BROKER].pid
             floor = PageCacheFloor(Path(name), "beside the broker's logs")
-            started_floor.append(floor)
 
             def broker_cpu_s() -> float:
                 return process_cpu_s(broker_pid)
@@ -403,12 +402,13 @@ def main() -> None:
                     endpoint.stop()
                     started.remove(endpoint)
         finally:
-            for opened in started_floor:
-                opened.close()
+            if floor is not None:
+                floor.close()
             for endpoint in started:
                 endpoint.stop()
             cluster.stop()
     report(results)
+    assert floor is not None  # made before the first row
     print(f"{floor.line}; the ceiling writes nothing")
 
 

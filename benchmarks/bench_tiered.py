@@ -26,9 +26,8 @@
   beside its quota, and the broker's own mean time per Produce over the window (Kafka's request
   metrics: total, then queue / local / remote / send, and the share of produces it took over 1 ms
   longer), which says whether the backfill slows the broker's handling of a produce or what lies
-  around it. Goal: the p99 under a quota'd backfill
-  within 2x of the one alone. These
-  windows are BENCH_TIERED_P99_S seconds each (default 10), not a minute: the minute-long quota
+  around it. Goal: the p99 under a quota'd backfill within 2x of the one alone. These windows are
+  BENCH_TIERED_P99_S seconds each (default 10), not a minute: the minute-long quota
   checks are tests in virtual time (tests/tiered/test_rlm_quota.py).
 
 Run: `.venv/bin/python -m benchmarks.bench_tiered`. BENCH_TIERED_PARTS (default upload,consume,p99)
@@ -57,6 +56,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -485,21 +485,36 @@ def producer_p99_rows(cluster: object, bootstrap: str, value: bytes, remote_end:
             cluster.wait_ready()
         named = "no fetch quota" if quota is None else f"fetch quota {quota / MB:g} MB/s"
         alone = producer_p99(bootstrap, value, False, remote_end, times=produce_times)
-        rows.append((f"none ({named})", "-", *alone[:3], "-", "(the peer)", alone[3]))
+        rows.append((f"none ({named})", "-", *alone.latencies, "-", "(the peer)", alone.produce_share))
         held = producer_p99(bootstrap, value, True, remote_end, times=produce_times)
         goal = "-" if quota is None else "<= 2x none"
-        rows.append((f"from S3, {named}", "-" if quota is None else f"{quota / MB:g}", *held[:3],
-                     held[1] / alone[1], goal, held[3]))  # fmt: skip
+        rows.append((f"from S3, {named}", "-" if quota is None else f"{quota / MB:g}", *held.latencies,
+                     held.p99_ms / alone.p99_ms, goal, held.produce_share))  # fmt: skip
         if quota is not None:
             paced = producer_p99(bootstrap, value, True, local_end, topic="local", pace=quota, times=produce_times)
-            rows.append((f"from local disk, paced to {quota / MB:g} MB/s", "-", *paced[:3], paced[1] / alone[1],
-                         "(the same rate, no tier)", paced[3]))  # fmt: skip
+            rows.append((f"from local disk, paced to {quota / MB:g} MB/s", "-", *paced.latencies,
+                         paced.p99_ms / alone.p99_ms, "(the same rate, no tier)", paced.produce_share))  # fmt: skip
     return rows
+
+
+class ProducerWindow(NamedTuple):
+    """One producer_p99 window: what its row shows."""
+
+    p50_ms: float
+    p99_ms: float
+    backfill_mb_s: float
+    produce_share: str
+    """`produce_share` of the window, or "-" without the broker's metrics"""
+
+    @property
+    def latencies(self) -> tuple[float, float, float]:
+        """p50, p99 and the backfill's rate: the row's three figure columns."""
+        return self.p50_ms, self.p99_ms, self.backfill_mb_s
 
 
 def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int, topic: str = "tiered",
                  pace: int | None = None,
-                 times: Callable[[], dict[str, Histogram]] | None = None) -> tuple[float, float, float, str]:
+                 times: Callable[[], dict[str, Histogram]] | None = None) -> ProducerWindow:
     """p50 and p99 (ms) of librdkafka's delivery latency of an acks=all producer sending 200 records/s
     for P99_SECONDS, the MB/s a backfill consumer of `topic` read meanwhile (0 without), and the
     broker's own time for those Produce requests (`produce_share`, from `times`); the backfill reads
@@ -566,7 +581,7 @@ def producer_p99(bootstrap: str, value: bytes, backfill: bool, remote_end: int, 
     if thread is not None:
         thread.join(30)
     latencies.sort()
-    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)], backfill_rate, share
+    return ProducerWindow(latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)], backfill_rate, share)
 
 
 PRODUCE_PHASES = ("TotalTimeMs", "RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseSendTimeMs")

@@ -130,7 +130,7 @@ def check_acked(acked: Acked, partitions: dict[int, list[tuple[int, bytes, dict[
         check.checked += 1
         if at.get((partition, offset)) == value:
             continue
-        if offset == UNKNOWN_OFFSET and where.get(value, (None,))[0] == partition:
+        if offset == UNKNOWN_OFFSET and value in where and where[value][0] == partition:
             continue  # acknowledged without an offset: in its partition is all it promised
         if value in where:
             check.moved += 1
