@@ -42,7 +42,7 @@ from quorum.image.snapshot_actions import SnapshotActions
 from quorum.image.snapshot_policy import SnapshotPolicy
 from quorum.image.verify import ImageDivergenceError, ImageVerifier, verify_image_enabled
 from quorum.log.log import Log
-from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state, write_quorum_state
+from quorum.log.quorum_state import QUORUM_STATE_NAME, QuorumState, read_quorum_state
 from quorum.log.snapshot import SnapshotDirectory
 from quorum.net.client_security import node_client_security
 from quorum.net.dispatch import Dispatcher, Reply
@@ -50,7 +50,7 @@ from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside_authentication
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
-from quorum.raft.state import Role
+from quorum.raft.state import NO_NODE, Role
 from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
 from quorum.server.allocator import keep_freed_buffers
@@ -72,6 +72,7 @@ from quorum.server.refusals import refuse
 from quorum.server.request_metrics import RequestMetrics
 from quorum.server.snapshot_turns import SnapshotTurns, degraded_min_bytes
 from quorum.server.stall_watch import StallWatch
+from quorum.server.state_writer import QuorumStateWriter
 from quorum.server.stop_watch import StopWatch
 from quorum.server.storage import check_storage, record_cluster_id
 from quorum.server.successor_wait import wait_for_successor
@@ -141,8 +142,9 @@ class RaftNode:
         self._state_path = directory / QUORUM_STATE_NAME
         stored = read_quorum_state(self._state_path)
         persisted = raft.PersistState(stored.leader_epoch, stored.voted_id, stored.leader_id) if stored else None
-        self._durable_vote = (stored.leader_epoch, stored.voted_id) if stored else None
-        self._state_write: asyncio.Future[None] | None = None  # a background quorum-state write (`_persist`)
+        self._state_writer = QuorumStateWriter(self._state_path,
+                                               (stored.leader_epoch, stored.voted_id) if stored else None,
+                                               self._stop_on_disk_failure)
         self.core = RaftCore(config.quorum(), self.log, persisted, cluster_id, random.Random(), wall_clock_ms(),
                              snapshots=self.snapshots)
         self._update_lag_metrics(self.core.high_watermark)
@@ -179,6 +181,8 @@ class RaftNode:
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
         self._core_lock = asyncio.Lock()
         self._leader_changed = asyncio.Event()  # set at every LeaderChanged (a resigned leader waits for one)
+        self._leader_waiters: list[asyncio.Future[None]] = []
+        """`leader_known`'s waits, woken at every LeaderChanged."""
         self._core_moved = asyncio.Event()
         """Set by every `drive`: the core's next deadline may have moved (`_tick_forever` waits on it)."""
         self._flusher: asyncio.Task[None] | None = None
@@ -435,6 +439,25 @@ class RaftNode:
         await asyncio.wait_for(committed, timeout_s)
         return base_offset
 
+    async def leader_known(self, limit_s: float) -> bool:
+        """Wait until this node knows a leader of its epoch (itself or another), `limit_s` at most;
+        whether it knows one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        while self.core.leader_id == NO_NODE:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._leader_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                if waiter in self._leader_waiters:
+                    self._leader_waiters.remove(waiter)
+                return False
+        return True
+
     def _propose_waiting(self) -> list[raft.Action]:
         actions: list[raft.Action] = []
         now = wall_clock_ms()
@@ -499,6 +522,10 @@ class RaftNode:
         elif isinstance(action, raft.LeaderChanged):
             log.info("leader of epoch %d is node %d", action.epoch, action.leader_id)
             self._leader_changed.set()
+            for waiter in self._leader_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._leader_waiters.clear()
         elif isinstance(action, raft.Fatal):
             log.critical("fatal: %s", action.reason)
             self._fatal = action.reason
@@ -506,27 +533,10 @@ class RaftNode:
         return []
 
     async def _persist(self, action: raft.PersistState) -> None:
-        """Write quorum-state; durable on return when the epoch or the vote changes.
-
-        When only the leader's id changes (a candidate that won, a voter that learns who won, a
-        follower that lost its leader), the write goes on in the background and the node proceeds:
-        Raft's safety rests on the durable epoch and vote alone, and a crash that loses the leader's
-        id restarts the node without a known leader in the same epoch (it finds or elects one).
-        That takes two quorum-state writes off a failover's path (issue 17). Writes stay in order:
-        the next one waits for a background write first.
-        """
-        if self._state_write is not None:
-            await self._state_write
-            self._state_write = None
-        state = QuorumState(action.epoch, action.leader_id, action.voted_id,
-                            current_voters=tuple(v.node_id for v in self.config.voters))
-        vote = (action.epoch, action.voted_id)
-        if vote == self._durable_vote:
-            self._state_write = asyncio.get_running_loop().run_in_executor(
-                None, write_quorum_state, self._state_path, state)
-        else:
-            await asyncio.to_thread(write_quorum_state, self._state_path, state)
-            self._durable_vote = vote
+        """Write quorum-state: durable on return when the epoch or the vote changes, a moment later
+        when only the leader's id does (`quorum.server.state_writer`)."""
+        await self._state_writer.persist(QuorumState(action.epoch, action.leader_id, action.voted_id,
+                                                     current_voters=tuple(v.node_id for v in self.config.voters)))
 
     def _replayed(self, step: Callable[[Any], object], argument: Any) -> tuple[MetadataImage, int] | None:
         """Run a replay step (on a worker thread); with `quorum.test.verify.image`, the image it built
@@ -770,8 +780,10 @@ class RaftNode:
         stop.begin("making the metadata log and quorum state durable")
         if self._flusher is not None:  # what was appended is made durable before the log closes
             await asyncio.gather(self._flusher, return_exceptions=True)
-        if self._state_write is not None:
-            await asyncio.gather(self._state_write, return_exceptions=True)
+        try:
+            await self._state_writer.flush()
+        except OSError as exc:  # the next start reads the last durable state: the same epoch and vote
+            log.error("quorum-state could not be written as the node stopped: %s", exc)
         try:
             await asyncio.to_thread(self.log.close)
         except OSError as exc:  # a full or failed disk (the soak's): the next start recovers the log's tail

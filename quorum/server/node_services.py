@@ -52,6 +52,11 @@ class NodeServices(Protocol):
         forwarded requests, as Kafka's), when the node knows one."""
         ...
 
+    async def leader_known(self, limit_s: float) -> bool:
+        """Wait until this node knows a leader of its epoch (itself or another), `limit_s` at most;
+        whether it knows one."""
+        ...
+
     async def commit(self, values: list[bytes], timeout_s: float) -> int:
         """Append `values` as one batch and wait until it is committed; its base offset.
         NotLeaderError (`quorum.server.commit_waiters`) when this node is not the leader or stops

@@ -1,6 +1,6 @@
 """The node shell pipelines its appends with the fsync in flight, and still acknowledges only
-what is durable; consecutive quorum-state writes coalesce, and one that only names the leader
-goes on in the background (quorum.server.node.RaftNode, issue 17).
+what is durable; consecutive quorum-state writes coalesce (quorum.server.node.RaftNode, issue 17;
+how a state that only names the leader is written: tests/server/test_state_writer.py).
 
 One single-voter node runs in this process; its log's fsync is held at a gate, so the test sees
 the moment between "appended" and "durable" without depending on the disk's speed.
@@ -17,10 +17,8 @@ from pathlib import Path
 import pytest
 
 from quorum.launcher import LocalCluster
-from quorum.log.quorum_state import read_quorum_state
 from quorum.raft import interface as raft
 from quorum.raft.state import Role
-from quorum.server import node as node_module
 from quorum.server.config import node_config
 from quorum.server.node import RaftNode, _superseded
 from tests.support.async_waits import DEADLINE_S, until
@@ -90,37 +88,6 @@ def test_consecutive_state_changes_with_nothing_sent_between_are_written_once() 
     assert not _superseded(deque([vote, candidate]))  # the first state was seen by a peer: it is written
     assert not _superseded(deque([raft.AppendBatches(b"", 1), candidate]))
     assert not _superseded(deque([raft.LeaderChanged(-1, 1)]))
-
-
-def test_a_new_leader_id_alone_is_written_in_the_background_and_state_writes_stay_in_order(
-        node: RaftNode, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The epoch and the vote are durable before `_persist` returns; a write that only names the
-    leader goes on in the background (a failover's path), and the next write waits for it."""
-    gate = threading.Event()
-    real = node_module.write_quorum_state
-
-    def gated(path: Path, state: object) -> None:
-        if getattr(state, "leader_id", -1) == 2 and not gate.wait(DEADLINE_S):
-            raise AssertionError("the test never opened the gate")
-        real(path, state)
-
-    monkeypatch.setattr(node_module, "write_quorum_state", gated)
-    path = node._state_path
-
-    async def test() -> None:
-        await node._persist(raft.PersistState(5, 2, -1))  # a vote: durable on return
-        assert read_quorum_state(path).voted_id == 2
-        await node._persist(raft.PersistState(5, 2, 2))  # the leader's id alone: returns while held
-        stored = read_quorum_state(path)
-        assert (stored.leader_epoch, stored.leader_id) == (5, -1)
-        later = asyncio.create_task(node._persist(raft.PersistState(6, -1, -1)))  # waits for the held write
-        await asyncio.sleep(0.05)
-        assert not later.done()
-        gate.set()
-        await later
-        stored = read_quorum_state(path)
-        assert (stored.leader_epoch, stored.voted_id, stored.leader_id) == (6, -1, -1)
-    asyncio.run(test())
 
 
 def test_a_failed_background_fsync_stops_the_node_naming_it_and_the_write_is_not_acknowledged(node: RaftNode) -> None:
