@@ -193,10 +193,10 @@ class QuorumSystem:
 
     async def probe(self, survivors: list[int], number: int) -> None:
         """Every survivor at once, one attempt each: etcd's followers forward a put to their leader,
-        the quorum's answer NOT_LEADER (or, during an election, the outcome's), so asking all of them
-        is what measures the same thing, "a new leader that can commit". (Asking one after the other within PROBE_INTERVAL reached the
-        second only when the first answered quickly: on a loaded machine the new leader went
-        unasked for hundreds of ms.)"""
+        the quorum's answer NOT_LEADER (or, during an election, the outcome's), so asking all of
+        them is what measures the same thing, "a new leader that can commit". (Asking one after
+        the other within PROBE_INTERVAL reached the second only when the first answered quickly: on
+        a loaded machine the new leader went unasked for hundreds of ms.)"""
         async def attempt(member: int) -> None:
             writer = QuorumWriter([self.address(member)], timeout_ms=int(PROBE_TIMEOUT * 1000))
             try:  # a NOT_LEADER answer waits out the backoff, then the deadline has passed: one attempt

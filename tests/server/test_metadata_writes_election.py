@@ -25,8 +25,8 @@ ELECTION_TIMEOUT_MS = 300
 
 
 def first_node(tmp_path: Path, controllers: int) -> RaftNode:
-    cluster = LocalCluster(tmp_path, controllers=controllers,
-                           settings={**METADATA_WRITES_FOR_TESTS, "quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS)})
+    settings = {**METADATA_WRITES_FOR_TESTS, "quorum.election.timeout.ms": str(ELECTION_TIMEOUT_MS)}
+    cluster = LocalCluster(tmp_path, controllers=controllers, settings=settings)
     cluster.format_storage()
     return RaftNode(node_config(cluster.properties(cluster.specs[1])))
 
