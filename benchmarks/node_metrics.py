@@ -65,6 +65,16 @@ def metrics_url(log_path: Path) -> str:
     return f"http://127.0.0.1:{ports[-1]}/metrics"
 
 
+def gauge(url: str, name: str) -> float | None:
+    """The value of the unlabelled gauge `name` the endpoint serves; None when it serves none."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name and family.type == "gauge":
+            return next((sample.value for sample in family.samples if not sample.labels), None)
+    return None
+
+
 def histograms(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], Histogram]:
     """Every histogram series the endpoint serves, keyed by (name, labels without `le`)."""
     with urllib.request.urlopen(url, timeout=10) as answer:

@@ -1,4 +1,5 @@
-"""The node's metrics for Prometheus: KIP-630's snapshot metrics and KIP-631's metadata metrics.
+"""The node's metrics for Prometheus: KIP-630's snapshot metrics, KIP-631's metadata metrics and
+KIP-835's replay offsets.
 
 The KIPs name JMX metrics; here each is a Prometheus metric named ``<domain>_<type>_<name>``
 from the MBean name, the dots of the domain turned into underscores (Prometheus names allow no
@@ -31,6 +32,13 @@ KIP-631 ("New Metrics")::
     kafka.controller:type=KafkaController,name=ControllerRequestsRate  (controllers)
         -> kafka_controller_KafkaController_ControllerRequestsRate_total (counter)
 
+KIP-835 ("Monitor KRaft Controller Quorum Health"), on controllers::
+
+    kafka.controller:type=KafkaController,name=LastAppliedRecordOffset
+        -> kafka_controller_KafkaController_LastAppliedRecordOffset   (gauge)
+    kafka.controller:type=KafkaController,name=LastCommittedRecordOffset
+        -> kafka_controller_KafkaController_LastCommittedRecordOffset (gauge)
+
 What they measure:
 
 * MetadataLag: the committed offsets this node has not replayed yet, ``high watermark -
@@ -40,6 +48,11 @@ What they measure:
   still partly uncommitted), and after a snapshot is installed. A node with both roles serves
   both names. It follows replay, not answers: a broker whose Metadata answers are held back by
   the KAFKA-6262 test knob (`quorum.server.node`) still reports the lag of its replay.
+* LastAppliedRecordOffset and LastCommittedRecordOffset: the offset of the last record this node
+  has replayed (the applied offset less one) and of the last one it knows committed (the high
+  watermark less one), set with MetadataLag; -1 before any. What a rolling restart waits for: a
+  controller just started knows its log but not what is committed, so MetadataLag reads 0 until
+  its first Fetch answer, while LastAppliedRecordOffset is compared with the leader's.
 * MetadataSnapshotLag: the spec's definition, ``last stable offset - offset of the last
   snapshot``, with 0 as the snapshot offset when there is none, so a node without snapshots
   reports its whole committed log. KIP-630's SnapshotLag differs only there: without a snapshot
@@ -115,6 +128,17 @@ class NodeMetrics:
             self.metadata_lag.append(Gauge(
                 SERVER_PREFIX + "MetadataLag", "The offset delta between the latest metadata record this broker has "
                 "replayed and the last stable offset of the metadata topic.", registry=registry))  # fmt: skip
+        self.last_applied_record_offset: Gauge | None = None
+        self.last_committed_record_offset: Gauge | None = None
+        if controller:  # KIP-835
+            self.last_applied_record_offset = Gauge(
+                PREFIX + "LastAppliedRecordOffset", "The offset of the last record from the cluster metadata "
+                "partition that was applied by the controller.", registry=registry)  # fmt: skip
+            self.last_committed_record_offset = Gauge(
+                PREFIX + "LastCommittedRecordOffset", "The offset of the last record committed to the cluster "
+                "metadata partition.", registry=registry)  # fmt: skip
+            self.last_applied_record_offset.set(-1)
+            self.last_committed_record_offset.set(-1)
         self.metadata_snapshot_lag = Gauge(
             PREFIX + "MetadataSnapshotLag", "The offset delta between the latest stable offset of the metadata topic "
             "and the offset of the last snapshot (or 0 if there are no snapshots).", registry=registry)  # fmt: skip
@@ -152,10 +176,14 @@ class NodeMetrics:
 
     def set_metadata_lag(self, high_watermark: int, applied_offset: int) -> None:
         """MetadataLag: committed offsets not replayed yet (never below 0: a snapshot installed
-        ahead of the high watermark this node knows has nothing left to replay)."""
+        ahead of the high watermark this node knows has nothing left to replay); on a controller
+        also KIP-835's LastAppliedRecordOffset and LastCommittedRecordOffset."""
         lag = max(high_watermark - applied_offset, 0)
         for gauge in self.metadata_lag:
             gauge.set(lag)
+        if self.last_applied_record_offset is not None and self.last_committed_record_offset is not None:
+            self.last_applied_record_offset.set(applied_offset - 1)
+            self.last_committed_record_offset.set(high_watermark - 1)
 
     def set_metadata_snapshot_lag(self, high_watermark: int, snapshot_offset: int | None) -> None:
         """MetadataSnapshotLag: the high watermark less the latest snapshot's end offset, 0 for it

@@ -19,6 +19,8 @@ SNAPSHOT_LAG = "kafka_controller_KafkaController_MetadataSnapshotLag"
 COMMIT_LATENCY = "kafka_controller_KafkaController_MetadataCommitLatencyMs"
 COMMIT_RATE = "kafka_controller_KafkaController_MetadataCommitRate"
 REQUESTS_RATE = "kafka_controller_KafkaController_ControllerRequestsRate"
+APPLIED = "kafka_controller_KafkaController_LastAppliedRecordOffset"
+COMMITTED = "kafka_controller_KafkaController_LastCommittedRecordOffset"
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -57,6 +59,7 @@ def test_the_metrics_of_kip_631_on_a_controller() -> None:
     metrics.count_controller_request()
     found = samples(metrics.render())
     assert found[(CONTROLLER_LAG, ())] == 20
+    assert found[(APPLIED, ())] == 99 and found[(COMMITTED, ())] == 119  # KIP-835: offsets of the last records
     assert (BROKER_LAG, ()) not in found
     assert found[(SNAPSHOT_LAG, ())] == 30
     assert found[(COMMIT_LATENCY + "_count", ())] == 2 and found[(COMMIT_LATENCY + "_sum", ())] == 4.2
@@ -74,6 +77,7 @@ def test_a_broker_has_the_kafka_server_metadata_lag_and_no_controller_metrics() 
     assert found[(BROKER_LAG, ())] == 0
     present = names(metrics)
     assert CONTROLLER_LAG not in present and SNAPSHOT_LAG in present and LAG in present
+    assert APPLIED not in present and COMMITTED not in present
     assert not {COMMIT_LATENCY + "_count", COMMIT_RATE + "_total", REQUESTS_RATE + "_total"} & present
     with pytest.raises(RuntimeError):
         metrics.observe_commit(1, 1.0)

@@ -85,6 +85,9 @@ def test_kip_631_metrics_move_with_the_metadata(tmp_path):
         # Registered and unfenced: requests processed, records committed and timed.
         assert controller[REQUESTS_RATE] >= 2
         assert controller[COMMIT_RATE] >= 2 and controller[COMMIT_LATENCY_COUNT] >= 1
+        # KIP-835: the controller has replayed every committed record (the broker has no such gauges).
+        assert controller[K + "LastAppliedRecordOffset"] == controller[K + "LastCommittedRecordOffset"] == hw - 1
+        assert K + "LastAppliedRecordOffset" not in broker
         # No snapshot yet: the spec's snapshot offset is 0, so the lag is the whole committed log.
         assert controller[SNAPSHOT_LAG] == broker[SNAPSHOT_LAG] == hw > 0
         assert controller[GEN_COUNT] == broker[GEN_COUNT] == 0
