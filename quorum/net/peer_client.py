@@ -142,7 +142,8 @@ class PeerClient:
         `client_id` replaces this client's own in the header (a broker forwards a client's request under the
         client's id, which the controller's mutation quota counts by, as Kafka's forwarding envelope does)."""
         try:
-            return await asyncio.wait_for(self._request(api, version, body, client_id), self._timeout)
+            async with asyncio.timeout(self._timeout):  # no Task per request, as wait_for makes in 3.11
+                return await self._request(api, version, body, client_id)
         except (TimeoutError, OSError, WireError, asyncio.IncompleteReadError) as exc:
             self._reset(f"{api.name} failed: {exc!r}")
             raise PeerUnavailable(f"{self.host}:{self.port}: {api.name} v{version}: {exc!r}",
