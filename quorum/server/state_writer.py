@@ -56,9 +56,9 @@ class QuorumStateWriter:
         self._durable_vote = vote
 
     async def flush(self) -> None:
-        """Write the waiting state now (the node is stopping); OSError if that fails."""
-        if self._later is not None and not self._later.done():
-            self._later.cancel()
+        """Write the waiting state now (the node is stopping); OSError if that fails. The delayed
+        write is not cancelled: cancelled in its write, its thread would go on beside this one; it
+        finds nothing left when its wait ends (or asyncio.run cancels it while it waits)."""
         await self._write_pending()
 
     async def _write_later(self) -> None:

@@ -125,3 +125,25 @@ def test_a_failed_background_write_is_reported(tmp_path: Path) -> None:
         await until(lambda: bool(failures), "the failed write reported", DEADLINE_S)
         assert isinstance(failures[0], OSError) and "gone" in str(failures[0])
     asyncio.run(test())
+
+
+def test_flush_waits_for_a_delayed_write_under_way_and_writes_the_newer_state_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node stopping while its delayed write is on disk: the two never overlap (one tmp file)."""
+    writes = RecordedWrites(monkeypatch)
+    writes.hold_leader = 2
+    path = tmp_path / "quorum-state"
+
+    async def test() -> None:
+        writer = QuorumStateWriter(path, (8, 2), failed=pytest.fail, later_s=0)
+        await writer.persist(QuorumState(8, 2, 2))  # leader 2, held at the gate once its write starts
+        await until(writes.holding.is_set, "the delayed write started", DEADLINE_S)
+        await writer.persist(QuorumState(8, 3, 2))  # then leader 3, waiting
+        flushing = asyncio.create_task(writer.flush())
+        await asyncio.sleep(0.05)
+        assert not flushing.done(), "flush wrote beside the delayed write under way"
+        writes.gate.set()
+        await asyncio.wait_for(flushing, DEADLINE_S)
+        assert writes.written == [(8, 2, 2), (8, 2, 3)]
+        assert stored(path) == (8, 2, 3)
+    asyncio.run(test())
