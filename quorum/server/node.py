@@ -50,7 +50,7 @@ from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside_authentication
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
-from quorum.raft.state import NO_NODE, Role
+from quorum.raft.state import Role
 from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
 from quorum.server.allocator import keep_freed_buffers
@@ -163,6 +163,14 @@ class RaftNode:
         # A second connection to each controller for the broker's own requests (registration, heartbeats,
         # forwarded admin requests), as Kafka's brokers keep a controller channel apart from replication:
         # on the Raft connection they would queue behind a Fetch the leader holds for up to 500 ms.
+        # With the test-only metadata writes, a third connection to each other controller: a write this
+        # controller cannot commit goes to the leader on it (`quorum.server.quorum_handlers`), not on the
+        # Raft connection, where it would wait for its commit behind this node's own Fetch.
+        self.metadata_write_channels = {
+            v.node_id: PeerClient(v.host, v.port, f"controller-{config.node_id}-metadata-writes",
+                                  config.request_timeout_ms, config.max_frame_bytes, to_controllers)
+            for v in config.voters if v.node_id != config.node_id
+        } if config.is_controller and config.test_metadata_writes else {}
         self.controller_channels = {
             v.node_id: PeerClient(v.host, v.port, f"broker-{config.node_id}-to-controller", config.request_timeout_ms,
                                   config.max_frame_bytes, to_controllers)
@@ -182,7 +190,7 @@ class RaftNode:
         self._core_lock = asyncio.Lock()
         self._leader_changed = asyncio.Event()  # set at every LeaderChanged (a resigned leader waits for one)
         self._leader_waiters: list[asyncio.Future[None]] = []
-        """`leader_known`'s waits, woken at every LeaderChanged."""
+        """`new_leader`'s waits, woken at every LeaderChanged."""
         self._core_moved = asyncio.Event()
         """Set by every `drive`: the core's next deadline may have moved (`_tick_forever` waits on it)."""
         self._flusher: asyncio.Task[None] | None = None
@@ -439,15 +447,15 @@ class RaftNode:
         await asyncio.wait_for(committed, timeout_s)
         return base_offset
 
-    async def leader_known(self, limit_s: float) -> bool:
-        """Wait until this node knows a leader of its epoch (itself or another), `limit_s` at most;
-        whether it knows one."""
+    async def new_leader(self, excluded: frozenset[int], limit_s: float) -> int:
+        """The leader this node knows for its epoch once it is none of `excluded` (NO_NODE for "a
+        leader at all"), waiting `limit_s` at most; whatever it knows then."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit_s
-        while self.core.leader_id == NO_NODE:
+        while self.core.leader_id in excluded:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return False
+                break
             waiter: asyncio.Future[None] = loop.create_future()
             self._leader_waiters.append(waiter)
             try:
@@ -455,8 +463,8 @@ class RaftNode:
             except TimeoutError:
                 if waiter in self._leader_waiters:
                     self._leader_waiters.remove(waiter)
-                return False
-        return True
+                break
+        return self.core.leader_id
 
     def _propose_waiting(self) -> list[raft.Action]:
         actions: list[raft.Action] = []
@@ -767,7 +775,8 @@ class RaftNode:
         for listener in self.listeners:
             await listener.close()
         stop.begin("closing the connections to other nodes")
-        for peer in (*self.peers.values(), *self.controller_channels.values(), *self.lifecycle_channels.values()):
+        for peer in (*self.peers.values(), *self.controller_channels.values(), *self.lifecycle_channels.values(),
+                     *self.metadata_write_channels.values()):
             await peer.close()
         if self.broker is not None:
             stop.begin("closing the broker's work (image applier, fetchers, leaderships, groups, logs)")

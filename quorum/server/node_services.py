@@ -31,6 +31,8 @@ class NodeServices(Protocol):
     dispatcher: Dispatcher
     image_state: ImageState
     replayer: MetadataReplayer
+    metadata_write_channels: dict[int, PeerClient]
+    """With the test-only metadata writes: a connection to each other controller (`quorum_handlers`)."""
 
     @property
     def image(self) -> MetadataImage:
@@ -52,9 +54,9 @@ class NodeServices(Protocol):
         forwarded requests, as Kafka's), when the node knows one."""
         ...
 
-    async def leader_known(self, limit_s: float) -> bool:
-        """Wait until this node knows a leader of its epoch (itself or another), `limit_s` at most;
-        whether it knows one."""
+    async def new_leader(self, excluded: frozenset[int], limit_s: float) -> int:
+        """The leader this node knows for its epoch once it is none of `excluded` (NO_NODE for "a
+        leader at all"), waiting `limit_s` at most; whatever it knows then."""
         ...
 
     async def commit(self, values: list[bytes], timeout_s: float) -> int:

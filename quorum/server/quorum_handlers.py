@@ -5,15 +5,19 @@ DeleteRecords, which it refuses for the metadata log, and, with a test-only sett
 Produce to the metadata partition is this project's way for tests and benchmarks to commit raw
 records through the quorum (`quorum.admin.QuorumWriter`): the response is sent once the batch is
 committed (below the high watermark), like acks=all; a node that does not lead answers
-NOT_LEADER_OR_FOLLOWER, once it knows who leads: a write that reaches a voter while the quorum
-elects a leader (the voter knows none in its epoch: unattached, voted, prospective or candidate)
-waits for the outcome, up to the election timeout, and is committed if this voter won. A graceful
-handover elects the successor in a few milliseconds; a write sent as the leader resigned used to be
-answered NOT_LEADER before that, and its client came back only after its retry backoff
-(bench_quorum's graceful failover: 25-30 ms, against etcd's 3-7, whose followers pass a proposal
-on to the leader). Kafka's brokers likewise hold a request for the controller while no controller
-is known, rather than fail it. It writes past the controller's validation and the authorizer, so a node
-serves it only with `quorum.test.metadata.writes.enable=true` (`NodeConfig.test_metadata_writes`).
+NOT_LEADER_OR_FOLLOWER only when no controller could take it. A controller that does not lead passes
+the write on to the leader it knows (on its own connection, `metadata_write_channels`, under the
+client id FORWARDED_CLIENT_ID, and a forwarded write is never passed on again); when that leader
+is resigning or gone, or an election is under way, it waits for the next leader, up to the election
+timeout, and commits the write itself if it won or passes it on to the winner. A graceful handover
+elects the successor in a few milliseconds; a write sent as the leader resigned used to be answered
+NOT_LEADER first, and its client came back only after its retry backoff (bench_quorum's graceful
+failover: 25-30 ms, against etcd's 3-7: etcd's followers forward proposals to the leader, as this
+does now; Kafka's brokers hold a request for the controller while none is known). A write the
+resigning leader had appended but not committed can be committed twice (once by the successor,
+once passed on again), as a client's own retry can. It writes past the controller's validation
+and the authorizer, so a node serves it only with `quorum.test.metadata.writes.enable=true`
+(`NodeConfig.test_metadata_writes`).
 Otherwise Produce is not served on any of a controller's listeners, as on Kafka's controller
 listener: ApiVersions does not list it, and a Produce request closes its connection with the reason
 logged (Kafka's SocketServer: "Received request api key PRODUCE ... which is not enabled").
@@ -30,6 +34,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from quorum.net.dispatch import Reply
+from quorum.net.peer_client import PeerUnavailable
 from quorum.raft.state import NO_NODE, Role
 from quorum.server.commit_waiters import NotLeaderError
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
@@ -46,8 +51,8 @@ METADATA_WRITES_PRODUCE_VERSION = 9
 compiles its codecs at start)."""
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's fixed id of __cluster_metadata
 _NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
-_ELECTING = frozenset({Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE})
-"""The roles of a voter that may be about to lead, or to learn who does (not a resigned leader's)."""
+FORWARDED_CLIENT_ID = "quorum-forwarded-metadata-write"
+"""The client id a controller passes a metadata write on under: such a write is not passed on again."""
 
 
 def _now_ms() -> int:
@@ -111,7 +116,8 @@ def register_metadata_writes(node: NodeServices) -> None:
             partitions = []
             for part in topic.partition_data:
                 if is_metadata and part.index == METADATA_PARTITION:
-                    code, base_offset, message = await _commit(node, part.records, body.timeout_ms)
+                    code, base_offset, message = await _commit(node, part.records, body.timeout_ms,
+                                                               request.header.client_id == FORWARDED_CLIENT_ID)
                 else:
                     code, base_offset, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, "controllers serve only " \
                         f"{METADATA_TOPIC}-{METADATA_PARTITION}"
@@ -140,24 +146,58 @@ async def delete_records(request: Request) -> Reply:
     return Reply(schema(throttle_time_ms=0, topics=topics), request.version)
 
 
-async def _commit(node: NodeServices, records: bytes | None, timeout_ms: int) -> tuple[int, int, str | None]:
-    """Propose the values of `records` as one batch; wait until it is committed."""
+async def _commit(node: NodeServices, records: bytes | None, timeout_ms: int,
+                  forwarded: bool = False) -> tuple[int, int, str | None]:
+    """Propose the values of `records` as one batch and wait until it is committed, or have the
+    leader do it (see the module docstring); `forwarded`: another controller passed it on."""
     try:
         values = [v or b"" for batch in iter_batches(records or b"", strict=True) for v in batch.values()]
     except CorruptRecordError as exc:
         return ErrorCode.CORRUPT_MESSAGE, -1, str(exc)
     if not values:
         return ErrorCode.INVALID_RECORD, -1, "no records"
-    core = node.core
-    if core.is_voter and core.role in _ELECTING and core.leader_id == NO_NODE:
-        await node.leader_known(min(max(timeout_ms, 1), node.config.election_timeout_ms) / 1000)
+    core, me = node.core, node.config.node_id
+    deadline = time.monotonic() + max(timeout_ms, 1) / 1000
+
+    def left_ms() -> int:
+        return max(int((deadline - time.monotonic()) * 1000), 1)
+
+    refused = frozenset({NO_NODE})  # no leader; then also the one that refused the write
+    if not forwarded and core.role is Role.FOLLOWER and core.leader_id != me:
+        leader = core.leader_id
+        answer = await _pass_on(node, leader, records, left_ms())
+        if answer[0] != _NOT_LEADER:
+            return answer
+        refused = frozenset({NO_NODE, leader})  # resigning or gone: wait for its successor
+    if core.is_voter and core.leader_id in refused and core.role is not Role.RESIGNED:
+        await node.new_leader(refused, min(left_ms(), node.config.election_timeout_ms) / 1000)
+    if not forwarded and core.leader_id not in refused | {me}:
+        return await _pass_on(node, core.leader_id, records, left_ms())
     try:
-        base_offset = await node.commit(values, max(timeout_ms, 1) / 1000)
+        base_offset = await node.commit(values, left_ms() / 1000)
     except NotLeaderError as exc:
         return _NOT_LEADER, -1, str(exc)
     except TimeoutError:
         return ErrorCode.REQUEST_TIMED_OUT, -1, f"not committed within {timeout_ms} ms ({error_name(7)})"
     return ErrorCode.NONE, base_offset, None
+
+
+async def _pass_on(node: NodeServices, leader: int, records: bytes | None,
+                   timeout_ms: int) -> tuple[int, int, str | None]:
+    """The leader's answer to the write passed on to it; NOT_LEADER when it cannot be reached."""
+    channel = node.metadata_write_channels.get(leader)
+    if channel is None:
+        return _NOT_LEADER, -1, f"node {node.config.node_id} is not the leader (leader: {leader})"
+    api = APIS[PRODUCE]
+    data = api.request.TopicProduceData
+    body = api.request(transactional_id=None, acks=-1, timeout_ms=timeout_ms, topic_data=[data(
+        name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION, records=records)])])
+    try:
+        response = await channel.request(api, METADATA_WRITES_PRODUCE_VERSION, body, client_id=FORWARDED_CLIENT_ID)
+    except PeerUnavailable as exc:
+        return _NOT_LEADER, -1, f"the leader, node {leader}, could not be reached: {exc}"
+    partition = response.responses[0].partition_responses[0]
+    return partition.error_code, partition.base_offset, partition.error_message
 
 
 def _partition_response(request: Request, index: int, code: int, base_offset: int, message: str | None) -> Any:
