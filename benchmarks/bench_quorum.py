@@ -28,10 +28,11 @@ sent to the surviving members every PROBE_INTERVAL seconds, each on a fresh conn
 is from the signal to the first probe that commits. The stopped member is restarted and caught
 up before the next repetition; the table shows the median of REPETITIONS. On SIGTERM, etcd's
 leader picks a caught-up follower and tells it to campaign at once (raft's MsgTimeoutNow), and
-etcd's followers forward a put to whichever member leads; the quorum's followers answer
-NOT_LEADER while they follow a leader and hold the write while they know none (an election under
-way: quorum.server.quorum_handlers), so each probe asks every survivor at once and commits once
-the new leader has won its vote and answers.
+etcd's followers forward a put to whichever member leads; the quorum's pass a write on to the
+leader too, and hold it while the leader is resigning or an election is under way
+(quorum.server.quorum_handlers). Each probe asks every survivor at once and counts once one of
+them has committed it. "Caught up" includes the restarted member's replay (its KIP-835
+LastAppliedRecordOffset at the leader's high watermark), as a rolling restart waits for.
 
 Floor: before the runs, a 100-byte append with fsync (and fdatasync) on the members' disk and a
 loopback round trip, p50 and p99, printed under the table: what bounds a 1-record commit here.
@@ -208,9 +209,9 @@ class QuorumSystem:
         return QuorumWriter([self.address(m) for m in order], timeout_ms=30_000)
 
     async def probe(self, survivors: list[int], number: int) -> None:
-        """Every survivor at once, one attempt each: etcd's followers forward a put to their leader,
-        the quorum's answer NOT_LEADER (or, during an election, the outcome's), so asking all of
-        them is what measures the same thing, "a new leader that can commit". (Asking one after
+        """Every survivor at once, one attempt each: etcd's followers and the quorum's pass a write on
+        to their leader (or hold it through an election), and asking all of them at once measures
+        "a new leader that can commit" without depending on which one is asked first. (Asking one after
         the other within PROBE_INTERVAL reached the second only when the first answered quickly: on
         a loaded machine the new leader went unasked for hundreds of ms.)"""
         async def attempt(member: int) -> None:
