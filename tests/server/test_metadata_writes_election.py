@@ -1,7 +1,8 @@
 """A metadata write (the test-only Produce to `__cluster_metadata`) that reaches a voter while the
 quorum elects a leader waits for the outcome instead of answering NOT_LEADER at once: committed if
-this voter won, NOT_LEADER naming the winner otherwise, and NOT_LEADER once the election timeout has
-passed without a leader (quorum.server.quorum_handlers; bench_quorum's graceful failover).
+this voter won (passed on to the winner otherwise: tests/server/test_metadata_writes_forwarding_processes.py),
+and NOT_LEADER once the election timeout has passed without a leader (quorum.server.quorum_handlers;
+bench_quorum's graceful failover).
 
 The node runs in this process; `_commit` is the Produce handler's write path."""
 
