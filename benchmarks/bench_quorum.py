@@ -581,8 +581,23 @@ async def _all(coroutines: list[Awaitable[None]], timeout: float) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def current_leader(system: System, limit: float = READY_LIMIT) -> int:
+    """The member that leads, once one does: an election may be under way (the quorum's active
+    controller resigns to write its snapshot when its turn comes, KIP-631's snapshot turns, which
+    came as a load phase ended: the next phase, asking at once, found no leader and failed)."""
+    found = -1
+
+    async def check() -> bool:
+        nonlocal found
+        found = await system.leader()
+        return True
+
+    await _wait_until(check, f"{system.name}: a member that leads", limit)
+    return found
+
+
 async def run_load(system: System, records: int, seconds: float, concurrency: int = WRITERS) -> LoadResult:
-    leader = await system.leader()
+    leader = await current_leader(system)
     writers = [system.writer(leader) for _ in range(concurrency)]
     values = [_value(i) for i in range(records)]
     latencies: list[float] = []
@@ -615,7 +630,7 @@ async def run_load(system: System, records: int, seconds: float, concurrency: in
 async def time_failover(system: System, sig: int) -> float:
     """Seconds from signalling the leader to the first probe that commits through the survivors."""
     await system.ready()
-    leader = await system.leader()
+    leader = await current_leader(system)
     survivors = [m for m in system.members() if m != leader]
     probes: set[asyncio.Task[float]] = set()
 
