@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from quorum.net.client_security import ClientSecurity
 from quorum.net.peer_client import PeerClient, PeerUnavailable
-from quorum.server.quorum_handlers import METADATA_WRITES_PRODUCE_VERSION, PRODUCE
+from quorum.server.quorum_handlers import METADATA_WRITES_PRODUCE_VERSION, PRODUCE, metadata_write_request
 from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
 from quorum.wire.errors import ErrorCode, error_name
 from quorum.wire.protocol import APIS
@@ -181,10 +181,7 @@ class QuorumWriter:
         api = APIS[PRODUCE]
         now = int(time.time() * 1000)
         records = build_batch([Record(offset=i, timestamp=now, value=v) for i, v in enumerate(values)])
-        data = api.request.TopicProduceData
-        body = api.request(transactional_id=None, acks=-1, timeout_ms=self._timeout_ms, topic_data=[data(
-            name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION,
-                                                                          records=records)])])
+        body = metadata_write_request(records, self._timeout_ms)
         last_error = "no attempt"
         deadline = time.monotonic() + within_s
         for attempt in itertools.count():

@@ -182,18 +182,23 @@ async def _commit(node: NodeServices, records: bytes | None, timeout_ms: int,
     return ErrorCode.NONE, base_offset, None
 
 
+def metadata_write_request(records: bytes | None, timeout_ms: int) -> Any:
+    """A Produce (acks=all) of `records` to `__cluster_metadata`: what `quorum.admin.QuorumWriter`
+    sends and what a controller passes on to the leader."""
+    data = APIS[PRODUCE].request.TopicProduceData
+    return APIS[PRODUCE].request(transactional_id=None, acks=-1, timeout_ms=timeout_ms, topic_data=[data(
+        name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION, records=records)])])
+
+
 async def _pass_on(node: NodeServices, leader: int, records: bytes | None,
                    timeout_ms: int) -> tuple[int, int, str | None]:
     """The leader's answer to the write passed on to it; NOT_LEADER when it cannot be reached."""
     channel = node.metadata_write_channels.get(leader)
     if channel is None:
         return _NOT_LEADER, -1, f"node {node.config.node_id} is not the leader (leader: {leader})"
-    api = APIS[PRODUCE]
-    data = api.request.TopicProduceData
-    body = api.request(transactional_id=None, acks=-1, timeout_ms=timeout_ms, topic_data=[data(
-        name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION, records=records)])])
     try:
-        response = await channel.request(api, METADATA_WRITES_PRODUCE_VERSION, body, client_id=FORWARDED_CLIENT_ID)
+        response = await channel.request(APIS[PRODUCE], METADATA_WRITES_PRODUCE_VERSION,
+                                         metadata_write_request(records, timeout_ms), client_id=FORWARDED_CLIENT_ID)
     except PeerUnavailable as exc:
         return _NOT_LEADER, -1, f"the leader, node {leader}, could not be reached: {exc}"
     partition = response.responses[0].partition_responses[0]

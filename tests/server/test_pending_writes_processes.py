@@ -23,7 +23,7 @@ from quorum.launcher import LocalCluster
 from quorum.log.log import Log
 from quorum.net.peer_client import PeerClient
 from quorum.server.config import node_config
-from quorum.server.raft_rpc import METADATA_PARTITION, METADATA_TOPIC
+from quorum.server.quorum_handlers import metadata_write_request
 from quorum.wire.errors import ErrorCode
 from quorum.wire.protocol import APIS
 from quorum.wire.records import Record, build_batch
@@ -38,9 +38,7 @@ WRITE_TIMEOUT_MS = 30_000
 
 def produce_body(values: list[bytes]) -> object:
     records = build_batch([Record(offset=i, timestamp=0, value=value) for i, value in enumerate(values)])
-    data = PRODUCE.request.TopicProduceData
-    return PRODUCE.request(transactional_id=None, acks=-1, timeout_ms=WRITE_TIMEOUT_MS, topic_data=[data(
-        name=METADATA_TOPIC, partition_data=[data.PartitionProduceData(index=METADATA_PARTITION, records=records)])])
+    return metadata_write_request(records, WRITE_TIMEOUT_MS)
 
 
 async def write_once(port: int, values: list[bytes]) -> tuple[str, str]:
