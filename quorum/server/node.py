@@ -50,7 +50,7 @@ from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.net.secure_connection import ListenerSecurity, register_sasl_outside_authentication
 from quorum.raft import interface as raft
 from quorum.raft.core import RaftCore
-from quorum.raft.state import Role
+from quorum.raft.state import NO_NODE, Role
 from quorum.security.authorization import install_authorization
 from quorum.server import raft_rpc
 from quorum.server.allocator import keep_freed_buffers
@@ -188,7 +188,6 @@ class RaftNode:
         self._request_ids = itertools.count(1)
         self._replies: dict[int, asyncio.Future[raft.Message]] = {}
         self._core_lock = asyncio.Lock()
-        self._leader_changed = asyncio.Event()  # set at every LeaderChanged (a resigned leader waits for one)
         self._leader_waiters: list[asyncio.Future[None]] = []
         """`new_leader`'s waits, woken at every LeaderChanged."""
         self._core_moved = asyncio.Event()
@@ -529,7 +528,6 @@ class RaftNode:
             log.info("cluster id %s is committed; recorded in meta.properties", action.cluster_id)
         elif isinstance(action, raft.LeaderChanged):
             log.info("leader of epoch %d is node %d", action.epoch, action.leader_id)
-            self._leader_changed.set()
             for waiter in self._leader_waiters:
                 if not waiter.done():
                     waiter.set_result(None)
@@ -827,8 +825,8 @@ class RaftNode:
         await self.drive(lambda: self.core.shutdown(wall_clock_ms()))
         if was_leader and self.peers:
             me = self.config.node_id
-            await wait_for_successor(lambda: self.core.leader_id not in (-1, me), self._leader_changed,
-                                     self.peers.values())
+            await wait_for_successor(lambda: self.core.leader_id not in (NO_NODE, me),
+                                     lambda s: self.new_leader(frozenset({NO_NODE, me}), s), self.peers.values())
         if self._sends:
             await asyncio.wait(set(self._sends), timeout=1.0)
 

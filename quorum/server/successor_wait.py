@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from quorum.net.peer_client import PeerClient, PeerUnavailable
 from quorum.wire.protocol import API_VERSIONS_KEY, APIS
@@ -39,10 +39,11 @@ async def _listening(peer: PeerClient) -> bool:
     return True
 
 
-async def wait_for_successor(known: Callable[[], bool], changed: asyncio.Event, voters: Iterable[PeerClient],
-                             limit_s: float = SUCCESSOR_WAIT_S) -> bool:
-    """Wait until `known()` (a remote leader), which `changed` signals; give up after `limit_s` or
-    once no voter in `voters` listens. True when a successor is known."""
+async def wait_for_successor(known: Callable[[], bool], changed_within: Callable[[float], Awaitable[object]],
+                             voters: Iterable[PeerClient], limit_s: float = SUCCESSOR_WAIT_S) -> bool:
+    """Wait until `known()` (a remote leader); `changed_within(s)` returns once that may have come
+    or after s seconds. Give up after `limit_s` or once no voter in `voters` listens. True when a
+    successor is known."""
     peers = list(voters)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
@@ -52,17 +53,14 @@ async def wait_for_successor(known: Callable[[], bool], changed: asyncio.Event, 
             log.warning("stopping without a new quorum leader: none was elected within %.1f s of resigning", limit_s)
             return False
         checks = [asyncio.ensure_future(_listening(p)) for p in peers]
-        changed.clear()
-        woken = asyncio.ensure_future(changed.wait())
         try:
-            await asyncio.wait([woken], timeout=min(REACHABLE_CHECK_S, remaining))
+            await changed_within(min(REACHABLE_CHECK_S, remaining))
             if known():
                 return True
             answers = await asyncio.wait_for(asyncio.gather(*checks), max(deadline - loop.time(), 0.001))
         except TimeoutError:
             continue
         finally:
-            woken.cancel()
             for check in checks:
                 check.cancel()
         if not any(answers):
