@@ -22,7 +22,9 @@ from quorum.admin import wait_for_leader
 from quorum.broker.served_image import ServedImage
 from quorum.image.image import MetadataImage, empty_image
 from quorum.launcher import LocalCluster
+from quorum.server.broker_role import lists_registration
 from quorum.server.config import PAUSE_METADATA, node_config
+from tests.image.test_delta import fence, image_of, register, unfence
 from tests.test_controller_processes import create, metadata, metadata_answers, wait_until
 from tests.test_snapshot_processes import metadata_dir, scrape
 
@@ -113,6 +115,25 @@ def test_the_pause_file_is_in_the_metadata_log_dir() -> None:
     base = {"node.id": "101", "process.roles": "broker", "controller.quorum.voters": "1@127.0.0.1:9093",
             "listeners": "PLAINTEXT://127.0.0.1:9092", "log.dirs": "/tmp/x"}
     assert str(node_config(base).pause_metadata_path).endswith("__cluster_metadata-0/PAUSE_METADATA")
+
+
+def test_a_restarted_broker_counts_as_listed_only_under_its_new_registration(tmp_path) -> None:
+    """What a restarted broker holds its first Metadata answer for (`BrokerRole._until_listed`): the
+    image it booted from may list its previous registration unfenced, the fence of its controlled
+    shutdown comes after it, and an answer from that image would leave it out once the fence arrives
+    (with the delay knob, for the whole delay)."""
+    booted = image_of([register(DELAYED, epoch=5), unfence(DELAYED, epoch=5)])
+    replay = Replay()
+    replay.image = booted
+    answers = served(replay, DELAY_MS, tmp_path / PAUSE_METADATA)
+    assert DELAYED in answers.image.brokers and not lists_registration(answers.image, DELAYED, 40)
+    for record in (fence(DELAYED, epoch=5), register(DELAYED, epoch=40), unfence(DELAYED, epoch=40)):
+        replay.now += 1
+        replay.image = image_of([record], replay.image)
+        answers.replayed()
+        assert not lists_registration(answers.image, DELAYED, 40)  # the boot image, or fenced
+    replay.now += DELAY_MS / 1000
+    assert lists_registration(answers.image, DELAYED, 40)
 
 
 # -- real processes --------------------------------------------------------------------------------
