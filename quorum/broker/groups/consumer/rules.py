@@ -16,6 +16,7 @@ that comes while the instance id is still held is refused UNRELEASED_INSTANCE_ID
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from quorum.broker.groups.consumer.member import ConsumerMember, FencedMemberErr
 from quorum.wire.errors import ErrorCode
 
 E = ErrorCode
+log = logging.getLogger(__name__)
 
 
 def random_member_id() -> str:
@@ -90,6 +92,14 @@ def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> 
         )
     return None
 
+
+
+def assignment_text(partitions: Partitions) -> str:
+    """Kafka's assignmentToString: topicId-[partitions] per topic, for the member transitions logged."""
+    by_topic: dict[uuid.UUID, list[int]] = {}
+    for topic_id, index in partitions:
+        by_topic.setdefault(topic_id, []).append(index)
+    return ", ".join(f"{topic_id}-{sorted(indexes)}" for topic_id, indexes in sorted(by_topic.items()))
 
 class ConsumerGroupRules:
     """The heartbeat, expiry and describe rules, with the coordinator's settings."""
@@ -172,6 +182,13 @@ class ConsumerGroupRules:
         target = group.target.get(member.member_id, frozenset())
         reconciled = reconcile(member, group.assignment_epoch, target, group.partition_epoch, owned)
         group.put_member(reconciled)
+        if reconciled != member:
+            log.info("group %s: member %s new assignment state: epoch=%d, previousEpoch=%d, state=%s, "
+                     "assignedPartitions=%s, partitionsPendingRevocation=%s (its heartbeat said it owns %s)",
+                     group.group_id, member.member_id, reconciled.member_epoch, reconciled.previous_member_epoch,
+                     reconciled.state.name, assignment_text(reconciled.assigned),
+                     assignment_text(reconciled.pending_revocation),
+                     "nothing new" if owned is None else assignment_text(owned))
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
             pending = group.revocation_deadlines.get(member.member_id)
             if pending is None or pending[1] != reconciled.member_epoch:
