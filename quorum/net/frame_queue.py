@@ -1,9 +1,8 @@
 """Whole frames of one connection, waiting for the task that takes them, then the connection's failure.
 
-Both ends of a Kafka connection read frames the same way since issue 20 (`recv_into` through an
-asyncio BufferedProtocol): the listener's `FrameReader` (requests) and the peer client's
-`ResponseFrames` (answers). This is the part they share: the queue the protocol callbacks fill, and
-the coroutine the connection's task awaits.
+The part of `quorum.net.frame_reader.FrameReader` (which both ends of a Kafka connection read
+with: the listener its requests, a peer client its answers) that does not touch bytes: the queue
+the protocol callbacks fill, and the coroutine the connection's task awaits.
 """
 
 from __future__ import annotations

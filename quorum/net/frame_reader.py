@@ -1,4 +1,5 @@
-"""Read a connection's request frames, each into one buffer of its own, with `recv_into`.
+"""Read a connection's frames, each into one buffer of its own, with `recv_into`: the listener's
+requests, and the answers a peer client reads (`quorum.net.peer_client.ResponseFrames`).
 
 A StreamReader copies every byte three times on its way to a handler: `recv` makes a bytes object,
 `feed_data` appends it to the reader's buffer, `readexactly` slices it out again (and the codec
@@ -53,7 +54,7 @@ class FrameReader(FrameQueue, asyncio.StreamReaderProtocol, asyncio.BufferedProt
     """
 
     def __init__(self, max_frame_bytes: int,
-                 serve: Callable[[FrameReader, asyncio.StreamWriter], Awaitable[None]],
+                 serve: Callable[[FrameReader, asyncio.StreamWriter], Awaitable[None] | None],
                  staging_bytes: int = STAGING_BYTES, first_frame_bytes: int = FIRST_FRAME_BYTES) -> None:
         asyncio.StreamReaderProtocol.__init__(self, None, lambda _reader, writer: serve(self, writer))
         FrameQueue.__init__(self)
@@ -145,7 +146,10 @@ class FrameReader(FrameQueue, asyncio.StreamReaderProtocol, asyncio.BufferedProt
         super().connection_lost(exc)
 
     def _partial(self) -> bytes:
-        return b"" if self._frame is None else bytes(self._frame[:self._filled])
+        """The payload bytes of the frame cut short (IncompleteReadError.partial)."""
+        if self._frame is not None:
+            return bytes(self._frame[:self._filled])
+        return bytes(self._staging[self._start + 4:self._end]) if self._end - self._start > 4 else b""
 
     def _fail(self, failure: BaseException) -> None:
         self._pause()

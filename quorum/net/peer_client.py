@@ -4,11 +4,12 @@ Kafka brokers answer the requests of one connection in order, so a FIFO of pendi
 enough to pair responses with requests; the correlation id is still checked, and a mismatch is
 treated as a broken connection rather than trusted.
 
-Responses are read by `ResponseFrames`, an asyncio BufferedProtocol: the kernel writes each
-response's bytes with `recv_into` straight into a bytearray of the response's size, so a follower's
-10 MiB Fetch answer is not copied three times on its way in as a StreamReader copies it (a `recv`
-bytes object, `feed_data` into the reader's buffer, `readexactly` out of it): that was a third of a
-catching-up follower's CPU (issue 20). The protocol is also a StreamReaderProtocol, so the
+Responses are read by `ResponseFrames`, the listener's `FrameReader` (an asyncio BufferedProtocol):
+the kernel writes a large response's bytes with `recv_into` straight into a bytearray of the
+response's size, so a follower's 10 MiB Fetch answer is not copied three times on its way in as a
+StreamReader copies it (a `recv` bytes object, `feed_data` into the reader's buffer, `readexactly`
+out of it): that was a third of a catching-up follower's CPU (issue 20). Small responses come many
+per `recv_into` through a staging buffer. The protocol is also a StreamReaderProtocol, so the
 connection keeps an `asyncio.StreamWriter` for requests, TLS included.
 """
 
@@ -21,12 +22,16 @@ from collections import deque
 from typing import Any
 
 from quorum.net.client_security import ClientSecurity, sasl_login
-from quorum.net.frame_queue import FrameQueue
+from quorum.net.frame_reader import FrameReader
 from quorum.wire.errors import WireError
-from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader, check_frame_size
+from quorum.wire.framing import DEFAULT_MAX_FRAME_BYTES, RequestHeader
 from quorum.wire.protocol import Api, decode_response, encode_request
 
 log = logging.getLogger(__name__)
+
+RESPONSE_STAGING_BYTES = 16 * 1024
+"""Answers smaller than this are read through a connection's staging buffer (a 500-writer client
+holds one per connection); larger ones into their own."""
 
 
 class PeerUnavailable(ConnectionError):
@@ -50,65 +55,23 @@ def peer_gone(exc: BaseException) -> bool:
                             asyncio.IncompleteReadError))
 
 
-class ResponseFrames(FrameQueue, asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
-    """One connection's frames as whole payloads (without the size prefix), in arrival order.
+class ResponseFrames(FrameReader):
+    """One connection's answers as whole payloads (without the size prefix), in arrival order.
 
-    The size prefix is read into a 4-byte buffer, then the payload into a bytearray of its size,
-    refused (FrameTooLargeError, a WireError) past `max_frame_bytes` before anything is allocated.
-    Only answers to requests sent arrive here, and `PeerClient` takes each at once, so no read-ahead
-    limit is needed; an unasked frame fails the connection there."""
+    Read as the listener reads requests (`FrameReader`): small answers, many per `recv_into`,
+    through a staging buffer; a large one (a follower's Fetch answer) straight into a bytearray of
+    the size its prefix declares, refused (FrameTooLargeError) past `max_frame_bytes` before anything
+    is allocated. Unlike a request, an answer's size is what this client asked for, so its buffer is
+    made whole at once rather than grown as the bytes come. Reading a 4-byte prefix, then the payload,
+    cost two passes of the event loop per answer."""
 
     def __init__(self, max_frame_bytes: int) -> None:
-        asyncio.StreamReaderProtocol.__init__(self, None, self._connected)
-        FrameQueue.__init__(self)
+        super().__init__(max_frame_bytes, self._connected, staging_bytes=RESPONSE_STAGING_BYTES,
+                         first_frame_bytes=max_frame_bytes)
         self.writer: asyncio.StreamWriter | None = None
-        self._max_frame_bytes = max_frame_bytes
-        self._prefix = bytearray(4)
-        self._frame: bytearray | None = None  # the payload being filled, after its prefix
-        self._filled = 0
 
     def _connected(self, _reader: object, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._failure is not None:  # bytes after a bad size (TLS may hold some) mean nothing: dropped
-            return memoryview(self._prefix)
-        target = self._prefix if self._frame is None else self._frame
-        return memoryview(target)[self._filled:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._failure is not None:
-            return
-        self._filled += nbytes
-        if self._frame is None:
-            if self._filled < 4:
-                return
-            try:
-                size = check_frame_size(bytes(self._prefix), self._max_frame_bytes)
-            except WireError as exc:
-                self._fail(exc)
-                transport = self._transport
-                if transport is not None:
-                    transport.pause_reading()
-                return
-            self._frame, self._filled = bytearray(size), 0
-        if self._filled == len(self._frame):
-            frame, self._frame, self._filled = self._frame, None, 0
-            self._deliver(frame)
-
-    def eof_received(self) -> bool:
-        partial = b"" if self._frame is None else bytes(self._frame[:self._filled])
-        self._fail(asyncio.IncompleteReadError(partial, None))
-        return super().eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(asyncio.IncompleteReadError(b"", None) if exc is None else exc)
-        super().connection_lost(exc)
-
-    async def next_frame(self) -> bytearray:
-        """The next whole payload; after the frames that arrived whole, the connection's failure
-        (IncompleteReadError at its end or inside a frame, the frame-size error, an OSError)."""
-        return await self._next_queued()
 
 
 async def open_frames(host: str, port: int, max_frame_bytes: int,
@@ -166,7 +129,9 @@ class PeerClient:
             return False
 
     async def _request(self, api: Api, version: int, body: Any, client_id: str | None = None) -> Any:
-        writer = await self._connection()
+        writer = self._writer
+        if writer is None or writer.is_closing():  # the lock only to connect: it serializes the connecting
+            writer = await self._connection()
         correlation_id = next(self._correlation)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((correlation_id, api, version, future))

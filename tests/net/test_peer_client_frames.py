@@ -1,6 +1,7 @@
-"""The peer client's buffered response reader (`ResponseFrames`, recv_into into one buffer per answer):
-fed by hand as asyncio's transports feed it, and through real sockets against a scripted peer that
-cuts its answers at every byte, closes mid-frame, or announces a frame past the limit."""
+"""The peer client's buffered response reader (`ResponseFrames`: small answers many per recv_into,
+a large one into its own buffer): fed by hand as asyncio's transports feed it, and through real
+sockets against a scripted peer that cuts its answers at every byte, closes mid-frame, or announces
+a frame past the limit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from quorum.net.peer_client import PeerClient, PeerUnavailable, ResponseFrames
+from quorum.net.frame_reader import FIRST_FRAME_BYTES
+from quorum.net.peer_client import RESPONSE_STAGING_BYTES, PeerClient, PeerUnavailable, ResponseFrames
 from quorum.wire.errors import WireError
 from quorum.wire.framing import FrameTooLargeError
 from quorum.wire.protocol import APIS, decode_request, encode_response
@@ -60,6 +62,32 @@ def test_frames_come_out_whole_however_the_bytes_are_cut(chunk: int) -> None:
     got, end = take_all(lambda frames: (feed(frames, STREAM, chunk), frames.eof_received()))
     assert got == PAYLOADS
     assert isinstance(end, asyncio.IncompleteReadError) and end.partial == b""
+
+
+@pytest.mark.parametrize("chunk", [1000, RESPONSE_STAGING_BYTES + 1, 1 << 20])
+def test_a_large_answer_is_read_into_one_buffer_of_its_declared_size_between_small_ones(chunk: int) -> None:
+    """What a follower's Fetch answer needs (issue 20): once its prefix is read, the rest is asked for
+    in one buffer of the declared size, not grown from FIRST_FRAME_BYTES as a request's is (each
+    doubling a copy of what had arrived)."""
+    large = bytes(range(256)) * (3 * FIRST_FRAME_BYTES // 256)
+    stream = framed(b"small") + framed(large) + framed(b"after")
+    asked: list[int] = []
+
+    def fed(frames: ResponseFrames) -> None:
+        pos = 0
+        while pos < len(stream):
+            buffer = frames.get_buffer(-1)
+            asked.append(len(buffer))
+            n = min(chunk, len(buffer), len(stream) - pos)
+            buffer[:n] = stream[pos:pos + n]
+            frames.buffer_updated(n)
+            pos += n
+        frames.eof_received()
+
+    got, _ = take_all(fed, max_frame_bytes=4 * FIRST_FRAME_BYTES)
+    assert got == [b"small", large, b"after"]
+    assert max(asked) > len(large) - RESPONSE_STAGING_BYTES, max(asked)  # the whole rest, in one buffer
+    assert asked[0] == RESPONSE_STAGING_BYTES  # small answers through the staging buffer
 
 
 def test_a_stream_cut_at_every_byte_gives_the_whole_frames_before_it_and_the_partial_one() -> None:
