@@ -443,7 +443,8 @@ class RaftNode:
         # The core may have moved on while this coroutine waited for its turn: answer at once then.
         self._commits.committed(self.core.high_watermark, self.log.epoch_entries)
         self._commits.leadership(self.core.epoch, self.core.role is Role.LEADER, self.core.leader_id)
-        await asyncio.wait_for(committed, timeout_s)
+        async with asyncio.timeout(timeout_s):  # not wait_for: no waiter future and callbacks per commit
+            await committed
         return base_offset
 
     async def new_leader(self, excluded: frozenset[int], limit_s: float) -> int:
