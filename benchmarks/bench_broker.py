@@ -59,7 +59,9 @@ more, consume at 90% or more.
 Under the table, the page cache floor (`benchmarks.page_cache`): 256 MiB written to a new file beside
 the broker's logs before the runs (kept until the end, so that the runs get none of its pages), its
 MB/s and CPU per MB, which every produce row pays and the ceiling does not (on this project's VMs it
-moves by 10x with the machine's memory, within a run too).
+moves by 10x with the machine's memory, within a run too); then the dirty pages at the end of each
+produce row beside the kernel's background writeback threshold (`vm.dirty_background_ratio`): from
+the row that reaches it on, the flusher writes back as fast as the broker dirties.
 
 MB are 10^6 bytes of message values (keys are empty; record and batch headers are not counted).
 Client and server share the machine's cores (and the broker's disk writes reach the page cache
@@ -88,7 +90,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `quorum`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.client_ceiling import MemoryEndpoint  # noqa: E402
-from benchmarks.page_cache import PageCacheFloor  # noqa: E402
+from benchmarks.page_cache import DirtyPages, PageCacheFloor  # noqa: E402
 from benchmarks.table import print_table, progress, run_child  # noqa: E402
 
 MESSAGES = int(os.environ.get("BENCH_BROKER_MESSAGES", "2000000"))
@@ -358,6 +360,7 @@ def main() -> None:
             address = start_broker(cluster)
             broker_pid = cluster.processes[BROKER].pid
             floor = PageCacheFloor(Path(name), "beside the broker's logs")
+            dirty = DirtyPages()
 
             def broker_cpu_s() -> float:
                 return process_cpu_s(broker_pid)
@@ -395,6 +398,7 @@ def main() -> None:
                             run["server_cpu"] = cpu() - began
                             results[(kind, partitions, what, target)] = run
                             if operation == "produce" and target == "broker":
+                                dirty.mark(f"{kind} {plural(partitions)} {what}")
                                 ends = high_watermarks(address, topic, partitions)
                                 if sum(ends) != messages:
                                     raise RuntimeError(f"{topic}: the high watermarks {ends} do not hold the "
@@ -410,6 +414,8 @@ def main() -> None:
     report(results)
     assert floor is not None  # made before the first row
     print(f"{floor.line}; the ceiling writes nothing")
+    if (dirty_line := dirty.line()) is not None:
+        print(dirty_line)
 
 
 def message_kind(message_bytes: int, compression: str) -> str:

@@ -33,7 +33,9 @@ of one partition, led by the same broker: `rf1` (replication factor 1) and `rf3`
   Last, the page cache floor: 256 MiB written to a new file beside the leader's log before the
   rows (kept until the end, so that the rows get none of its pages), its MB/s and CPU per MB, as
   every append lands in new page-cache pages (`benchmarks.page_cache`; it moves with the machine's
-  memory, within a run too: compare the brokers' CPU per MB).
+  memory, within a run too: compare the brokers' CPU per MB). Under the tables, the dirty pages at
+  each row's end beside the kernel's background writeback threshold: rows past it run while the
+  flusher writes back as fast as the brokers dirty.
 * Catch-up: a follower of rf3 is stopped with SIGKILL, the other two take BENCH_REPLICATION_MISSED_MB
   of acks=all messages (the ISR shrinks to the two after replica.lag.time.max.ms), then the follower
   is started again. A Metadata client polls every 20 ms for three moments after its start: it
@@ -67,7 +69,7 @@ if __package__ in (None, ""):  # run as a script: make the project importable
 
 from benchmarks.bench_broker import QUIET, wait_until  # noqa: E402
 from benchmarks.node_metrics import Histogram, histograms, metrics_url  # noqa: E402
-from benchmarks.page_cache import PageCacheFloor, raw_write  # noqa: E402
+from benchmarks.page_cache import DirtyPages, PageCacheFloor, raw_write  # noqa: E402
 from benchmarks.table import print_table, progress, run_child  # noqa: E402
 
 MESSAGE_BYTES = 1024
@@ -224,6 +226,7 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
     urls = {b: metrics_url(cluster.specs[b].log_path) for b in BROKERS}
     rows = []
     parts_rows = []
+    dirty = DirtyPages()
     for message_bytes, compression, divisor in KINDS:
         pair = []
         for topic, acks in (("rf1", "1"), ("rf3", "all")):
@@ -233,6 +236,7 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
             result = produce(bootstrap, topic, count, acks, f"acks={acks} to {topic}, {message_bytes}-byte messages, "
                              f"compression {compression}", message_bytes, compression)
             cpu, others_cpu = cpu_seconds(pid) - before, sum(map(cpu_seconds, others)) - others_before
+            dirty.mark(f"{topic} {message_bytes} B {compression}")
             mb = count * message_bytes / 1e6
             pair.append((mb / result["seconds"], result["p99_ms"]))
             goal = ""
@@ -258,6 +262,8 @@ def throughput(cluster: Any, bootstrap: str, leader: int, messages: int) -> None
                 "leader's send of the answer (FetchFollower ResponseSendTimeMs) and the follower's turnaround, "
                 "which holds its append (both timed on the followers)",
                 ["bytes", "compression", "produces", *PART_LABELS], parts_rows, left=(1,))
+    if (dirty_line := dirty.line()) is not None:
+        print(dirty_line)
 
 
 PARTS = (
