@@ -20,6 +20,7 @@ The broker role (`quorum.server.broker_role`) serves clients: Metadata from the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -451,19 +452,16 @@ class RaftNode:
         """The leader this node knows for its epoch once it is none of `excluded` (NO_NODE for "a
         leader at all"), waiting `limit_s` at most; whatever it knows then."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit_s
-        while self.core.leader_id in excluded:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._leader_waiters.append(waiter)
-            try:
-                await asyncio.wait_for(waiter, remaining)
-            except TimeoutError:
-                if waiter in self._leader_waiters:
-                    self._leader_waiters.remove(waiter)
-                break
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(limit_s):
+                while self.core.leader_id in excluded:
+                    waiter: asyncio.Future[None] = loop.create_future()
+                    self._leader_waiters.append(waiter)
+                    try:
+                        await waiter
+                    finally:  # a LeaderChanged took it off already, unless the wait ended first
+                        if waiter in self._leader_waiters:
+                            self._leader_waiters.remove(waiter)
         return self.core.leader_id
 
     def _propose_waiting(self) -> list[raft.Action]:

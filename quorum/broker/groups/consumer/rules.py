@@ -93,13 +93,13 @@ def validate(request: ConsumerHeartbeat, offered_assignors: tuple[str, ...]) -> 
     return None
 
 
-
 def assignment_text(partitions: Partitions) -> str:
     """Kafka's assignmentToString: topicId-[partitions] per topic, for the member transitions logged."""
     by_topic: dict[uuid.UUID, list[int]] = {}
     for topic_id, index in partitions:
         by_topic.setdefault(topic_id, []).append(index)
     return ", ".join(f"{topic_id}-{sorted(indexes)}" for topic_id, indexes in sorted(by_topic.items()))
+
 
 class ConsumerGroupRules:
     """The heartbeat, expiry and describe rules, with the coordinator's settings."""
