@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,16 @@ class RecordedWrites:
             self.written.append((state.leader_epoch, state.voted_id, state.leader_id))
 
         monkeypatch.setattr(state_writer, "write_quorum_state", write)
+
+    async def held_back(self, work: Awaitable[None], what: str) -> None:
+        """Start `work` while the held write is on disk: it must not finish (nor write beside it)
+        until the gate opens; then it must."""
+        await until(self.holding.is_set, "the held write started", DEADLINE_S)
+        task = asyncio.ensure_future(work)
+        await asyncio.sleep(0.05)
+        assert not task.done(), what
+        self.gate.set()
+        await asyncio.wait_for(task, DEADLINE_S)
 
 
 def stored(path: Path) -> tuple[int, int, int]:
@@ -89,12 +100,8 @@ def test_a_vote_waits_for_a_background_write_under_way_and_the_file_never_goes_b
     async def test() -> None:
         writer = QuorumStateWriter(path, (6, 7), failed=pytest.fail, later_s=0)
         await writer.persist(QuorumState(6, 7, 7))  # the leader's id alone, held at the gate once started
-        await until(writes.holding.is_set, "the background write started", DEADLINE_S)
-        vote = asyncio.create_task(writer.persist(QuorumState(7, -1, 1)))
-        await asyncio.sleep(0.05)
-        assert not vote.done(), "a vote was written beside (or before) an older state's write"
-        writes.gate.set()
-        await asyncio.wait_for(vote, DEADLINE_S)
+        await writes.held_back(writer.persist(QuorumState(7, -1, 1)),
+                               "a vote was written beside (or before) an older state's write")
         assert writes.written == [(6, 7, 7), (7, 1, -1)]
         assert stored(path) == (7, 1, -1)
     asyncio.run(test())
@@ -139,11 +146,7 @@ def test_flush_waits_for_a_delayed_write_under_way_and_writes_the_newer_state_af
         await writer.persist(QuorumState(8, 2, 2))  # leader 2, held at the gate once its write starts
         await until(writes.holding.is_set, "the delayed write started", DEADLINE_S)
         await writer.persist(QuorumState(8, 3, 2))  # then leader 3, waiting
-        flushing = asyncio.create_task(writer.flush())
-        await asyncio.sleep(0.05)
-        assert not flushing.done(), "flush wrote beside the delayed write under way"
-        writes.gate.set()
-        await asyncio.wait_for(flushing, DEADLINE_S)
+        await writes.held_back(writer.flush(), "flush wrote beside the delayed write under way")
         assert writes.written == [(8, 2, 2), (8, 2, 3)]
         assert stored(path) == (8, 2, 3)
     asyncio.run(test())
